@@ -1,0 +1,275 @@
+//! The validated configuration: every value checked, defaults applied, ready to use.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::diagnostic::{Diagnostic, Location};
+
+/// A valid `teamshare.toml`. Only [`crate::parse`] and [`crate::load`] produce one from a file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub cluster: ClusterSettings,
+    /// Hourly rate per GPU type; the key is the gres type name, `"default"` for untyped GPUs.
+    pub gpu_types: BTreeMap<String, GpuType>,
+    /// In file order.
+    pub teams: Vec<Team>,
+    /// In file order.
+    pub priority_classes: Vec<PriorityClass>,
+    pub governance: Governance,
+    pub accountd: AccountdSettings,
+}
+
+/// `[cluster]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// Slurm `ClusterName`.
+    pub name: String,
+    /// The governed partitions; the capacity is their GPUs on usable nodes.
+    pub partitions: Vec<String>,
+    pub idle_sharing: IdleSharing,
+    pub currency: String,
+}
+
+/// How idle capacity goes to teams waiting to borrow (DESIGN §4 rule 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IdleSharing {
+    /// `"fair-share"`: to the team with the best fair-share factor.
+    FairShare,
+    /// `"fifo"`: to the oldest pending job.
+    Fifo,
+}
+
+/// `[gpu_types.<gres type>]`
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuType {
+    /// Cost of one GPU for one hour, in the cluster's currency; finite and >= 0.
+    pub rate_per_hour: f64,
+}
+
+/// `[[team]]`: a Slurm account with a guaranteed quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Team {
+    /// The Slurm account name.
+    pub name: String,
+    pub quota: Quota,
+    /// GPUs beyond the quota the team may borrow; `None` means no limit.
+    pub borrow_limit: Option<u32>,
+    /// GPUs of the team's idle quota other teams may use; at most `quota.total`.
+    pub lend_limit: u32,
+    /// Share of idle capacity under fair-share; >= 1.
+    pub weight: u32,
+    /// Where the team's `[[team]]` header is.
+    pub location: Location,
+}
+
+/// Guaranteed GPUs. `quota = 2` gives `total: 2` and no types; `quota = { h100 = 2, a100 = 1 }`
+/// gives `total: 3` and the count per GPU type.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Quota {
+    pub total: u32,
+    pub by_type: BTreeMap<String, u32>,
+}
+
+impl Quota {
+    /// Whether the quota is given per GPU type.
+    pub fn is_typed(&self) -> bool {
+        !self.by_type.is_empty()
+    }
+}
+
+/// `[[priority_class]]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityClass {
+    pub name: String,
+    pub value: u32,
+    /// `false`: never preempted, and therefore never borrows.
+    pub preemptible: bool,
+}
+
+/// `[governance]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Governance {
+    pub preempt_within_team: WithinTeam,
+    pub reclaim_mode: ReclaimMode,
+    /// Between SIGTERM and kill when a job is reclaimed, so it can checkpoint.
+    pub reclaim_grace: Duration,
+    /// A borrowed job younger than this is not a reclaim victim.
+    pub min_runtime_before_reclaim: Duration,
+    /// Published state older than this counts as stale.
+    pub state_max_age: Duration,
+    pub on_stale_state: OnStaleState,
+}
+
+impl Default for Governance {
+    fn default() -> Self {
+        Self {
+            preempt_within_team: WithinTeam::LowerPriority,
+            reclaim_mode: ReclaimMode::Requeue,
+            reclaim_grace: Duration::from_secs(30),
+            min_runtime_before_reclaim: Duration::from_secs(5 * 60),
+            state_max_age: Duration::from_secs(30),
+            on_stale_state: OnStaleState::FailOpen,
+        }
+    }
+}
+
+/// Whether a team's higher-class job at quota may preempt the team's own lower-class jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WithinTeam {
+    /// `"lower-priority"`
+    LowerPriority,
+    /// `"never"`
+    Never,
+}
+
+/// What happens to a reclaimed job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReclaimMode {
+    /// `"requeue"`
+    Requeue,
+    /// `"cancel"`
+    Cancel,
+}
+
+/// What the plugin does when the published state is older than `state_max_age`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnStaleState {
+    /// `"fail-open"`: accept jobs without governance.
+    FailOpen,
+    /// `"fail-closed"`: hold or reject what needs the state.
+    FailClosed,
+}
+
+/// `[accountd]`
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccountdSettings {
+    pub database: PathBuf,
+    pub ingest_interval: Duration,
+    pub metrics_listen: SocketAddr,
+    /// The state the plugin reads.
+    pub state_file: PathBuf,
+    pub sample_interval: Duration,
+    pub sample_spool: PathBuf,
+    /// Multiplies the cost of borrowed GPU-hours; finite and >= 0.
+    pub borrowed_cost_factor: f64,
+    pub idle_cost_split: IdleCostSplit,
+    /// A GPU below this utilisation counts as idle; 0..=100.
+    pub idle_threshold_percent: f64,
+    pub fairshare_half_life: Duration,
+    /// Slurm's fair-share dampening factor; >= 1.
+    pub fairshare_dampening: f64,
+}
+
+impl Default for AccountdSettings {
+    fn default() -> Self {
+        Self {
+            database: PathBuf::from("/var/lib/teamshare/accountd.db"),
+            ingest_interval: Duration::from_secs(60),
+            metrics_listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 9477)),
+            state_file: PathBuf::from("/var/lib/teamshare/state.json"),
+            sample_interval: Duration::from_secs(10),
+            sample_spool: PathBuf::from("/var/spool/teamshare/samples"),
+            borrowed_cost_factor: 1.0,
+            idle_cost_split: IdleCostSplit::QuotaShare,
+            idle_threshold_percent: 5.0,
+            fairshare_half_life: Duration::from_secs(7 * 86_400),
+            fairshare_dampening: 1.0,
+        }
+    }
+}
+
+/// How the cost of idle capacity is split (DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IdleCostSplit {
+    /// `"quota-share"`
+    QuotaShare,
+    /// `"usage-share"`: the OpenCost rule.
+    UsageShare,
+    /// `"idle-row"`: kept in an `(idle)` row.
+    IdleRow,
+}
+
+impl Config {
+    pub fn team(&self, name: &str) -> Option<&Team> {
+        self.teams.iter().find(|team| team.name == name)
+    }
+
+    pub fn priority_class(&self, name: &str) -> Option<&PriorityClass> {
+        self.priority_classes
+            .iter()
+            .find(|class| class.name == name)
+    }
+
+    /// Sum of all teams' quotas, in GPUs.
+    pub fn total_quota(&self) -> u32 {
+        self.teams
+            .iter()
+            .fold(0u32, |sum, team| sum.saturating_add(team.quota.total))
+    }
+
+    /// Checks the quotas against the governed capacity C measured from the cluster (DESIGN §4):
+    /// the sum of all quotas must not exceed `capacity_total`, and for every GPU type that some
+    /// team's quota names, the sum of those typed quotas must not exceed that type's capacity
+    /// (a type missing from `capacity_by_type` has none). Each diagnostic points at the team whose
+    /// quota brings the sum above the capacity, in file order; the hint lists every contribution.
+    pub fn check_capacity(
+        &self,
+        capacity_total: u32,
+        capacity_by_type: &BTreeMap<String, u32>,
+    ) -> Vec<Diagnostic> {
+        let partitions = self.cluster.partitions.join(", ");
+        let mut diagnostics = Vec::new();
+        let all = self.teams.iter().map(|team| (team, team.quota.total));
+        diagnostics.extend(over_capacity(all, capacity_total, None, &partitions));
+
+        let types: BTreeSet<&String> = self
+            .teams
+            .iter()
+            .flat_map(|team| team.quota.by_type.keys())
+            .collect();
+        for gpu_type in types {
+            let capacity = capacity_by_type.get(gpu_type).copied().unwrap_or(0);
+            let typed = self
+                .teams
+                .iter()
+                .filter_map(|team| team.quota.by_type.get(gpu_type).map(|&quota| (team, quota)));
+            diagnostics.extend(over_capacity(typed, capacity, Some(gpu_type), &partitions));
+        }
+        diagnostics.sort_by_key(|d| (d.line, d.column));
+        diagnostics
+    }
+}
+
+fn over_capacity<'t>(
+    quotas: impl Iterator<Item = (&'t Team, u32)>,
+    capacity: u32,
+    gpu_type: Option<&str>,
+    partitions: &str,
+) -> Option<Diagnostic> {
+    let quotas: Vec<(&Team, u32)> = quotas.collect();
+    let sum: u64 = quotas.iter().map(|&(_, quota)| u64::from(quota)).sum();
+    if sum <= u64::from(capacity) {
+        return None;
+    }
+    let mut running = 0u64;
+    let (culprit, _) = quotas.iter().find(|&&(_, quota)| {
+        running += u64::from(quota);
+        running > u64::from(capacity)
+    })?;
+    let kind = gpu_type.map_or(String::new(), |t| format!("{t} "));
+    let listed = quotas
+        .iter()
+        .map(|(team, quota)| format!("{} {quota}", team.name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let message = format!(
+        "the sum of {kind}quotas ({sum} GPUs) is above the governed {kind}capacity ({capacity} GPUs); team `{}` brings it over",
+        culprit.name
+    );
+    let hint = format!(
+        "{kind}quotas: {listed}; the capacity counts the {kind}GPUs of usable nodes in partitions {partitions}: lower a quota or bring nodes back"
+    );
+    Some(Diagnostic::new(&culprit.location, message).with_hint(hint))
+}

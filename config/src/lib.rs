@@ -1,0 +1,106 @@
+//! `teamshare.toml`, the configuration shared by the job_submit plugin and accountd (DESIGN §3).
+//!
+//! The file is parsed once and validated into [`Config`], a separate type whose values are all
+//! checked and defaulted. An invalid file yields every problem at once, each a [`Diagnostic`]
+//! with file, line, column, message and hint:
+//!
+//! ```text
+//! teamshare.toml:12:1: error: unknown field `quotaa` in [[team]]
+//!   hint: did you mean `quota`?
+//! ```
+#![forbid(unsafe_code)]
+
+mod config;
+mod diagnostic;
+mod duration;
+mod suggest;
+mod validate;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+pub use crate::config::{
+    AccountdSettings, ClusterSettings, Config, Governance, GpuType, IdleCostSplit, IdleSharing,
+    OnStaleState, PriorityClass, Quota, ReclaimMode, Team, WithinTeam,
+};
+pub use crate::diagnostic::{ConfigError, Diagnostic, Diagnostics, Location};
+pub use crate::duration::parse_duration;
+
+/// The configuration's file name; it lives beside `slurm.conf`.
+pub const FILE_NAME: &str = "teamshare.toml";
+
+/// `teamshare.toml` in the directory of `$SLURM_CONF` (`/etc/slurm/slurm.conf` when unset).
+pub fn default_path() -> PathBuf {
+    beside_slurm_conf(std::env::var_os("SLURM_CONF"))
+}
+
+fn beside_slurm_conf(slurm_conf: Option<OsString>) -> PathBuf {
+    let slurm_conf = slurm_conf
+        .filter(|path| !path.is_empty())
+        .map_or_else(|| PathBuf::from("/etc/slurm/slurm.conf"), PathBuf::from);
+    slurm_conf
+        .parent()
+        .unwrap_or_else(|| Path::new(""))
+        .join(FILE_NAME)
+}
+
+/// Reads, parses and validates the file at `path`. Relative paths in `[accountd]` are resolved
+/// against the directory of `path`; diagnostics name the file as `path` is written.
+///
+/// # Errors
+/// [`ConfigError::Io`] when the file cannot be read; [`ConfigError::Invalid`] with every problem
+/// when it is not a valid configuration.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let source = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut config = parse(&source, &path.display().to_string())?;
+    let directory = path.parent().unwrap_or_else(|| Path::new(""));
+    let accountd = &mut config.accountd;
+    for file in [
+        &mut accountd.database,
+        &mut accountd.state_file,
+        &mut accountd.sample_spool,
+    ] {
+        if file.is_relative() {
+            *file = directory.join(&*file);
+        }
+    }
+    Ok(config)
+}
+
+/// Parses and validates `source`; `origin` names the file in diagnostics. Paths are kept as
+/// written.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] with every problem, sorted by position, when `source` is not a valid
+/// configuration.
+pub fn parse(source: &str, origin: &str) -> Result<Config, ConfigError> {
+    validate::validate(source, origin).map_err(ConfigError::Invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_path_is_beside_slurm_conf() {
+        assert_eq!(
+            beside_slurm_conf(None),
+            PathBuf::from("/etc/slurm/teamshare.toml")
+        );
+        assert_eq!(
+            beside_slurm_conf(Some(OsString::new())),
+            PathBuf::from("/etc/slurm/teamshare.toml")
+        );
+        assert_eq!(
+            beside_slurm_conf(Some("/opt/slurm/etc/slurm.conf".into())),
+            PathBuf::from("/opt/slurm/etc/teamshare.toml")
+        );
+        assert_eq!(
+            beside_slurm_conf(Some("slurm.conf".into())),
+            PathBuf::from("teamshare.toml")
+        );
+    }
+}

@@ -1,0 +1,10 @@
+//! teamshare's policy: what the plugins decide, as pure functions over owned values.
+//!
+//! Nothing here touches FFI, files or the network: the plugin's FFI layer copies Slurm's request
+//! into these types, and tests drive the same functions without slurmctld.
+#![forbid(unsafe_code)]
+
+pub mod gres;
+pub mod submit;
+
+pub use submit::{check_submit, gpus_requested, GpuAsk, RejectKind, Rejection, SubmitRequest, Verdict};

@@ -1,0 +1,73 @@
+//! Generate bindings from the Slurm headers installed on the build machine.
+//!
+//! The plugin must be built against the exact Slurm it is loaded into: slurmctld refuses a
+//! plugin whose `plugin_version` differs from its own `SLURM_VERSION_NUMBER`, and structs such as
+//! `job_desc_msg_t` change layout between releases. So nothing here is pre-generated.
+
+use std::env;
+use std::path::{Path, PathBuf};
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
+    println!("cargo:rerun-if-env-changed=LIBCLANG_PATH");
+    println!("cargo:rerun-if-changed=wrapper.h");
+
+    let include_dir = match env::var_os("SLURM_INCLUDE_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from("/usr/include"),
+    };
+    let slurm_h = include_dir.join("slurm/slurm.h");
+    if !slurm_h.is_file() {
+        fail(&format!(
+            "Slurm headers not found: {} does not exist.\n\
+             Install them with `apt-get install libslurm-dev` (Debian/Ubuntu), or set \
+             SLURM_INCLUDE_DIR to the directory that holds slurm/slurm.h.",
+            slurm_h.display()
+        ));
+    }
+    for h in ["slurm/slurm.h", "slurm/slurm_errno.h", "slurm/slurm_version.h"] {
+        println!("cargo:rerun-if-changed={}", include_dir.join(h).display());
+    }
+
+    let bindings = bindgen::Builder::default()
+        .header("wrapper.h")
+        .clang_arg(format!("-I{}", include_dir.display()))
+        // Only what the project uses: the submit request, versions, error codes, NO_VAL.
+        .allowlist_type("job_desc_msg_t")
+        .allowlist_var("SLURM_VERSION_NUMBER")
+        .allowlist_var("NO_VAL")
+        .allowlist_var("NO_VAL16")
+        .allowlist_var("NO_VAL64")
+        .allowlist_var("INFINITE")
+        .allowlist_var("NICE_OFFSET")
+        .allowlist_var("SLURM_SUCCESS")
+        .allowlist_var("SLURM_ERROR")
+        .allowlist_type("slurm_err_t")
+        .constified_enum_module("slurm_err_t")
+        .layout_tests(true)
+        .derive_default(false)
+        .generate_comments(false)
+        .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
+        .generate();
+    let bindings = match bindings {
+        Ok(b) => b,
+        Err(e) => fail(&format!(
+            "bindgen could not read the Slurm headers ({e}).\n\
+             bindgen needs libclang: `apt-get install clang libclang-dev` (Debian/Ubuntu), \
+             or set LIBCLANG_PATH."
+        )),
+    };
+    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo"));
+    write(&bindings, &out.join("bindings.rs"));
+}
+
+fn write(bindings: &bindgen::Bindings, path: &Path) {
+    if let Err(e) = bindings.write_to_file(path) {
+        fail(&format!("cannot write {}: {e}", path.display()));
+    }
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("\nerror: slurm-sys: {msg}\n");
+    std::process::exit(1);
+}

@@ -1,0 +1,4 @@
+#include <stdint.h>
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+#include <slurm/slurm_version.h>

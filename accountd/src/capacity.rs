@@ -1,0 +1,186 @@
+//! The governed capacity C (DESIGN 4): the GPUs of usable nodes in the governed partitions, as
+//! sinfo reports them now.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use teamshare_policy::gres::{gpu_count, GresError};
+
+use crate::slurm_cli::{SlurmCommand, SlurmCommandError};
+
+const SINFO_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CapacityError {
+    #[error(transparent)]
+    Sinfo(#[from] SlurmCommandError),
+    #[error("sinfo line {line_number}: {reason}: `{content}`")]
+    Malformed {
+        line_number: usize,
+        content: String,
+        reason: String,
+    },
+}
+
+/// GPUs on usable nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Capacity {
+    pub total: u32,
+    pub by_type: BTreeMap<String, u32>,
+    pub usable_nodes: usize,
+    /// Nodes left out, with their state (down, drained...).
+    pub unusable_nodes: Vec<(String, String)>,
+}
+
+/// The sinfo invocation: one line per node and partition, `name|gres|compact state`.
+pub fn sinfo_command(partitions: &[String]) -> SlurmCommand {
+    let mut args = vec!["-h".to_string(), "-N".to_string()];
+    if !partitions.is_empty() {
+        args.push("-p".into());
+        args.push(partitions.join(","));
+    }
+    args.push("-o".into());
+    args.push("%N|%G|%t".into());
+    SlurmCommand::new("sinfo", args, SINFO_TIMEOUT)
+}
+
+/// Measure the capacity of `partitions` with sinfo.
+pub fn measure(partitions: &[String]) -> Result<Capacity, CapacityError> {
+    let out = sinfo_command(partitions).run()?;
+    parse_sinfo(&out.stdout)
+}
+
+/// Whether a node in compact state `state` (sinfo `%t`) can take new jobs.
+///
+/// Down, drained or draining, failed or failing, in maintenance (`maint`, or the `$` flag of a
+/// maintenance reservation), not responding (`*`), or not a usable node at all
+/// (`inval`, `unk`, `futr`) is not usable. A powered-down cloud node (`~`) is: it resumes on demand.
+pub fn is_usable(state: &str) -> bool {
+    let s = state.trim().to_ascii_lowercase();
+    if s.ends_with('*') || s.ends_with('$') {
+        return false;
+    }
+    let base = s.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    ![
+        "down", "drain", "drng", "fail", "maint", "inval", "unk", "futr",
+    ]
+    .iter()
+    .any(|bad| base.starts_with(bad))
+}
+
+/// `%G` of sinfo (`gpu:h100:4(S:0-1),shard:8`, `gpu:2`, `(null)`) in the one GRES parser's
+/// request form.
+fn node_gpus(gres: &str) -> Result<teamshare_policy::gres::GpuCount, GresError> {
+    // Drop the socket/index annotations in parentheses, which may contain commas themselves.
+    let mut plain = String::with_capacity(gres.len());
+    let mut depth = 0usize;
+    for c in gres.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    let spec: Vec<String> = plain
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty() && *e != "null")
+        .map(|e| format!("gres:{e}"))
+        .collect();
+    gpu_count(&spec.join(","))
+}
+
+pub fn parse_sinfo(text: &str) -> Result<Capacity, CapacityError> {
+    let mut seen = BTreeSet::new();
+    let mut cap = Capacity::default();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let malformed = |reason: String| CapacityError::Malformed {
+            line_number: i + 1,
+            content: line.to_string(),
+            reason,
+        };
+        let [name, gres, state] = line.split('|').collect::<Vec<_>>()[..] else {
+            return Err(malformed("expected `node|gres|state`".into()));
+        };
+        // A node in several governed partitions is listed once per partition.
+        if !seen.insert(name.to_string()) {
+            continue;
+        }
+        if !is_usable(state) {
+            cap.unusable_nodes
+                .push((name.to_string(), state.to_string()));
+            continue;
+        }
+        let gpus = node_gpus(gres).map_err(|e| malformed(e.to_string()))?;
+        cap.usable_nodes += 1;
+        cap.total = cap.total.saturating_add(saturate(gpus.total));
+        for (t, n) in gpus.by_type {
+            let e = cap.by_type.entry(t).or_insert(0);
+            *e = e.saturating_add(saturate(n));
+        }
+    }
+    Ok(cap)
+}
+
+fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states() {
+        for ok in [
+            "idle", "mix", "alloc", "comp", "resv", "idle~", "mix#", "plnd", "IDLE",
+        ] {
+            assert!(is_usable(ok), "{ok}");
+        }
+        for bad in [
+            "down", "down*", "drain", "drng", "drain*", "fail", "failg", "maint", "idle*", "mix*",
+            "inval", "unk*", "futr", "idle$", "down~",
+        ] {
+            assert!(!is_usable(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn capacity_counts_gpus_of_usable_nodes_once() {
+        let text = "\
+n1|gpu:8|idle
+n2|gpu:h100:4(S:0-1),gpu:a100:2(S:0,1),shard:8|mix
+n3|gpu:8|down*
+n4|gpu:8|drain
+n5|(null)|idle
+n1|gpu:8|idle
+n6|gpu:4|idle*
+";
+        let c = parse_sinfo(text).unwrap();
+        assert_eq!(c.total, 14);
+        assert_eq!(c.by_type.get("h100"), Some(&4));
+        assert_eq!(c.by_type.get("a100"), Some(&2));
+        assert_eq!(c.usable_nodes, 3);
+        let down: Vec<_> = c.unusable_nodes.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(down, ["n3", "n4", "n6"]);
+    }
+
+    #[test]
+    fn bad_lines_are_errors() {
+        assert!(matches!(
+            parse_sinfo("n1 gpu:8 idle"),
+            Err(CapacityError::Malformed { line_number: 1, .. })
+        ));
+        assert!(parse_sinfo("n1|gpu:x:y:z|idle").is_err());
+    }
+
+    #[test]
+    fn the_command_names_the_partitions() {
+        let c = sinfo_command(&["gpu".into(), "gpu-big".into()]);
+        assert_eq!(c.display(), "sinfo -h -N -p gpu,gpu-big -o '%N|%G|%t'");
+    }
+}

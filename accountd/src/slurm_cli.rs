@@ -1,0 +1,220 @@
+//! Running Slurm's client commands (sacct, sinfo, sacctmgr): one place that knows what they need
+//! from the environment and how they fail.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// What every Slurm client needs: without `SLURM_CONF` they try a configless DNS lookup and die.
+pub const SLURM_CONF_VAR: &str = "SLURM_CONF";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmCommandError {
+    #[error("SLURM_CONF is not set: export SLURM_CONF=/path/to/slurm.conf so that `{program}` can find the cluster")]
+    SlurmConfUnset { program: String },
+    #[error("`{program}` was not found in PATH (is slurm-client installed?)")]
+    NotFound { program: String },
+    #[error("cannot run `{program}`: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("`{command}` did not finish within {seconds} s and was stopped")]
+    TimedOut { command: String, seconds: u64 },
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Failed {
+        command: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("`{command}` printed output that is not UTF-8")]
+    NotUtf8 { command: String },
+}
+
+/// The output of a command that exited successfully.
+#[derive(Debug, Clone)]
+pub struct CommandOutput {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A Slurm client invocation.
+#[derive(Debug, Clone)]
+pub struct SlurmCommand {
+    pub program: String,
+    pub args: Vec<String>,
+    pub timeout: Duration,
+}
+
+impl SlurmCommand {
+    pub fn new(program: &str, args: Vec<String>, timeout: Duration) -> Self {
+        SlurmCommand {
+            program: program.to_string(),
+            args,
+            timeout,
+        }
+    }
+
+    /// The command line as an administrator would type it (for messages and `--dry-run`).
+    pub fn display(&self) -> String {
+        let mut s = self.program.clone();
+        for a in &self.args {
+            s.push(' ');
+            s.push_str(&shell_quote(a));
+        }
+        s
+    }
+
+    /// Run it and return its output; a non-zero exit is an error carrying stderr.
+    pub fn run(&self) -> Result<CommandOutput, SlurmCommandError> {
+        let (status, out) = self.run_unchecked()?;
+        if status.success() {
+            Ok(out)
+        } else {
+            let stderr = first_lines(&out.stderr, &out.stdout);
+            Err(SlurmCommandError::Failed {
+                command: self.display(),
+                status: status.to_string(),
+                stderr,
+            })
+        }
+    }
+
+    /// Run it and return its exit status and output whatever the status.
+    pub fn run_unchecked(
+        &self,
+    ) -> Result<(std::process::ExitStatus, CommandOutput), SlurmCommandError> {
+        if slurm_conf().is_none() {
+            return Err(SlurmCommandError::SlurmConfUnset {
+                program: self.program.clone(),
+            });
+        }
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            // Times in and out of Slurm's clients are local time of the process: pin the zone to
+            // UTC and the layout to `standard` so that they are read without any ambiguity (no
+            // repeated hour when daylight saving ends), whatever the administrator's environment.
+            .env("TZ", "UTC")
+            .env("SLURM_TIME_FORMAT", "standard")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| {
+                if source.kind() == std::io::ErrorKind::NotFound {
+                    SlurmCommandError::NotFound {
+                        program: self.program.clone(),
+                    }
+                } else {
+                    SlurmCommandError::Spawn {
+                        program: self.program.clone(),
+                        source,
+                    }
+                }
+            })?;
+        // Drain both pipes on their own threads so that a chatty command never blocks on a full
+        // pipe while we wait for it.
+        let stdout = child.stdout.take().map(drain);
+        let stderr = child.stderr.take().map(drain);
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() >= deadline => {
+                    // Our own child, by its handle.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(SlurmCommandError::TimedOut {
+                        command: self.display(),
+                        seconds: self.timeout.as_secs(),
+                    });
+                }
+                Ok(None) => thread::sleep(Duration::from_millis(20)),
+                Err(source) => {
+                    return Err(SlurmCommandError::Spawn {
+                        program: self.program.clone(),
+                        source,
+                    })
+                }
+            }
+        };
+        let collect =
+            |h: Option<thread::JoinHandle<Vec<u8>>>| -> Result<String, SlurmCommandError> {
+                let bytes = h.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+                String::from_utf8(bytes).map_err(|_| SlurmCommandError::NotUtf8 {
+                    command: self.display(),
+                })
+            };
+        let out = CommandOutput {
+            stdout: collect(stdout)?,
+            stderr: collect(stderr)?,
+        };
+        Ok((status, out))
+    }
+}
+
+fn drain<R: Read + Send + 'static>(mut r: R) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        buf
+    })
+}
+
+/// The first few lines of what a failed command said, for an error message.
+fn first_lines(stderr: &str, stdout: &str) -> String {
+    let text = if stderr.trim().is_empty() {
+        stdout
+    } else {
+        stderr
+    };
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(5)
+        .collect();
+    if lines.is_empty() {
+        "no message".to_string()
+    } else {
+        lines.join(" / ")
+    }
+}
+
+/// Quote an argument for display the way a POSIX shell would read it back.
+pub fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_=/.,:@%+".contains(c));
+    if plain {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+/// A cluster, account or user name as Slurm's database keeps it: in lower case (slurm.conf(5)
+/// ClusterName, sacctmgr(1)), whatever case teamshare.toml or the command line used.
+pub fn slurm_name(name: &str) -> String {
+    name.to_lowercase()
+}
+
+/// Whether Slurm's clients can be tried at all (used to skip optional checks with one line).
+pub fn slurm_conf() -> Option<OsString> {
+    std::env::var_os(SLURM_CONF_VAR).filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_for_display() {
+        assert_eq!(shell_quote("gres/gpu=4"), "gres/gpu=4");
+        assert_eq!(shell_quote("%N|%G|%t"), "'%N|%G|%t'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}

@@ -1,0 +1,468 @@
+//! Making Slurm's associations match teamshare.toml (`accountd setup-slurm`).
+//!
+//! Three steps, each testable alone: what the configuration wants (`desired`), what slurmdbd has
+//! (`show_associations` + `parse_associations`), and the changes between them (`plan`), which are
+//! then printed or applied with `sacctmgr -i`. Planning against the current state makes a second
+//! run print "nothing to change", and lets every change be shown with its old value. New kinds
+//! of objects (QOS for priority classes) add a step to `desired`, a query, and `Change` variants.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use teamshare_config::Config;
+use teamshare_policy::gres::gpu_count;
+
+use crate::slurm_cli::{slurm_name, SlurmCommand, SlurmCommandError};
+
+const SACCTMGR_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The parent of every team account.
+pub const PARENT_ACCOUNT: &str = "root";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Sacctmgr(#[from] SlurmCommandError),
+    #[error("sacctmgr association line {line_number}: {reason}: `{content}`")]
+    Malformed {
+        line_number: usize,
+        content: String,
+        reason: String,
+    },
+}
+
+/// A team account as the configuration wants it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountSpec {
+    pub name: String,
+    pub fairshare: u32,
+    /// `GrpTRES=gres/gpu=` the team's ceiling (quota + borrow limit); None: no limit.
+    pub gpu_limit: Option<u64>,
+}
+
+/// The team accounts the configuration wants, in its order.
+pub fn desired(config: &Config) -> Vec<AccountSpec> {
+    config
+        .teams
+        .iter()
+        .map(|t| AccountSpec {
+            name: t.name.clone(),
+            fairshare: t.weight,
+            // DESIGN 4 rule 1: U_T <= Q_T + B_T, enforced by Slurm as the account's GrpTRES.
+            gpu_limit: t
+                .borrow_limit
+                .map(|b| u64::from(t.quota.total) + u64::from(b)),
+        })
+        .collect()
+}
+
+/// An account association as slurmdbd has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountAssoc {
+    pub parent: String,
+    /// Verbatim: a number or `parent`.
+    pub fairshare: String,
+    pub gpu_limit: Option<u64>,
+}
+
+/// The associations of one cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Associations {
+    pub accounts: BTreeMap<String, AccountAssoc>,
+    /// (account, user)
+    pub users: BTreeSet<(String, String)>,
+}
+
+/// Lists every association of the cluster, with limits as set (not inherited).
+pub fn show_associations(cluster: &str) -> SlurmCommand {
+    SlurmCommand::new(
+        "sacctmgr",
+        vec![
+            "-n".into(),
+            "-P".into(),
+            "show".into(),
+            "associations".into(),
+            "where".into(),
+            format!("cluster={cluster}"),
+            "WOPLimits".into(),
+            "format=Account,User,ParentName,Fairshare,GrpTRES".into(),
+        ],
+        SACCTMGR_TIMEOUT,
+    )
+}
+
+/// Read `show_associations`' output.
+pub fn parse_associations(text: &str) -> Result<Associations, SetupError> {
+    let mut assocs = Associations::default();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let malformed = |reason: String| SetupError::Malformed {
+            line_number: i + 1,
+            content: line.to_string(),
+            reason,
+        };
+        let [account, user, parent, fairshare, grp_tres] = line.split('|').collect::<Vec<_>>()[..]
+        else {
+            return Err(malformed(
+                "expected Account|User|ParentName|Fairshare|GrpTRES".into(),
+            ));
+        };
+        if user.is_empty() {
+            let gpu_limit = grp_gpu_limit(grp_tres).map_err(malformed)?;
+            assocs.accounts.insert(
+                account.to_string(),
+                AccountAssoc {
+                    parent: parent.to_string(),
+                    fairshare: fairshare.to_string(),
+                    gpu_limit,
+                },
+            );
+        } else {
+            assocs.users.insert((account.to_string(), user.to_string()));
+        }
+    }
+    Ok(assocs)
+}
+
+/// The `gres/gpu` entry of a GrpTRES, if there is one.
+fn grp_gpu_limit(grp_tres: &str) -> Result<Option<u64>, String> {
+    // gpu_count reads the number; whether the entry is there at all tells "no limit" from 0.
+    let has_gpu_entry = grp_tres
+        .split(',')
+        .any(|e| e.trim().split('=').next() == Some("gres/gpu"));
+    if !has_gpu_entry {
+        return Ok(None);
+    }
+    gpu_count(grp_tres)
+        .map(|c| Some(c.total))
+        .map_err(|e| format!("GrpTRES: {e}"))
+}
+
+/// One setting of an existing account that differs, with its current value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccountSetting {
+    Parent { old: String },
+    Fairshare { old: String, new: u32 },
+    GpuLimit { old: Option<u64>, new: Option<u64> },
+}
+
+impl AccountSetting {
+    /// The `set` argument of `sacctmgr modify account`.
+    fn arg(&self) -> String {
+        match self {
+            AccountSetting::Parent { .. } => format!("Parent={PARENT_ACCOUNT}"),
+            AccountSetting::Fairshare { new, .. } => format!("Fairshare={new}"),
+            AccountSetting::GpuLimit { new, .. } => grp_tres_arg(*new),
+        }
+    }
+}
+
+impl fmt::Display for AccountSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AccountSetting::Parent { old } => {
+                let old = if old.is_empty() { "none" } else { old };
+                write!(f, "Parent {old} -> {PARENT_ACCOUNT}")
+            }
+            AccountSetting::Fairshare { old, new } => {
+                let old = if old.is_empty() { "none" } else { old };
+                write!(f, "Fairshare {old} -> {new}")
+            }
+            AccountSetting::GpuLimit { old, new } => {
+                write!(f, "GrpTRES {} -> {}", limit_text(*old), limit_text(*new))
+            }
+        }
+    }
+}
+
+/// One change to Slurm's associations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    AddAccount(AccountSpec),
+    ModifyAccount {
+        name: String,
+        settings: Vec<AccountSetting>,
+    },
+    AddUser {
+        account: String,
+        user: String,
+    },
+}
+
+fn limit_text(limit: Option<u64>) -> String {
+    match limit {
+        Some(n) => format!("gres/gpu={n}"),
+        None => "none".to_string(),
+    }
+}
+
+/// `GrpTRES` as sacctmgr reads it; -1 clears the limit.
+fn grp_tres_arg(limit: Option<u64>) -> String {
+    match limit {
+        Some(n) => format!("GrpTRES=gres/gpu={n}"),
+        None => "GrpTRES=gres/gpu=-1".to_string(),
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::AddAccount(a) => write!(
+                f,
+                "add account {} (parent {PARENT_ACCOUNT}, Fairshare {}, GPU limit {})",
+                a.name,
+                a.fairshare,
+                limit_text(a.gpu_limit)
+            ),
+            Change::ModifyAccount { name, settings } => {
+                write!(f, "modify account {name}:")?;
+                for (i, setting) in settings.iter().enumerate() {
+                    let sep = if i == 0 { " " } else { ", " };
+                    write!(f, "{sep}{setting}")?;
+                }
+                Ok(())
+            }
+            Change::AddUser { account, user } => write!(f, "add user {user} to account {account}"),
+        }
+    }
+}
+
+impl Change {
+    /// The sacctmgr command that makes this change on `cluster`.
+    pub fn command(&self, cluster: &str) -> SlurmCommand {
+        let mut args: Vec<String> = vec!["-i".into()];
+        match self {
+            Change::AddAccount(a) => {
+                args.extend([
+                    "add".into(),
+                    "account".into(),
+                    a.name.clone(),
+                    format!("Cluster={cluster}"),
+                    format!("Parent={PARENT_ACCOUNT}"),
+                    format!("Fairshare={}", a.fairshare),
+                ]);
+                if a.gpu_limit.is_some() {
+                    args.push(grp_tres_arg(a.gpu_limit));
+                }
+            }
+            Change::ModifyAccount { name, settings } => {
+                args.extend([
+                    "modify".into(),
+                    "account".into(),
+                    "where".into(),
+                    format!("Name={name}"),
+                    format!("Cluster={cluster}"),
+                    "set".into(),
+                ]);
+                args.extend(settings.iter().map(AccountSetting::arg));
+            }
+            Change::AddUser { account, user } => args.extend([
+                "add".into(),
+                "user".into(),
+                user.clone(),
+                format!("Account={account}"),
+                format!("Cluster={cluster}"),
+            ]),
+        }
+        SlurmCommand::new("sacctmgr", args, SACCTMGR_TIMEOUT)
+    }
+}
+
+/// The changes that bring `current` to what `accounts` and `users` want: every team account
+/// exists under root with its Fairshare and GPU limit, and every user is in every team account.
+/// Nothing is removed.
+pub fn plan(accounts: &[AccountSpec], users: &[String], current: &Associations) -> Vec<Change> {
+    let users: Vec<String> = users.iter().map(|u| slurm_name(u)).collect();
+    let mut changes = Vec::new();
+    for want in accounts {
+        match current.accounts.get(&want.name) {
+            None => changes.push(Change::AddAccount(want.clone())),
+            Some(have) => {
+                let mut settings = Vec::new();
+                if have.parent != PARENT_ACCOUNT {
+                    settings.push(AccountSetting::Parent {
+                        old: have.parent.clone(),
+                    });
+                }
+                if have.fairshare != want.fairshare.to_string() {
+                    settings.push(AccountSetting::Fairshare {
+                        old: have.fairshare.clone(),
+                        new: want.fairshare,
+                    });
+                }
+                if have.gpu_limit != want.gpu_limit {
+                    settings.push(AccountSetting::GpuLimit {
+                        old: have.gpu_limit,
+                        new: want.gpu_limit,
+                    });
+                }
+                if !settings.is_empty() {
+                    changes.push(Change::ModifyAccount {
+                        name: want.name.clone(),
+                        settings,
+                    });
+                }
+            }
+        }
+        for user in &users {
+            if !current.users.contains(&(want.name.clone(), user.clone())) {
+                changes.push(Change::AddUser {
+                    account: want.name.clone(),
+                    user: user.clone(),
+                });
+            }
+        }
+    }
+    changes
+}
+
+/// What applying a change did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    Done,
+    /// sacctmgr said the object was already there (another admin got there first).
+    AlreadyThere,
+}
+
+/// Apply one change with sacctmgr.
+pub fn apply(change: &Change, cluster: &str) -> Result<Applied, SetupError> {
+    let cmd = change.command(cluster);
+    let (status, out) = cmd.run_unchecked()?;
+    let said = format!("{}\n{}", out.stdout, out.stderr);
+    // Adding what exists is not an error for us: the goal state holds.
+    if matches!(change, Change::AddAccount(_) | Change::AddUser { .. })
+        && (said.contains("Nothing new added") || said.contains("already exists"))
+    {
+        return Ok(Applied::AlreadyThere);
+    }
+    if status.success() {
+        Ok(Applied::Done)
+    } else {
+        Err(SetupError::Sacctmgr(SlurmCommandError::Failed {
+            command: cmd.display(),
+            status: status.to_string(),
+            stderr: said
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" / "),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, fairshare: u32, gpu_limit: Option<u64>) -> AccountSpec {
+        AccountSpec {
+            name: name.into(),
+            fairshare,
+            gpu_limit,
+        }
+    }
+
+    const CURRENT: &str = "\
+root||||
+root|root||1|
+agents||root|40|cpu=100,gres/gpu=4
+agents|alice||1|
+training||science|10|
+research||root|20|gres/gpu=0
+";
+
+    #[test]
+    fn associations_are_read() {
+        let a = parse_associations(CURRENT).unwrap();
+        assert_eq!(a.accounts["agents"].gpu_limit, Some(4));
+        assert_eq!(a.accounts["training"].gpu_limit, None);
+        assert_eq!(a.accounts["training"].parent, "science");
+        assert_eq!(a.accounts["research"].gpu_limit, Some(0));
+        assert!(a.users.contains(&("agents".into(), "alice".into())));
+        assert!(parse_associations("agents|root|40").is_err());
+        assert!(parse_associations("agents||root|40|gres/gpu=many").is_err());
+    }
+
+    #[test]
+    fn the_plan_holds_only_what_differs() {
+        let current = parse_associations(CURRENT).unwrap();
+        let want = [
+            spec("agents", 40, Some(4)),
+            spec("training", 30, Some(6)),
+            spec("research", 20, None),
+            spec("newteam", 5, Some(2)),
+        ];
+        let users = ["alice".to_string()];
+        let changes = plan(&want, &users, &current);
+        let text: Vec<String> = changes.iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            text,
+            [
+                "modify account training: Parent science -> root, Fairshare 10 -> 30, GrpTRES none -> gres/gpu=6",
+                "add user alice to account training",
+                "modify account research: GrpTRES gres/gpu=0 -> none",
+                "add user alice to account research",
+                "add account newteam (parent root, Fairshare 5, GPU limit gres/gpu=2)",
+                "add user alice to account newteam",
+            ]
+        );
+        // Once applied, nothing is left to do.
+        let mut after = current.clone();
+        for w in &want {
+            after.accounts.insert(
+                w.name.clone(),
+                AccountAssoc {
+                    parent: "root".into(),
+                    fairshare: w.fairshare.to_string(),
+                    gpu_limit: w.gpu_limit,
+                },
+            );
+            after.users.insert((w.name.clone(), "alice".into()));
+        }
+        assert!(plan(&want, &users, &after).is_empty());
+    }
+
+    #[test]
+    fn commands() {
+        let add = Change::AddAccount(spec("agents", 40, Some(4)));
+        assert_eq!(
+            add.command("gpu-cluster").display(),
+            "sacctmgr -i add account agents Cluster=gpu-cluster Parent=root Fairshare=40 GrpTRES=gres/gpu=4"
+        );
+        let add_unlimited = Change::AddAccount(spec("agents", 40, None));
+        assert!(!add_unlimited.command("c").display().contains("GrpTRES"));
+        let modify = Change::ModifyAccount {
+            name: "research".into(),
+            settings: vec![
+                AccountSetting::Fairshare {
+                    old: "1".into(),
+                    new: 20,
+                },
+                AccountSetting::GpuLimit {
+                    old: Some(0),
+                    new: None,
+                },
+            ],
+        };
+        assert_eq!(
+            modify.command("c").display(),
+            "sacctmgr -i modify account where Name=research Cluster=c set Fairshare=20 GrpTRES=gres/gpu=-1"
+        );
+        let user = Change::AddUser {
+            account: "agents".into(),
+            user: "alice".into(),
+        };
+        assert_eq!(
+            user.command("c").display(),
+            "sacctmgr -i add user alice Account=agents Cluster=c"
+        );
+        assert_eq!(
+            show_associations("c").display(),
+            "sacctmgr -n -P show associations where cluster=c WOPLimits format=Account,User,ParentName,Fairshare,GrpTRES"
+        );
+    }
+}

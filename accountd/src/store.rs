@@ -1,0 +1,762 @@
+//! The accounting database: SQLite, its schema and migrations, and idempotent writes.
+//!
+//! - The schema version lives in `PRAGMA user_version`; migrations run in order, all in one
+//!   transaction, and a database newer than this code is refused before anything is written to it.
+//! - WAL with `synchronous=NORMAL`: readers (reports) never block the ingest, and a crash loses at
+//!   most the last transactions, never consistency.
+//! - Every write is an upsert on a natural key, one transaction per batch, so that reading the
+//!   same sacct output twice, or overlapping windows, changes nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+
+use crate::period::UnixSeconds;
+use crate::sacct::JobRun;
+
+/// One schema change. Append only: a released migration is never edited.
+struct Migration {
+    version: i64,
+    sql: &'static str,
+}
+
+const MIGRATIONS: &[Migration] = &[
+    // 1: the first schema. Job runs keyed by what identifies a run in Slurm's accounting
+    // (cluster, JobIDRaw, start), with an integer id so that later tables (NVML samples, usage
+    // splits) can refer to a run; GPU types in a child table so that costs per type are plain SQL;
+    // the ingest watermark per cluster so that a restarted daemon resumes where it stopped.
+    Migration {
+        version: 1,
+        sql: r#"
+CREATE TABLE job_runs (
+    id           INTEGER PRIMARY KEY,
+    cluster      TEXT    NOT NULL,
+    job_id_raw   INTEGER NOT NULL,      -- sacct JobIDRaw: unique per job and per array task
+    job_id       TEXT    NOT NULL,      -- sacct JobID as users see it: 123, 123_4, 123+0
+    account      TEXT    NOT NULL,      -- the Slurm account, i.e. the team
+    user         TEXT    NOT NULL,
+    partition    TEXT    NOT NULL,
+    qos          TEXT    NOT NULL,
+    state        TEXT    NOT NULL,      -- verbatim, e.g. 'CANCELLED by 0'
+    submit_time  INTEGER,               -- UTC unix seconds
+    start_time   INTEGER NOT NULL,      -- UTC unix seconds; runs that never started are not stored
+    end_time     INTEGER,               -- NULL while running
+    elapsed      INTEGER,               -- seconds, as sacct computes them
+    gpus         INTEGER NOT NULL,      -- GPUs in the allocation
+    alloc_tres   TEXT    NOT NULL,      -- sacct AllocTRES verbatim
+    first_seen   INTEGER NOT NULL,      -- when an ingest first stored this run
+    last_seen    INTEGER NOT NULL,      -- when an ingest last read it from sacct
+    UNIQUE (cluster, job_id_raw, start_time)
+);
+CREATE INDEX job_runs_by_start ON job_runs (cluster, start_time);
+CREATE INDEX job_runs_running ON job_runs (cluster) WHERE end_time IS NULL;
+
+-- The typed part of a run's GPUs (gres/gpu:<type>=<n> in AllocTRES).
+CREATE TABLE job_run_gpu_types (
+    run_id   INTEGER NOT NULL REFERENCES job_runs (id) ON DELETE CASCADE,
+    gpu_type TEXT    NOT NULL,
+    gpus     INTEGER NOT NULL,
+    PRIMARY KEY (run_id, gpu_type)
+) WITHOUT ROWID;
+
+-- Up to where sacct has been read, per cluster.
+CREATE TABLE ingest_state (
+    cluster    TEXT    PRIMARY KEY,
+    watermark  INTEGER NOT NULL,       -- UTC unix seconds: the end of the last contiguous window
+    updated_at INTEGER NOT NULL
+);
+"#,
+    },
+];
+
+/// The schema version this code writes and understands.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+
+/// How long a writer waits for another one (the daemon and a manual ingest) before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create the directory {path} for the database: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the database {path}: {source}")]
+    Open {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("the database {path} has schema version {found}, newer than this accountd understands ({known}); it was left untouched: use the accountd that wrote it, or a newer one")]
+    TooNew {
+        path: String,
+        found: i64,
+        known: i64,
+    },
+    #[error("cannot migrate the database {path} from schema version {from} to {to}: {source}")]
+    Migrate {
+        path: String,
+        from: i64,
+        to: i64,
+        source: rusqlite::Error,
+    },
+    #[error("database {path}: {source}")]
+    Sql {
+        path: String,
+        source: rusqlite::Error,
+    },
+}
+
+/// What one batch did to the database.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Runs not seen before.
+    pub inserted: usize,
+    /// Runs seen before whose recorded facts changed (a running job that ended, a new state).
+    pub updated: usize,
+    /// Runs seen before, identical.
+    pub unchanged: usize,
+}
+
+/// Moving the ingest watermark of a cluster forward (never back) in the batch's transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatermarkAdvance {
+    pub cluster: String,
+    pub to: UnixSeconds,
+}
+
+/// A stored run, as reports need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunUsage {
+    pub id: i64,
+    pub account: String,
+    pub start: UnixSeconds,
+    pub end: Option<UnixSeconds>,
+    pub gpus: u64,
+    pub gpus_by_type: BTreeMap<String, u64>,
+}
+
+pub struct Store {
+    conn: Connection,
+    /// For messages: the file, or `:memory:`.
+    path: String,
+}
+
+impl Store {
+    /// Open (creating the file and its parent directories) and bring the schema up to date.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        let display = path.display().to_string();
+        let conn = Connection::open(path).map_err(|source| StoreError::Open {
+            path: display.clone(),
+            source,
+        })?;
+        Store::init(conn, display)
+    }
+
+    /// A private database in memory (tests).
+    pub fn open_in_memory() -> Result<Store, StoreError> {
+        let conn = Connection::open_in_memory().map_err(|source| StoreError::Open {
+            path: ":memory:".into(),
+            source,
+        })?;
+        Store::init(conn, ":memory:".into())
+    }
+
+    fn init(conn: Connection, path: String) -> Result<Store, StoreError> {
+        let open_err = |source| StoreError::Open {
+            path: path.clone(),
+            source,
+        };
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        // Refuse a newer database before anything writes to it (setting WAL writes the header).
+        // Reading the version is also what fails on a file that is not a database.
+        let found = user_version(&conn).map_err(open_err)?;
+        check_not_newer(&path, found)?;
+        conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+            .map_err(open_err)?;
+        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+            .map_err(open_err)?;
+        let mut store = Store { conn, path };
+        // Only a database that needs it is written to: an up-to-date one can be read by a
+        // report without taking the write lock.
+        if found < SCHEMA_VERSION {
+            store.migrate(MIGRATIONS)?;
+        }
+        Ok(store)
+    }
+
+    /// Apply every migration of `migrations` newer than the database, in order, in one
+    /// transaction: a failure leaves the database as it was.
+    fn migrate(&mut self, migrations: &[Migration]) -> Result<(), StoreError> {
+        let Some(target) = migrations.last().map(|m| m.version) else {
+            return Ok(());
+        };
+        let path = self.path.clone();
+        let sql_err = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            // IMMEDIATE: two processes opening a fresh database do not both migrate it.
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_err)?;
+        // Again inside the transaction: another process may have migrated meanwhile.
+        let from = user_version(&tx).map_err(sql_err)?;
+        if from > target {
+            return Err(StoreError::TooNew {
+                path: path.clone(),
+                found: from,
+                known: target,
+            });
+        }
+        if from == target {
+            return Ok(());
+        }
+        let migrate_err = |source| StoreError::Migrate {
+            path: path.clone(),
+            from,
+            to: target,
+            source,
+        };
+        for m in migrations.iter().filter(|m| m.version > from) {
+            tx.execute_batch(m.sql).map_err(migrate_err)?;
+        }
+        tx.pragma_update(None, "user_version", target)
+            .map_err(migrate_err)?;
+        tx.commit().map_err(migrate_err)
+    }
+
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        user_version(&self.conn).map_err(|e| self.sql_err(e))
+    }
+
+    fn sql_err(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sql {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Store a batch of runs (insert new ones, update changed ones) and optionally advance the
+    /// watermark, all in one transaction.
+    pub fn record_runs(
+        &mut self,
+        runs: &[JobRun],
+        seen_at: UnixSeconds,
+        watermark: Option<&WatermarkAdvance>,
+    ) -> Result<BatchOutcome, StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let mut outcome = BatchOutcome::default();
+        for run in runs {
+            match upsert_run(&tx, run, seen_at).map_err(err)? {
+                Upsert::Inserted => outcome.inserted += 1,
+                Upsert::Updated => outcome.updated += 1,
+                Upsert::Unchanged => outcome.unchanged += 1,
+            }
+        }
+        if let Some(w) = watermark {
+            tx.execute(
+                "INSERT INTO ingest_state (cluster, watermark, updated_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (cluster) DO UPDATE SET
+                     watermark = max(watermark, excluded.watermark),
+                     updated_at = excluded.updated_at",
+                params![w.cluster, w.to, seen_at],
+            )
+            .map_err(err)?;
+        }
+        tx.commit().map_err(err)?;
+        Ok(outcome)
+    }
+
+    /// The end of the last contiguous window read from sacct for `cluster`.
+    pub fn watermark(&self, cluster: &str) -> Result<Option<UnixSeconds>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT watermark FROM ingest_state WHERE cluster = ?1",
+                [cluster],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql_err(e))
+    }
+
+    /// Runs of `cluster` that overlap `[since, until)`: started before `until` and not ended
+    /// by `since` (a run without an end is still running).
+    pub fn runs_overlapping(
+        &self,
+        cluster: &str,
+        since: UnixSeconds,
+        until: UnixSeconds,
+    ) -> Result<Vec<RunUsage>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT r.id, r.account, r.start_time, r.end_time, r.gpus, t.gpu_type, t.gpus
+                 FROM job_runs r LEFT JOIN job_run_gpu_types t ON t.run_id = r.id
+                 WHERE r.cluster = ?1 AND r.start_time < ?3
+                   AND (r.end_time IS NULL OR r.end_time > ?2)
+                 ORDER BY r.id, t.gpu_type",
+            )
+            .map_err(|e| self.sql_err(e))?;
+        let mut rows = stmt
+            .query(params![cluster, since, until])
+            .map_err(|e| self.sql_err(e))?;
+        let mut runs: Vec<RunUsage> = Vec::new();
+        while let Some(row) = rows.next().map_err(|e| self.sql_err(e))? {
+            let read = || -> rusqlite::Result<(RunUsage, Option<(String, i64)>)> {
+                let run = RunUsage {
+                    id: row.get(0)?,
+                    account: row.get(1)?,
+                    start: row.get(2)?,
+                    end: row.get(3)?,
+                    gpus: u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0),
+                    gpus_by_type: BTreeMap::new(),
+                };
+                let typed = match row.get::<_, Option<String>>(5)? {
+                    Some(t) => Some((t, row.get(6)?)),
+                    None => None,
+                };
+                Ok((run, typed))
+            };
+            let (run, typed) = read().map_err(|e| self.sql_err(e))?;
+            if runs.last().map(|r| r.id) != Some(run.id) {
+                runs.push(run);
+            }
+            if let (Some((gpu_type, n)), Some(last)) = (typed, runs.last_mut()) {
+                last.gpus_by_type
+                    .insert(gpu_type, u64::try_from(n).unwrap_or(0));
+            }
+        }
+        Ok(runs)
+    }
+
+    /// The connection, for reads that have no method yet (and tests).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+}
+
+fn check_not_newer(path: &str, found: i64) -> Result<(), StoreError> {
+    if found > SCHEMA_VERSION {
+        Err(StoreError::TooNew {
+            path: path.to_string(),
+            found,
+            known: SCHEMA_VERSION,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+enum Upsert {
+    Inserted,
+    Updated,
+    Unchanged,
+}
+
+/// The facts of a run other than its key, in column order, as stored.
+type RunFacts = (
+    String,      // job_id
+    String,      // account
+    String,      // user
+    String,      // partition
+    String,      // qos
+    String,      // state
+    Option<i64>, // submit_time
+    Option<i64>, // end_time
+    Option<i64>, // elapsed
+    i64,         // gpus
+    String,      // alloc_tres
+);
+
+fn facts(run: &JobRun) -> RunFacts {
+    (
+        run.job_id.clone(),
+        run.account.clone(),
+        run.user.clone(),
+        run.partition.clone(),
+        run.qos.clone(),
+        run.state.clone(),
+        run.submit,
+        run.end,
+        run.elapsed,
+        to_i64(run.gpus),
+        run.alloc_tres.clone(),
+    )
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn upsert_run(
+    tx: &Transaction<'_>,
+    run: &JobRun,
+    seen_at: UnixSeconds,
+) -> rusqlite::Result<Upsert> {
+    let existing: Option<(i64, RunFacts)> = tx
+        .prepare_cached(
+            "SELECT id, job_id, account, user, partition, qos, state, submit_time, end_time,
+                    elapsed, gpus, alloc_tres
+             FROM job_runs WHERE cluster = ?1 AND job_id_raw = ?2 AND start_time = ?3",
+        )?
+        .query_row(params![run.cluster, run.job_id_raw, run.start], |r| {
+            Ok((
+                r.get(0)?,
+                (
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                    r.get(8)?,
+                    r.get(9)?,
+                    r.get(10)?,
+                    r.get(11)?,
+                ),
+            ))
+        })
+        .optional()?;
+    let new = facts(run);
+    match existing {
+        None => {
+            tx.prepare_cached(
+                "INSERT INTO job_runs (cluster, job_id_raw, start_time, job_id, account, user,
+                     partition, qos, state, submit_time, end_time, elapsed, gpus, alloc_tres,
+                     first_seen, last_seen)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)",
+            )?
+            .execute(params![
+                run.cluster,
+                run.job_id_raw,
+                run.start,
+                new.0,
+                new.1,
+                new.2,
+                new.3,
+                new.4,
+                new.5,
+                new.6,
+                new.7,
+                new.8,
+                new.9,
+                new.10,
+                seen_at
+            ])?;
+            let id = tx.last_insert_rowid();
+            insert_gpu_types(tx, id, run)?;
+            Ok(Upsert::Inserted)
+        }
+        Some((id, old)) if old == new => {
+            tx.prepare_cached("UPDATE job_runs SET last_seen = max(last_seen, ?2) WHERE id = ?1")?
+                .execute(params![id, seen_at])?;
+            Ok(Upsert::Unchanged)
+        }
+        Some((id, _)) => {
+            tx.prepare_cached(
+                "UPDATE job_runs SET job_id = ?2, account = ?3, user = ?4, partition = ?5,
+                     qos = ?6, state = ?7, submit_time = ?8, end_time = ?9, elapsed = ?10,
+                     gpus = ?11, alloc_tres = ?12, last_seen = max(last_seen, ?13)
+                 WHERE id = ?1",
+            )?
+            .execute(params![
+                id, new.0, new.1, new.2, new.3, new.4, new.5, new.6, new.7, new.8, new.9, new.10,
+                seen_at
+            ])?;
+            tx.prepare_cached("DELETE FROM job_run_gpu_types WHERE run_id = ?1")?
+                .execute([id])?;
+            insert_gpu_types(tx, id, run)?;
+            Ok(Upsert::Updated)
+        }
+    }
+}
+
+fn insert_gpu_types(tx: &Transaction<'_>, run_id: i64, run: &JobRun) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO job_run_gpu_types (run_id, gpu_type, gpus) VALUES (?1, ?2, ?3)",
+    )?;
+    for (gpu_type, n) in &run.gpus_by_type {
+        stmt.execute(params![run_id, gpu_type, to_i64(*n)])?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn run(job: u32, account: &str, start: i64, end: Option<i64>, gpus: u64) -> JobRun {
+        JobRun {
+            cluster: "c".into(),
+            job_id_raw: job,
+            job_id: job.to_string(),
+            account: account.into(),
+            user: "u".into(),
+            partition: "gpu".into(),
+            qos: "normal".into(),
+            state: if end.is_some() {
+                "COMPLETED"
+            } else {
+                "RUNNING"
+            }
+            .into(),
+            submit: Some(start),
+            start,
+            end,
+            elapsed: end.map(|e| e - start),
+            gpus,
+            gpus_by_type: BTreeMap::new(),
+            alloc_tres: format!("cpu=1,gres/gpu={gpus},node=1"),
+        }
+    }
+
+    fn count(store: &Store, table: &str) -> i64 {
+        store
+            .connection()
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_fresh_database_gets_the_current_schema() {
+        let store = Store::open_in_memory().unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(count(&store, "job_runs"), 0);
+        assert_eq!(count(&store, "ingest_state"), 0);
+    }
+
+    #[test]
+    fn migrations_are_numbered_in_order() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i64 + 1);
+        }
+    }
+
+    #[test]
+    fn a_failing_migration_leaves_the_database_as_it_was() {
+        let conn = Connection::open_in_memory().unwrap();
+        let mut store = Store {
+            conn,
+            path: ":memory:".into(),
+        };
+        store.migrate(&MIGRATIONS[..1]).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 1);
+        let broken = [
+            Migration {
+                version: 1,
+                sql: MIGRATIONS[0].sql,
+            },
+            Migration {
+                version: 2,
+                sql: "CREATE TABLE samples (x); THIS IS NOT SQL;",
+            },
+        ];
+        let err = store.migrate(&broken).unwrap_err();
+        assert!(
+            matches!(err, StoreError::Migrate { from: 1, to: 2, .. }),
+            "{err}"
+        );
+        assert_eq!(store.schema_version().unwrap(), 1);
+        let samples: i64 = store
+            .connection()
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'samples'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(samples, 0);
+    }
+
+    #[test]
+    fn a_file_database_is_created_with_its_directories_in_wal_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b/accountd.db");
+        let store = Store::open(&path).unwrap();
+        assert!(path.exists());
+        let mode: String = store
+            .connection()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        drop(store);
+        // Reopening an up-to-date database is a no-op.
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn a_newer_database_is_refused_and_left_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("future.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch("CREATE TABLE from_the_future (x); PRAGMA user_version = 99;")
+                .unwrap();
+        }
+        let before = std::fs::read(&path).unwrap();
+        let err = Store::open(&path).err().expect("refused");
+        assert!(matches!(err, StoreError::TooNew { found: 99, .. }), "{err}");
+        assert!(err.to_string().contains("left untouched"));
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert!(!dir.path().join("future.db-wal").exists());
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.db");
+        std::fs::write(
+            &path,
+            "this is not sqlite, and long enough to have a header",
+        )
+        .unwrap();
+        let err = Store::open(&path).err().expect("refused");
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_same_batch_twice_changes_nothing() {
+        let mut store = Store::open_in_memory().unwrap();
+        let mut typed = run(2, "b", 100, Some(200), 2);
+        typed.gpus_by_type.insert("h100".into(), 2);
+        let batch = vec![run(1, "a", 100, Some(200), 1), typed];
+        let first = store.record_runs(&batch, 1000, None).unwrap();
+        assert_eq!(first.inserted, 2);
+        let dump = |s: &Store| -> Vec<(i64, String, Option<i64>, i64)> {
+            let mut st = s
+                .connection()
+                .prepare("SELECT id, state, end_time, first_seen FROM job_runs ORDER BY id")
+                .unwrap();
+            let v = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            v
+        };
+        let before = dump(&store);
+        let second = store.record_runs(&batch, 2000, None).unwrap();
+        assert_eq!(
+            second,
+            BatchOutcome {
+                inserted: 0,
+                updated: 0,
+                unchanged: 2
+            }
+        );
+        assert_eq!(dump(&store), before);
+        assert_eq!(count(&store, "job_runs"), 2);
+        assert_eq!(count(&store, "job_run_gpu_types"), 1);
+    }
+
+    #[test]
+    fn a_running_job_is_updated_when_it_completes() {
+        let mut store = Store::open_in_memory().unwrap();
+        store
+            .record_runs(&[run(1, "a", 100, None, 4)], 1000, None)
+            .unwrap();
+        let done = run(1, "a", 100, Some(500), 4);
+        let o = store.record_runs(&[done], 2000, None).unwrap();
+        assert_eq!(o.updated, 1);
+        let (state, end, first, last): (String, Option<i64>, i64, i64) = store
+            .connection()
+            .query_row(
+                "SELECT state, end_time, first_seen, last_seen FROM job_runs",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            (state.as_str(), end, first, last),
+            ("COMPLETED", Some(500), 1000, 2000)
+        );
+        assert_eq!(count(&store, "job_runs"), 1);
+    }
+
+    #[test]
+    fn requeued_runs_are_distinct_rows() {
+        let mut store = Store::open_in_memory().unwrap();
+        let o = store
+            .record_runs(
+                &[run(7, "a", 100, Some(200), 1), run(7, "a", 321, None, 1)],
+                1000,
+                None,
+            )
+            .unwrap();
+        assert_eq!(o.inserted, 2);
+        assert_eq!(store.runs_overlapping("c", 0, 10_000).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_watermark_only_moves_forward() {
+        let mut store = Store::open_in_memory().unwrap();
+        assert_eq!(store.watermark("c").unwrap(), None);
+        let adv = |to| WatermarkAdvance {
+            cluster: "c".into(),
+            to,
+        };
+        store.record_runs(&[], 1, Some(&adv(500))).unwrap();
+        assert_eq!(store.watermark("c").unwrap(), Some(500));
+        store.record_runs(&[], 2, Some(&adv(400))).unwrap();
+        assert_eq!(store.watermark("c").unwrap(), Some(500));
+        store.record_runs(&[], 3, Some(&adv(900))).unwrap();
+        assert_eq!(store.watermark("c").unwrap(), Some(900));
+        assert_eq!(store.watermark("other").unwrap(), None);
+    }
+
+    #[test]
+    fn overlapping_runs_are_selected_with_their_types() {
+        let mut store = Store::open_in_memory().unwrap();
+        let mut typed = run(3, "b", 150, None, 3);
+        typed.gpus_by_type.insert("a100".into(), 1);
+        typed.gpus_by_type.insert("h100".into(), 2);
+        let mut other_cluster = run(4, "a", 150, None, 1);
+        other_cluster.cluster = "elsewhere".into();
+        store
+            .record_runs(
+                &[
+                    run(1, "a", 0, Some(100), 1),   // ends at the period's start: out
+                    run(2, "a", 50, Some(150), 1),  // in
+                    typed,                          // running: in
+                    run(5, "a", 300, Some(400), 1), // starts at the period's end: out
+                    other_cluster,
+                ],
+                1,
+                None,
+            )
+            .unwrap();
+        let runs = store.runs_overlapping("c", 100, 300).unwrap();
+        let ids: Vec<i64> = runs.iter().map(|r| r.start).collect();
+        assert_eq!(ids, [50, 150]);
+        assert_eq!(runs[1].gpus_by_type.len(), 2);
+        assert_eq!(runs[1].gpus_by_type["h100"], 2);
+        assert_eq!(runs[1].end, None);
+    }
+}

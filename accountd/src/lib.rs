@@ -14,6 +14,7 @@
 
 pub mod capacity;
 pub mod ingest;
+pub mod model;
 pub mod period;
 pub mod report;
 pub mod sacct;

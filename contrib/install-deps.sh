@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install what building and running teamshare's dev cluster needs on Debian 12, as root.
+# Idempotent: installs only what is missing.
+set -euo pipefail
+
+pkgs=(slurmctld slurmd slurmdbd slurm-client libslurm-dev slurm-wlm-basic-plugins munge
+      mariadb-server mariadb-client clang libclang-dev pkg-config binutils procps python3)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "install-deps: installing ${missing[*]}" >&2
+    # Package scripts must not start system daemons: the dev cluster runs its own.
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    if [ -x "$HOME/.cargo/bin/cargo" ]; then
+        echo "install-deps: cargo is in $HOME/.cargo/bin; add it to PATH" >&2
+    else
+        echo "install-deps: no Rust toolchain; installing Debian's cargo" >&2
+        apt-get install -y -qq --no-install-recommends cargo rustc >/dev/null
+    fi
+fi

@@ -32,7 +32,7 @@ Exit codes:
   2  invalid configuration or usage
 
 Times (--since, --until) are YYYY-MM-DD (local midnight), YYYY-MM-DDTHH:MM:SS (local time),
-`now`, or `now-<duration>` such as now-2h, now-30m, now-7d.";
+`now`, or `now-<duration>`/`now+<duration>` such as now-2h, now-30m, now+1h.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -89,8 +89,12 @@ struct IngestArgs {
 
 #[derive(Debug, Args)]
 struct ReportArgs {
-    /// Teams (Slurm accounts) to show [default: every configured team and every account with usage]
-    #[arg(value_name = "TEAM")]
+    /// What to report
+    #[arg(value_enum, default_value_t = ReportKind::Teams)]
+    kind: ReportKind,
+    /// Only these teams (Slurm accounts); repeatable [default: every configured team and every
+    /// account with usage]
+    #[arg(long = "team", value_name = "TEAM")]
     teams: Vec<String>,
     /// Start of the period [default: the first of this month, 00:00 local time]
     #[arg(long, value_name = "TIME")]
@@ -101,6 +105,12 @@ struct ReportArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = FormatArg::Table)]
     format: FormatArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ReportKind {
+    /// GPU-hours, jobs, quota and cost per team
+    Teams,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -433,6 +443,12 @@ fn ingest_cmd(config: &Config, database: PathBuf, args: &IngestArgs) -> anyhow::
 // report
 
 fn report_cmd(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    match args.kind {
+        ReportKind::Teams => teams_report(config, database, args),
+    }
+}
+
+fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let now = period::now();
     let since = time_arg(args.since.as_deref(), now, "--since")?
         .unwrap_or_else(|| period::month_start(now, &chrono::Local));

@@ -15,7 +15,7 @@ pub const SLURM_TIME_LAYOUT: &str = "%Y-%m-%dT%H:%M:%S";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TimeError {
-    #[error("`{text}` is not a time: expected YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS, now or now-<duration> (e.g. now-2h)")]
+    #[error("`{text}` is not a time: expected YYYY-MM-DD, YYYY-MM-DDTHH:MM:SS, now, now-<duration> or now+<duration> (e.g. now-2h)")]
     Unrecognised { text: String },
     #[error("`{text}`: {reason}")]
     BadDuration { text: String, reason: String },
@@ -69,7 +69,7 @@ fn local_to_unix<Tz: TimeZone>(
 }
 
 /// Read a time given on the command line: `YYYY-MM-DD` (local midnight),
-/// `YYYY-MM-DDTHH:MM:SS` (local), `now`, or `now-<duration>` with a duration in the
+/// `YYYY-MM-DDTHH:MM:SS` (local), `now`, or `now-<duration>` / `now+<duration>` with a duration in the
 /// configuration's syntax (`teamshare_config::parse_duration`, e.g. `2h`, `30m`, `7d`).
 pub fn parse_time_arg<Tz: TimeZone>(
     text: &str,
@@ -80,7 +80,11 @@ pub fn parse_time_arg<Tz: TimeZone>(
     if trimmed == "now" {
         return Ok(now);
     }
-    if let Some(rest) = trimmed.strip_prefix("now-") {
+    let relative = trimmed
+        .strip_prefix("now-")
+        .map(|r| (r, -1i64))
+        .or_else(|| trimmed.strip_prefix("now+").map(|r| (r, 1i64)));
+    if let Some((rest, sign)) = relative {
         let duration =
             teamshare_config::parse_duration(rest).map_err(|e| TimeError::BadDuration {
                 text: text.to_string(),
@@ -89,9 +93,11 @@ pub fn parse_time_arg<Tz: TimeZone>(
         let secs = i64::try_from(duration.as_secs()).map_err(|_| TimeError::OutOfRange {
             text: text.to_string(),
         })?;
-        return now.checked_sub(secs).ok_or_else(|| TimeError::OutOfRange {
-            text: text.to_string(),
-        });
+        return now
+            .checked_add(sign * secs)
+            .ok_or_else(|| TimeError::OutOfRange {
+                text: text.to_string(),
+            });
     }
     if let Ok(date) = NaiveDate::parse_from_str(trimmed, "%Y-%m-%d") {
         let midnight = date.and_hms_opt(0, 0, 0).expect("midnight exists");
@@ -178,6 +184,7 @@ mod tests {
         let now = 1_714_600_000;
         assert_eq!(parse_time_arg("now", now, &Utc).unwrap(), now);
         assert_eq!(parse_time_arg("now-2h", now, &Utc).unwrap(), now - 7200);
+        assert_eq!(parse_time_arg("now+1h", now, &Utc).unwrap(), now + 3600);
         assert_eq!(
             parse_time_arg("2024-05-01", now, &brt()).unwrap(),
             1_714_521_600 + 3 * 3600

@@ -284,7 +284,7 @@ fn report_csv_and_team_filter() {
     let site = prepared_site();
     let o = site.run(
         false,
-        &[&["report", "training", "--format", "csv"][..], &PERIOD].concat(),
+        &[&["report", "teams", "--team", "training", "--format", "csv"][..], &PERIOD].concat(),
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(

@@ -25,7 +25,11 @@ fn main() {
             slurm_h.display()
         ));
     }
-    for h in ["slurm/slurm.h", "slurm/slurm_errno.h", "slurm/slurm_version.h"] {
+    for h in [
+        "slurm/slurm.h",
+        "slurm/slurm_errno.h",
+        "slurm/slurm_version.h",
+    ] {
         println!("cargo:rerun-if-changed={}", include_dir.join(h).display());
     }
 

@@ -7,6 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use slurm_sys::slurm_err_t as err;
 use slurm_sys::{job_desc_msg_t, NO_VAL, NO_VAL16};
+use teamshare_policy::submit::{Admission, StateView};
 use teamshare_policy::{check_submit, GpuAsk, RejectKind, SubmitRequest, Verdict};
 
 use crate::{log, state};
@@ -87,8 +88,56 @@ pub unsafe fn job_submit(
         return SUCCESS;
     };
 
-    match check_submit(&snapshot.config, &request) {
-        Verdict::Accept { .. } => SUCCESS,
+    let governor = state::governor();
+    let now = unix_now();
+    let max_age =
+        i64::try_from(snapshot.config.governance.state_max_age.as_secs()).unwrap_or(i64::MAX);
+    let verdict = match governor.as_deref() {
+        Some(gs) if now.saturating_sub(gs.generated_at) <= max_age => {
+            state::with_admitted(gs.generated_at, |admitted| {
+                let v = check_submit(
+                    &snapshot.config,
+                    &request,
+                    StateView::Fresh {
+                        state: gs,
+                        admitted,
+                        now,
+                    },
+                );
+                if let Verdict::Accept(a) = &v {
+                    admitted.record(a);
+                }
+                v
+            })
+        }
+        other => {
+            let v = check_submit(&snapshot.config, &request, StateView::Stale);
+            if v.admission().is_some_and(|a| a.team.is_some())
+                || matches!(&v, Verdict::Reject(r) if r.kind == RejectKind::StaleState)
+            {
+                let why = match other {
+                    Some(gs) => format!(
+                        "last published {} s ago",
+                        now.saturating_sub(gs.generated_at)
+                    ),
+                    None => "nothing published yet".to_string(),
+                };
+                state::note_staleness(true, &why);
+            }
+            v
+        }
+    };
+    if governor.is_some_and(|gs| now.saturating_sub(gs.generated_at) <= max_age) {
+        state::note_staleness(false, "");
+    }
+
+    match verdict {
+        Verdict::Accept(admission) => {
+            // SAFETY: `job_desc` is valid and exclusively ours for this call (slurmctld holds
+            // its locks); strings written are Slurm-allocated.
+            unsafe { apply(job_desc, &admission) };
+            SUCCESS
+        }
         Verdict::Reject(r) => {
             log::info(&format!(
                 "reject uid={submit_uid} account={} reason={} msg=\"{}\"",
@@ -99,6 +148,37 @@ pub unsafe fn job_submit(
             set_err_msg(err_msg, &r.message);
             error_code(r.kind)
         }
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Write the admission into the request: the internal QOS and the priority.
+///
+/// # Safety
+/// `job_desc` is slurmctld's request, valid and not aliased for the duration of the call.
+unsafe fn apply(job_desc: *mut job_desc_msg_t, admission: &Admission) {
+    // SAFETY: per this function's contract.
+    let desc = unsafe { &mut *job_desc };
+    if let Some(qos) = admission.qos {
+        if let Ok(c) = CString::new(qos) {
+            // SAFETY: the old string (if any) came from Slurm's allocator and is freed with
+            // it; the new one is allocated by Slurm, which frees it with the request.
+            unsafe {
+                if !desc.qos.is_null() {
+                    slurm_sys::slurm_xfree((&mut desc.qos as *mut *mut c_char).cast());
+                }
+                desc.qos = slurm_sys::slurm_xstrdup(c.as_ptr());
+            }
+        }
+    }
+    if let Some(p) = admission.priority {
+        desc.priority = p;
     }
 }
 
@@ -119,13 +199,33 @@ pub unsafe fn job_modify(job_desc: *mut job_desc_msg_t, submit_uid: u32) -> c_in
     let Some(snapshot) = state::current() else {
         return SUCCESS;
     };
+    // teamshare owns the QOS and the priority of governed jobs: users may hold (priority 0)
+    // and release (INFINITE) their jobs, nothing else.
+    if submit_uid != 0 {
+        let priority_change =
+            desc.priority != NO_VAL && desc.priority != 0 && desc.priority != slurm_sys::INFINITE;
+        if request.qos.is_some() || priority_change {
+            log::info(&format!(
+                "reject modify uid={submit_uid} reason=internal_lever qos={} priority={}",
+                request.qos.as_deref().unwrap_or("-"),
+                if priority_change {
+                    desc.priority.to_string()
+                } else {
+                    "-".into()
+                }
+            ));
+            return err::ESLURM_ACCESS_DENIED as c_int;
+        }
+    }
     // Without the account in the update the team is unknown here; Slurm's association limits
     // (GrpTRES set by `accountd setup-slurm`) still bound the team.
     if request.account.is_none() {
         return SUCCESS;
     }
-    match check_submit(&snapshot.config, &request) {
-        Verdict::Accept { .. } => SUCCESS,
+    match check_submit(&snapshot.config, &request, StateView::Stale) {
+        Verdict::Accept(_) => SUCCESS,
+        // An update is judged on what it says, not on current usage.
+        Verdict::Reject(r) if r.kind == RejectKind::StaleState => SUCCESS,
         Verdict::Reject(r) => {
             log::info(&format!(
                 "reject modify uid={submit_uid} account={} reason={} msg=\"{}\"",
@@ -143,7 +243,9 @@ fn error_code(kind: RejectKind) -> c_int {
         RejectKind::NoTeam | RejectKind::UnknownTeam => err::ESLURM_INVALID_ACCOUNT,
         RejectKind::InvalidGres => err::ESLURM_INVALID_GRES,
         RejectKind::OverTeamLimit => err::ESLURM_ACCOUNTING_POLICY,
-        RejectKind::NoConfiguration => err::ESLURM_ACCOUNTING_POLICY,
+        RejectKind::NoConfiguration | RejectKind::StaleState => err::ESLURM_ACCOUNTING_POLICY,
+        RejectKind::UnknownClass | RejectKind::InternalQos => err::ESLURM_INVALID_QOS,
+        RejectKind::LargerThanCluster => err::ESLURM_INVALID_GRES,
     }) as c_int
 }
 
@@ -158,7 +260,12 @@ unsafe fn copy_request(desc: &job_desc_msg_t, submit_uid: u32) -> SubmitRequest 
             account: opt_string(desc.account),
             partition: opt_string(desc.partition),
             qos: opt_string(desc.qos),
-            user_id: if desc.user_id == NO_VAL { submit_uid } else { desc.user_id },
+            submit_uid,
+            user_id: if desc.user_id == NO_VAL {
+                submit_uid
+            } else {
+                desc.user_id
+            },
             gpus: GpuAsk {
                 tres_per_job: opt_string(desc.tres_per_job),
                 tres_per_node: opt_string(desc.tres_per_node),

@@ -11,6 +11,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use teamshare_config::Config;
+use teamshare_policy::governance::PublishedState;
+use teamshare_policy::submit::Admitted;
 
 use crate::log;
 
@@ -20,11 +22,24 @@ pub struct Snapshot {
 }
 
 static CURRENT: RwLock<Option<Arc<Snapshot>>> = RwLock::new(None);
+/// The governor's last published state, as read by the watcher.
+static GOVERNOR: RwLock<Option<Arc<PublishedState>>> = RwLock::new(None);
+/// In-quota admissions since that state (job_submit calls are serialised by slurmctld, the
+/// mutex only makes that explicit).
+static ADMITTED: Mutex<Admitted> = Mutex::new(Admitted {
+    generated_at: 0,
+    by_team: std::collections::BTreeMap::new(),
+    total: 0,
+});
+/// Whether the last submit saw stale state, so the change is logged once, not per job.
+static STALE_LOGGED: AtomicBool = AtomicBool::new(false);
 static STOP: AtomicBool = AtomicBool::new(false);
 static RELOADER: Mutex<Option<JoinHandle<()>>> = Mutex::new(None);
 
-/// How often the reloader looks at the file's modification time.
+/// How often the reloader looks at the configuration's modification time.
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
+/// How often it looks at the governor's state file (rewritten every governor pass).
+const STATE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The snapshot to judge a request with; `None` when no valid configuration was ever loaded.
 pub fn current() -> Option<Arc<Snapshot>> {
@@ -32,6 +47,34 @@ pub fn current() -> Option<Arc<Snapshot>> {
     match CURRENT.read() {
         Ok(g) => g.clone(),
         Err(p) => p.into_inner().clone(),
+    }
+}
+
+/// The governor's state, if any was read.
+pub fn governor() -> Option<Arc<PublishedState>> {
+    match GOVERNOR.read() {
+        Ok(g) => g.clone(),
+        Err(p) => p.into_inner().clone(),
+    }
+}
+
+/// Run `f` with the admissions counted since `state` was generated.
+pub fn with_admitted<T>(generated_at: i64, f: impl FnOnce(&mut Admitted) -> T) -> T {
+    let mut g = match ADMITTED.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    g.reset_for(generated_at);
+    f(&mut g)
+}
+
+/// Log the first submit that finds the state stale, and the first that finds it fresh again.
+pub fn note_staleness(stale: bool, why: &str) {
+    let was = STALE_LOGGED.swap(stale, Ordering::SeqCst);
+    if stale && !was {
+        log::error(&format!("governance state is stale: {why}; applying on_stale_state until accountd publishes again"));
+    } else if !stale && was {
+        log::info("governance state is current again");
     }
 }
 
@@ -72,7 +115,9 @@ pub fn init() -> i32 {
                 config.teams.len(),
                 env!("CARGO_PKG_VERSION")
             ));
+            let state_file = config.accountd.state_file.clone();
             publish(Snapshot { config });
+            read_state(&state_file, &mut None);
         }
         Err(e) => {
             // Refusing to start would take slurmctld down with it; refuse GPU jobs instead,
@@ -126,11 +171,20 @@ fn start_reloader(path: PathBuf) {
 
 fn watch(path: PathBuf) {
     let mut seen = stamp(&path);
+    let mut state_seen = None;
+    let mut last_config_check = std::time::Instant::now();
     while !STOP.load(Ordering::SeqCst) {
-        std::thread::park_timeout(WATCH_INTERVAL);
+        std::thread::park_timeout(STATE_INTERVAL);
         if STOP.load(Ordering::SeqCst) {
             break;
         }
+        if let Some(snapshot) = current() {
+            read_state(&snapshot.config.accountd.state_file, &mut state_seen);
+        }
+        if last_config_check.elapsed() < WATCH_INTERVAL {
+            continue;
+        }
+        last_config_check = std::time::Instant::now();
         let now = stamp(&path);
         if now == seen {
             continue;
@@ -151,6 +205,39 @@ fn watch(path: PathBuf) {
                 one_line(&e)
             )),
         }
+    }
+}
+
+/// Read the governor's state when the file changed; a bad file keeps the previous state (which
+/// then ages into staleness) and is logged once per change.
+fn read_state(path: &Path, seen: &mut Option<(SystemTime, u64)>) {
+    let now = stamp(path);
+    if now.is_none() || now == *seen {
+        return;
+    }
+    *seen = now;
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            log::error(&format!(
+                "cannot read governance state {}: {e}",
+                path.display()
+            ));
+            return;
+        }
+    };
+    match PublishedState::from_json(&text) {
+        Ok(state) => {
+            let mut g = match GOVERNOR.write() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            *g = Some(Arc::new(state));
+        }
+        Err(e) => log::error(&format!(
+            "ignoring governance state {}: {e}",
+            path.display()
+        )),
     }
 }
 

@@ -50,7 +50,11 @@ pub struct GresError {
 
 impl fmt::Display for GresError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot read GPU count in `{}`: {}", self.entry, self.reason)
+        write!(
+            f,
+            "cannot read GPU count in `{}`: {}",
+            self.entry, self.reason
+        )
     }
 }
 

@@ -1,8 +1,12 @@
 //! Submit-time checks (DESIGN §4 rule 7), as a pure function of the configuration and an owned
 //! copy of the job request.
 
+use std::collections::BTreeMap;
+
+use crate::governance::{self, PublishedState};
 use crate::gres::{gpu_count, GpuCount, GresError};
-use teamshare_config::Config;
+use crate::priority::{self, INTERNAL_QOS};
+use teamshare_config::{Config, OnStaleState};
 
 /// The parts of a job request that decide how many GPUs it will hold, copied out of Slurm's
 /// `job_desc_msg_t`. `None` stands for Slurm's NO_VAL ("not given").
@@ -25,6 +29,8 @@ pub struct SubmitRequest {
     pub partition: Option<String>,
     pub qos: Option<String>,
     pub user_id: u32,
+    /// Who submits: uid 0 may use the internal QOS directly.
+    pub submit_uid: u32,
     pub gpus: GpuAsk,
 }
 
@@ -41,6 +47,14 @@ pub enum RejectKind {
     OverTeamLimit,
     /// No configuration could be loaded, so nothing can be checked.
     NoConfiguration,
+    /// `--qos` names neither a priority class nor nothing.
+    UnknownClass,
+    /// A user named teamshare's internal QOS.
+    InternalQos,
+    /// More GPUs than the governed partitions have.
+    LargerThanCluster,
+    /// The governor's state is stale and `on_stale_state = "fail-closed"`.
+    StaleState,
 }
 
 impl RejectKind {
@@ -52,6 +66,10 @@ impl RejectKind {
             RejectKind::InvalidGres => "invalid_gres",
             RejectKind::OverTeamLimit => "over_team_limit",
             RejectKind::NoConfiguration => "no_configuration",
+            RejectKind::UnknownClass => "unknown_class",
+            RejectKind::InternalQos => "internal_qos",
+            RejectKind::LargerThanCluster => "larger_than_cluster",
+            RejectKind::StaleState => "stale_state",
         }
     }
 }
@@ -65,8 +83,76 @@ pub struct Rejection {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    Accept { gpus: u64 },
+    Accept(Admission),
     Reject(Rejection),
+}
+
+/// What the plugin writes back into an accepted request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admission {
+    pub gpus: u64,
+    /// The team, when the job is governed.
+    pub team: Option<String>,
+    /// Replace the request's QOS with this one (the internal QOS for governed jobs).
+    pub qos: Option<&'static str>,
+    /// Set the job's priority (governed jobs).
+    pub priority: Option<u32>,
+    /// The job fits its team's unused quota (counted until the next state arrives).
+    pub in_quota: bool,
+}
+
+impl Verdict {
+    /// The admission of an accepted job (tests).
+    pub fn admission(&self) -> Option<&Admission> {
+        match self {
+            Verdict::Accept(a) => Some(a),
+            Verdict::Reject(_) => None,
+        }
+    }
+}
+
+/// The governor's view as the plugin holds it at submit time.
+#[derive(Debug, Clone, Copy)]
+pub enum StateView<'a> {
+    Fresh {
+        state: &'a PublishedState,
+        admitted: &'a Admitted,
+        now: i64,
+    },
+    /// Older than `state_max_age`, or missing.
+    Stale,
+}
+
+/// In-quota admissions since the state was published, so several jobs submitted between two
+/// states do not all count the same unused quota.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admitted {
+    pub generated_at: i64,
+    pub by_team: BTreeMap<String, u32>,
+    pub total: u32,
+}
+
+impl Admitted {
+    /// Start counting afresh for the state generated at `generated_at`.
+    pub fn reset_for(&mut self, generated_at: i64) {
+        if self.generated_at != generated_at {
+            *self = Admitted {
+                generated_at,
+                ..Admitted::default()
+            };
+        }
+    }
+
+    pub fn record(&mut self, admission: &Admission) {
+        if !admission.in_quota {
+            return;
+        }
+        if let Some(team) = &admission.team {
+            let gpus = u32::try_from(admission.gpus).unwrap_or(u32::MAX);
+            *self.by_team.entry(team.clone()).or_insert(0) += gpus;
+            self.total = self.total.saturating_add(gpus);
+        }
+    }
 }
 
 /// The fewest GPUs the request can end up holding.
@@ -97,8 +183,8 @@ pub fn gpus_requested(ask: &GpuAsk) -> Result<GpuCount, GresError> {
     Ok(total)
 }
 
-/// Decide whether a new job may be submitted.
-pub fn check_submit(config: &Config, req: &SubmitRequest) -> Verdict {
+/// Decide whether a new job may be submitted, and how it enters the queue.
+pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -> Verdict {
     let gpus = match gpus_requested(&req.gpus) {
         Ok(g) => g,
         Err(e) => {
@@ -117,7 +203,10 @@ pub fn check_submit(config: &Config, req: &SubmitRequest) -> Verdict {
             .any(|p| config.cluster.partitions.iter().any(|g| g == p.trim())),
     };
     if !governed || gpus.is_zero() && req.account.is_none() {
-        return Verdict::Accept { gpus: gpus.total };
+        return Verdict::Accept(Admission {
+            gpus: gpus.total,
+            ..Admission::default()
+        });
     }
 
     let team_names = || {
@@ -159,7 +248,115 @@ pub fn check_submit(config: &Config, req: &SubmitRequest) -> Verdict {
             });
         }
     }
-    Verdict::Accept { gpus: gpus.total }
+
+    // The priority class comes in as --qos=<class>; teamshare's own QOS is not for users.
+    let class = match req.qos.as_deref() {
+        None => 0,
+        Some(q) if q == INTERNAL_QOS => {
+            if req.submit_uid != 0 {
+                return Verdict::Reject(Rejection {
+                    kind: RejectKind::InternalQos,
+                    message: format!(
+                        "teamshare: QOS {INTERNAL_QOS} is set by teamshare itself; choose a priority class with --qos={}",
+                        class_names(config)
+                    ),
+                });
+            }
+            0
+        }
+        Some(q) => match governance::class_index(config, q) {
+            Some(i) => i,
+            None => {
+                return Verdict::Reject(Rejection {
+                    kind: RejectKind::UnknownClass,
+                    message: format!(
+                        "teamshare: {q} is not a priority class; use --qos={} or no --qos",
+                        class_names(config)
+                    ),
+                })
+            }
+        },
+    };
+
+    let gpus32 = u32::try_from(gpus.total).unwrap_or(u32::MAX);
+    let (state, admitted, now) = match view {
+        StateView::Fresh {
+            state,
+            admitted,
+            now,
+        } => (state, admitted, now),
+        StateView::Stale => {
+            return match config.governance.on_stale_state {
+                OnStaleState::FailOpen => Verdict::Accept(Admission {
+                    gpus: gpus.total,
+                    team: Some(team.name.clone()),
+                    qos: Some(INTERNAL_QOS),
+                    // Queued as a borrower: without current state it may not preempt anyone.
+                    priority: Some(priority::encode(priority::BORROW_BASE, class)),
+                    in_quota: false,
+                }),
+                OnStaleState::FailClosed => Verdict::Reject(Rejection {
+                    kind: RejectKind::StaleState,
+                    message: "teamshare: team usage is not current (the accountd governor is not running), so GPU jobs are refused for now; try again shortly or ask the administrator".to_string(),
+                }),
+            };
+        }
+    };
+
+    if gpus.total > u64::from(state.capacity) {
+        return Verdict::Reject(Rejection {
+            kind: RejectKind::LargerThanCluster,
+            message: format!(
+                "teamshare: the governed partitions ({}) have {} usable GPUs; this job asks for {}",
+                config.cluster.partitions.join(","),
+                state.capacity,
+                gpus.total
+            ),
+        });
+    }
+
+    let (running, pending) = state
+        .teams
+        .get(&team.name)
+        .map(|t| (t.running_gpus, t.pending_in_quota_gpus))
+        .unwrap_or((0, 0));
+    let admitted_team = admitted.by_team.get(&team.name).copied().unwrap_or(0);
+    let in_quota = running
+        .saturating_add(pending)
+        .saturating_add(admitted_team)
+        .saturating_add(gpus32)
+        <= team.quota.total;
+    let level = if in_quota {
+        let k = state
+            .pending_in_quota_gpus
+            .saturating_add(admitted.total)
+            .saturating_add(gpus32)
+            .saturating_sub(state.free_gpus);
+        state.reclaim_level(k, now)
+    } else {
+        // The governor ranks borrowers on its next pass.
+        priority::BORROW_BASE
+    };
+    Verdict::Accept(Admission {
+        gpus: gpus.total,
+        team: Some(team.name.clone()),
+        qos: Some(INTERNAL_QOS),
+        priority: Some(priority::encode(level, class)),
+        in_quota,
+    })
+}
+
+fn class_names(config: &Config) -> String {
+    let names: Vec<&str> = config
+        .priority_classes
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    if names.is_empty() {
+        "(no classes are configured)".to_string()
+    } else {
+        names.join("|")
+    }
 }
 
 #[cfg(test)]
@@ -185,12 +382,39 @@ quota = 2
         teamshare_config::parse(CONFIG, "teamshare.toml").expect("test config is valid")
     }
 
+    fn idle_state() -> PublishedState {
+        PublishedState {
+            version: governance::STATE_VERSION,
+            generated_at: 100,
+            capacity: 8,
+            free_gpus: 8,
+            pending_in_quota_gpus: 0,
+            teams: BTreeMap::new(),
+            victims: vec![],
+        }
+    }
+
+    fn check_submit(config: &Config, req: &SubmitRequest) -> Verdict {
+        let state = idle_state();
+        let admitted = Admitted::default();
+        super::check_submit(
+            config,
+            req,
+            StateView::Fresh {
+                state: &state,
+                admitted: &admitted,
+                now: 100,
+            },
+        )
+    }
+
     fn req(account: Option<&str>, ask: GpuAsk) -> SubmitRequest {
         SubmitRequest {
             account: account.map(str::to_string),
             partition: Some("gpu".into()),
             qos: None,
             user_id: 1000,
+            submit_uid: 1000,
             gpus: ask,
         }
     }
@@ -205,8 +429,16 @@ quota = 2
 
     #[test]
     fn counts_every_place_a_request_can_name_gpus() {
-        assert_eq!(gpus_requested(&per_node("gres:gpu:2", Some(3))).unwrap().total, 6);
-        assert_eq!(gpus_requested(&per_node("gres/gpu:2", None)).unwrap().total, 2);
+        assert_eq!(
+            gpus_requested(&per_node("gres:gpu:2", Some(3)))
+                .unwrap()
+                .total,
+            6
+        );
+        assert_eq!(
+            gpus_requested(&per_node("gres/gpu:2", None)).unwrap().total,
+            2
+        );
         let per_task = GpuAsk {
             tres_per_task: Some("gres:gpu:1".into()),
             num_tasks: Some(5),
@@ -237,8 +469,13 @@ quota = 2
 
     #[test]
     fn unknown_team_is_refused_with_the_teams_that_exist() {
-        let v = check_submit(&config(), &req(Some("nosuch"), per_node("gres:gpu:1", None)));
-        let Verdict::Reject(r) = v else { panic!("accepted") };
+        let v = check_submit(
+            &config(),
+            &req(Some("nosuch"), per_node("gres:gpu:1", None)),
+        );
+        let Verdict::Reject(r) = v else {
+            panic!("accepted")
+        };
         assert_eq!(r.kind, RejectKind::UnknownTeam);
         assert!(r.message.contains("nosuch") && r.message.contains("agents, research"));
     }
@@ -262,36 +499,51 @@ quota = 2
     #[test]
     fn at_the_ceiling_is_accepted_and_no_borrow_limit_means_no_ceiling() {
         let four = per_node("gres:gpu:4", None);
-        assert_eq!(
-            check_submit(&config(), &req(Some("agents"), four)),
-            Verdict::Accept { gpus: 4 }
-        );
-        let many = per_node("gres:gpu:8", Some(4));
-        assert_eq!(
-            check_submit(&config(), &req(Some("research"), many)),
-            Verdict::Accept { gpus: 32 }
-        );
+        let v = check_submit(&config(), &req(Some("agents"), four));
+        assert_eq!(v.admission().map(|a| a.gpus), Some(4));
+        // research has no borrow limit: only the cluster's size bounds it.
+        let eight = per_node("gres:gpu:4", Some(2));
+        let v = check_submit(&config(), &req(Some("research"), eight));
+        assert_eq!(v.admission().map(|a| a.gpus), Some(8));
     }
 
     #[test]
     fn jobs_outside_governed_partitions_pass() {
         let mut r = req(Some("nosuch"), per_node("gres:gpu:8", None));
         r.partition = Some("cpu".into());
-        assert!(matches!(check_submit(&config(), &r), Verdict::Accept { .. }));
+        assert!(matches!(
+            check_submit(&config(), &r),
+            Verdict::Accept { .. }
+        ));
     }
 
     #[test]
     fn gpu_job_without_account_must_name_its_team() {
         let v = check_submit(&config(), &req(None, per_node("gres:gpu:1", None)));
-        assert!(matches!(v, Verdict::Reject(Rejection { kind: RejectKind::NoTeam, .. })));
+        assert!(matches!(
+            v,
+            Verdict::Reject(Rejection {
+                kind: RejectKind::NoTeam,
+                ..
+            })
+        ));
         // A CPU-only job without an account is not teamshare's business.
         let v = check_submit(&config(), &req(None, GpuAsk::default()));
-        assert!(matches!(v, Verdict::Accept { gpus: 0 }));
+        assert_eq!(v.admission().map(|a| (a.gpus, a.qos)), Some((0, None)));
     }
 
     #[test]
     fn unreadable_gres_is_refused() {
-        let v = check_submit(&config(), &req(Some("agents"), per_node("gres:gpu:lots:x:y", None)));
-        assert!(matches!(v, Verdict::Reject(Rejection { kind: RejectKind::InvalidGres, .. })));
+        let v = check_submit(
+            &config(),
+            &req(Some("agents"), per_node("gres:gpu:lots:x:y", None)),
+        );
+        assert!(matches!(
+            v,
+            Verdict::Reject(Rejection {
+                kind: RejectKind::InvalidGres,
+                ..
+            })
+        ));
     }
 }

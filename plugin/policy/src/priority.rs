@@ -1,0 +1,109 @@
+//! How teamshare speaks to Slurm's scheduler: one number per job.
+//!
+//! Every governed job runs in one QOS ([`INTERNAL_QOS`]) whose PreemptMode includes WITHIN, so
+//! preempt/qos lets a pending job preempt a running job of the same QOS exactly when its
+//! priority is higher. teamshare sets every governed job's priority directly (the plugin at
+//! submit, the governor afterwards), so the ordering of priorities *is* the governance:
+//!
+//! | band | level | who |
+//! |---|---|---|
+//! | borrow | `BORROW_BASE..VICTIM_BASE-1` | pending jobs beyond their team's quota: below every running job, so they never preempt |
+//! | no-preempt | `VICTIM_BASE - 1` | pending in-quota jobs that can start on free GPUs |
+//! | victims | `VICTIM_BASE + 2i` | running borrowed jobs, `i` = rank in reclaim order (first victim lowest) |
+//! | reclaim | `VICTIM_BASE + 2(k-1) + 1` | pending in-quota jobs: above exactly the first `k` victims |
+//! | protected | `PROTECTED_BASE + class value` | running jobs inside their team's quota, and non-preemptible classes |
+//!
+//! The job's priority class travels in the low [`CLASS_BITS`] bits of the same number (the
+//! plugin replaces the user's `--qos=<class>` with the internal QOS, and Slurm keeps no other
+//! field a plugin may set at submit that users cannot edit).
+
+/// The QOS every governed job runs in.
+pub const INTERNAL_QOS: &str = "teamshare";
+
+pub const CLASS_BITS: u32 = 6;
+const CLASS_MASK: u32 = (1 << CLASS_BITS) - 1;
+/// The most priority classes a configuration may define (index 0 is "no class").
+pub const MAX_CLASSES: usize = CLASS_MASK as usize;
+
+pub const BORROW_BASE: u32 = 1_000;
+pub const VICTIM_BASE: u32 = 10_000_000;
+pub const PROTECTED_BASE: u32 = 60_000_000;
+/// The highest level that still fits in Slurm's 32-bit priority.
+pub const MAX_LEVEL: u32 = u32::MAX >> CLASS_BITS;
+
+/// Priorities below this were not set by teamshare (multifactor, or a released hold).
+pub const MIN_TEAMSHARE_PRIORITY: u32 = BORROW_BASE << CLASS_BITS;
+
+/// The priority Slurm gets for a level and a class index.
+pub fn encode(level: u32, class_index: u8) -> u32 {
+    (level.min(MAX_LEVEL) << CLASS_BITS) | (u32::from(class_index) & CLASS_MASK)
+}
+
+/// The class index carried by a priority teamshare set; 0 (no class) for any other.
+pub fn class_index(priority: u32) -> u8 {
+    if priority < MIN_TEAMSHARE_PRIORITY {
+        0
+    } else {
+        (priority & CLASS_MASK) as u8
+    }
+}
+
+pub fn level(priority: u32) -> u32 {
+    priority >> CLASS_BITS
+}
+
+pub fn victim_level(rank: usize) -> u32 {
+    VICTIM_BASE.saturating_add(2u32.saturating_mul(rank as u32))
+}
+
+/// Above exactly the first `k` victims (k >= 1); `k == 0` gives the no-preempt level.
+pub fn reclaim_level(k: usize) -> u32 {
+    if k == 0 {
+        VICTIM_BASE - 1
+    } else {
+        victim_level(k - 1) + 1
+    }
+}
+
+pub fn protected_level(class_value: u32) -> u32 {
+    PROTECTED_BASE.saturating_add(class_value).min(MAX_LEVEL)
+}
+
+/// Pending borrowers: `rank` 0 is served first, so it gets the highest level of the band.
+pub fn borrow_level(rank: usize) -> u32 {
+    let span = VICTIM_BASE - 2 - BORROW_BASE;
+    BORROW_BASE + span.saturating_sub(rank as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_are_ordered() {
+        assert!(borrow_level(0) < reclaim_level(0));
+        assert!(reclaim_level(0) < victim_level(0));
+        assert!(victim_level(0) < reclaim_level(1));
+        assert!(reclaim_level(1) < victim_level(1));
+        assert!(reclaim_level(3) > victim_level(2) && reclaim_level(3) < victim_level(3));
+        assert!(victim_level(1_000_000) < protected_level(0));
+        assert!(borrow_level(0) > borrow_level(5));
+        assert!(protected_level(u32::MAX) <= MAX_LEVEL);
+    }
+
+    #[test]
+    fn class_survives_the_round_trip() {
+        for (level, class) in [
+            (BORROW_BASE, 3u8),
+            (victim_level(7), 1),
+            (protected_level(100), 63),
+        ] {
+            let p = encode(level, class);
+            assert_eq!(class_index(p), class);
+            assert_eq!(super::level(p), level);
+        }
+        // Priorities teamshare did not set carry no class.
+        assert_eq!(class_index(11_100), 0);
+        assert_eq!(class_index(0), 0);
+    }
+}

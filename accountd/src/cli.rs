@@ -14,6 +14,7 @@ use accountd::capacity::{self, Capacity};
 use accountd::ingest::{self, IngestError};
 use accountd::period::{self, format_local, Period, TimeError, UnixSeconds};
 use accountd::report::{self, Format, UsageParams};
+use accountd::sample::{self, collect, gpu, jobs, sampler, utilisation};
 use accountd::slurm_cli::{self, SlurmCommandError};
 use accountd::slurm_setup::{self, Applied, Associations};
 use accountd::store::Store;
@@ -68,6 +69,59 @@ enum Command {
     /// Make Slurm's accounts match teamshare.toml with sacctmgr
     #[command(after_help = AFTER_HELP)]
     SetupSlurm(SetupSlurmArgs),
+    /// Keep Slurm's job priorities and team GPU limits matching the governance rules, and
+    /// publish the state the plugin reads (runs until killed; --once for one pass)
+    #[command(after_help = AFTER_HELP)]
+    Govern(GovernArgs),
+    /// On a GPU node: sample every GPU through NVML at an interval into the local spool
+    #[command(after_help = SAMPLE_AFTER_HELP)]
+    Sample(SampleArgs),
+    /// On the head: store every node's spooled GPU samples in the database (idempotent)
+    #[command(after_help = AFTER_HELP)]
+    CollectSamples(CollectSamplesArgs),
+}
+
+const SAMPLE_AFTER_HELP: &str = "\
+Samples go to SPOOL/<node>/ready/, one file per tick, written atomically; `accountd
+collect-samples` on the head stores and removes them. Each GPU is keyed by its UUID and mapped to
+the Slurm job holding it by its minor number (scontrol -d show job, slurmd -G); without
+SLURM_CONF, or with --no-jobs, samples carry no job.
+
+Exit codes:
+  0  success (--once)
+  1  runtime error: NVML library missing or failing, spool not writable
+  2  invalid configuration or usage";
+
+#[derive(Debug, Args)]
+struct SampleArgs {
+    /// Sampling interval, e.g. 10s or 200ms [default: [accountd] sample_interval, else 10s]
+    #[arg(long, value_name = "DURATION")]
+    interval: Option<String>,
+    /// Spool root; this node's samples go to DIR/<node> [default: [accountd] sample_spool]
+    #[arg(long, value_name = "DIR")]
+    spool: Option<PathBuf>,
+    /// The NVML library to load
+    #[arg(long, value_name = "PATH", default_value = gpu::DEFAULT_NVML_LIB)]
+    nvml_lib: PathBuf,
+    /// This node's Slurm name [default: $SLURMD_NODENAME, else the short host name]
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
+    /// Take one sample (the current tick) and exit
+    #[arg(long)]
+    once: bool,
+    /// How often to look up which jobs hold the GPUs [default: the interval, at least 10s]
+    #[arg(long, value_name = "DURATION")]
+    job_refresh: Option<String>,
+    /// Do not look up jobs: every sample carries no job
+    #[arg(long)]
+    no_jobs: bool,
+}
+
+#[derive(Debug, Args)]
+struct CollectSamplesArgs {
+    /// Spool root holding one directory per node [default: [accountd] sample_spool]
+    #[arg(long, value_name = "DIR")]
+    spool: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -105,12 +159,19 @@ struct ReportArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = FormatArg::Table)]
     format: FormatArg,
+    /// `jobs`: show at most N jobs
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ReportKind {
     /// GPU-hours, jobs, quota and cost per team
     Teams,
+    /// Job runs by idle GPU-hours (NVML samples): job, user, team, GPUs, hours, mean utilisation
+    Jobs,
+    /// GPU utilisation and idle GPU-hours per team (NVML samples)
+    Utilisation,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -128,6 +189,27 @@ impl From<FormatArg> for Format {
             FormatArg::Json => Format::Json,
         }
     }
+}
+
+#[derive(Debug, Args)]
+struct GovernArgs {
+    /// Time between passes
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+    interval: std::time::Duration,
+    /// Run one pass and exit
+    #[arg(long)]
+    once: bool,
+}
+
+fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
+    if let Some(ms) = s.strip_suffix("ms") {
+        return ms
+            .trim()
+            .parse::<u64>()
+            .map(std::time::Duration::from_millis)
+            .map_err(|e| format!("{s}: {e}"));
+    }
+    teamshare_config::parse_duration(s)
 }
 
 #[derive(Debug, Args)]
@@ -182,9 +264,19 @@ pub fn run() -> anyhow::Result<ExitCode> {
             let config = load_config(&config_path)?;
             report_cmd(&config, database_path(&cli, &config), args)
         }
+        Command::Sample(args) => sample_cmd(cli.config.as_deref(), &config_path, args),
+        Command::CollectSamples(args) => {
+            let config = load_config(&config_path)?;
+            collect_samples_cmd(&config, database_path(&cli, &config), args)
+        }
         Command::SetupSlurm(args) => {
             let config = load_config(&config_path)?;
             setup_slurm(&config, &config_path, args)
+        }
+        Command::Govern(args) => {
+            let config = load_config(&config_path)?;
+            let database = database_path(&cli, &config);
+            govern(config, database, args)
         }
     }
 }
@@ -445,6 +537,7 @@ fn ingest_cmd(config: &Config, database: PathBuf, args: &IngestArgs) -> anyhow::
 fn report_cmd(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow::Result<ExitCode> {
     match args.kind {
         ReportKind::Teams => teams_report(config, database, args),
+        ReportKind::Jobs | ReportKind::Utilisation => samples_report(config, database, args),
     }
 }
 
@@ -486,7 +579,197 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
 }
 
 // ---------------------------------------------------------------------------------------------
+// sample, collect-samples, report jobs / utilisation
+
+fn sample_cmd(
+    given: Option<&Path>,
+    config_path: &Path,
+    args: &SampleArgs,
+) -> anyhow::Result<ExitCode> {
+    // A GPU node may have no teamshare.toml: its settings then come from the flags and defaults.
+    let config = if given.is_some() || config_path.exists() {
+        Some(load_config(config_path)?)
+    } else {
+        None
+    };
+    let settings = config
+        .as_ref()
+        .map(|c| c.accountd.clone())
+        .unwrap_or_default();
+    let interval = match &args.interval {
+        Some(text) => {
+            sample::parse_interval(text).map_err(|e| UsageError(format!("--interval: {e}")))?
+        }
+        None => settings.sample_interval,
+    };
+    let job_refresh = match &args.job_refresh {
+        Some(text) => {
+            sample::parse_interval(text).map_err(|e| UsageError(format!("--job-refresh: {e}")))?
+        }
+        None => interval.max(std::time::Duration::from_secs(10)),
+    };
+    let node = match &args.node {
+        Some(n) => n.clone(),
+        None => sampler::default_node_name()
+            .ok_or_else(|| UsageError("cannot tell this node's name: give --node NAME".into()))?,
+    };
+    sample::spool::check_node_name(&node).map_err(|e| UsageError(e.to_string()))?;
+    let view: Option<Box<dyn jobs::SlurmView>> = if args.no_jobs {
+        None
+    } else if slurm_cli::slurm_conf().is_none() {
+        eprintln!("accountd sample: warning: SLURM_CONF is not set, so the jobs holding the GPUs cannot be looked up: samples carry no job (export SLURM_CONF, or pass --no-jobs to say so)");
+        None
+    } else {
+        Some(Box::new(jobs::SlurmCommands))
+    };
+    let settings = sampler::SamplerSettings {
+        node,
+        interval,
+        spool_root: args.spool.clone().unwrap_or(settings.sample_spool),
+        nvml_lib: args.nvml_lib.clone(),
+        once: args.once,
+        job_refresh,
+    };
+    let log: sampler::Log = std::sync::Arc::new(|line: &str| {
+        for l in line.lines() {
+            eprintln!("accountd sample: {l}");
+        }
+    });
+    sampler::run(&settings, view, log)?;
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+fn collect_samples_cmd(
+    config: &Config,
+    database: PathBuf,
+    args: &CollectSamplesArgs,
+) -> anyhow::Result<ExitCode> {
+    let root = args
+        .spool
+        .clone()
+        .unwrap_or_else(|| config.accountd.sample_spool.clone());
+    let store = Store::open(&database)?;
+    let summary = collect::collect(
+        &store,
+        &root,
+        &slurm_cli::slurm_name(&config.cluster.name),
+        config.accountd.idle_threshold_percent,
+        period::now(),
+    )?;
+    for line in &summary.malformed {
+        eprintln!(
+            "accountd: warning: skipped malformed sample {line} (the file is kept in rejected/)"
+        );
+    }
+    for line in summary.unreadable.iter().chain(&summary.unsettled) {
+        eprintln!("accountd: warning: {line} (left in the spool; read again next time)");
+    }
+    eprintln!("{summary}");
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+/// `report jobs` and `report utilisation`: from the NVML samples.
+fn samples_report(
+    config: &Config,
+    database: PathBuf,
+    args: &ReportArgs,
+) -> anyhow::Result<ExitCode> {
+    let now = period::now();
+    let since = time_arg(args.since.as_deref(), now, "--since")?
+        .unwrap_or_else(|| period::month_start(now, &chrono::Local));
+    let until = time_arg(args.until.as_deref(), now, "--until")?.unwrap_or(now);
+    if since >= until {
+        return Err(UsageError(format!(
+            "the period is empty: --since ({}) must be before --until ({})",
+            format_local(since, &chrono::Local),
+            format_local(until, &chrono::Local)
+        ))
+        .into());
+    }
+    if !database.exists() {
+        anyhow::bail!(
+            "no database at {}: run `accountd collect-samples` first (or give --database)",
+            database.display()
+        );
+    }
+    let store = Store::open(&database)?;
+    let params = utilisation::UtilisationParams {
+        cluster: slurm_cli::slurm_name(&config.cluster.name),
+        period: Period { since, until },
+        idle_threshold: config.accountd.idle_threshold_percent,
+        now,
+    };
+    let mut r = utilisation::utilisation_report(&store, &params)?;
+    if !args.teams.is_empty() {
+        let wanted: Vec<String> = args
+            .teams
+            .iter()
+            .map(|t| slurm_cli::slurm_name(t))
+            .collect();
+        let keep =
+            |team: Option<&str>| team.is_some_and(|t| wanted.contains(&slurm_cli::slurm_name(t)));
+        r.jobs.retain(|j| keep(j.team.as_deref()));
+        r.teams.retain(|t| keep(Some(&t.team)));
+    }
+    if r.from_samples {
+        eprintln!("accountd: note: the hourly rollup was built with another idle threshold; read from the samples (`accountd collect-samples` rebuilds it)");
+    }
+    let format: Format = args.format.into();
+    let text = match args.kind {
+        ReportKind::Jobs => utilisation::render_jobs(&r, format, args.limit, &chrono::Local),
+        _ => utilisation::render_teams(&r, format, &chrono::Local),
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+// ---------------------------------------------------------------------------------------------
 // setup-slurm
+
+fn govern(config: Config, database: PathBuf, args: &GovernArgs) -> anyhow::Result<ExitCode> {
+    let mut governor = accountd::governor::Governor::new(config, Some(database));
+    eprintln!(
+        "accountd govern: publishing {} every {:?}",
+        governor.state_file().display(),
+        args.interval
+    );
+    let mut last_error: Option<String> = None;
+    loop {
+        let started = std::time::Instant::now();
+        match governor.pass() {
+            Ok(report) => {
+                if last_error.take().is_some() {
+                    eprintln!("accountd govern: passes succeed again");
+                }
+                for (team, limit) in &report.limit_updates {
+                    eprintln!("accountd govern: team {team} GPU limit -> {limit}");
+                }
+                for id in &report.displaced {
+                    eprintln!("accountd govern: job {id} displaced by a higher class of its team");
+                }
+            }
+            Err(e) => {
+                if args.once {
+                    return Err(e).context("governor pass failed");
+                }
+                // Log each new failure once; keep trying (the plugin sees the state age).
+                let text = e.to_string();
+                if last_error.as_deref() != Some(&text) {
+                    eprintln!("accountd govern: pass failed: {text}");
+                    last_error = Some(text);
+                }
+            }
+        }
+        if args.once {
+            return Ok(ExitCode::from(EXIT_OK));
+        }
+        if let Some(rest) = args.interval.checked_sub(started.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+}
 
 fn setup_slurm(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow::Result<ExitCode> {
     if let Some(bad) = args
@@ -518,7 +801,6 @@ fn setup_slurm(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow::R
             "Slurm's associations on cluster {cluster} already match {}",
             path.display()
         );
-        return Ok(ExitCode::from(EXIT_OK));
     }
     for change in &changes {
         if args.dry_run {
@@ -529,6 +811,34 @@ fn setup_slurm(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow::R
             Applied::Done => println!("{change}"),
             Applied::AlreadyThere => println!("{change}: already there"),
         }
+    }
+    // The governed jobs' QOS, and the teams' access to it (idempotent).
+    for cmd in slurm_setup::qos_commands(config, cluster) {
+        if args.dry_run {
+            println!("{}", cmd.display());
+            continue;
+        }
+        let (status, out) = cmd.run_unchecked()?;
+        let said = format!("{}{}", out.stdout, out.stderr);
+        if !status.success()
+            && !said.contains("Nothing new added")
+            && !said.contains("already exists")
+            && !said.contains("Nothing modified")
+        {
+            anyhow::bail!("{} failed: {}", cmd.display(), said.trim());
+        }
+    }
+    if !args.dry_run {
+        println!(
+            "QOS {} ready (PreemptMode within,{}, GraceTime {} s, PreemptExemptTime {} s) for every team",
+            teamshare_policy::priority::INTERNAL_QOS,
+            match config.governance.reclaim_mode {
+                teamshare_config::ReclaimMode::Requeue => "requeue",
+                teamshare_config::ReclaimMode::Cancel => "cancel",
+            },
+            config.governance.reclaim_grace.as_secs(),
+            config.governance.min_runtime_before_reclaim.as_secs()
+        );
     }
     Ok(ExitCode::from(EXIT_OK))
 }

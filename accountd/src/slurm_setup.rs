@@ -319,6 +319,58 @@ pub fn plan(accounts: &[AccountSpec], users: &[String], current: &Associations) 
     changes
 }
 
+/// The QOS every governed job runs in (set by the plugin), with preemption WITHIN it by
+/// priority, the reclaim grace and the minimum runtime before reclaim; and every team's
+/// access to it.
+pub fn qos_commands(config: &Config, cluster: &str) -> Vec<SlurmCommand> {
+    let qos = teamshare_policy::priority::INTERNAL_QOS;
+    let g = &config.governance;
+    let mode = match g.reclaim_mode {
+        teamshare_config::ReclaimMode::Requeue => "requeue,within",
+        teamshare_config::ReclaimMode::Cancel => "cancel,within",
+    };
+    let exempt = g.min_runtime_before_reclaim.as_secs();
+    let exempt = if exempt == 0 {
+        "-1".to_string()
+    } else {
+        format!(
+            "{}:{:02}:{:02}",
+            exempt / 3600,
+            exempt / 60 % 60,
+            exempt % 60
+        )
+    };
+    let sacctmgr = |args: Vec<String>| SlurmCommand::new("sacctmgr", args, SACCTMGR_TIMEOUT);
+    let mut cmds = vec![
+        sacctmgr(vec!["-i".into(), "add".into(), "qos".into(), qos.into()]),
+        sacctmgr(vec![
+            "-i".into(),
+            "modify".into(),
+            "qos".into(),
+            "where".into(),
+            format!("name={qos}"),
+            "set".into(),
+            format!("PreemptMode={mode}"),
+            format!("GraceTime={}", g.reclaim_grace.as_secs()),
+            format!("PreemptExemptTime={exempt}"),
+        ]),
+    ];
+    let teams: Vec<String> = config.teams.iter().map(|t| slurm_name(&t.name)).collect();
+    if !teams.is_empty() {
+        cmds.push(sacctmgr(vec![
+            "-i".into(),
+            "modify".into(),
+            "account".into(),
+            "where".into(),
+            format!("name={}", teams.join(",")),
+            format!("cluster={cluster}"),
+            "set".into(),
+            format!("qos+={qos}"),
+        ]));
+    }
+    cmds
+}
+
 /// What applying a change did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {

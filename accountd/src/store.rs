@@ -69,6 +69,57 @@ CREATE TABLE ingest_state (
 );
 "#,
     },
+    // 2: NVML samples (DESIGN 5, utilisation and waste). One row per GPU per sampling tick, keyed
+    // by what identifies a sample whoever delivers it and however often (node, GPU UUID, tick):
+    // collecting from the node spools is at-least-once and inserts are `INSERT OR IGNORE`. The
+    // job is Slurm's (JobIDRaw, start) as the node saw it, which is the job run's natural key.
+    // The hourly rollup is written in the import's transaction from the rows that were really
+    // inserted, so that reports over months read hours, not samples; it is rebuilt from the
+    // samples when the idle threshold it was built with changes.
+    Migration {
+        version: 2,
+        sql: r#"
+CREATE TABLE gpu_samples (
+    id          INTEGER PRIMARY KEY,
+    cluster     TEXT    NOT NULL,      -- the collecting head's cluster
+    node        TEXT    NOT NULL,      -- Slurm node name
+    gpu_uuid    TEXT    NOT NULL,      -- NVML UUID, GPU-...; never the NVML index
+    ts_ms       INTEGER NOT NULL,      -- the sampling tick, UTC unix milliseconds
+    interval_ms INTEGER NOT NULL,      -- the GPU-time this sample stands for
+    minor       INTEGER,               -- /dev/nvidia<minor>
+    job_id_raw  INTEGER,               -- the job holding the GPU; NULL: none
+    job_start   INTEGER,               -- that job's StartTime, UTC unix seconds
+    util_gpu    INTEGER NOT NULL,      -- percent of time a kernel ran
+    util_mem    INTEGER NOT NULL,      -- percent of time memory was read or written
+    mem_used    INTEGER NOT NULL,      -- bytes
+    mem_total   INTEGER,               -- bytes
+    processes   INTEGER,               -- compute processes; NULL where NVML cannot tell
+    imported_at INTEGER NOT NULL,      -- UTC unix seconds
+    UNIQUE (node, gpu_uuid, ts_ms)
+);
+CREATE INDEX gpu_samples_by_time ON gpu_samples (cluster, ts_ms);
+CREATE INDEX gpu_samples_by_job ON gpu_samples (cluster, job_id_raw, job_start)
+    WHERE job_id_raw IS NOT NULL;
+
+-- Per hour, GPU and job: sums over the samples of gpu_samples whose tick falls in the hour.
+-- job_id_raw = 0 and job_start = 0 stand for "held by no job" (a key column cannot be NULL).
+CREATE TABLE gpu_sample_hours (
+    cluster        TEXT    NOT NULL,
+    hour_ms        INTEGER NOT NULL,   -- start of the hour, UTC unix milliseconds
+    node           TEXT    NOT NULL,
+    gpu_uuid       TEXT    NOT NULL,
+    job_id_raw     INTEGER NOT NULL,
+    job_start      INTEGER NOT NULL,
+    samples        INTEGER NOT NULL,
+    sampled_ms     INTEGER NOT NULL,   -- sum of interval_ms
+    util_gpu_ms    INTEGER NOT NULL,   -- sum of util_gpu x interval_ms
+    util_mem_ms    INTEGER NOT NULL,   -- sum of util_mem x interval_ms
+    idle_ms        INTEGER NOT NULL,   -- sum of interval_ms where util_gpu < idle_threshold
+    idle_threshold REAL    NOT NULL,   -- the threshold idle_ms was counted with
+    PRIMARY KEY (cluster, hour_ms, node, gpu_uuid, job_id_raw, job_start)
+) WITHOUT ROWID;
+"#,
+    },
 ];
 
 /// The schema version this code writes and understands.

@@ -284,7 +284,11 @@ fn report_csv_and_team_filter() {
     let site = prepared_site();
     let o = site.run(
         false,
-        &[&["report", "teams", "--team", "training", "--format", "csv"][..], &PERIOD].concat(),
+        &[
+            &["report", "teams", "--team", "training", "--format", "csv"][..],
+            &PERIOD,
+        ]
+        .concat(),
     );
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(
@@ -453,7 +457,10 @@ fn setup_slurm_dry_run_prints_only_the_needed_commands() {
         "sacctmgr -i modify account where Name=agents Cluster=testcluster set Fairshare=40\n\
          sacctmgr -i add user alice Account=agents Cluster=testcluster\n\
          sacctmgr -i add account training Cluster=testcluster Parent=root Fairshare=30\n\
-         sacctmgr -i add user alice Account=training Cluster=testcluster\n"
+         sacctmgr -i add user alice Account=training Cluster=testcluster\n\
+         sacctmgr -i add qos teamshare\n\
+         sacctmgr -i modify qos where name=teamshare set PreemptMode=requeue,within GraceTime=30 PreemptExemptTime=0:05:00\n\
+         sacctmgr -i modify account where name=agents,training cluster=testcluster set qos+=teamshare\n"
     );
     // Only the read-only query ran.
     let calls = site.args_of("sacctmgr");
@@ -470,14 +477,16 @@ fn setup_slurm_applies_and_prints_each_change() {
     assert_eq!(
         stdout(&o),
         "modify account agents: Fairshare 1 -> 40\n\
-         add account training (parent root, Fairshare 30, GPU limit none)\n"
+         add account training (parent root, Fairshare 30, GPU limit none)\n\
+         QOS teamshare ready (PreemptMode within,requeue, GraceTime 30 s, PreemptExemptTime 300 s) for every team\n"
     );
     assert_eq!(
         site.args_of("sacctmgr")
             .iter()
             .filter(|a| *a == "--")
             .count(),
-        3
+        // the query, 2 association changes, 3 for the QOS
+        6
     );
 }
 

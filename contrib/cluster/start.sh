@@ -25,6 +25,7 @@ Environment (defaults in brackets):
   JOB_SUBMIT_LUA    job_submit.lua to use with "lua" (default: a pass-through script)
   SLURM_CONF_EXTRA  file whose lines are appended to slurm.conf
   ACCOUNTD          accountd binary: runs "accountd --config ... setup-slurm --user root"
+  CLUSTER_USERS [root]  users setup-slurm adds to every team account (space-separated)
   SLURM_PLUGIN_DIR  the system Slurm plugin directory [autodetected]
   READY_TIMEOUT [30]  seconds to wait for each daemon / for all nodes idle
   SMOKE_TEST [0]    1: also run one sbatch --gres=gpu:1 job to completion before reporting ready
@@ -581,8 +582,10 @@ ACCOUNTS=()
 if [[ -n $TS_TOML && -n ${ACCOUNTD:-} ]]; then
     step "creating accounts/QOS with accountd setup-slurm" "$LOG/accountd-setup.log"
     rc=0
-    "$ACCOUNTD" --config "$TS_TOML" setup-slurm --user root >"$LOG/accountd-setup.log" 2>&1 || rc=$?
-    ((rc == 0)) || fail "$ACCOUNTD --config $TS_TOML setup-slurm --user root failed (exit $rc)"
+    user_args=()
+    for u in ${CLUSTER_USERS:-root}; do user_args+=(--user "$u"); done
+    "$ACCOUNTD" --config "$TS_TOML" setup-slurm "${user_args[@]}" >"$LOG/accountd-setup.log" 2>&1 || rc=$?
+    ((rc == 0)) || fail "$ACCOUNTD --config $TS_TOML setup-slurm ${user_args[*]} failed (exit $rc)"
     mapfile -t ACCOUNTS < <(team_names "$TS_TOML")
 elif [[ -n $TS_TOML ]]; then
     mapfile -t ACCOUNTS < <(team_names "$TS_TOML")

@@ -5,7 +5,7 @@
 //! outcomes with generous deadlines, never fixed sleeps.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,13 @@ pub struct Cluster {
     /// Job ids each test submitted, cancelled at the end of the test.
     submitted: Mutex<Vec<String>>,
     keep_logs: Mutex<bool>,
+    governor: Mutex<Option<Child>>,
+    /// The configuration the cluster started with (scenarios that change it restore it).
+    original_config: String,
 }
+
+/// A Linux user that is not an operator, for the refusals users must get.
+pub const PLAIN_USER: &str = "tsuser";
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
@@ -50,7 +56,10 @@ impl Cluster {
         for (what, p) in [
             ("the plugin built with --features test-panic", &plugin),
             ("accountd (cargo build --release)", &accountd),
-            ("the release plugin (cargo build --release)", &production_plugin),
+            (
+                "the release plugin (cargo build --release)",
+                &production_plugin,
+            ),
         ] {
             if !p.is_file() {
                 return Err(format!(
@@ -64,12 +73,14 @@ impl Cluster {
             &format!("/tmp/teamshare-live-{}", std::process::id()),
         ));
         let config = root.join("tests/live/teamshare.toml");
+        ensure_plain_user()?;
         let start = Instant::now();
         let out = Command::new(root.join("contrib/cluster/start.sh"))
             .arg(&dir)
             .env("TEAMSHARE_PLUGIN", &plugin)
             .env("TEAMSHARE_CONFIG", &config)
             .env("ACCOUNTD", &accountd)
+            .env("CLUSTER_USERS", format!("root {PLAIN_USER}"))
             .env("CLUSTER_NAME", "teamshare-live")
             // Ports apart from the demo's defaults, so both can run on one machine.
             .env("SLURMCTLD_PORT", env_or("LIVE_SLURMCTLD_PORT", "26817"))
@@ -92,14 +103,211 @@ impl Cluster {
             start.elapsed().as_secs_f64(),
             dir.display()
         );
-        Ok(Cluster {
+        let original_config = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
+        let cluster = Cluster {
             slurm_conf: dir.join("etc/slurm.conf"),
             dir,
             accountd,
             production_plugin,
             submitted: Mutex::new(Vec::new()),
             keep_logs: Mutex::new(false),
+            governor: Mutex::new(None),
+            original_config,
+        };
+        cluster.start_governor()?;
+        Ok(cluster)
+    }
+
+    /// Start `accountd govern` against this cluster (its log: DIR/log/governor.log).
+    pub fn start_governor(&self) -> TestResult {
+        let mut g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_some() {
+            return Ok(());
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("log/governor.log"))
+            .map_err(|e| format!("governor log: {e}"))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let before = self.state_generated_at();
+        let child = self
+            .cmd(&self.accountd)
+            .arg("--config")
+            .arg(self.dir.join("etc/teamshare.toml"))
+            .args(["govern", "--interval", "500ms"])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("cannot start accountd govern: {e}"))?;
+        *g = Some(child);
+        drop(g);
+        // Running when it has published at least once.
+        self.wait_for(
+            "the governor's first state",
+            Duration::from_secs(30),
+            || Ok((self.state_generated_at() > before).then_some(())),
+        )
+    }
+
+    pub fn stop_governor(&self) {
+        if let Some(mut child) = self
+            .governor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The governor's published state.
+    pub fn state(&self) -> Result<serde_json::Value, String> {
+        let text = std::fs::read_to_string(self.dir.join("etc/state.json"))
+            .map_err(|e| format!("no governance state: {e}"))?;
+        serde_json::from_str(&text).map_err(|e| format!("state is not JSON: {e}"))
+    }
+
+    fn state_generated_at(&self) -> i64 {
+        self.state()
+            .ok()
+            .and_then(|s| s["generated_at"].as_i64())
+            .unwrap_or(0)
+    }
+
+    /// Wait until the governor has published a state made after this call (so it saw
+    /// everything that happened before).
+    pub fn wait_governor_pass(&self) -> TestResult {
+        let now = unix_now();
+        self.wait_for("a fresh governor pass", Duration::from_secs(30), || {
+            Ok((self.state_generated_at() > now).then_some(()))
+        })?;
+        // And one more, so limits set in the previous pass are in force.
+        let now = unix_now();
+        self.wait_for("a fresh governor pass", Duration::from_secs(30), || {
+            Ok((self.state_generated_at() > now).then_some(()))
         })
+    }
+
+    /// Cancel every job in the cluster and wait until none is left, then for the governor.
+    pub fn reset(&self) -> TestResult {
+        self.cancel_submitted();
+        for user in ["root", PLAIN_USER] {
+            let _ = self.run("scancel", &["-u", user]);
+        }
+        self.wait_for("an empty queue", Duration::from_secs(90), || {
+            let out = self.ok("squeue", &["-h", "-o", "%i"])?;
+            Ok(out.trim().is_empty().then_some(()))
+        })?;
+        self.wait_governor_pass()
+    }
+
+    /// Replace teamshare.toml, wait until the plugin reloaded it, re-run setup-slurm (QOS
+    /// settings follow the configuration) and restart the governor.
+    pub fn reconfigure(&self, text: &str) -> TestResult {
+        let reloads = self
+            .slurmctld_log()
+            .matches("job_submit/teamshare: reloaded")
+            .count();
+        std::fs::write(self.dir.join("etc/teamshare.toml"), text).map_err(|e| e.to_string())?;
+        self.wait_for(
+            "the plugin to reload teamshare.toml",
+            Duration::from_secs(30),
+            || {
+                let n = self
+                    .slurmctld_log()
+                    .matches("job_submit/teamshare: reloaded")
+                    .count();
+                Ok((n > reloads).then_some(()))
+            },
+        )?;
+        let out = self.accountd_cmd(&["setup-slurm", "--user", "root", "--user", PLAIN_USER])?;
+        if !out.status.success() {
+            return Err(format!(
+                "setup-slurm failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        self.stop_governor();
+        self.start_governor()
+    }
+
+    /// Back to the configuration the run started with.
+    pub fn restore_config(&self) -> TestResult {
+        let current =
+            std::fs::read_to_string(self.dir.join("etc/teamshare.toml")).unwrap_or_default();
+        if current == self.original_config {
+            return Ok(());
+        }
+        let text = self.original_config.clone();
+        self.reconfigure(&text)
+    }
+
+    pub fn original_config(&self) -> &str {
+        &self.original_config
+    }
+
+    /// accountd with the cluster's own configuration (and its database).
+    pub fn accountd_cmd(&self, args: &[&str]) -> Result<Output, String> {
+        self.cmd(&self.accountd)
+            .arg("--config")
+            .arg(self.dir.join("etc/teamshare.toml"))
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run accountd: {e}"))
+    }
+
+    /// Jobs of `team` in squeue state `state` (RUNNING, PENDING), with their start times.
+    pub fn jobs(&self, team: &str, state: &str) -> Result<Vec<(String, String)>, String> {
+        let out = self.ok("squeue", &["-h", "-A", team, "-t", state, "-o", "%i|%S"])?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split_once('|'))
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect())
+    }
+
+    pub fn count(&self, team: &str, state: &str) -> Result<usize, String> {
+        Ok(self.jobs(team, state)?.len())
+    }
+
+    /// Submit `n` one-GPU sleeps for `team` (extra sbatch arguments first).
+    pub fn submit_sleeps(
+        &self,
+        team: &str,
+        n: usize,
+        secs: u32,
+        extra: &[&str],
+    ) -> Result<Vec<String>, String> {
+        let mut ids = Vec::new();
+        let wrap = format!("sleep {secs}");
+        for _ in 0..n {
+            let mut args: Vec<&str> = vec!["-A", team, "-p", "gpu", "--gres=gpu:1"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--wrap", &wrap]);
+            ids.push(
+                self.sbatch(&args)
+                    .map_err(|e| format!("{team} job refused: {e}"))?,
+            );
+        }
+        Ok(ids)
+    }
+
+    /// Wait until `team` has exactly `n` running jobs.
+    pub fn wait_running(&self, team: &str, n: usize, deadline: Duration) -> TestResult {
+        self.wait_for(&format!("{n} running {team} jobs"), deadline, || {
+            Ok((self.count(team, "RUNNING")? == n).then_some(()))
+        })
+    }
+
+    /// A job's squeue reason.
+    pub fn reason(&self, id: &str) -> Result<String, String> {
+        Ok(self
+            .ok("squeue", &["-h", "-j", id, "-o", "%r"])?
+            .trim()
+            .to_string())
     }
 
     /// Keep the cluster's logs after the run (called when a test failed).
@@ -148,6 +356,38 @@ impl Cluster {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
             return Err(format!("sbatch printed no job id: {stdout:?}"));
         }
+        self.submitted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(id.clone());
+        Ok(id)
+    }
+
+    /// sbatch as the unprivileged test user.
+    pub fn sbatch_as_user(&self, args: &[&str]) -> Result<String, String> {
+        let mut full: Vec<&str> = vec![
+            "-u",
+            PLAIN_USER,
+            "--",
+            "sbatch",
+            "--parsable",
+            "--chdir=/tmp",
+            "-o",
+            "/dev/null",
+            "-e",
+            "/dev/null",
+        ];
+        full.extend_from_slice(args);
+        let out = self.run("runuser", &full)?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        let id = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .to_string();
         self.submitted
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -248,8 +488,34 @@ impl Cluster {
     }
 }
 
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+fn ensure_plain_user() -> TestResult {
+    let exists = Command::new("id")
+        .arg(PLAIN_USER)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !exists {
+        let st = Command::new("useradd")
+            .args(["-M", "-s", "/bin/sh", PLAIN_USER])
+            .status()
+            .map_err(|e| format!("useradd: {e}"))?;
+        if !st.success() {
+            return Err(format!("cannot create the test user {PLAIN_USER}"));
+        }
+    }
+    Ok(())
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
+        self.stop_governor();
         self.cancel_submitted();
         let keep = *self.keep_logs.lock().unwrap_or_else(|p| p.into_inner());
         let _ = Command::new(repo_root().join("contrib/cluster/stop.sh"))

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use libtest_mimic::{Arguments, Failed, Trial};
 use teamshare_live_tests::Cluster;
 
+mod governance;
 mod skeleton;
 
 type Scenario = fn(&Cluster) -> Result<(), String>;
@@ -18,7 +19,8 @@ fn main() -> std::process::ExitCode {
     // The scenarios share one cluster and count its GPUs: never run them concurrently.
     args.test_threads = Some(1);
 
-    let scenarios: Vec<(&str, Scenario)> = skeleton::SCENARIOS.to_vec();
+    let mut scenarios: Vec<(&str, Scenario)> = skeleton::SCENARIOS.to_vec();
+    scenarios.extend_from_slice(governance::SCENARIOS);
 
     let listing = args.list;
     let cluster: Result<Arc<Cluster>, String> = if listing {

@@ -7,13 +7,31 @@ use std::time::Duration;
 use teamshare_live_tests::{ensure, Cluster, TestResult};
 
 pub const SCENARIOS: &[(&str, fn(&Cluster) -> TestResult)] = &[
-    ("skeleton::plugin_exports_its_symbols_and_loads", plugin_loads),
-    ("skeleton::unknown_account_is_refused_with_its_message", unknown_account),
-    ("skeleton::over_limit_request_is_refused_with_its_message", over_limit),
+    (
+        "skeleton::plugin_exports_its_symbols_and_loads",
+        plugin_loads,
+    ),
+    (
+        "skeleton::unknown_account_is_refused_with_its_message",
+        unknown_account,
+    ),
+    (
+        "skeleton::over_limit_request_is_refused_with_its_message",
+        over_limit,
+    ),
     ("skeleton::valid_jobs_run", valid_jobs_run),
-    ("skeleton::planted_panic_rejects_the_job_and_slurmctld_lives", planted_panic),
-    ("skeleton::check_config_lists_every_error", check_config_errors),
-    ("skeleton::ingest_twice_then_report_matches_sacct", ingest_and_report),
+    (
+        "skeleton::planted_panic_rejects_the_job_and_slurmctld_lives",
+        planted_panic,
+    ),
+    (
+        "skeleton::check_config_lists_every_error",
+        check_config_errors,
+    ),
+    (
+        "skeleton::ingest_twice_then_report_matches_sacct",
+        ingest_and_report,
+    ),
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -35,8 +53,15 @@ fn plugin_loads(c: &Cluster) -> TestResult {
         "job_modify",
     ] {
         ensure(
-            symbols.lines().any(|l| l.split_whitespace().last() == Some(s)),
-            || format!("{} does not export {s}:\n{symbols}", c.production_plugin.display()),
+            symbols
+                .lines()
+                .any(|l| l.split_whitespace().last() == Some(s)),
+            || {
+                format!(
+                    "{} does not export {s}:\n{symbols}",
+                    c.production_plugin.display()
+                )
+            },
         )?;
     }
     // The test-only panic path must not be in the production build.
@@ -52,7 +77,15 @@ fn plugin_loads(c: &Cluster) -> TestResult {
 }
 
 fn unknown_account(c: &Cluster) -> TestResult {
-    let err = match c.sbatch(&["-A", "nosuchteam", "-p", "gpu", "--gres=gpu:1", "--wrap", "true"]) {
+    let err = match c.sbatch(&[
+        "-A",
+        "nosuchteam",
+        "-p",
+        "gpu",
+        "--gres=gpu:1",
+        "--wrap",
+        "true",
+    ]) {
         Ok(id) => return Err(format!("job {id} of an unknown account was accepted")),
         Err(e) => e,
     };
@@ -72,8 +105,22 @@ fn over_limit(c: &Cluster) -> TestResult {
         || format!("sbatch did not show the plugin's message: {err}"),
     )?;
     // Per-node requests are multiplied by the node count: 2 nodes x 3 GPUs = 6.
-    let err = match c.sbatch(&["-A", "agents", "-p", "gpu", "-N", "2", "--gres=gpu:3", "--wrap", "true"]) {
-        Ok(id) => return Err(format!("job {id} asking for 2x3 GPUs in agents was accepted")),
+    let err = match c.sbatch(&[
+        "-A",
+        "agents",
+        "-p",
+        "gpu",
+        "-N",
+        "2",
+        "--gres=gpu:3",
+        "--wrap",
+        "true",
+    ]) {
+        Ok(id) => {
+            return Err(format!(
+                "job {id} asking for 2x3 GPUs in agents was accepted"
+            ))
+        }
         Err(e) => e,
     };
     ensure(err.contains("this job asks for 6"), || {
@@ -83,9 +130,21 @@ fn over_limit(c: &Cluster) -> TestResult {
 
 fn valid_jobs_run(c: &Cluster) -> TestResult {
     let mut ids = Vec::new();
-    for (team, gres) in [("agents", "gpu:1"), ("training", "gpu:2"), ("research", "gpu:1")] {
+    for (team, gres) in [
+        ("agents", "gpu:1"),
+        ("training", "gpu:2"),
+        ("research", "gpu:1"),
+    ] {
         let id = c
-            .sbatch(&["-A", team, "-p", "gpu", &format!("--gres={gres}"), "--wrap", "sleep 1"])
+            .sbatch(&[
+                "-A",
+                team,
+                "-p",
+                "gpu",
+                &format!("--gres={gres}"),
+                "--wrap",
+                "sleep 1",
+            ])
             .map_err(|e| format!("a valid {team} job was refused: {e}"))?;
         ids.push(id);
     }
@@ -106,18 +165,30 @@ fn planted_panic(c: &Cluster) -> TestResult {
         Ok(id) => return Err(format!("job {id} that made the plugin panic was accepted")),
         Err(e) => e,
     };
-    ensure(err.contains("teamshare: internal error, job refused"), || {
-        format!("the panic did not reject the job with the generic message: {err}")
+    ensure(
+        err.contains("teamshare: internal error, job refused"),
+        || format!("the panic did not reject the job with the generic message: {err}"),
+    )?;
+    ensure(c.slurmctld_alive(), || {
+        "slurmctld died after the plugin panicked".into()
     })?;
-    ensure(c.slurmctld_alive(), || "slurmctld died after the plugin panicked".into())?;
     c.ok("scontrol", &["ping"])?;
     let log = c.slurmctld_log();
-    ensure(log.contains("internal error in job_submit: planted test panic"), || {
-        "the panic was not logged through slurmctld's logger".into()
-    })?;
+    ensure(
+        log.contains("internal error in job_submit: planted test panic"),
+        || "the panic was not logged through slurmctld's logger".into(),
+    )?;
     // And it still accepts and runs jobs.
     let id = c
-        .sbatch(&["-A", "agents", "-p", "gpu", "--gres=gpu:1", "--wrap", "true"])
+        .sbatch(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "--wrap",
+            "true",
+        ])
         .map_err(|e| format!("after the panic a valid job was refused: {e}"))?;
     c.wait_completed_in_sacct(&[id], 2 * MINUTE)
 }
@@ -139,9 +210,17 @@ fn check_config_errors(c: &Cluster) -> TestResult {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let _ = std::fs::remove_dir_all(&dir);
     ensure(out.status.code() == Some(2), || {
-        format!("check-config exited {:?}, expected 2: {stderr}", out.status.code())
+        format!(
+            "check-config exited {:?}, expected 2: {stderr}",
+            out.status.code()
+        )
     })?;
-    for (line, what) in [(5, "rate"), (10, "quotaa"), (13, "duplicate"), (15, "weight")] {
+    for (line, what) in [
+        (5, "rate"),
+        (10, "quotaa"),
+        (13, "duplicate"),
+        (15, "weight"),
+    ] {
         let prefix = format!("teamshare.toml:{line}:");
         ensure(
             stderr
@@ -201,8 +280,16 @@ fn ingest_and_report(c: &Cluster) -> TestResult {
         ("research", "gpu:3", 1),
     ] {
         ids.push(
-            c.sbatch(&["-A", team, "-p", "gpu", &format!("--gres={gres}"), "--wrap", &format!("sleep {secs}")])
-                .map_err(|e| format!("a valid {team} job was refused: {e}"))?,
+            c.sbatch(&[
+                "-A",
+                team,
+                "-p",
+                "gpu",
+                &format!("--gres={gres}"),
+                "--wrap",
+                &format!("sleep {secs}"),
+            ])
+            .map_err(|e| format!("a valid {team} job was refused: {e}"))?,
         );
     }
     c.wait_completed_in_sacct(&ids, 3 * MINUTE)?;
@@ -218,13 +305,24 @@ fn ingest_and_report(c: &Cluster) -> TestResult {
         args.extend_from_slice(&window);
         let out = c.accountd(&db, &args)?;
         ensure(out.status.success(), || {
-            format!("accountd ingest (round {round}) failed: {}", String::from_utf8_lossy(&out.stderr))
+            format!(
+                "accountd ingest (round {round}) failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
         })?;
     }
-    let out = c.accountd(&db, &["report", "teams", "--since", "now-2h", "--until", "now+1h", "--format", "json"])?;
+    let out = c.accountd(
+        &db,
+        &[
+            "report", "teams", "--since", "now-2h", "--until", "now+1h", "--format", "json",
+        ],
+    )?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     ensure(out.status.success(), || {
-        format!("accountd report failed: {}", String::from_utf8_lossy(&out.stderr))
+        format!(
+            "accountd report failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     })?;
     let json: serde_json::Value =
         serde_json::from_str(&stdout).map_err(|e| format!("report is not JSON ({e}): {stdout}"))?;
@@ -236,7 +334,9 @@ fn ingest_and_report(c: &Cluster) -> TestResult {
     let mut got = BTreeMap::new();
     for r in rows {
         let team = r["team"].as_str().unwrap_or_default().to_string();
-        let h = r["gpu_hours"].as_f64().ok_or_else(|| format!("no gpu_hours in {r}"))?;
+        let h = r["gpu_hours"]
+            .as_f64()
+            .ok_or_else(|| format!("no gpu_hours in {r}"))?;
         got.insert(team, h);
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -262,7 +362,24 @@ fn ingest_and_report(c: &Cluster) -> TestResult {
 fn all_job_ids(c: &Cluster) -> Result<Vec<String>, String> {
     let out = c.ok(
         "sacct",
-        &["-a", "-n", "-X", "-P", "-S", "now-2hours", "-E", "now", "-s", "CD", "-o", "JobIDRaw"],
+        &[
+            "-a",
+            "-n",
+            "-X",
+            "-P",
+            "-S",
+            "now-2hours",
+            "-E",
+            "now",
+            "-s",
+            "CD",
+            "-o",
+            "JobIDRaw",
+        ],
     )?;
-    Ok(out.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect())
+    Ok(out
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect())
 }

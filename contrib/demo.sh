@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo: build, start a throwaway cluster with the plugin registered, run jobs for three
-# teams (one refused by the plugin), ingest accounting with accountd and print the report.
+# The demo: build, start a throwaway Slurm cluster with the plugin registered and the governor
+# running, show the plugin's refusals, a team borrowing idle GPUs and two teams reclaiming their
+# quota by preemption (with the timeline), then accountd's reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -11,51 +12,99 @@ cargo build --release --locked --workspace
 dir="${DEMO_DIR:-/tmp/teamshare-demo}"
 contrib/cluster/stop.sh "$dir" >/dev/null 2>&1 || true
 rm -rf "$dir"
-trap 'contrib/cluster/stop.sh "$dir" >/dev/null 2>&1 || true' EXIT
+gov_pid=""
+cleanup() {
+    [ -z "$gov_pid" ] || kill "$gov_pid" 2>/dev/null || true
+    contrib/cluster/stop.sh "$dir" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
 
 export TEAMSHARE_PLUGIN="$PWD/target/release/libjob_submit_teamshare.so"
-export TEAMSHARE_CONFIG="$PWD/config/examples/teamshare.toml"
+export TEAMSHARE_CONFIG="$PWD/contrib/demo/teamshare.toml"
 export ACCOUNTD="$PWD/target/release/accountd"
 contrib/cluster/start.sh "$dir"
 export SLURM_CONF="$dir/etc/slurm.conf"
-accountd() { "$ACCOUNTD" --config "$dir/etc/teamshare.toml" --database "$dir/accountd.db" "$@"; }
+accountd() { "$ACCOUNTD" --config "$dir/etc/teamshare.toml" "$@"; }
 
-step() { printf '\n== %s\n' "$*"; }
+t0=$(date +%s.%N)
+now() { printf '%6.1fs' "$(echo "$(date +%s.%N) - $t0" | bc)"; }
+step() { printf '\n== [%s] %s\n' "$(now)" "$*"; }
+teams() {
+    # What each team holds, from the governor's published state.
+    python3 - "$dir/etc/state.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+quota = {"agents": 2, "training": 4, "research": 2}
+for t, v in s["teams"].items():
+    held = v["running_gpus"]
+    print(f"   {t:9} holds {held} GPU(s): {min(held, quota[t])} in quota, {max(0, held - quota[t])} borrowed; may hold {v['gpu_limit']} now")
+PY
+}
+wait_running() { # team count
+    local deadline=$((SECONDS + 120))
+    until [ "$(squeue -h -A "$1" -t R | wc -l)" -ge "$2" ]; do
+        ((SECONDS < deadline)) || { echo "demo: $1 did not reach $2 running jobs" >&2; exit 1; }
+        sleep 0.1
+    done
+}
 
 step "teams, as accountd reads teamshare.toml"
 accountd check-config
 
-step "a job for an account that is not a team is refused by the plugin"
-if sbatch -A marketing -p gpu --gres=gpu:1 --wrap 'sleep 1'; then
-    echo "demo: the plugin accepted a job it must refuse" >&2
-    exit 1
-fi
-step "a job larger than its team's quota plus borrow limit is refused too"
-if sbatch -A agents -p gpu --gpus=6 --wrap 'sleep 1'; then
-    echo "demo: the plugin accepted a job it must refuse" >&2
-    exit 1
-fi
+step "the governor keeps Slurm's priorities and team limits current (accountd govern)"
+accountd govern --interval 500ms >"$dir/log/governor.log" 2>&1 &
+gov_pid=$!
+until [ -s "$dir/etc/state.json" ]; do sleep 0.2; done
+sleep 1
 
-step "submitting jobs for agents, training and research"
-ids=()
-submit() { ids+=("$(sbatch --parsable -o /dev/null -A "$1" -p gpu --gres="gpu:$2" --wrap "sleep $3")"); }
-submit agents 1 4
-submit agents 1 3
-submit training 2 5
-submit training 2 4
-submit research 1 6
-squeue -o '%.6i %.9a %.10T %.12b %.8M'
-
-step "waiting for the jobs to finish and reach the accounting database"
-list=$(IFS=,; echo "${ids[*]}")
-deadline=$((SECONDS + 180))
-until [ "$(sacct -n -X -P -j "$list" -o State,End | grep -c '^COMPLETED|[0-9]')" -eq "${#ids[@]}" ]; do
-    if ((SECONDS > deadline)); then echo "demo: jobs did not complete in time" >&2; exit 1; fi
-    sleep 1
+step "refusals, at submit time, with the plugin's reason"
+for args in "-A marketing --gres=gpu:1" "-A agents --gpus=6" "-A agents --gres=gpu:1 --qos=gold"; do
+    # shellcheck disable=SC2086
+    if sbatch -p gpu $args --wrap 'sleep 1' 2>&1; then echo "demo: accepted a job it must refuse" >&2; exit 1; fi
 done
-sacct -X -j "$list" -o JobID,Account,State,Start,End,AllocTRES%40
 
-step "accountd ingest (twice: the second changes nothing) and the per-team report"
+step "training submits 8 jobs: 4 in its quota, 4 borrowed from idle agents and research quota"
+ids=()
+submit() { ids+=("$(sbatch --parsable -o /dev/null -A "$1" -p gpu --gres=gpu:1 --wrap "sleep $2")"); }
+for _ in 1 2 3 4 5 6 7 8; do submit training 300; done
+wait_running training 8
+sleep 1.5
+squeue -o '%.5i %.9a %.8T %.12Q %.20S' --sort=S
+teams
+
+step "agents needs its quota back: 2 jobs; Slurm preempts exactly 2 borrowed training jobs"
+t_submit=$(date +%s.%N)
+submit agents 300
+submit agents 300
+wait_running agents 2
+printf '   agents running %.2f s after sbatch\n' "$(echo "$(date +%s.%N) - $t_submit" | bc)"
+sleep 1.5
+teams
+
+step "research reclaims its quota too: 2 jobs"
+t_submit=$(date +%s.%N)
+submit research 300
+submit research 300
+wait_running research 2
+printf '   research running %.2f s after sbatch\n' "$(echo "$(date +%s.%N) - $t_submit" | bc)"
+sleep 1.5
+squeue -o '%.5i %.9a %.8T %.12Q %.20S %r' --sort=-T
+teams
+
+step "timeline (sacct, every run of every job; requeued jobs went back to the queue)"
+scancel "${ids[@]}"
+list=$(IFS=,; echo "${ids[*]}")
+deadline=$((SECONDS + 120))
+until [ "$(sacct -n -X -D -P -j "$list" -o State | grep -c -E 'RUNNING|PENDING' || true)" -eq 0 ]; do
+    ((SECONDS < deadline)) || break
+    sleep 0.5
+done
+TZ=UTC sacct -X -D -j "$list" -o JobID,Account,State,Start,End --noconvert | sed -n '1,2p'
+TZ=UTC sacct -n -X -D -P -j "$list" -o JobID,Account,State,Start,End | sort -t'|' -k4,4 -k1,1n |
+    awk -F'|' '{ printf "   %-6s %-9s %-10s %s .. %s\n", $1, $2, $3, $4, $5 }'
+
+step "accounting: accountd ingest (twice: the second changes nothing) and the reports"
 accountd ingest --since now-1h --until now+1h
 accountd ingest --since now-1h --until now+1h
 accountd report teams --since now-1h --until now+1h
+accountd report fairshare 2>/dev/null || true

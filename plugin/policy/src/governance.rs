@@ -112,6 +112,9 @@ pub struct PublishedState {
 
 pub const STATE_VERSION: u32 = 1;
 
+/// How long an in-quota job may wait before every victim is opened to it.
+pub const ESCALATE_AFTER_SECS: i64 = 5;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TeamState {
     pub running_gpus: u32,
@@ -357,7 +360,21 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
         teams: BTreeMap::new(),
         victims: victim_states,
     };
-    let k = pending_in_quota_gpus.saturating_sub(free);
+    let mut k = pending_in_quota_gpus.saturating_sub(free);
+    // A job that still waits after a few passes could not be placed on the victims (or free
+    // GPUs) counted for it, e.g. a multi-GPU job whose victims sit on different nodes: open
+    // every victim to it and let Slurm choose where it fits.
+    if in_quota
+        .iter()
+        .any(|j| input.now.saturating_sub(j.submit) >= ESCALATE_AFTER_SECS)
+    {
+        k = state
+            .victims
+            .iter()
+            .map(|v| v.gpus.max(1))
+            .sum::<u32>()
+            .max(k);
+    }
     let reclaim = state.reclaim_level(k, input.now);
     for j in &in_quota {
         priorities.insert(j.id, encode(reclaim, class_idx(j)));
@@ -577,14 +594,29 @@ min_runtime_before_reclaim = "0s"
         let mut jobs: Vec<_> = (1..=8)
             .map(|i| running(i, "training", 100 + i as i64))
             .collect();
-        jobs.push(pending(20, "agents", 500));
-        jobs.push(pending(21, "agents", 501));
+        jobs.push(pending(20, "agents", 999));
+        jobs.push(pending(21, "agents", 999));
         let p = plan_for(&c, &jobs, &[]);
         let l = level(p.priorities[&20]);
         assert_eq!(l, level(p.priorities[&21]));
         // Above victims 8 and 7, below 6 and 5.
         assert!(l > level(p.priorities[&7]) && l < level(p.priorities[&6]));
         assert_eq!(p.state.pending_in_quota_gpus, 2);
+    }
+
+    #[test]
+    fn an_in_quota_job_that_keeps_waiting_is_opened_to_every_victim() {
+        let c = config("");
+        let mut jobs: Vec<_> = (1..=8)
+            .map(|i| running(i, "training", 100 + i as i64))
+            .collect();
+        let mut two = pending(20, "agents", 1_000 - ESCALATE_AFTER_SECS);
+        two.gpus = 2;
+        jobs.push(two);
+        let p = plan_for(&c, &jobs, &[]);
+        // Above all four victims, still below every protected job.
+        assert!(level(p.priorities[&20]) > level(p.priorities[&5]));
+        assert!(level(p.priorities[&20]) < priority::PROTECTED_BASE);
     }
 
     #[test]

@@ -1,0 +1,274 @@
+//! Shared fixture of the policy benchmarks: a realistic configuration (3 teams, 3 priority
+//! classes, 1,024 GPUs), a governor state as the plugin holds it (50 victims), and a queue of
+//! 1,000 running + 1,000 pending jobs for the governor's plan.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use teamshare_config::Config;
+use teamshare_policy::governance::{
+    self, ClusterJob, Phase, PublishedState, TeamState, Victim, STATE_VERSION,
+};
+use teamshare_policy::priority::{self, encode};
+use teamshare_policy::submit::{Admitted, GpuAsk, SubmitRequest};
+
+pub const NOW: i64 = 1_750_000_000;
+pub const CAPACITY: u32 = 1024;
+
+/// The cluster of the benchmarks: 128 nodes x 8 GPUs, quotas 256 + 512 + 128 (128 GPUs of
+/// unallocated capacity), three classes.
+pub const CONFIG: &str = r#"
+[cluster]
+name = "bench"
+partitions = ["gpu"]
+idle_sharing = "fair-share"
+currency = "USD"
+
+[gpu_types.default]
+rate_per_hour = 2.5
+
+[[team]]
+name = "agents"
+quota = 256
+borrow_limit = 128
+weight = 40
+
+[[team]]
+name = "training"
+quota = 512
+borrow_limit = "100%"
+weight = 40
+
+[[team]]
+name = "research"
+quota = 128
+borrow_limit = 384
+weight = 20
+
+[[priority_class]]
+name = "inference"
+value = 100
+preemptible = false
+
+[[priority_class]]
+name = "standard"
+value = 50
+
+[[priority_class]]
+name = "experiment"
+value = 10
+
+[governance]
+preempt_within_team = "lower-priority"
+reclaim_mode = "requeue"
+reclaim_grace = "30s"
+min_runtime_before_reclaim = "5m"
+state_max_age = "30s"
+on_stale_state = "fail-open"
+"#;
+
+pub fn config() -> Config {
+    teamshare_config::parse(CONFIG, "bench.toml").expect("the benchmark configuration is valid")
+}
+
+/// A full cluster: every GPU allocated, research and training borrowing through 50 running
+/// jobs (the victims, in reclaim order; the 5 youngest still protected by
+/// min_runtime_before_reclaim), agents below its quota with 24 in-quota GPUs pending.
+pub fn state() -> PublishedState {
+    let mut teams = BTreeMap::new();
+    teams.insert(
+        "agents".to_string(),
+        TeamState {
+            running_gpus: 200,
+            pending_in_quota_gpus: 24,
+            gpu_limit: 256,
+        },
+    );
+    teams.insert(
+        "training".to_string(),
+        TeamState {
+            running_gpus: 560,
+            pending_in_quota_gpus: 0,
+            gpu_limit: 560,
+        },
+    );
+    teams.insert(
+        "research".to_string(),
+        TeamState {
+            running_gpus: 264,
+            pending_in_quota_gpus: 0,
+            gpu_limit: 264,
+        },
+    );
+    let victims = (0..50usize)
+        .map(|rank| {
+            let (team, gpus) = if rank < 34 {
+                ("research", 4)
+            } else {
+                ("training", 3)
+            };
+            Victim {
+                job_id: 100_000 + rank as u64,
+                team: team.to_string(),
+                gpus,
+                level: priority::victim_level(rank),
+                // The first victims are the most recently started: the 5 youngest are exempt.
+                exempt_until: if rank < 5 { NOW + 120 } else { NOW - 600 },
+            }
+        })
+        .collect();
+    PublishedState {
+        version: STATE_VERSION,
+        generated_at: NOW - 1,
+        capacity: CAPACITY,
+        free_gpus: 0,
+        pending_in_quota_gpus: 24,
+        teams,
+        victims,
+    }
+}
+
+/// In-quota admissions since the state was published (as the plugin counts them).
+pub fn admitted() -> Admitted {
+    let mut a = Admitted::default();
+    a.reset_for(NOW - 1);
+    a.by_team.insert("agents".into(), 4);
+    a.total = 4;
+    a
+}
+
+/// A request as the FFI layer copies it out of `job_desc_msg_t`.
+pub fn request(account: Option<&str>, ask: GpuAsk, qos: Option<&str>) -> SubmitRequest {
+    SubmitRequest {
+        account: account.map(str::to_string),
+        partition: Some("gpu".into()),
+        qos: qos.map(str::to_string),
+        user_id: 1000,
+        submit_uid: 1000,
+        gpus: ask,
+    }
+}
+
+pub fn per_node(spec: &str) -> GpuAsk {
+    GpuAsk {
+        tres_per_node: Some(spec.into()),
+        ..GpuAsk::default()
+    }
+}
+
+/// The requests the latency harness cycles through, with a name each.
+pub fn requests() -> Vec<(&'static str, SubmitRequest)> {
+    vec![
+        // The common case and the most work: fits agents' quota, needs a reclaim (walks the
+        // victims for the level).
+        (
+            "in_quota_reclaim",
+            request(Some("agents"), per_node("gres:gpu:8"), Some("standard")),
+        ),
+        // Beyond the quota: queued as a borrower.
+        (
+            "borrow",
+            request(Some("training"), per_node("gres:gpu:4"), Some("experiment")),
+        ),
+        // --gpus=16 (tres_per_job, 23.02 spelling).
+        (
+            "per_job_gpus",
+            request(
+                Some("agents"),
+                GpuAsk {
+                    tres_per_job: Some("gres/gpu:16".into()),
+                    ..GpuAsk::default()
+                },
+                None,
+            ),
+        ),
+        // Refusals build a message.
+        (
+            "reject_unknown_team",
+            request(Some("nosuch"), per_node("gres:gpu:1"), None),
+        ),
+        (
+            "reject_over_ceiling",
+            request(Some("agents"), per_node("gres:gpu:400"), None),
+        ),
+    ]
+}
+
+/// 1,000 running and 1,000 pending governed jobs on the 1,024-GPU cluster: agents 300 running
+/// (in quota 256), training 450, research 250 (borrowing 122); pending spread over the teams
+/// and classes, a few with a begin time or held.
+pub fn cluster_jobs() -> Vec<ClusterJob> {
+    let mut jobs = Vec::with_capacity(2000);
+    let mut id = 1u64;
+    // A tiny deterministic generator, so every run plans the same queue.
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let class_priority = |class: u8, level: u32| encode(level, class);
+    for (team, n) in [("agents", 300), ("training", 450), ("research", 250)] {
+        for _ in 0..n {
+            let r = next();
+            let class = (r % 4) as u8; // 0 = none, 1 inference, 2 standard, 3 experiment
+            let start = NOW - 60 - (r % 86_400) as i64;
+            jobs.push(ClusterJob {
+                id,
+                team: team.to_string(),
+                phase: Phase::Running,
+                gpus: 1,
+                priority: class_priority(class, priority::protected_level(50)),
+                submit: start - 30,
+                start: Some(start),
+                eligible: true,
+            });
+            id += 1;
+        }
+    }
+    for i in 0..1000u64 {
+        let r = next();
+        let team = ["agents", "training", "research"][(r % 3) as usize];
+        let class = ((r >> 8) % 4) as u8;
+        let held = i % 97 == 0;
+        jobs.push(ClusterJob {
+            id,
+            team: team.to_string(),
+            phase: Phase::Pending,
+            gpus: 1 + ((r >> 16) % 4) as u32,
+            priority: if held {
+                0
+            } else {
+                class_priority(class, priority::BORROW_BASE)
+            },
+            submit: NOW - (r % 3600) as i64,
+            start: None,
+            eligible: i % 13 != 0,
+        });
+        id += 1;
+    }
+    jobs
+}
+
+pub fn fairshare() -> BTreeMap<String, f64> {
+    BTreeMap::from([
+        ("agents".to_string(), 0.62),
+        ("training".to_string(), 0.31),
+        ("research".to_string(), 0.48),
+    ])
+}
+
+pub fn govern_input<'a>(
+    config: &'a Config,
+    jobs: &'a [ClusterJob],
+    fairshare: &'a BTreeMap<String, f64>,
+) -> governance::GovernInput<'a> {
+    governance::GovernInput {
+        config,
+        capacity: CAPACITY,
+        jobs,
+        fairshare,
+        now: NOW,
+    }
+}

@@ -135,6 +135,10 @@ pub fn parse_squeue(text: &str) -> Result<Vec<ClusterJob>, GovernError> {
             submit,
             start: if phase == Phase::Running { start } else { None },
             eligible: phase == Phase::Running || eligible_reason(f[12]),
+            // squeue's StartTime of a job waiting for its begin time is that begin time.
+            parked: phase == Phase::Pending
+                && f[12].trim() == "BeginTime"
+                && start.is_some_and(|b| b - period::now() >= governance::PARKED_AFTER_SECS),
         });
     }
     Ok(jobs)
@@ -263,6 +267,7 @@ impl Governor {
         self.apply_limits(&plan, &mut report)?;
         report.priority_updates = apply_priorities(&plan, &jobs)?;
         self.displace(&plan, &mut report)?;
+        park_and_release(&plan)?;
         write_state(self.state_file(), &plan.state)?;
         Ok(report)
     }
@@ -345,6 +350,31 @@ fn apply_priorities(plan: &Plan, jobs: &[ClusterJob]) -> Result<usize, GovernErr
         .run_unchecked()?;
     }
     Ok(n)
+}
+
+/// Park non-preemptible jobs that may not borrow (begin time far ahead) and release those that
+/// now fit their team's quota.
+fn park_and_release(plan: &Plan) -> Result<(), GovernError> {
+    let batches = [
+        (
+            &plan.park,
+            format!("StartTime=now+{}", governance::PARK_SECS),
+        ),
+        (&plan.release, "StartTime=now".to_string()),
+    ];
+    for (ids, start) in batches {
+        if ids.is_empty() {
+            continue;
+        }
+        let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+        let _ = SlurmCommand::new(
+            "scontrol",
+            vec!["update".into(), format!("jobid={}", list.join(",")), start],
+            UPDATE_TIMEOUT,
+        )
+        .run_unchecked()?;
+    }
+    Ok(())
 }
 
 /// Publish atomically: write a temporary file beside it, then rename over it.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use libtest_mimic::{Arguments, Failed, Trial};
 use teamshare_live_tests::Cluster;
 
+mod accounting;
 mod governance;
 mod skeleton;
 
@@ -21,6 +22,7 @@ fn main() -> std::process::ExitCode {
 
     let mut scenarios: Vec<(&str, Scenario)> = skeleton::SCENARIOS.to_vec();
     scenarios.extend_from_slice(governance::SCENARIOS);
+    scenarios.extend_from_slice(accounting::SCENARIOS);
 
     let listing = args.list;
     let cluster: Result<Arc<Cluster>, String> = if listing {

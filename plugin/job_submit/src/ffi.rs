@@ -180,6 +180,10 @@ unsafe fn apply(job_desc: *mut job_desc_msg_t, admission: &Admission) {
     if let Some(p) = admission.priority {
         desc.priority = p;
     }
+    if let Some(secs) = admission.park_secs {
+        let until = unix_now().saturating_add(secs);
+        desc.begin_time = until as _;
+    }
 }
 
 /// `scontrol update` on a job. The request holds only the changed fields; the job record is

@@ -84,7 +84,17 @@ pub struct ClusterJob {
     /// Pending for resources or limits only (not a begin time, dependency or hold): GPUs
     /// given to its team would start it.
     pub eligible: bool,
+    /// A pending job's begin time when teamshare parked it (see [`PARK_SECS`]).
+    pub parked: bool,
 }
+
+/// A non-preemptible job that does not fit its team's quota is parked: its begin time is set
+/// this far ahead, so it cannot start on borrowed GPUs (the team's GPU limit cannot tell classes
+/// apart). The governor sets it back to now once the job fits.
+pub const PARK_SECS: i64 = 365 * 24 * 3600;
+
+/// A begin time at least this far ahead is teamshare's parking, not the user's `--begin`.
+pub const PARKED_AFTER_SECS: i64 = 300 * 24 * 3600;
 
 pub struct GovernInput<'a> {
     pub config: &'a Config,
@@ -183,6 +193,9 @@ pub struct Plan {
     pub gpu_limits: BTreeMap<String, u32>,
     /// Running jobs to requeue so a higher class of the same team can run.
     pub displace: Vec<u64>,
+    /// Pending non-preemptible jobs to park (begin time far ahead) or release (begin now).
+    pub park: Vec<u64>,
+    pub release: Vec<u64>,
     pub state: PublishedState,
 }
 
@@ -376,8 +389,25 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
             .max(k);
     }
     let reclaim = state.reclaim_level(k, input.now);
+    let mut park = Vec::new();
+    let mut release = Vec::new();
     for j in &in_quota {
         priorities.insert(j.id, encode(reclaim, class_idx(j)));
+        if j.parked {
+            release.push(j.id);
+        }
+    }
+    for j in &displacing {
+        if j.parked {
+            release.push(j.id);
+        }
+    }
+    for jobs in borrowers.values() {
+        for j in jobs {
+            if !class_of(j).preemptible && !j.parked && j.eligible {
+                park.push(j.id);
+            }
+        }
     }
     // Displacing jobs wait for the governor's requeue: they preempt nobody themselves.
     for j in &displacing {
@@ -480,6 +510,8 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
         priorities,
         gpu_limits,
         displace,
+        park,
+        release,
         state,
     }
 }
@@ -540,6 +572,7 @@ min_runtime_before_reclaim = "0s"
             submit: start - 1,
             start: Some(start),
             eligible: true,
+            parked: false,
         }
     }
 
@@ -553,6 +586,7 @@ min_runtime_before_reclaim = "0s"
             submit,
             start: None,
             eligible: true,
+            parked: false,
         }
     }
 
@@ -707,8 +741,15 @@ min_runtime_before_reclaim = "0s"
         jobs.push(waiting);
         let p = plan_for(&c, &jobs, &[]);
         assert!(p.state.victims.is_empty());
-        // No allowance for the waiting inference job: agents stays at what it holds.
+        // No allowance for the waiting inference job: agents stays at what it holds, and the
+        // job is parked so no allowance given for other jobs can start it.
         assert_eq!(p.gpu_limits["agents"], 3);
+        assert_eq!(p.park, [9]);
+        // Once it fits (two inference jobs end), it is released.
+        let mut jobs: Vec<_> = jobs.into_iter().filter(|j| j.id > 2).collect();
+        jobs.iter_mut().find(|j| j.id == 9).unwrap().parked = true;
+        let p = plan_for(&c, &jobs, &[]);
+        assert_eq!((p.park.len(), p.release.clone()), (0, vec![9]));
     }
 
     #[test]

@@ -99,6 +99,9 @@ pub struct Admission {
     pub priority: Option<u32>,
     /// The job fits its team's unused quota (counted until the next state arrives).
     pub in_quota: bool,
+    /// Park the job (a non-preemptible class beyond its quota): begin time this many seconds
+    /// ahead; the governor releases it when it fits.
+    pub park_secs: Option<i64>,
 }
 
 impl Verdict {
@@ -278,6 +281,10 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
         },
     };
 
+    let preemptible = governance::classes(config)
+        .get(usize::from(class))
+        .map(|c| c.preemptible)
+        .unwrap_or(true);
     let gpus32 = u32::try_from(gpus.total).unwrap_or(u32::MAX);
     let (state, admitted, now) = match view {
         StateView::Fresh {
@@ -294,6 +301,8 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
                     // Queued as a borrower: without current state it may not preempt anyone.
                     priority: Some(priority::encode(priority::BORROW_BASE, class)),
                     in_quota: false,
+                    // Nor may a non-preemptible job start where it might be borrowing.
+                    park_secs: (!preemptible).then_some(governance::PARK_SECS),
                 }),
                 OnStaleState::FailClosed => Verdict::Reject(Rejection {
                     kind: RejectKind::StaleState,
@@ -343,6 +352,7 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
         qos: Some(INTERNAL_QOS),
         priority: Some(priority::encode(level, class)),
         in_quota,
+        park_secs: (!preemptible && !in_quota).then_some(governance::PARK_SECS),
     })
 }
 

@@ -1,0 +1,65 @@
+//! Criterion benchmarks of the plugin's decision (`check_submit`, on slurmctld's submit path)
+//! and of the governor's pass (`governance::plan`).
+//!
+//!     cargo bench -p teamshare-policy --bench policy
+//!
+//! Percentiles (p50/p99 per call) come from the `submit_latency` bench next to this one.
+
+mod common;
+
+use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
+use teamshare_policy::governance;
+use teamshare_policy::submit::{check_submit, StateView};
+
+fn bench_check_submit(c: &mut Criterion) {
+    let config = common::config();
+    let state = common::state();
+    let admitted = common::admitted();
+    let mut group = c.benchmark_group("check_submit");
+    for (name, req) in common::requests() {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                check_submit(
+                    black_box(&config),
+                    black_box(&req),
+                    StateView::Fresh {
+                        state: black_box(&state),
+                        admitted: black_box(&admitted),
+                        now: common::NOW,
+                    },
+                )
+            })
+        });
+    }
+    let (_, req) = &common::requests()[0];
+    group.bench_function("in_quota_stale_state", |b| {
+        b.iter(|| check_submit(black_box(&config), black_box(req), StateView::Stale))
+    });
+    group.finish();
+}
+
+fn bench_plan(c: &mut Criterion) {
+    let config = common::config();
+    let jobs = common::cluster_jobs();
+    let fairshare = common::fairshare();
+    let mut group = c.benchmark_group("governance_plan");
+    group.sample_size(50);
+    group.bench_function("1000_running_1000_pending", |b| {
+        b.iter(|| governance::plan(black_box(&common::govern_input(&config, &jobs, &fairshare))))
+    });
+    // The plan plus the state's JSON, as the governor writes it every pass.
+    group.bench_function("1000_running_1000_pending_with_state_json", |b| {
+        b.iter_batched(
+            || (),
+            |()| {
+                let p = governance::plan(&common::govern_input(&config, &jobs, &fairshare));
+                black_box(p.state.to_json())
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_check_submit, bench_plan);
+criterion_main!(benches);

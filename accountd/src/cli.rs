@@ -5,15 +5,18 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use teamshare_config::{Config, ConfigError};
 
 use accountd::capacity::{self, Capacity};
+use accountd::daemon::{self, DaemonLog, DaemonOptions};
 use accountd::ingest::{self, IngestError};
 use accountd::period::{self, format_local, Period, TimeError, UnixSeconds};
-use accountd::report::{self, Format, UsageParams};
+use accountd::report::{self, CapacitySource, FairshareParams, Format, RowKind, UsageParams};
 use accountd::sample::{self, collect, gpu, jobs, sampler, utilisation};
 use accountd::slurm_cli::{self, SlurmCommandError};
 use accountd::slurm_setup::{self, Applied, Associations};
@@ -63,9 +66,14 @@ enum Command {
     /// Read job runs from sacct into the database (idempotent; overlapping windows are safe)
     #[command(after_help = AFTER_HELP)]
     Ingest(IngestArgs),
-    /// GPU-hours, jobs, quota and cost per team over a period
+    /// Reports: per-team usage, borrowing, lending and cost; jobs with idle GPUs; utilisation;
+    /// fair-share
     #[command(after_help = AFTER_HELP)]
     Report(ReportArgs),
+    /// The daemon: governor passes, sacct ingest, sample collection, capacity samples, and
+    /// /metrics, until SIGTERM or SIGINT
+    #[command(after_help = RUN_AFTER_HELP)]
+    Run(RunArgs),
     /// Make Slurm's accounts match teamshare.toml with sacctmgr
     #[command(after_help = AFTER_HELP)]
     SetupSlurm(SetupSlurmArgs),
@@ -117,6 +125,42 @@ struct SampleArgs {
     no_jobs: bool,
 }
 
+const RUN_AFTER_HELP: &str = "\
+Every --govern-interval: one governor pass (as `accountd govern`). Every [accountd]
+ingest_interval: sacct into the database (as `accountd ingest`), the nodes' GPU samples from
+[accountd] sample_spool (as `accountd collect-samples`), and the governed capacity (sinfo) into
+capacity_samples. /metrics is served on [accountd] metrics_listen (127.0.0.1:9477 by default).
+A failing step is logged to stderr (once per distinct error, with a timestamp) and tried again
+at its next turn; the other steps go on. SIGTERM or SIGINT: the step under way finishes, then
+accountd exits 0; a second signal exits at once (1).
+
+Exit codes:
+  0  stopped by SIGTERM/SIGINT; with --once, every step succeeded
+  1  with --once, a step failed (see stderr); a runtime error before the loop started
+  2  invalid configuration or usage";
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Time between governor passes
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+    govern_interval: std::time::Duration,
+    /// Serve /metrics on this address instead of [accountd] metrics_listen
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Spool root of the nodes' GPU samples [default: [accountd] sample_spool]
+    #[arg(long, value_name = "DIR")]
+    spool: Option<PathBuf>,
+    /// Run each step once, then exit (exit 1 if one failed)
+    #[arg(long)]
+    once: bool,
+    /// Do not govern (no governor passes: Slurm's priorities and limits are left alone)
+    #[arg(long)]
+    no_govern: bool,
+    /// Do not read sacct (samples are still collected and the capacity recorded)
+    #[arg(long)]
+    no_ingest: bool,
+}
+
 #[derive(Debug, Args)]
 struct CollectSamplesArgs {
     /// Spool root holding one directory per node [default: [accountd] sample_spool]
@@ -150,10 +194,11 @@ struct ReportArgs {
     /// account with usage]
     #[arg(long = "team", value_name = "TEAM")]
     teams: Vec<String>,
-    /// Start of the period [default: the first of this month, 00:00 local time]
+    /// Start of the period [default: the first of this month, 00:00 local time; fairshare: ten
+    /// half-lives before --until]
     #[arg(long, value_name = "TIME")]
     since: Option<String>,
-    /// End of the period [default: now]
+    /// End of the period [default: now]; fairshare: the instant usage is decayed to
     #[arg(long, value_name = "TIME")]
     until: Option<String>,
     /// Output format
@@ -166,12 +211,15 @@ struct ReportArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ReportKind {
-    /// GPU-hours, jobs, quota and cost per team
+    /// Per team: GPU-hours allocated, in quota, borrowed, lent; jobs; quota; cost (allocated,
+    /// idle share, total), with (pool) and (idle) rows
     Teams,
     /// Job runs by idle GPU-hours (NVML samples): job, user, team, GPUs, hours, mean utilisation
     Jobs,
     /// GPU utilisation and idle GPU-hours per team (NVML samples)
     Utilisation,
+    /// Per team: weight, normalised shares, decayed usage, fair-share factor
+    Fairshare,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -272,6 +320,11 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::SetupSlurm(args) => {
             let config = load_config(&config_path)?;
             setup_slurm(&config, &config_path, args)
+        }
+        Command::Run(args) => {
+            let config = load_config(&config_path)?;
+            let database = database_path(&cli, &config);
+            run_cmd(config, database, args)
         }
         Command::Govern(args) => {
             let config = load_config(&config_path)?;
@@ -537,12 +590,13 @@ fn ingest_cmd(config: &Config, database: PathBuf, args: &IngestArgs) -> anyhow::
 fn report_cmd(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow::Result<ExitCode> {
     match args.kind {
         ReportKind::Teams => teams_report(config, database, args),
+        ReportKind::Fairshare => fairshare_report(config, database, args),
         ReportKind::Jobs | ReportKind::Utilisation => samples_report(config, database, args),
     }
 }
 
-fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow::Result<ExitCode> {
-    let now = period::now();
+/// The period of a report: `--since` (default the first of this month) to `--until` (now).
+fn report_period(args: &ReportArgs, now: UnixSeconds) -> anyhow::Result<Period> {
     let since = time_arg(args.since.as_deref(), now, "--since")?
         .unwrap_or_else(|| period::month_start(now, &chrono::Local));
     let until = time_arg(args.until.as_deref(), now, "--until")?.unwrap_or(now);
@@ -554,27 +608,124 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
         ))
         .into());
     }
+    Ok(Period { since, until })
+}
+
+/// The database of a report, which must exist (a report never creates one).
+fn report_store(database: &Path, fill_with: &str) -> anyhow::Result<Store> {
     if !database.exists() {
         anyhow::bail!(
-            "no database at {}: run `accountd ingest` first (or give --database)",
+            "no database at {}: run `accountd {fill_with}` first (or give --database)",
             database.display()
         );
     }
-    let store = Store::open(&database)?;
-    let params = UsageParams::from_config(config, Period { since, until }, now, args.teams.clone());
+    Ok(Store::open(database)?)
+}
+
+fn print(text: &str) -> anyhow::Result<ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
+    Ok(ExitCode::from(EXIT_OK))
+}
+
+fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    let now = period::now();
+    let period = report_period(args, now)?;
+    let store = report_store(&database, "ingest")?;
+    let params = UsageParams::from_config(config, period, now, args.teams.clone());
     let usage = report::usage_report(&store, &params)?;
     for row in &usage.rows {
-        if row.quota.is_none() && row.jobs == 0 {
+        if row.kind == RowKind::Account && row.quota.is_none() && row.jobs == 0 {
             eprintln!(
                 "accountd: note: `{}` is not a team of the configuration and has no GPU usage in the period",
                 row.team
             );
         }
     }
-    let text = report::render(&usage, args.format.into(), &chrono::Local);
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()?;
+    match usage.capacity_source {
+        CapacitySource::Samples => {}
+        CapacitySource::Quotas => eprintln!(
+            "accountd: note: no capacity samples for the period (`accountd run` records them): the capacity is taken as the sum of quotas, {} GPUs",
+            usage.quota_sum
+        ),
+        CapacitySource::QuotasUntil(first) => eprintln!(
+            "accountd: note: no capacity samples before {} (`accountd run` records them): until then the capacity is taken as the sum of quotas, {} GPUs",
+            format_local(first, &chrono::Local),
+            usage.quota_sum
+        ),
+    }
+    print(&report::render_teams(
+        &usage,
+        args.format.into(),
+        &chrono::Local,
+    ))
+}
+
+fn fairshare_report(
+    config: &Config,
+    database: PathBuf,
+    args: &ReportArgs,
+) -> anyhow::Result<ExitCode> {
+    let now = period::now();
+    let as_of = time_arg(args.until.as_deref(), now, "--until")?.unwrap_or(now);
+    let since = time_arg(args.since.as_deref(), now, "--since")?;
+    let params = FairshareParams::from_config(config, as_of, since, args.teams.clone());
+    if params.since >= as_of {
+        return Err(UsageError(format!(
+            "the period is empty: --since ({}) must be before --until ({})",
+            format_local(params.since, &chrono::Local),
+            format_local(as_of, &chrono::Local)
+        ))
+        .into());
+    }
+    let store = report_store(&database, "ingest")?;
+    let fairshare = report::fairshare_report(&store, &params)?;
+    print(&report::render_fairshare(
+        &fairshare,
+        args.format.into(),
+        &chrono::Local,
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// run
+
+fn run_cmd(config: Config, database: PathBuf, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        // The first signal asks for a stop after the step under way; a second one, while
+        // stopping, exits at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))
+            .context("cannot install the signal handlers")?;
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("cannot install the signal handlers")?;
+    }
+    let opts = DaemonOptions {
+        database,
+        spool: args
+            .spool
+            .clone()
+            .unwrap_or_else(|| config.accountd.sample_spool.clone()),
+        govern_interval: args.govern_interval,
+        ingest_interval: config.accountd.ingest_interval,
+        govern: !args.no_govern,
+        ingest: !args.no_ingest,
+        once: args.once,
+        metrics_listen: args
+            .metrics_listen
+            .unwrap_or(config.accountd.metrics_listen),
+    };
+    let outcome = daemon::run(config, opts, stop, Arc::new(DaemonLog::stderr()));
+    let _ = std::io::stderr().flush();
+    if args.once && outcome.failed_steps > 0 {
+        eprintln!(
+            "accountd run: {} {} failed",
+            outcome.failed_steps,
+            plural(outcome.failed_steps, "step", "steps")
+        );
+        return Ok(ExitCode::from(EXIT_RUNTIME));
+    }
     Ok(ExitCode::from(EXIT_OK))
 }
 
@@ -675,24 +826,8 @@ fn samples_report(
     args: &ReportArgs,
 ) -> anyhow::Result<ExitCode> {
     let now = period::now();
-    let since = time_arg(args.since.as_deref(), now, "--since")?
-        .unwrap_or_else(|| period::month_start(now, &chrono::Local));
-    let until = time_arg(args.until.as_deref(), now, "--until")?.unwrap_or(now);
-    if since >= until {
-        return Err(UsageError(format!(
-            "the period is empty: --since ({}) must be before --until ({})",
-            format_local(since, &chrono::Local),
-            format_local(until, &chrono::Local)
-        ))
-        .into());
-    }
-    if !database.exists() {
-        anyhow::bail!(
-            "no database at {}: run `accountd collect-samples` first (or give --database)",
-            database.display()
-        );
-    }
-    let store = Store::open(&database)?;
+    let Period { since, until } = report_period(args, now)?;
+    let store = report_store(&database, "collect-samples")?;
     let params = utilisation::UtilisationParams {
         cluster: slurm_cli::slurm_name(&config.cluster.name),
         period: Period { since, until },
@@ -719,14 +854,11 @@ fn samples_report(
         ReportKind::Jobs => utilisation::render_jobs(&r, format, args.limit, &chrono::Local),
         _ => utilisation::render_teams(&r, format, &chrono::Local),
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()?;
-    Ok(ExitCode::from(EXIT_OK))
+    print(&text)
 }
 
 // ---------------------------------------------------------------------------------------------
-// setup-slurm
+// govern, setup-slurm
 
 fn govern(config: Config, database: PathBuf, args: &GovernArgs) -> anyhow::Result<ExitCode> {
     let mut governor = accountd::governor::Governor::new(config, Some(database));

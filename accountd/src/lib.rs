@@ -4,18 +4,25 @@
 //! - `sacct`: the sacct invocation and the parser of its output (job runs);
 //! - `store`: the SQLite database, its migrations and idempotent upserts;
 //! - `ingest`: which window of accounting to read, and storing it;
-//! - `report`: usage and cost per team over a period, rendered as table, CSV or JSON;
+//! - `report`: usage, borrowing, lending and cost per team over a period, and fair-share,
+//!   rendered as table, CSV or JSON (the arithmetic is `model`'s);
+//! - `model`: the accounting model of DESIGN 5 as pure functions;
 //! - `capacity`: the governed capacity measured with sinfo;
 //! - `slurm_setup`: making Slurm's associations match teamshare.toml;
 //! - `slurm_cli`: running Slurm's client commands; `period`: instants and periods;
-//! - `sample`: NVML GPU samples on the nodes, their collection, utilisation and idle GPU-hours.
+//! - `sample`: NVML GPU samples on the nodes, their collection, utilisation and idle GPU-hours;
+//! - `governor`: Slurm's priorities and limits kept matching the governance rules;
+//! - `daemon`: `accountd run`, the loop of governor, ingest, sample collection and capacity;
+//! - `metrics`: the Prometheus exposition and the HTTP server of `/metrics`.
 //!
 //! The command line (`src/main.rs`, `src/cli.rs`) is a thin layer over these.
 #![forbid(unsafe_code)]
 
 pub mod capacity;
+pub mod daemon;
 pub mod governor;
 pub mod ingest;
+pub mod metrics;
 pub mod model;
 pub mod period;
 pub mod report;

@@ -1,23 +1,46 @@
-//! Reports: GPU-hours, jobs, quota and cost per team over a period, and their renderings.
+//! Reports over a period: the per-team accounting of DESIGN 5 (`report teams`), the fair-share
+//! figures (`report fairshare`), and their renderings (table, CSV, JSON).
 //!
-//! For a run of g GPUs over [start, end) (end = now while it runs), its allocated GPU-seconds in a
-//! period are g x overlap([start, end), [since, until)) (DESIGN 5). A team is a Slurm account.
-//! `jobs` counts the runs that held GPUs during the period (a requeued job's runs count apart).
-//! Cost: typed GPUs at their type's rate, untyped ones (and types without a rate) at the
-//! `default` rate; with no rates configured there is no cost.
+//! The arithmetic is the model's (`crate::model`): the in-quota / borrowed / lent split
+//! (`usage::split_usage`), the costs (`cost::team_costs`), the fair-share factor
+//! (`fairshare`). This module reads the database, turns it into the model's inputs, and renders.
+//!
+//! - A team is a Slurm account. Rows: every configured team and every account with GPU usage
+//!   (such an account has no quota: all its usage is borrowed), then `(pool)` (what the
+//!   unallocated capacity lent) and `(idle)` (the idle cost no team is charged); or only the
+//!   teams named.
+//! - A run of g GPUs over [start, end) (end = now while it runs) is allocated g x its overlap with
+//!   the period. The period is counted up to now: the future has neither usage nor capacity.
+//! - `jobs` counts the runs that held GPUs during the period (a requeued job's runs count apart).
+//! - The capacity is the step function `accountd run` records (`capacity_samples`); before the
+//!   first sample, or without any, it is the sum of the quotas (the report says so).
+//! - Cost: typed GPUs at their type's rate, untyped ones and types without a rate at `default`;
+//!   no rates configured, no cost. `cost` is the list price of the GPU-hours used (as before the
+//!   split existed); `allocated_cost` prices borrowed hours with `borrowed_cost_factor`;
+//!   `idle_cost` is the team's share of the idle capacity cost (`idle_cost_split`);
+//!   `total_cost` = allocated + idle, and the rows' `total_cost` add up to the capacity cost.
+//! - The split is computed on whole GPUs against total quotas, as the governor governs them.
+//!   Where GPU types have different rates, a team's in-quota and borrowed hours are priced in the
+//!   proportions of the types it used in the period, and the capacity of each type at its rate.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use serde::Serialize;
 use teamshare_config::Config;
 
+use crate::model::cost::{team_costs, CostRule, TeamHours, TypedUsage, IDLE};
+use crate::model::fairshare::{decayed_usage, team_fair_shares};
+use crate::model::usage::{split_usage, CapacityStep, Run, TeamQuota, POOL};
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
 use crate::slurm_cli::slurm_name;
-use crate::store::{RunUsage, Store, StoreError};
+use crate::store::{CapacitySample, RunUsage, Store, StoreError};
 
 /// The rate name used for GPUs without a type, and for types without their own rate.
 pub const DEFAULT_RATE: &str = "default";
+
+const SECONDS_PER_HOUR: f64 = 3600.0;
 
 /// Hourly rates per GPU type.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -46,32 +69,40 @@ impl Rates {
 
     /// The hourly rate of a GPU of `gpu_type` (None: untyped).
     pub fn rate(&self, gpu_type: Option<&str>) -> f64 {
-        gpu_type
-            .and_then(|t| self.per_hour.get(t))
-            .or_else(|| self.per_hour.get(DEFAULT_RATE))
+        self.per_hour
+            .get(self.key(gpu_type))
             .copied()
             .unwrap_or(0.0)
     }
+
+    /// The rate a GPU of `gpu_type` is priced at: its type's, or [`DEFAULT_RATE`].
+    pub fn key<'a>(&self, gpu_type: Option<&'a str>) -> &'a str {
+        match gpu_type {
+            Some(t) if self.per_hour.contains_key(t) => t,
+            _ => DEFAULT_RATE,
+        }
+    }
 }
 
-/// A team known to the configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfiguredTeam {
-    pub name: String,
-    pub quota: u32,
-}
+// ---------------------------------------------------------------------------------------------
+// report teams
 
-/// What a usage report needs besides the runs.
+/// What the teams report needs besides the database.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UsageParams {
     pub cluster: String,
     pub period: Period,
-    /// The instant running jobs are counted up to.
+    /// Running jobs count up to now, and the period is counted up to now.
     pub now: UnixSeconds,
-    pub teams: Vec<ConfiguredTeam>,
+    /// Every configured team, in file order.
+    pub teams: Vec<TeamQuota>,
+    /// The sum of the teams' typed quotas per GPU type: the typed part of the capacity when it is
+    /// taken as the sum of quotas.
+    pub quota_by_type: BTreeMap<String, u32>,
     pub rates: Rates,
     pub currency: Option<String>,
-    /// Only these teams (accounts); empty: every configured team and every account with usage.
+    pub cost_rule: CostRule,
+    /// Only these rows; empty: every row.
     pub only: Vec<String>,
 }
 
@@ -82,123 +113,396 @@ impl UsageParams {
         now: UnixSeconds,
         only: Vec<String>,
     ) -> Self {
+        let mut quota_by_type: BTreeMap<String, u32> = BTreeMap::new();
+        for team in &config.teams {
+            for (t, n) in &team.quota.by_type {
+                let e = quota_by_type.entry(t.clone()).or_insert(0);
+                *e = e.saturating_add(*n);
+            }
+        }
         // Compared as Slurm keeps names, in lower case (team names are lower case already).
         UsageParams {
             cluster: slurm_name(&config.cluster.name),
             period,
             now,
-            teams: config
-                .teams
-                .iter()
-                .map(|t| ConfiguredTeam {
-                    name: t.name.clone(),
-                    quota: t.quota.total,
-                })
-                .collect(),
+            teams: TeamQuota::all_from_config(config),
+            quota_by_type,
             rates: Rates::from_config(config),
             currency: Some(config.cluster.currency.clone()).filter(|c| !c.is_empty()),
+            cost_rule: CostRule::from_settings(&config.accountd),
             only: only.iter().map(|t| slurm_name(t)).collect(),
+        }
+    }
+
+    fn quota_sum(&self) -> u32 {
+        self.teams
+            .iter()
+            .fold(0u32, |sum, t| sum.saturating_add(t.quota))
+    }
+}
+
+/// What a row of the teams report stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowKind {
+    /// A team of the configuration.
+    Team,
+    /// An account with usage that is not a team of the configuration.
+    Account,
+    /// `(pool)`: the unallocated capacity as a lender.
+    Pool,
+    /// `(idle)`: the idle capacity cost no team is charged.
+    Idle,
+}
+
+/// One row of the teams report. Usage in GPU-seconds; costs None without rates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeamRow {
+    pub team: String,
+    pub kind: RowKind,
+    pub jobs: u64,
+    /// Allocated GPU-seconds (exact).
+    pub gpu_seconds: u128,
+    pub in_quota_seconds: f64,
+    pub borrowed_seconds: f64,
+    pub lent_seconds: f64,
+    /// None: not a team of the configuration.
+    pub quota: Option<u32>,
+    /// The list price of the GPU-hours used (borrowed hours at the full rate).
+    pub cost: Option<f64>,
+    pub allocated_cost: Option<f64>,
+    pub idle_cost: Option<f64>,
+    pub total_cost: Option<f64>,
+}
+
+impl TeamRow {
+    pub fn gpu_hours(&self) -> f64 {
+        self.gpu_seconds as f64 / SECONDS_PER_HOUR
+    }
+    pub fn in_quota_hours(&self) -> f64 {
+        self.in_quota_seconds / SECONDS_PER_HOUR
+    }
+    pub fn borrowed_hours(&self) -> f64 {
+        self.borrowed_seconds / SECONDS_PER_HOUR
+    }
+    pub fn lent_hours(&self) -> f64 {
+        self.lent_seconds / SECONDS_PER_HOUR
+    }
+
+    fn empty(team: &str, kind: RowKind, quota: Option<u32>, with_cost: bool) -> TeamRow {
+        let zero = with_cost.then_some(0.0);
+        TeamRow {
+            team: team.to_string(),
+            kind,
+            jobs: 0,
+            gpu_seconds: 0,
+            in_quota_seconds: 0.0,
+            borrowed_seconds: 0.0,
+            lent_seconds: 0.0,
+            quota,
+            cost: zero,
+            allocated_cost: zero,
+            idle_cost: zero,
+            total_cost: zero,
         }
     }
 }
 
-/// One team's line.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TeamUsage {
-    pub team: String,
-    pub jobs: u64,
-    pub gpu_seconds: u128,
-    /// None: the account is not a team of the configuration.
-    pub quota: Option<u32>,
-    /// None: no rates are configured.
-    pub cost: Option<f64>,
-}
-
-impl TeamUsage {
-    pub fn gpu_hours(&self) -> f64 {
-        self.gpu_seconds as f64 / 3600.0
-    }
+/// Where the capacity of the period came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapacitySource {
+    /// Recorded samples cover the whole period.
+    Samples,
+    /// No sample before this instant: until then, the sum of the quotas.
+    QuotasUntil(UnixSeconds),
+    /// No sample at all: the sum of the quotas.
+    Quotas,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct UsageReport {
     pub cluster: String,
+    /// The period asked for.
     pub period: Period,
+    /// The part of it counted: up to now.
+    pub counted: Period,
     pub currency: Option<String>,
-    /// Ordered by team name.
-    pub rows: Vec<TeamUsage>,
+    /// Teams and accounts by name, then `(pool)`, then `(idle)` (with costs only).
+    pub rows: Vec<TeamRow>,
+    /// The governed capacity integrated over the counted period.
+    pub capacity_gpu_seconds: f64,
+    /// The price of that capacity; the sum of every row's `total_cost`.
+    pub capacity_cost: Option<f64>,
+    pub capacity_source: CapacitySource,
+    /// The capacity taken where there are no samples.
+    pub quota_sum: u32,
+    /// Borrowed GPU-seconds beyond what was lendable at the time (charged to `(pool)`).
+    pub over_lendable_seconds: f64,
 }
 
-/// Read the runs of the period and compute the report.
+impl UsageReport {
+    pub fn row(&self, team: &str) -> Option<&TeamRow> {
+        self.rows.iter().find(|r| r.team == team)
+    }
+}
+
+/// `[since, until)` clipped to end by `now`.
+pub fn counted_period(period: Period, now: UnixSeconds) -> Period {
+    Period {
+        since: period.since,
+        until: period.until.min(now).max(period.since),
+    }
+}
+
+/// Read the runs and the capacity of the period and compute the report.
 pub fn usage_report(store: &Store, params: &UsageParams) -> Result<UsageReport, StoreError> {
-    let runs = store.runs_overlapping(&params.cluster, params.period.since, params.period.until)?;
-    Ok(compute_usage(&runs, params))
+    let counted = counted_period(params.period, params.now);
+    let runs = store.runs_overlapping(&params.cluster, counted.since, counted.until)?;
+    let capacity = store.capacity_history(&params.cluster, counted.since, counted.until)?;
+    Ok(compute_usage(&runs, &capacity, params))
 }
 
-/// The arithmetic of the usage report, over runs already read.
-pub fn compute_usage(runs: &[RunUsage], params: &UsageParams) -> UsageReport {
-    let with_cost = !params.rates.is_empty();
-    let mut rows: BTreeMap<String, TeamUsage> = BTreeMap::new();
-    let row = |rows: &mut BTreeMap<String, TeamUsage>, name: &str| {
-        if !rows.contains_key(name) {
-            let quota = params
-                .teams
-                .iter()
-                .find(|t| t.name == name)
-                .map(|t| t.quota);
-            rows.insert(
-                name.to_string(),
-                TeamUsage {
-                    team: name.to_string(),
-                    jobs: 0,
-                    gpu_seconds: 0,
-                    quota,
-                    cost: with_cost.then_some(0.0),
-                },
-            );
-        }
+/// The capacity steps of `period`: the samples, with the sum of quotas before the first one.
+fn capacity_steps(
+    history: &[CapacitySample],
+    period: Period,
+    params: &UsageParams,
+) -> (Vec<CapacitySample>, CapacitySource) {
+    let quotas = CapacitySample {
+        ts: period.since,
+        gpus: params.quota_sum(),
+        by_type: params.quota_by_type.clone(),
     };
-    let wanted = |name: &str| params.only.is_empty() || params.only.iter().any(|o| o == name);
-    if params.only.is_empty() {
-        for t in &params.teams {
-            row(&mut rows, &t.name);
+    match history.first() {
+        None => (vec![quotas], CapacitySource::Quotas),
+        Some(first) if first.ts > period.since => {
+            let mut steps = vec![quotas];
+            steps.extend_from_slice(history);
+            (steps, CapacitySource::QuotasUntil(first.ts))
         }
-    } else {
-        for name in &params.only {
-            row(&mut rows, name);
-        }
+        Some(_) => (history.to_vec(), CapacitySource::Samples),
     }
+}
+
+/// The GPU-seconds of a step function over a period, as the model integrates it.
+fn integrate(steps: &[CapacityStep], period: Period) -> f64 {
+    split_usage(&[], &[], steps, period).totals.capacity
+}
+
+/// The arithmetic of the teams report, over runs and capacity samples already read.
+pub fn compute_usage(
+    runs: &[RunUsage],
+    capacity: &[CapacitySample],
+    params: &UsageParams,
+) -> UsageReport {
+    let period = counted_period(params.period, params.now);
+    let with_cost = !params.rates.is_empty();
+    let (steps, capacity_source) = capacity_steps(capacity, period, params);
+    let total_steps: Vec<CapacityStep> = steps.iter().map(|s| (s.ts, s.gpus)).collect();
+
+    // Per account: runs, exact GPU-seconds, and GPU-seconds per rate.
+    let mut jobs: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut gpu_seconds: BTreeMap<&str, u128> = BTreeMap::new();
+    let mut by_rate: BTreeMap<&str, BTreeMap<&str, f64>> = BTreeMap::new();
+    let mut model_runs: Vec<Run> = Vec::with_capacity(runs.len());
     for run in runs {
-        if run.gpus == 0 || !wanted(&run.account) {
-            continue;
-        }
-        // A run without an end is still running: count it up to now.
         let end = run.end.unwrap_or(params.now);
-        let seconds = params.period.overlap(run.start, end);
-        if seconds <= 0 {
+        let seconds = period.overlap(run.start, end);
+        if run.gpus == 0 || seconds <= 0 {
             continue;
         }
-        let seconds = seconds as u128;
-        row(&mut rows, &run.account);
-        let r = rows.get_mut(&run.account).expect("row just ensured");
-        r.jobs += 1;
-        r.gpu_seconds += u128::from(run.gpus) * seconds;
-        if let Some(cost) = r.cost.as_mut() {
-            let typed: u64 = run.gpus_by_type.values().sum();
-            let mut run_cost = 0.0;
-            for (gpu_type, n) in &run.gpus_by_type {
-                run_cost += *n as f64 * params.rates.rate(Some(gpu_type));
-            }
-            run_cost += run.gpus.saturating_sub(typed) as f64 * params.rates.rate(None);
-            *cost += run_cost * seconds as f64 / 3600.0;
+        let account = run.account.as_str();
+        model_runs.push(Run {
+            team: run.account.clone(),
+            gpus: u32::try_from(run.gpus).unwrap_or(u32::MAX),
+            start: run.start,
+            end,
+        });
+        *jobs.entry(account).or_default() += 1;
+        *gpu_seconds.entry(account).or_default() += u128::from(run.gpus) * seconds as u128;
+        let rates = by_rate.entry(account).or_default();
+        let mut typed = 0u64;
+        for (gpu_type, n) in &run.gpus_by_type {
+            typed = typed.saturating_add(*n);
+            *rates.entry(params.rates.key(Some(gpu_type))).or_default() +=
+                *n as f64 * seconds as f64;
+        }
+        let untyped = run.gpus.saturating_sub(typed);
+        if untyped > 0 {
+            *rates.entry(DEFAULT_RATE).or_default() += untyped as f64 * seconds as f64;
         }
     }
+
+    let split = split_usage(&model_runs, &params.teams, &total_steps, period);
+
+    // Costs: one priced usage per rate, each team's hours in the proportions of its types.
+    let costs = with_cost.then(|| {
+        let typed = priced_usage(&steps, period, &split, &by_rate, &params.rates);
+        team_costs(&typed, params.cost_rule)
+    });
+
+    let quota_of = |team: &str| {
+        params
+            .teams
+            .iter()
+            .find(|t| t.name == team)
+            .map(|t| t.quota)
+    };
+    let mut rows: Vec<TeamRow> = split
+        .rows
+        .iter()
+        .map(|r| {
+            let name = r.team.as_str();
+            let kind = if name == POOL {
+                RowKind::Pool
+            } else if quota_of(name).is_some() {
+                RowKind::Team
+            } else {
+                RowKind::Account
+            };
+            let team_cost = costs
+                .as_ref()
+                .map(|c| c.row(name).cloned().unwrap_or_default());
+            let list_cost = by_rate.get(name).map_or(0.0, |rates| {
+                rates
+                    .iter()
+                    .map(|(key, s)| s * params.rates.rate(Some(key)))
+                    .sum::<f64>()
+                    / SECONDS_PER_HOUR
+            });
+            TeamRow {
+                team: r.team.clone(),
+                kind,
+                jobs: jobs.get(name).copied().unwrap_or(0),
+                gpu_seconds: gpu_seconds.get(name).copied().unwrap_or(0),
+                in_quota_seconds: r.in_quota,
+                borrowed_seconds: r.borrowed,
+                lent_seconds: r.lent,
+                quota: quota_of(name),
+                cost: with_cost.then_some(list_cost),
+                allocated_cost: team_cost.as_ref().map(|c| c.allocated_cost),
+                idle_cost: team_cost.as_ref().map(|c| c.idle_cost),
+                total_cost: team_cost.as_ref().map(|c| c.total_cost),
+            }
+        })
+        .collect();
+    if let Some(idle) = costs.as_ref().and_then(|c| c.row(IDLE)) {
+        let mut row = TeamRow::empty(IDLE, RowKind::Idle, None, true);
+        row.idle_cost = Some(idle.idle_cost);
+        row.total_cost = Some(idle.total_cost);
+        rows.push(row);
+    }
+    if !params.only.is_empty() {
+        rows.retain(|r| params.only.contains(&r.team));
+        for name in &params.only {
+            if !rows.iter().any(|r| &r.team == name) {
+                rows.push(TeamRow::empty(name, RowKind::Account, None, with_cost));
+            }
+        }
+        let rank = |k: RowKind| match k {
+            RowKind::Team | RowKind::Account => 0,
+            RowKind::Pool => 1,
+            RowKind::Idle => 2,
+        };
+        rows.sort_by(|a, b| (rank(a.kind), &a.team).cmp(&(rank(b.kind), &b.team)));
+    }
+
     UsageReport {
         cluster: params.cluster.clone(),
         period: params.period,
+        counted: period,
         currency: params.currency.clone(),
-        rows: rows.into_values().collect(),
+        rows,
+        capacity_gpu_seconds: split.totals.capacity,
+        capacity_cost: costs.as_ref().map(|c| c.capacity_cost),
+        capacity_source,
+        quota_sum: params.quota_sum(),
+        over_lendable_seconds: split.totals.over_lendable,
     }
+}
+
+/// The model's priced usage: one [`TypedUsage`] per rate in use (by the capacity or by a run).
+/// A team's in-quota and borrowed hours are spread over the rates in the proportions of its
+/// GPU-seconds at each; its quota hours, and the unallocated hours, in the proportions of the
+/// capacity of each.
+fn priced_usage(
+    steps: &[CapacitySample],
+    period: Period,
+    split: &crate::model::usage::UsageSplit,
+    by_rate: &BTreeMap<&str, BTreeMap<&str, f64>>,
+    rates: &Rates,
+) -> Vec<TypedUsage> {
+    // The capacity per rate at each step: typed GPUs at their type's rate, the rest at default.
+    fn per_rate<'s>(s: &'s CapacitySample, rates: &Rates) -> BTreeMap<&'s str, u32> {
+        let mut out: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut typed = 0u32;
+        for (t, n) in &s.by_type {
+            typed = typed.saturating_add(*n);
+            let e = out.entry(rates.key(Some(t.as_str()))).or_insert(0);
+            *e = e.saturating_add(*n);
+        }
+        let untyped = s.gpus.saturating_sub(typed);
+        if untyped > 0 {
+            *out.entry(DEFAULT_RATE).or_insert(0) += untyped;
+        }
+        out
+    }
+    let step_rates: Vec<(UnixSeconds, BTreeMap<&str, u32>)> =
+        steps.iter().map(|s| (s.ts, per_rate(s, rates))).collect();
+    let mut keys: Vec<&str> = step_rates
+        .iter()
+        .flat_map(|(_, m)| m.keys().copied())
+        .chain(by_rate.values().flat_map(|m| m.keys().copied()))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let capacity: BTreeMap<&str, f64> = keys
+        .iter()
+        .map(|&key| {
+            let steps: Vec<CapacityStep> = step_rates
+                .iter()
+                .map(|(ts, m)| (*ts, m.get(key).copied().unwrap_or(0)))
+                .collect();
+            (key, integrate(&steps, period))
+        })
+        .collect();
+    let capacity_total: f64 = capacity.values().sum();
+    let capacity_share = |key: &str| {
+        if capacity_total > 0.0 {
+            capacity[key] / capacity_total
+        } else {
+            1.0 / keys.len() as f64
+        }
+    };
+    keys.iter()
+        .map(|&key| {
+            let weight = capacity_share(key);
+            TypedUsage {
+                gpu_type: key.to_string(),
+                rate_per_hour: rates.rate(Some(key)),
+                capacity_hours: capacity[key] / SECONDS_PER_HOUR,
+                unallocated_hours: split.totals.unallocated / SECONDS_PER_HOUR * weight,
+                teams: split
+                    .rows
+                    .iter()
+                    .filter(|row| row.team != POOL)
+                    .map(|row| {
+                        let used = by_rate.get(row.team.as_str());
+                        let all: f64 = used.map_or(0.0, |m| m.values().sum());
+                        let share = match used.and_then(|m| m.get(key)) {
+                            Some(s) if all > 0.0 => s / all,
+                            _ => 0.0,
+                        };
+                        TeamHours {
+                            team: row.team.clone(),
+                            quota_hours: row.quota / SECONDS_PER_HOUR * weight,
+                            in_quota_hours: row.in_quota / SECONDS_PER_HOUR * share,
+                            borrowed_hours: row.borrowed / SECONDS_PER_HOUR * share,
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 /// Output formats of every report.
@@ -209,87 +513,183 @@ pub enum Format {
     Json,
 }
 
-pub fn render<Tz: chrono::TimeZone>(report: &UsageReport, format: Format, tz: &Tz) -> String
+pub fn render_teams<Tz: chrono::TimeZone>(report: &UsageReport, format: Format, tz: &Tz) -> String
 where
     Tz::Offset: std::fmt::Display,
 {
     match format {
-        Format::Table => render_table(report, tz),
-        Format::Csv => render_csv(report),
-        Format::Json => render_json(report),
+        Format::Table => teams_table(report, tz),
+        Format::Csv => teams_csv(report),
+        Format::Json => teams_json(report),
     }
 }
 
-fn render_table<Tz: chrono::TimeZone>(report: &UsageReport, tz: &Tz) -> String
-where
-    Tz::Offset: std::fmt::Display,
-{
-    let cost_header = match &report.currency {
-        Some(c) => format!("COST ({c})"),
-        None => "COST".to_string(),
-    };
-    let header = ["TEAM", "JOBS", "GPU-HOURS", "QUOTA", cost_header.as_str()];
-    let cost_cell = |c: Option<f64>| c.map(|c| format!("{c:.2}")).unwrap_or_default();
-    let mut lines: Vec<[String; 5]> = report
-        .rows
-        .iter()
-        .map(|r| {
-            [
-                r.team.clone(),
-                r.jobs.to_string(),
-                format!("{:.4}", r.gpu_hours()),
-                r.quota.map(|q| q.to_string()).unwrap_or_default(),
-                cost_cell(r.cost),
-            ]
-        })
-        .collect();
-    let total_seconds: u128 = report.rows.iter().map(|r| r.gpu_seconds).sum();
-    let total_quota: Option<u64> = report
-        .rows
-        .iter()
-        .filter_map(|r| r.quota.map(u64::from))
-        .reduce(|a, b| a + b);
-    let total_cost: Option<f64> = report
-        .rows
-        .iter()
-        .filter_map(|r| r.cost)
-        .reduce(|a, b| a + b);
-    lines.push([
-        "total".to_string(),
-        report.rows.iter().map(|r| r.jobs).sum::<u64>().to_string(),
-        format!("{:.4}", total_seconds as f64 / 3600.0),
-        total_quota.map(|q| q.to_string()).unwrap_or_default(),
-        cost_cell(total_cost),
-    ]);
-    let mut widths: [usize; 5] = header.map(str::len);
-    for l in &lines {
+fn hours(h: f64) -> String {
+    format!("{h:.4}")
+}
+
+fn money(c: Option<f64>) -> String {
+    c.map(|c| format!("{c:.2}")).unwrap_or_default()
+}
+
+/// Cells right-aligned under their headers, the first column left-aligned.
+fn table(header: &[String], lines: &[Vec<String>], rule_before_last: bool) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for l in lines {
         for (w, cell) in widths.iter_mut().zip(l) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "GPU usage on {} from {} to {} (local time)",
-        report.cluster,
-        format_local(report.period.since, tz).replace('T', " "),
-        format_local(report.period.until, tz).replace('T', " "),
-    );
-    let push_row = |out: &mut String, cells: [&str; 5]| {
+    let row = |cells: &[String]| {
         let mut line = format!("{:<w$}", cells[0], w = widths[0]);
         for (cell, w) in cells[1..].iter().zip(&widths[1..]) {
             let _ = write!(line, "  {cell:>w$}");
         }
-        let _ = writeln!(out, "{}", line.trim_end());
+        line.trim_end().to_string() + "\n"
     };
-    push_row(&mut out, header);
-    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    let n = lines.len();
+    let mut out = row(header);
     for (i, l) in lines.iter().enumerate() {
-        if i + 1 == n {
-            push_row(&mut out, [&rule[0], &rule[1], &rule[2], &rule[3], &rule[4]]);
+        if rule_before_last && i + 1 == lines.len() {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            out.push_str(&row(&rule));
         }
-        push_row(&mut out, [&l[0], &l[1], &l[2], &l[3], &l[4]]);
+        out.push_str(&row(l));
+    }
+    out
+}
+
+fn teams_table<Tz: chrono::TimeZone>(report: &UsageReport, tz: &Tz) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let with_cost = report.capacity_cost.is_some();
+    let currency = report
+        .currency
+        .as_deref()
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default();
+    let mut header: Vec<String> = [
+        "TEAM",
+        "JOBS",
+        "QUOTA",
+        "GPU-HOURS",
+        "IN-QUOTA",
+        "BORROWED",
+        "LENT",
+    ]
+    .map(String::from)
+    .to_vec();
+    if with_cost {
+        header.push("ALLOCATED".into());
+        header.push("IDLE".into());
+        header.push(format!("COST{currency}"));
+    }
+    let cells = |team: &str,
+                 jobs: u64,
+                 quota: Option<u64>,
+                 r: [f64; 4],
+                 c: [Option<f64>; 3]|
+     -> Vec<String> {
+        let mut v = vec![
+            team.to_string(),
+            jobs.to_string(),
+            quota.map(|q| q.to_string()).unwrap_or_default(),
+            hours(r[0]),
+            hours(r[1]),
+            hours(r[2]),
+            hours(r[3]),
+        ];
+        if with_cost {
+            v.extend(c.map(money));
+        }
+        v
+    };
+    let mut lines: Vec<Vec<String>> = report
+        .rows
+        .iter()
+        .map(|r| {
+            cells(
+                &r.team,
+                r.jobs,
+                r.quota.map(u64::from),
+                [
+                    r.gpu_hours(),
+                    r.in_quota_hours(),
+                    r.borrowed_hours(),
+                    r.lent_hours(),
+                ],
+                [r.allocated_cost, r.idle_cost, r.total_cost],
+            )
+        })
+        .collect();
+    let sum = |f: fn(&TeamRow) -> f64| report.rows.iter().map(f).sum::<f64>();
+    let sum_cost =
+        |f: fn(&TeamRow) -> Option<f64>| report.rows.iter().filter_map(f).reduce(|a, b| a + b);
+    let total_seconds: u128 = report.rows.iter().map(|r| r.gpu_seconds).sum();
+    lines.push(cells(
+        "total",
+        report.rows.iter().map(|r| r.jobs).sum(),
+        report
+            .rows
+            .iter()
+            .filter_map(|r| r.quota.map(u64::from))
+            .reduce(|a, b| a + b),
+        [
+            total_seconds as f64 / SECONDS_PER_HOUR,
+            sum(TeamRow::in_quota_hours),
+            sum(TeamRow::borrowed_hours),
+            sum(TeamRow::lent_hours),
+        ],
+        [
+            sum_cost(|r| r.allocated_cost),
+            sum_cost(|r| r.idle_cost),
+            sum_cost(|r| r.total_cost),
+        ],
+    ));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "GPU usage on {} from {} to {} (local time), GPU-hours{}",
+        report.cluster,
+        format_local(report.period.since, tz).replace('T', " "),
+        format_local(report.period.until, tz).replace('T', " "),
+        if with_cost { " and cost" } else { "" }
+    );
+    out.push_str(&table(&header, &lines, true));
+    let source = match report.capacity_source {
+        CapacitySource::Samples => "recorded by accountd run".to_string(),
+        CapacitySource::QuotasUntil(t) => format!(
+            "the sum of quotas, {} GPUs, until the first sample at {}",
+            report.quota_sum,
+            format_local(t, tz).replace('T', " ")
+        ),
+        CapacitySource::Quotas => format!(
+            "the sum of quotas, {} GPUs: no capacity recorded",
+            report.quota_sum
+        ),
+    };
+    let _ = write!(
+        out,
+        "capacity: {} GPU-hours",
+        hours(report.capacity_gpu_seconds / SECONDS_PER_HOUR)
+    );
+    if let Some(c) = report.capacity_cost {
+        let _ = write!(out, " costing {}{currency}", money(Some(c)));
+    }
+    let _ = writeln!(out, " ({source})");
+    if report.counted.until < report.period.until {
+        let _ = writeln!(
+            out,
+            "counted up to now, {}",
+            format_local(report.counted.until, tz).replace('T', " ")
+        );
+    }
+    if report.over_lendable_seconds > 0.0 {
+        let _ = writeln!(
+            out,
+            "{} GPU-hours were borrowed beyond what was lendable at the time (lent by (pool))",
+            hours(report.over_lendable_seconds / SECONDS_PER_HOUR)
+        );
     }
     out
 }
@@ -303,22 +703,32 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn render_csv(report: &UsageReport) -> String {
-    let mut out = String::from("team,jobs,gpu_hours,quota,cost,currency,since,until\n");
+fn teams_csv(report: &UsageReport) -> String {
+    // The first eight columns are those of the report before the split: keep their order.
+    let mut out = String::from(
+        "team,jobs,gpu_hours,quota,cost,currency,since,until,\
+         in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost\n",
+    );
     let since = format_rfc3339(report.period.since);
     let until = format_rfc3339(report.period.until);
     for r in &report.rows {
         let _ = writeln!(
             out,
-            "{},{},{:.4},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             csv_field(&r.team),
             r.jobs,
-            r.gpu_hours(),
+            hours(r.gpu_hours()),
             r.quota.map(|q| q.to_string()).unwrap_or_default(),
-            r.cost.map(|c| format!("{c:.2}")).unwrap_or_default(),
+            money(r.cost),
             csv_field(report.currency.as_deref().unwrap_or("")),
             since,
-            until
+            until,
+            hours(r.in_quota_hours()),
+            hours(r.borrowed_hours()),
+            hours(r.lent_hours()),
+            money(r.allocated_cost),
+            money(r.idle_cost),
+            money(r.total_cost),
         );
     }
     out
@@ -326,7 +736,7 @@ fn render_csv(report: &UsageReport) -> String {
 
 /// One element of the JSON array. Keys are an interface: keep them.
 #[derive(Serialize)]
-struct JsonRow<'a> {
+struct TeamJson<'a> {
     team: &'a str,
     jobs: u64,
     gpu_hours: f64,
@@ -335,15 +745,21 @@ struct JsonRow<'a> {
     currency: Option<&'a str>,
     since: String,
     until: String,
+    in_quota_hours: f64,
+    borrowed_hours: f64,
+    lent_hours: f64,
+    allocated_cost: Option<f64>,
+    idle_cost: Option<f64>,
+    total_cost: Option<f64>,
 }
 
-fn render_json(report: &UsageReport) -> String {
+fn teams_json(report: &UsageReport) -> String {
     let since = format_rfc3339(report.period.since);
     let until = format_rfc3339(report.period.until);
-    let rows: Vec<JsonRow<'_>> = report
+    let rows: Vec<TeamJson<'_>> = report
         .rows
         .iter()
-        .map(|r| JsonRow {
+        .map(|r| TeamJson {
             team: &r.team,
             jobs: r.jobs,
             gpu_hours: r.gpu_hours(),
@@ -352,6 +768,12 @@ fn render_json(report: &UsageReport) -> String {
             currency: report.currency.as_deref(),
             since: since.clone(),
             until: until.clone(),
+            in_quota_hours: r.in_quota_hours(),
+            borrowed_hours: r.borrowed_hours(),
+            lent_hours: r.lent_hours(),
+            allocated_cost: r.allocated_cost,
+            idle_cost: r.idle_cost,
+            total_cost: r.total_cost,
         })
         .collect();
     let mut s = serde_json::to_string_pretty(&rows).expect("plain data serialises");
@@ -359,200 +781,569 @@ fn render_json(report: &UsageReport) -> String {
     s
 }
 
+// ---------------------------------------------------------------------------------------------
+// report fairshare
+
+/// What the fair-share report needs besides the database.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FairshareParams {
+    pub cluster: String,
+    /// The instant usage is decayed to (running jobs count up to it).
+    pub as_of: UnixSeconds,
+    /// Usage before this instant is not read.
+    pub since: UnixSeconds,
+    pub half_life: Duration,
+    pub dampening: f64,
+    /// Every configured team's weight.
+    pub weights: BTreeMap<String, u32>,
+    /// Only these teams; empty: every team and every account with usage.
+    pub only: Vec<String>,
+}
+
+/// How many half-lives of usage the fair-share reads by default: older usage weighs under 0.1 %.
+pub const FAIRSHARE_HORIZON_HALF_LIVES: u64 = 10;
+
+impl FairshareParams {
+    /// `since` None: [`FAIRSHARE_HORIZON_HALF_LIVES`] half-lives before `as_of`, or all the
+    /// history when the half-life is 0 (no decay).
+    pub fn from_config(
+        config: &Config,
+        as_of: UnixSeconds,
+        since: Option<UnixSeconds>,
+        only: Vec<String>,
+    ) -> Self {
+        let half_life = config.accountd.fairshare_half_life;
+        let since = since.unwrap_or_else(|| default_fairshare_since(as_of, half_life));
+        FairshareParams {
+            cluster: slurm_name(&config.cluster.name),
+            as_of,
+            since,
+            half_life,
+            dampening: config.accountd.fairshare_dampening,
+            weights: crate::model::fairshare::weights_from_config(config),
+            only: only.iter().map(|t| slurm_name(t)).collect(),
+        }
+    }
+}
+
+/// The start of the usage the fair-share reads by default.
+pub fn default_fairshare_since(as_of: UnixSeconds, half_life: Duration) -> UnixSeconds {
+    if half_life.is_zero() {
+        return 0;
+    }
+    let horizon = half_life
+        .as_secs()
+        .saturating_mul(FAIRSHARE_HORIZON_HALF_LIVES);
+    as_of.saturating_sub(i64::try_from(horizon).unwrap_or(i64::MAX))
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FairshareRow {
+    pub team: String,
+    /// None: an account with usage that is not a team (it has no shares).
+    pub weight: Option<u32>,
+    /// S: the weight over the sum of weights.
+    pub normalized_shares: f64,
+    /// GPU-seconds, each decayed by its age.
+    pub decayed_gpu_seconds: f64,
+    /// U: the decayed usage over every account's decayed usage.
+    pub normalized_usage: f64,
+    /// F = 2^(-U/S/d).
+    pub factor: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FairshareReport {
+    pub cluster: String,
+    pub as_of: UnixSeconds,
+    pub since: UnixSeconds,
+    pub half_life: Duration,
+    pub dampening: f64,
+    /// By team name.
+    pub rows: Vec<FairshareRow>,
+}
+
+pub fn fairshare_report(
+    store: &Store,
+    params: &FairshareParams,
+) -> Result<FairshareReport, StoreError> {
+    let runs = store.runs_overlapping(&params.cluster, params.since, params.as_of)?;
+    Ok(compute_fairshare(&runs, params))
+}
+
+pub fn compute_fairshare(runs: &[RunUsage], params: &FairshareParams) -> FairshareReport {
+    let model_runs: Vec<Run> = runs
+        .iter()
+        .filter(|r| r.gpus > 0)
+        .map(|r| Run {
+            team: r.account.clone(),
+            gpus: u32::try_from(r.gpus).unwrap_or(u32::MAX),
+            start: r.start.max(params.since),
+            end: r.end.unwrap_or(params.as_of),
+        })
+        .collect();
+    let usage = decayed_usage(&model_runs, params.as_of, params.half_life);
+    // Accounts with usage but no team have no shares (Slurm: factor 0 once they use anything).
+    let mut shares = params.weights.clone();
+    for account in usage.keys() {
+        shares.entry(account.clone()).or_insert(0);
+    }
+    let mut rows: Vec<FairshareRow> = team_fair_shares(&shares, &usage, params.dampening)
+        .into_iter()
+        .map(|f| FairshareRow {
+            weight: params.weights.get(&f.path).copied(),
+            decayed_gpu_seconds: usage.get(&f.path).copied().unwrap_or(0.0),
+            normalized_shares: f.normalized_shares,
+            normalized_usage: f.actual_usage,
+            factor: f.factor,
+            team: f.path,
+        })
+        .collect();
+    if !params.only.is_empty() {
+        rows.retain(|r| params.only.contains(&r.team));
+    }
+    FairshareReport {
+        cluster: params.cluster.clone(),
+        as_of: params.as_of,
+        since: params.since,
+        half_life: params.half_life,
+        dampening: params.dampening,
+        rows,
+    }
+}
+
+pub fn render_fairshare<Tz: chrono::TimeZone>(
+    report: &FairshareReport,
+    format: Format,
+    tz: &Tz,
+) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    match format {
+        Format::Table => {
+            let header: Vec<String> = [
+                "TEAM",
+                "WEIGHT",
+                "SHARE",
+                "DECAYED GPU-HOURS",
+                "USAGE",
+                "FACTOR",
+            ]
+            .map(String::from)
+            .to_vec();
+            let lines: Vec<Vec<String>> = report
+                .rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.team.clone(),
+                        r.weight.map(|w| w.to_string()).unwrap_or_default(),
+                        format!("{:.4}", r.normalized_shares),
+                        hours(r.decayed_gpu_seconds / SECONDS_PER_HOUR),
+                        format!("{:.4}", r.normalized_usage),
+                        format!("{:.4}", r.factor),
+                    ]
+                })
+                .collect();
+            let mut out = format!(
+                "Fair-share on {} as of {} (local time): usage since {}, half-life {}, dampening {}\n",
+                report.cluster,
+                format_local(report.as_of, tz).replace('T', " "),
+                format_local(report.since, tz).replace('T', " "),
+                if report.half_life.is_zero() {
+                    "0 (no decay)".to_string()
+                } else {
+                    format_duration(report.half_life)
+                },
+                report.dampening
+            );
+            out.push_str(&table(&header, &lines, false));
+            out
+        }
+        Format::Csv => {
+            let mut out = String::from(
+                "team,weight,normalized_shares,decayed_gpu_hours,normalized_usage,fairshare_factor,since,as_of,half_life_seconds\n",
+            );
+            for r in &report.rows {
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{},{}",
+                    csv_field(&r.team),
+                    r.weight.map(|w| w.to_string()).unwrap_or_default(),
+                    r.normalized_shares,
+                    r.decayed_gpu_seconds / SECONDS_PER_HOUR,
+                    r.normalized_usage,
+                    r.factor,
+                    format_rfc3339(report.since),
+                    format_rfc3339(report.as_of),
+                    report.half_life.as_secs()
+                );
+            }
+            out
+        }
+        Format::Json => {
+            #[derive(Serialize)]
+            struct Row<'a> {
+                team: &'a str,
+                weight: Option<u32>,
+                normalized_shares: f64,
+                decayed_gpu_hours: f64,
+                normalized_usage: f64,
+                fairshare_factor: f64,
+                since: String,
+                as_of: String,
+                half_life_seconds: u64,
+            }
+            let rows: Vec<Row<'_>> = report
+                .rows
+                .iter()
+                .map(|r| Row {
+                    team: &r.team,
+                    weight: r.weight,
+                    normalized_shares: r.normalized_shares,
+                    decayed_gpu_hours: r.decayed_gpu_seconds / SECONDS_PER_HOUR,
+                    normalized_usage: r.normalized_usage,
+                    fairshare_factor: r.factor,
+                    since: format_rfc3339(report.since),
+                    as_of: format_rfc3339(report.as_of),
+                    half_life_seconds: report.half_life.as_secs(),
+                })
+                .collect();
+            let mut s = serde_json::to_string_pretty(&rows).expect("plain data serialises");
+            s.push('\n');
+            s
+        }
+    }
+}
+
+/// A duration as the configuration writes it: `7d`, `12h`, `90s`, `200ms`.
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        _ if d.subsec_nanos() != 0 => format!("{}ms", d.as_millis()),
+        _ if s != 0 && s % 86_400 == 0 => format!("{}d", s / 86_400),
+        _ if s != 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        _ if s != 0 && s % 60 == 0 => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::Utc;
+    use teamshare_config::IdleCostSplit;
 
     const H: i64 = 3600;
+    /// 2024-03-01T00:00:00Z.
+    const T0: i64 = 1_709_251_200;
 
-    fn run(id: i64, account: &str, start: i64, end: Option<i64>, gpus: u64) -> RunUsage {
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    fn run(id: i64, account: &str, start_h: i64, end_h: Option<i64>, gpus: u64) -> RunUsage {
         RunUsage {
             id,
             account: account.into(),
-            start,
-            end,
+            start: T0 + start_h * H,
+            end: end_h.map(|e| T0 + e * H),
             gpus,
             gpus_by_type: BTreeMap::new(),
         }
     }
 
-    fn params(period: Period, now: i64) -> UsageParams {
+    fn cap(ts_h: i64, gpus: u32, types: &[(&str, u32)]) -> CapacitySample {
+        CapacitySample {
+            ts: T0 + ts_h * H,
+            gpus,
+            by_type: types.iter().map(|&(t, n)| (t.to_string(), n)).collect(),
+        }
+    }
+
+    fn quota(name: &str, quota: u32, lend_limit: u32) -> TeamQuota {
+        TeamQuota {
+            name: name.into(),
+            quota,
+            lend_limit,
+        }
+    }
+
+    /// The three-team example of tests/model_golden.rs, at 10 per GPU-hour, borrowed hours at
+    /// 0.5, idle cost by quota share.
+    fn params(until_h: i64, now_h: i64) -> UsageParams {
         UsageParams {
             cluster: "c".into(),
-            period,
-            now,
-            teams: vec![
-                ConfiguredTeam {
-                    name: "training".into(),
-                    quota: 4,
-                },
-                ConfiguredTeam {
-                    name: "agents".into(),
-                    quota: 2,
-                },
-            ],
-            rates: Rates::new(BTreeMap::from([
-                ("default".to_string(), 10.0),
-                ("h100".to_string(), 70.0),
-            ])),
+            period: Period {
+                since: T0,
+                until: T0 + until_h * H,
+            },
+            now: T0 + now_h * H,
+            teams: vec![quota("a", 2, 2), quota("b", 4, 1), quota("c", 2, 2)],
+            quota_by_type: BTreeMap::new(),
+            rates: Rates::new(BTreeMap::from([(DEFAULT_RATE.to_string(), 10.0)])),
             currency: Some("BRL".into()),
+            cost_rule: CostRule {
+                borrowed_cost_factor: 0.5,
+                idle_split: IdleCostSplit::QuotaShare,
+            },
             only: vec![],
         }
     }
 
-    fn by_team(r: &UsageReport, team: &str) -> TeamUsage {
-        r.rows.iter().find(|t| t.team == team).unwrap().clone()
+    fn example_runs() -> Vec<RunUsage> {
+        vec![
+            run(1, "a", 0, Some(2), 4),
+            run(2, "b", 0, Some(6), 1),
+            run(3, "c", 1, Some(3), 1),
+            run(4, "b", 3, Some(4), 4),
+            run(5, "c", 4, Some(5), 3),
+            run(6, "a", 4, None, 1), // running: counted up to now (6 h)
+            run(7, "a", 5, Some(5), 0),
+        ]
+    }
+
+    fn example_capacity() -> Vec<CapacitySample> {
+        vec![cap(0, 8, &[]), cap(4, 10, &[])]
+    }
+
+    fn assert_adds_up(r: &UsageReport) {
+        let (mut borrowed, mut lent, mut total) = (0.0, 0.0, 0.0);
+        for row in &r.rows {
+            assert!(
+                close(
+                    row.gpu_seconds as f64,
+                    row.in_quota_seconds + row.borrowed_seconds
+                ),
+                "{row:?}"
+            );
+            borrowed += row.borrowed_seconds;
+            lent += row.lent_seconds;
+            total += row.total_cost.unwrap_or(0.0);
+            if let (Some(a), Some(i), Some(t)) = (row.allocated_cost, row.idle_cost, row.total_cost)
+            {
+                assert!(close(a + i, t), "{row:?}");
+            }
+        }
+        assert!(close(borrowed, lent), "borrowed {borrowed}, lent {lent}");
+        if let Some(c) = r.capacity_cost {
+            assert!(close(total, c), "total {total}, capacity {c}");
+        }
     }
 
     #[test]
-    fn runs_are_clipped_at_the_period_bounds() {
-        let period = Period {
-            since: 10 * H,
-            until: 20 * H,
-        };
-        let runs = [
-            run(1, "agents", 8 * H, Some(12 * H), 2), // 2 h inside x 2 GPUs
-            run(2, "agents", 19 * H, Some(25 * H), 1), // 1 h inside
-            run(3, "agents", 0, Some(10 * H), 8),     // ends at since: nothing
-            run(4, "agents", 20 * H, Some(21 * H), 8), // starts at until: nothing
-            run(5, "agents", 12 * H, Some(13 * H), 0), // no GPUs: not counted
-        ];
-        let r = compute_usage(&runs, &params(period, 30 * H));
-        let a = by_team(&r, "agents");
-        assert_eq!(a.gpu_seconds, (4 + 1) as u128 * 3600);
-        assert_eq!(a.jobs, 2);
-        assert!((a.gpu_hours() - 5.0).abs() < 1e-12);
-        assert!((a.cost.unwrap() - 50.0).abs() < 1e-9);
-        assert_eq!(a.quota, Some(2));
+    fn the_split_and_costs_are_the_models() {
+        // Hand-computed in tests/model_golden.rs: a 10/6/4 lent 3/4, b 10/9/1 lent 23/12,
+        // c 5/4/1 lent 17/6, (pool) lent 1/2; capacity 52 GPU-hours.
+        let r = compute_usage(&example_runs(), &example_capacity(), &params(6, 6));
+        let names: Vec<&str> = r.rows.iter().map(|r| r.team.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", POOL, IDLE]);
+        for (team, jobs, allocated, in_quota, borrowed, lent) in [
+            ("a", 2, 10.0, 6.0, 4.0, 0.75),
+            ("b", 2, 10.0, 9.0, 1.0, 23.0 / 12.0),
+            ("c", 2, 5.0, 4.0, 1.0, 17.0 / 6.0),
+            (POOL, 0, 0.0, 0.0, 0.0, 0.5),
+        ] {
+            let row = r.row(team).unwrap();
+            assert_eq!(row.jobs, jobs, "{team}");
+            assert!(close(row.gpu_hours(), allocated), "{team}: {row:?}");
+            assert!(close(row.in_quota_hours(), in_quota), "{team}: {row:?}");
+            assert!(close(row.borrowed_hours(), borrowed), "{team}: {row:?}");
+            assert!(close(row.lent_hours(), lent), "{team}: {row:?}");
+        }
+        assert!(close(r.capacity_gpu_seconds / 3600.0, 52.0));
+        assert_eq!(r.capacity_source, CapacitySource::Samples);
+        // Costs (model_golden): allocated a 80, b 95, c 45; capacity 520; idle 300 split by
+        // quota hours a 12, b 24, c 12, unallocated 4 (to (idle)) out of 52.
+        let a = r.row("a").unwrap();
+        assert!(close(a.allocated_cost.unwrap(), 80.0));
+        assert!(close(a.idle_cost.unwrap(), 300.0 * 12.0 / 52.0));
+        assert!(close(a.cost.unwrap(), 100.0)); // list price: 10 GPU-hours at 10
+        assert!(close(
+            r.row(IDLE).unwrap().idle_cost.unwrap(),
+            300.0 * 4.0 / 52.0
+        ));
+        assert!(close(r.capacity_cost.unwrap(), 520.0));
+        assert_eq!(r.row(POOL).unwrap().total_cost, Some(0.0));
+        assert_eq!(r.row("a").unwrap().quota, Some(2));
+        assert_eq!(r.row(POOL).unwrap().quota, None);
+        assert_adds_up(&r);
     }
 
     #[test]
-    fn running_jobs_count_up_to_now() {
-        let period = Period {
-            since: 0,
-            until: 100 * H,
-        };
-        let runs = [run(1, "training", 10 * H, None, 4)];
-        let r = compute_usage(&runs, &params(period, 13 * H + 1800));
-        assert_eq!(by_team(&r, "training").gpu_seconds, 4 * (3 * 3600 + 1800));
-        // Now past the period's end: clipped at until.
-        let r = compute_usage(
-            &runs,
-            &params(
-                Period {
-                    since: 0,
-                    until: 11 * H,
-                },
-                50 * H,
-            ),
-        );
-        assert_eq!(by_team(&r, "training").gpu_seconds, 4 * 3600);
+    fn the_period_is_counted_up_to_now() {
+        // Until 10 h but now is 6 h: the same as a period ending at 6 h.
+        let later = compute_usage(&example_runs(), &example_capacity(), &params(10, 6));
+        let now = compute_usage(&example_runs(), &example_capacity(), &params(6, 6));
+        assert_eq!(later.rows, now.rows);
+        assert_eq!(later.counted.until, T0 + 6 * H);
+        assert_eq!(later.period.until, T0 + 10 * H);
+        // A period wholly in the future counts nothing.
+        let mut p = params(10, 6);
+        p.period.since = T0 + 8 * H;
+        let r = compute_usage(&example_runs(), &example_capacity(), &p);
+        assert_eq!(r.capacity_gpu_seconds, 0.0);
+        assert!(r.rows.iter().all(|row| row.gpu_seconds == 0));
     }
 
     #[test]
-    fn typed_gpus_cost_their_type_rate() {
-        let period = Period { since: 0, until: H };
-        let mut typed = run(1, "training", 0, Some(H), 3);
+    fn without_samples_the_capacity_is_the_sum_of_quotas() {
+        let r = compute_usage(&example_runs(), &[], &params(6, 6));
+        assert_eq!(r.capacity_source, CapacitySource::Quotas);
+        assert!(close(r.capacity_gpu_seconds / 3600.0, 8.0 * 6.0));
+        assert_adds_up(&r);
+        // Samples from 4 h on: quotas (8) before, 10 after.
+        let r = compute_usage(&example_runs(), &[cap(4, 10, &[])], &params(6, 6));
+        assert_eq!(r.capacity_source, CapacitySource::QuotasUntil(T0 + 4 * H));
+        assert!(close(r.capacity_gpu_seconds / 3600.0, 52.0));
+        assert_adds_up(&r);
+    }
+
+    #[test]
+    fn gpu_types_are_priced_at_their_rates() {
+        // One team, quota 2, on 2 h100 (70/h) and 2 untyped GPUs (10/h), for 1 h: it holds
+        // 2 h100 + 1 untyped, so 2 GPU-hours in quota and 1 borrowed.
+        let mut p = params(1, 1);
+        p.teams = vec![quota("a", 2, 0)];
+        p.rates = Rates::new(BTreeMap::from([
+            (DEFAULT_RATE.to_string(), 10.0),
+            ("h100".to_string(), 70.0),
+        ]));
+        p.cost_rule.borrowed_cost_factor = 1.0;
+        let mut typed = run(1, "a", 0, Some(1), 3);
         typed.gpus_by_type.insert("h100".into(), 2);
-        typed.gpus_by_type.insert("l4".into(), 1); // no rate of its own: default
-        let r = compute_usage(&[typed], &params(period, H));
-        assert!((by_team(&r, "training").cost.unwrap() - (140.0 + 10.0)).abs() < 1e-9);
+        let r = compute_usage(&[typed], &[cap(0, 4, &[("h100", 2)])], &p);
+        let a = r.row("a").unwrap();
+        assert!(close(a.cost.unwrap(), 150.0));
+        // At factor 1 the allocated cost is the list price whatever the proportions.
+        assert!(close(a.allocated_cost.unwrap(), 150.0));
+        // Capacity: 2 x 70 + 2 x 10 = 160; idle 10, all of it untyped capacity, split by quota
+        // share: a's quota 2 against the 2 unallocated GPUs of the (idle) row.
+        assert!(close(r.capacity_cost.unwrap(), 160.0));
+        assert!(close(a.total_cost.unwrap(), 155.0));
+        assert!(close(r.row(IDLE).unwrap().total_cost.unwrap(), 5.0));
+        assert_adds_up(&r);
+        // Borrowed hours at half price: 1 borrowed GPU-hour at the team's mix (2/3 h100,
+        // 1/3 default): 150 - 0.5 x (2/3 x 70 + 1/3 x 10) = 125.
+        p.cost_rule.borrowed_cost_factor = 0.5;
+        let mut typed = run(1, "a", 0, Some(1), 3);
+        typed.gpus_by_type.insert("h100".into(), 2);
+        let r = compute_usage(&[typed], &[cap(0, 4, &[("h100", 2)])], &p);
+        assert!(close(r.row("a").unwrap().allocated_cost.unwrap(), 125.0));
+        assert_adds_up(&r);
+    }
+
+    #[test]
+    fn accounts_without_quota_borrow_and_the_filter_keeps_named_rows() {
+        let mut runs = example_runs();
+        runs.push(run(8, "stray", 0, Some(1), 1));
+        let r = compute_usage(&runs, &example_capacity(), &params(6, 6));
+        let stray = r.row("stray").unwrap();
+        assert_eq!(stray.kind, RowKind::Account);
+        assert_eq!(stray.quota, None);
+        assert!(close(stray.borrowed_hours(), 1.0));
+        assert_adds_up(&r);
+
+        let mut p = params(6, 6);
+        p.only = vec!["c".into(), "nobody".into(), "a".into()];
+        let r = compute_usage(&runs, &example_capacity(), &p);
+        let names: Vec<&str> = r.rows.iter().map(|r| r.team.as_str()).collect();
+        assert_eq!(names, ["a", "c", "nobody"]);
+        assert_eq!(r.row("nobody").unwrap().gpu_seconds, 0);
+        assert!(close(r.row("a").unwrap().gpu_hours(), 10.0));
     }
 
     #[test]
     fn without_rates_there_is_no_cost() {
-        let period = Period { since: 0, until: H };
-        let mut p = params(period, H);
+        let mut p = params(6, 6);
         p.rates = Rates::default();
-        let r = compute_usage(&[run(1, "agents", 0, Some(H), 1)], &p);
-        assert_eq!(by_team(&r, "agents").cost, None);
+        let r = compute_usage(&example_runs(), &example_capacity(), &p);
+        assert!(r
+            .rows
+            .iter()
+            .all(|row| row.cost.is_none() && row.total_cost.is_none()));
+        assert!(r.row(IDLE).is_none());
+        assert_eq!(r.capacity_cost, None);
+        let t = render_teams(&r, Format::Table, &Utc);
+        assert!(!t.contains("COST"), "{t}");
     }
 
     #[test]
-    fn rows_are_configured_teams_and_accounts_with_usage_by_name() {
-        let period = Period { since: 0, until: H };
-        let runs = [
-            run(1, "zeta", 0, Some(H), 1),
-            run(2, "alpha", 0, Some(H), 1),
-        ];
-        let r = compute_usage(&runs, &params(period, H));
-        let names: Vec<_> = r.rows.iter().map(|t| t.team.as_str()).collect();
-        assert_eq!(names, ["agents", "alpha", "training", "zeta"]);
-        assert_eq!(by_team(&r, "zeta").quota, None);
-        assert_eq!(by_team(&r, "training").jobs, 0);
-        let mut only = params(period, H);
-        only.only = vec!["zeta".into(), "agents".into()];
-        let r = compute_usage(&runs, &only);
-        let names: Vec<_> = r.rows.iter().map(|t| t.team.as_str()).collect();
-        assert_eq!(names, ["agents", "zeta"]);
-    }
-
-    fn sample() -> UsageReport {
-        let period = Period {
-            since: 1_714_521_600,
-            until: 1_714_521_600 + 10 * H,
-        };
-        let runs = [
-            run(1, "agents", period.since, Some(period.since + 1000), 1),
-            run(2, "training", period.since, Some(period.since + 2 * H), 4),
-            run(3, "other", period.since, Some(period.since + H), 1),
-        ];
-        compute_usage(&runs, &params(period, period.until))
-    }
-
-    #[test]
-    fn table_is_aligned_with_a_total_row() {
-        let t = render(&sample(), Format::Table, &Utc);
+    fn table_has_a_total_row_and_the_capacity() {
+        let r = compute_usage(&example_runs(), &example_capacity(), &params(6, 6));
+        let t = render_teams(&r, Format::Table, &Utc);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
             lines[0],
-            "GPU usage on c from 2024-05-01 00:00:00 to 2024-05-01 10:00:00 (local time)"
+            "GPU usage on c from 2024-03-01 00:00:00 to 2024-03-01 06:00:00 (local time), GPU-hours and cost"
         );
-        assert!(lines[1].starts_with("TEAM"));
-        assert!(lines[1].ends_with("COST (BRL)"));
-        assert!(lines[2].contains("0.2778"), "{t}");
-        assert!(lines
-            .iter()
-            .any(|l| l.starts_with("other") && l.contains("1.0000")));
-        let total = lines.last().unwrap();
-        assert!(total.starts_with("total"));
-        assert!(total.contains("9.2778"), "{t}");
-        assert!(total.contains(" 6 ") || total.contains(" 6  "), "{t}");
-        // Every line but the title has the same width (numbers right-aligned).
-        let w = lines[1].len();
-        assert!(lines[2..].iter().all(|l| l.len() <= w), "{t}");
-        assert_eq!(lines[2].len(), w, "{t}");
+        let cells = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(
+            cells(lines[1]),
+            [
+                "TEAM",
+                "JOBS",
+                "QUOTA",
+                "GPU-HOURS",
+                "IN-QUOTA",
+                "BORROWED",
+                "LENT",
+                "ALLOCATED",
+                "IDLE",
+                "COST",
+                "(BRL)"
+            ]
+        );
+        assert_eq!(
+            cells(lines[2]),
+            ["a", "2", "2", "10.0000", "6.0000", "4.0000", "0.7500", "80.00", "69.23", "149.23"]
+        );
+        assert_eq!(
+            cells(lines[5]),
+            ["(pool)", "0", "0.0000", "0.0000", "0.0000", "0.5000", "0.00", "0.00", "0.00"]
+        );
+        assert!(lines[7].starts_with("---"));
+        assert_eq!(
+            cells(lines[8]),
+            [
+                "total", "6", "8", "25.0000", "19.0000", "6.0000", "6.0000", "220.00", "300.00",
+                "520.00"
+            ]
+        );
+        assert_eq!(
+            lines[9],
+            "capacity: 52.0000 GPU-hours costing 520.00 (BRL) (recorded by accountd run)"
+        );
+        // Every table line has the header's width at most, the first row exactly.
+        assert!(lines[2..9].iter().all(|l| l.len() <= lines[1].len()), "{t}");
     }
 
     #[test]
-    fn csv_has_a_header_and_one_row_per_team() {
-        let c = render(&sample(), Format::Csv, &Utc);
+    fn csv_keeps_the_old_columns_first() {
+        let r = compute_usage(&example_runs(), &example_capacity(), &params(6, 6));
+        let c = render_teams(&r, Format::Csv, &Utc);
         let lines: Vec<&str> = c.lines().collect();
         assert_eq!(
             lines[0],
-            "team,jobs,gpu_hours,quota,cost,currency,since,until"
+            "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost"
         );
         assert_eq!(
             lines[1],
-            "agents,1,0.2778,2,2.78,BRL,2024-05-01T00:00:00Z,2024-05-01T10:00:00Z"
+            "a,2,10.0000,2,100.00,BRL,2024-03-01T00:00:00Z,2024-03-01T06:00:00Z,6.0000,4.0000,0.7500,80.00,69.23,149.23"
         );
-        assert_eq!(
-            lines[2],
-            "other,1,1.0000,,10.00,BRL,2024-05-01T00:00:00Z,2024-05-01T10:00:00Z"
-        );
-        assert_eq!(lines.len(), 4);
+        assert_eq!(lines.len(), 6);
         assert_eq!(csv_field("a,b"), "\"a,b\"");
     }
 
     #[test]
     fn json_has_stable_keys_and_full_precision() {
-        let j = render(&sample(), Format::Json, &Utc);
+        let r = compute_usage(&example_runs(), &example_capacity(), &params(6, 6));
+        let j = render_teams(&r, Format::Json, &Utc);
         let v: serde_json::Value = serde_json::from_str(&j).unwrap();
         let rows = v.as_array().unwrap();
-        assert_eq!(rows.len(), 3);
-        let agents = &rows[0];
-        let mut keys: Vec<&str> = agents
+        assert_eq!(rows.len(), 5);
+        let mut keys: Vec<&str> = rows[0]
             .as_object()
             .unwrap()
             .keys()
@@ -562,20 +1353,103 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "allocated_cost",
+                "borrowed_hours",
                 "cost",
                 "currency",
                 "gpu_hours",
+                "idle_cost",
+                "in_quota_hours",
                 "jobs",
+                "lent_hours",
                 "quota",
                 "since",
                 "team",
+                "total_cost",
                 "until"
             ]
         );
-        assert_eq!(agents["team"], "agents");
-        assert_eq!(agents["gpu_hours"].as_f64().unwrap(), 1000.0 / 3600.0);
-        assert_eq!(agents["since"], "2024-05-01T00:00:00Z");
-        assert!(rows[1]["quota"].is_null());
+        assert_eq!(rows[1]["team"], "b");
+        assert_eq!(rows[1]["lent_hours"].as_f64().unwrap(), 23.0 / 12.0);
+        assert_eq!(rows[0]["since"], "2024-03-01T00:00:00Z");
+        assert!(rows[3]["quota"].is_null());
+        let total: f64 = rows.iter().map(|r| r["total_cost"].as_f64().unwrap()).sum();
+        assert!(close(total, 520.0));
+    }
+
+    fn fairshare_params() -> FairshareParams {
+        FairshareParams {
+            cluster: "c".into(),
+            as_of: T0 + 10 * H,
+            since: T0,
+            half_life: Duration::ZERO,
+            dampening: 1.0,
+            weights: BTreeMap::from([
+                ("a".to_string(), 1),
+                ("b".to_string(), 1),
+                ("z".to_string(), 2),
+            ]),
+            only: vec![],
+        }
+    }
+
+    #[test]
+    fn fair_share_rows_are_the_models_figures() {
+        // No decay: a used 3 GPU-hours, b 1, stray 0.5 (no shares). Total 4.5.
+        let runs = [
+            run(1, "a", 0, Some(3), 1),
+            run(2, "b", 1, Some(2), 1),
+            run(3, "stray", 2, Some(2), 0),
+            run(4, "stray", 9, None, 1),  // running: up to as_of (10 h)
+            run(5, "a", -5, Some(-4), 8), // before since: not read (the store clips too)
+        ];
+        let mut runs = runs.to_vec();
+        runs[3].start = T0 + 9 * H + 1800;
+        let r = compute_fairshare(&runs, &fairshare_params());
+        let names: Vec<&str> = r.rows.iter().map(|r| r.team.as_str()).collect();
+        assert_eq!(names, ["a", "b", "stray", "z"]);
+        let a = &r.rows[0];
+        assert_eq!(a.weight, Some(1));
+        assert!(close(a.normalized_shares, 0.25));
+        assert!(close(a.decayed_gpu_seconds, 3.0 * 3600.0));
+        assert!(close(a.normalized_usage, 3.0 / 4.5));
+        assert!(close(a.factor, (-(3.0 / 4.5) / 0.25f64).exp2()));
+        let stray = &r.rows[2];
+        assert_eq!((stray.weight, stray.factor), (None, 0.0));
+        let z = &r.rows[3];
+        assert_eq!((z.factor, z.normalized_shares), (1.0, 0.5));
+        let mut p = fairshare_params();
+        p.only = vec!["b".into()];
+        assert_eq!(compute_fairshare(&runs, &p).rows.len(), 1);
+        let j = render_fairshare(&r, Format::Json, &Utc);
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        assert_eq!(v[0]["fairshare_factor"].as_f64().unwrap(), a.factor);
+        assert_eq!(v[0]["half_life_seconds"], 0);
+        let t = render_fairshare(&r, Format::Table, &Utc);
+        assert!(t.contains("half-life 0 (no decay)"), "{t}");
+        assert!(t.lines().nth(1).unwrap().starts_with("TEAM"), "{t}");
+        let c = render_fairshare(&r, Format::Csv, &Utc);
+        assert!(c.starts_with("team,weight,normalized_shares"), "{c}");
+        assert_eq!(c.lines().count(), 5);
+    }
+
+    #[test]
+    fn durations_are_written_as_the_configuration_writes_them() {
+        let f = |s: u64| format_duration(Duration::from_secs(s));
+        assert_eq!(
+            [f(0), f(45), f(120), f(7200), f(7 * 86_400), f(90 * 60 + 1)],
+            ["0s", "45s", "2m", "2h", "7d", "5401s"]
+        );
+        assert_eq!(format_duration(Duration::from_millis(200)), "200ms");
+    }
+
+    #[test]
+    fn the_default_fair_share_horizon_is_ten_half_lives() {
+        assert_eq!(
+            default_fairshare_since(1_000_000, Duration::from_secs(3600)),
+            1_000_000 - 36_000
+        );
+        assert_eq!(default_fairshare_since(1_000_000, Duration::ZERO), 0);
     }
 }
 
@@ -584,7 +1458,7 @@ mod config_tests {
     use super::*;
 
     #[test]
-    fn names_from_the_configuration_are_compared_as_slurm_keeps_them() {
+    fn parameters_come_from_the_configuration_as_slurm_names() {
         let config = teamshare_config::parse(
             r#"
 [cluster]
@@ -592,10 +1466,25 @@ name = "GPU-Cluster"
 partitions = ["gpu"]
 currency = "BRL"
 
+[gpu_types.h100]
+rate_per_hour = 70.0
+
+[gpu_types.a100]
+rate_per_hour = 30.0
+
 [[team]]
 name = "agents"
-quota = 2
+quota = { h100 = 2, a100 = 1 }
 weight = 1
+
+[[team]]
+name = "training"
+quota = 4
+weight = 3
+
+[accountd]
+borrowed_cost_factor = 0.5
+idle_cost_split = "idle-row"
 "#,
             "teamshare.toml",
         )
@@ -607,21 +1496,22 @@ weight = 1
         let p = UsageParams::from_config(&config, period, 3600, vec!["AGENTS".into()]);
         assert_eq!(p.cluster, "gpu-cluster");
         assert_eq!(p.teams[0].name, "agents");
+        assert_eq!(p.teams[0].quota, 3);
+        assert_eq!(p.quota_sum(), 7);
+        assert_eq!(
+            p.quota_by_type,
+            BTreeMap::from([("a100".to_string(), 1), ("h100".to_string(), 2)])
+        );
         assert_eq!(p.only, ["agents"]);
-        assert_eq!(p.currency.as_deref(), Some("BRL"));
-        assert!(p.rates.is_empty());
-        let runs = [RunUsage {
-            id: 1,
-            account: "agents".into(),
-            start: 0,
-            end: Some(1800),
-            gpus: 2,
-            gpus_by_type: BTreeMap::new(),
-        }];
-        let r = compute_usage(&runs, &p);
-        assert_eq!(r.rows.len(), 1);
-        assert_eq!(r.rows[0].quota, Some(2));
-        assert_eq!(r.rows[0].gpu_seconds, 3600);
-        assert_eq!(r.rows[0].cost, None);
+        assert_eq!(p.cost_rule.borrowed_cost_factor, 0.5);
+        assert_eq!(
+            p.cost_rule.idle_split,
+            teamshare_config::IdleCostSplit::IdleRow
+        );
+        assert_eq!(p.rates.rate(Some("a100")), 30.0);
+        assert_eq!(p.rates.key(Some("l4")), DEFAULT_RATE);
+        let f = FairshareParams::from_config(&config, 10 * 86_400 * 7, None, vec![]);
+        assert_eq!(f.since, 0); // default half-life 7 days, ten of them
+        assert_eq!(f.weights["training"], 3);
     }
 }

@@ -120,7 +120,37 @@ CREATE TABLE gpu_sample_hours (
 ) WITHOUT ROWID;
 "#,
     },
+    // 3: the governed capacity C over time (DESIGN 5: the capacity cost, the idle cost, what the
+    // `(pool)` lends). `accountd run` measures C with sinfo and stores a row when it differs from
+    // the last one, and at least hourly; each row holds from its instant until the next one.
+    // Reports read this step function; a period before the first row counts the sum of quotas.
+    // The typed part of C in a child table, as for job runs, so that capacity costs per GPU type
+    // are plain SQL.
+    Migration {
+        version: 3,
+        sql: r#"
+CREATE TABLE capacity_samples (
+    cluster TEXT    NOT NULL,
+    ts      INTEGER NOT NULL,      -- UTC unix seconds: C holds from here until the next row
+    gpus    INTEGER NOT NULL,      -- GPUs on usable nodes of the governed partitions
+    PRIMARY KEY (cluster, ts)
+) WITHOUT ROWID;
+
+CREATE TABLE capacity_sample_types (
+    cluster  TEXT    NOT NULL,
+    ts       INTEGER NOT NULL,
+    gpu_type TEXT    NOT NULL,
+    gpus     INTEGER NOT NULL,
+    PRIMARY KEY (cluster, ts, gpu_type),
+    FOREIGN KEY (cluster, ts) REFERENCES capacity_samples (cluster, ts) ON DELETE CASCADE
+) WITHOUT ROWID;
+"#,
+    },
 ];
+
+/// How often an unchanged capacity is written again, so that a report can see that it was
+/// measured (and when the daemon stopped measuring).
+pub const CAPACITY_HEARTBEAT_SECONDS: i64 = 3600;
 
 /// The schema version this code writes and understands.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
@@ -176,6 +206,23 @@ pub struct BatchOutcome {
 pub struct WatermarkAdvance {
     pub cluster: String,
     pub to: UnixSeconds,
+}
+
+/// The governed capacity from an instant on (a row of `capacity_samples`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacitySample {
+    pub ts: UnixSeconds,
+    pub gpus: u32,
+    /// The typed part; GPUs without a type are `gpus` minus their sum.
+    pub by_type: BTreeMap<String, u32>,
+}
+
+/// A run that started in a period, for admission waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunStart {
+    pub account: String,
+    pub submit: UnixSeconds,
+    pub start: UnixSeconds,
 }
 
 /// A stored run, as reports need it.
@@ -398,10 +445,187 @@ impl Store {
         Ok(runs)
     }
 
+    /// Store the capacity measured at `ts` unless it equals the last stored one and that one is
+    /// younger than [`CAPACITY_HEARTBEAT_SECONDS`]. Returns whether a row was written. A sample
+    /// at or before the last stored instant (a clock set back) is not written.
+    pub fn record_capacity(
+        &mut self,
+        cluster: &str,
+        sample: &CapacitySample,
+    ) -> Result<bool, StoreError> {
+        let path = self.path.clone();
+        let err = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let last = last_capacity_before(&tx, cluster, UnixSeconds::MAX).map_err(err)?;
+        let write = match &last {
+            None => true,
+            Some(last) if sample.ts <= last.ts => false,
+            Some(last) => {
+                (last.gpus, &last.by_type) != (sample.gpus, &sample.by_type)
+                    || sample.ts - last.ts >= CAPACITY_HEARTBEAT_SECONDS
+            }
+        };
+        if write {
+            tx.execute(
+                "INSERT OR IGNORE INTO capacity_samples (cluster, ts, gpus) VALUES (?1, ?2, ?3)",
+                params![cluster, sample.ts, sample.gpus],
+            )
+            .map_err(err)?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO capacity_sample_types (cluster, ts, gpu_type, gpus)
+                     VALUES (?1, ?2, ?3, ?4)",
+                )
+                .map_err(err)?;
+            for (gpu_type, n) in &sample.by_type {
+                stmt.execute(params![cluster, sample.ts, gpu_type, n])
+                    .map_err(err)?;
+            }
+        }
+        tx.commit().map_err(err)?;
+        Ok(write)
+    }
+
+    /// The capacity step function over `[since, until)`: the sample in force at `since` (the
+    /// last one at or before it), then every sample inside the period, in time order.
+    pub fn capacity_history(
+        &self,
+        cluster: &str,
+        since: UnixSeconds,
+        until: UnixSeconds,
+    ) -> Result<Vec<CapacitySample>, StoreError> {
+        let read = || -> rusqlite::Result<Vec<CapacitySample>> {
+            let mut out: Vec<CapacitySample> = last_capacity_before(&self.conn, cluster, since)?
+                .into_iter()
+                .collect();
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT s.ts, s.gpus, t.gpu_type, t.gpus
+                 FROM capacity_samples s LEFT JOIN capacity_sample_types t
+                   ON t.cluster = s.cluster AND t.ts = s.ts
+                 WHERE s.cluster = ?1 AND s.ts > ?2 AND s.ts < ?3
+                 ORDER BY s.ts, t.gpu_type",
+            )?;
+            let mut rows = stmt.query(params![cluster, since, until])?;
+            while let Some(r) = rows.next()? {
+                let ts: i64 = r.get(0)?;
+                if out.last().map(|s| s.ts) != Some(ts) {
+                    out.push(CapacitySample {
+                        ts,
+                        gpus: r.get(1)?,
+                        by_type: BTreeMap::new(),
+                    });
+                }
+                if let (Some(t), Some(last)) = (r.get::<_, Option<String>>(2)?, out.last_mut()) {
+                    last.by_type.insert(t, r.get(3)?);
+                }
+            }
+            Ok(out)
+        };
+        read().map_err(|e| self.sql_err(e))
+    }
+
+    /// Per account, the runs that Slurm preempted (state `PREEMPTED`) whose end falls in
+    /// `[since, until)`.
+    pub fn preempted_runs(
+        &self,
+        cluster: &str,
+        since: UnixSeconds,
+        until: UnixSeconds,
+    ) -> Result<BTreeMap<String, u64>, StoreError> {
+        let read = || -> rusqlite::Result<BTreeMap<String, u64>> {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT account, count(*) FROM job_runs
+                 WHERE cluster = ?1 AND end_time >= ?2 AND end_time < ?3
+                   AND state LIKE 'PREEMPTED%'
+                 GROUP BY account",
+            )?;
+            let rows = stmt.query_map(params![cluster, since, until], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+            })?;
+            rows.map(|r| r.map(|(a, n)| (a, u64::try_from(n).unwrap_or(0))))
+                .collect()
+        };
+        read().map_err(|e| self.sql_err(e))
+    }
+
+    /// Runs with GPUs that started in `[since, until)` and whose submit time is known.
+    pub fn runs_started(
+        &self,
+        cluster: &str,
+        since: UnixSeconds,
+        until: UnixSeconds,
+    ) -> Result<Vec<RunStart>, StoreError> {
+        let read = || -> rusqlite::Result<Vec<RunStart>> {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT account, submit_time, start_time FROM job_runs
+                 WHERE cluster = ?1 AND start_time >= ?2 AND start_time < ?3
+                   AND submit_time IS NOT NULL AND gpus > 0
+                 ORDER BY start_time",
+            )?;
+            let rows = stmt.query_map(params![cluster, since, until], |r| {
+                Ok(RunStart {
+                    account: r.get(0)?,
+                    submit: r.get(1)?,
+                    start: r.get(2)?,
+                })
+            })?;
+            rows.collect()
+        };
+        read().map_err(|e| self.sql_err(e))
+    }
+
+    /// The account of the latest stored run of job `job_id_raw`, if any.
+    pub fn account_of_job(
+        &self,
+        cluster: &str,
+        job_id_raw: u64,
+    ) -> Result<Option<String>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT account FROM job_runs WHERE cluster = ?1 AND job_id_raw = ?2
+                 ORDER BY start_time DESC LIMIT 1",
+                params![cluster, i64::try_from(job_id_raw).unwrap_or(i64::MAX)],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql_err(e))
+    }
+
     /// The connection, for reads that have no method yet (and tests).
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
+}
+
+/// The last capacity sample of `cluster` at or before `at`.
+fn last_capacity_before(
+    conn: &Connection,
+    cluster: &str,
+    at: UnixSeconds,
+) -> rusqlite::Result<Option<CapacitySample>> {
+    let head: Option<(i64, u32)> = conn
+        .prepare_cached(
+            "SELECT ts, gpus FROM capacity_samples WHERE cluster = ?1 AND ts <= ?2
+             ORDER BY ts DESC LIMIT 1",
+        )?
+        .query_row(params![cluster, at], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((ts, gpus)) = head else {
+        return Ok(None);
+    };
+    let mut stmt = conn.prepare_cached(
+        "SELECT gpu_type, gpus FROM capacity_sample_types WHERE cluster = ?1 AND ts = ?2",
+    )?;
+    let by_type = stmt
+        .query_map(params![cluster, ts], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<BTreeMap<String, u32>>>()?;
+    Ok(Some(CapacitySample { ts, gpus, by_type }))
 }
 
 fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
@@ -809,5 +1033,112 @@ pub(crate) mod tests {
         assert_eq!(runs[1].gpus_by_type.len(), 2);
         assert_eq!(runs[1].gpus_by_type["h100"], 2);
         assert_eq!(runs[1].end, None);
+    }
+
+    fn capacity(ts: i64, gpus: u32, types: &[(&str, u32)]) -> CapacitySample {
+        CapacitySample {
+            ts,
+            gpus,
+            by_type: types.iter().map(|&(t, n)| (t.to_string(), n)).collect(),
+        }
+    }
+
+    #[test]
+    fn capacity_is_written_on_change_and_hourly() {
+        let mut store = Store::open_in_memory().unwrap();
+        assert!(store.record_capacity("c", &capacity(100, 8, &[])).unwrap());
+        // Unchanged within the hour: nothing; a clock set back: nothing.
+        assert!(!store.record_capacity("c", &capacity(160, 8, &[])).unwrap());
+        assert!(!store.record_capacity("c", &capacity(50, 4, &[])).unwrap());
+        assert!(store
+            .record_capacity("c", &capacity(200, 8, &[("h100", 4)]))
+            .unwrap());
+        assert!(store.record_capacity("c", &capacity(300, 6, &[])).unwrap());
+        assert!(store
+            .record_capacity("c", &capacity(300 + CAPACITY_HEARTBEAT_SECONDS, 6, &[]))
+            .unwrap());
+        assert!(store
+            .record_capacity("other", &capacity(160, 2, &[]))
+            .unwrap());
+        assert_eq!(count(&store, "capacity_samples"), 5);
+        assert_eq!(count(&store, "capacity_sample_types"), 1);
+    }
+
+    #[test]
+    fn capacity_history_starts_with_the_sample_in_force() {
+        let mut store = Store::open_in_memory().unwrap();
+        for s in [
+            capacity(100, 8, &[("h100", 4)]),
+            capacity(200, 6, &[]),
+            capacity(300, 10, &[("a100", 2), ("h100", 4)]),
+            capacity(400, 8, &[]),
+        ] {
+            store.record_capacity("c", &s).unwrap();
+        }
+        let h = store.capacity_history("c", 250, 400).unwrap();
+        assert_eq!(
+            h,
+            [
+                capacity(200, 6, &[]),
+                capacity(300, 10, &[("a100", 2), ("h100", 4)])
+            ]
+        );
+        let h = store.capacity_history("c", 100, 150).unwrap();
+        assert_eq!(h, [capacity(100, 8, &[("h100", 4)])]);
+        // Before the first sample: only the samples inside the period.
+        let h = store.capacity_history("c", 0, 250).unwrap();
+        assert_eq!(h.iter().map(|s| s.ts).collect::<Vec<_>>(), [100, 200]);
+        assert!(store.capacity_history("c", 0, 100).unwrap().is_empty());
+        assert!(store.capacity_history("x", 0, 1000).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_version_2_database_keeps_its_runs_when_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v2.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            let mut old = Store {
+                conn,
+                path: "v2".into(),
+            };
+            old.migrate(&MIGRATIONS[..2]).unwrap();
+            old.record_runs(&[run(1, "a", 100, Some(200), 2)], 1, None)
+                .unwrap();
+            assert_eq!(old.schema_version().unwrap(), 2);
+        }
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(store.runs_overlapping("c", 0, 1000).unwrap().len(), 1);
+        assert!(store.record_capacity("c", &capacity(5, 4, &[])).unwrap());
+    }
+
+    #[test]
+    fn preemptions_and_admission_waits_are_read_per_run() {
+        let mut store = Store::open_in_memory().unwrap();
+        let mut preempted = run(1, "a", 100, Some(200), 2);
+        preempted.state = "PREEMPTED".into();
+        preempted.submit = Some(40);
+        let mut late = run(2, "a", 300, Some(400), 1);
+        late.state = "PREEMPTED".into();
+        let mut no_gpu = run(3, "b", 150, Some(160), 0);
+        no_gpu.submit = Some(0);
+        store
+            .record_runs(
+                &[preempted, late, no_gpu, run(4, "b", 120, None, 1)],
+                1,
+                None,
+            )
+            .unwrap();
+        let p = store.preempted_runs("c", 0, 300).unwrap();
+        assert_eq!(p, BTreeMap::from([("a".to_string(), 1)]));
+        let starts = store.runs_started("c", 100, 300).unwrap();
+        let waits: Vec<(&str, i64)> = starts
+            .iter()
+            .map(|s| (s.account.as_str(), s.start - s.submit))
+            .collect();
+        assert_eq!(waits, [("a", 60), ("b", 0)]);
+        assert_eq!(store.account_of_job("c", 4).unwrap().as_deref(), Some("b"));
+        assert_eq!(store.account_of_job("c", 99).unwrap(), None);
     }
 }

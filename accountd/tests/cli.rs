@@ -2,9 +2,11 @@
 //! commands it runs (stood in for by scripts on PATH that record their arguments).
 
 use std::fs;
+use std::io::{BufRead as _, Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use accountd::store::Store;
 
@@ -83,6 +85,10 @@ impl Site {
     /// accountd with this site's config, UTC local time, fakes first on PATH, no SLURM_CONF
     /// unless `with_slurm_conf`.
     fn run(&self, with_slurm_conf: bool, args: &[&str]) -> Output {
+        self.command(with_slurm_conf, args).output().unwrap()
+    }
+
+    fn command(&self, with_slurm_conf: bool, args: &[&str]) -> Command {
         let path = format!(
             "{}:{}",
             self.path("bin").display(),
@@ -99,7 +105,7 @@ impl Site {
         if with_slurm_conf {
             cmd.env("SLURM_CONF", self.path("slurm.conf"));
         }
-        cmd.output().unwrap()
+        cmd
     }
 }
 
@@ -243,7 +249,22 @@ const SACCT_FIXTURE: &str = "\
 6|6|othercluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T12:00:00|2024-05-01T12:00:00|2024-05-01T13:00:00|01:00:00|gres/gpu=8
 ";
 
+/// The fixture's runs, and the capacity accountd run would have recorded since April: 8 GPUs,
+/// 4 of them h100 (the other 4 untyped, at the default rate).
 fn prepared_site() -> Site {
+    let site = prepared_site_without_capacity();
+    let mut store = Store::open(&site.path("accountd.db")).unwrap();
+    let april = 1_711_929_600; // 2024-04-01T00:00:00Z
+    let capacity = accountd::store::CapacitySample {
+        ts: april,
+        gpus: 8,
+        by_type: [("h100".to_string(), 4)].into(),
+    };
+    assert!(store.record_capacity("testcluster", &capacity).unwrap());
+    site
+}
+
+fn prepared_site_without_capacity() -> Site {
     let site = Site::new(CONFIG);
     let mut store = Store::open(&site.path("accountd.db")).unwrap();
     let batch = accountd::sacct::parse(SACCT_FIXTURE, &chrono::Utc);
@@ -254,29 +275,113 @@ fn prepared_site() -> Site {
 
 const PERIOD: [&str; 4] = ["--since", "2024-05-01", "--until", "2024-05-02"];
 
+fn cells(l: &str) -> Vec<String> {
+    l.split_whitespace().map(str::to_string).collect()
+}
+
+/// 2024-05-01, 24 h, capacity 8 (quotas 2 + 4: 2 GPUs unallocated), lend limits = quotas:
+/// - agents holds 1 GPU all day (job 2) and 2 more in [01:00, 03:00) (job 1): 28 GPU-hours,
+///   over its quota of 2 by 1 GPU for 2 h: 26 in quota, 2 borrowed;
+/// - training 4 h100 in [10:00, 10:30): 2 GPU-hours in quota; ghost (no quota) 1 GPU for 1 h:
+///   borrowed;
+/// - lent: in [01:00, 03:00) agents' 1 GPU from training's 4 idle and the pool's 2 (4:2); in
+///   [12:00, 13:00) ghost's 1 from agents' 1 idle, training's 4, pool's 2 (1:4:2). training
+///   4/3 + 4/7 = 40/21, agents 1/7, (pool) 2/3 + 2/7 = 20/21; the sum is 3 = borrowed.
+/// - cost: capacity 4 untyped x 24 h x 10 + 4 h100 x 24 h x 70 = 960 + 6720 = 7680. Allocated:
+///   agents 28 x 10, ghost 10, training 2 x 70. Idle per rate, split by quota share (agents 2,
+///   training 4, unallocated 2 -> (idle)): untyped 960 - 290 = 670 -> 167.5 / 335 / 167.5;
+///   h100 6720 - 140 = 6580 -> 1645 / 3290 / 1645.
 #[test]
 fn report_table() {
     let site = prepared_site();
     let o = site.run(false, &[&["report"][..], &PERIOD].concat());
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines[0],
-        "GPU usage on testcluster from 2024-05-01 00:00:00 to 2024-05-02 00:00:00 (local time)"
+        "GPU usage on testcluster from 2024-05-01 00:00:00 to 2024-05-02 00:00:00 (local time), GPU-hours and cost"
     );
-    let cells = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
     assert_eq!(
         cells(lines[1]),
-        ["TEAM", "JOBS", "GPU-HOURS", "QUOTA", "COST", "(BRL)"]
+        [
+            "TEAM",
+            "JOBS",
+            "QUOTA",
+            "GPU-HOURS",
+            "IN-QUOTA",
+            "BORROWED",
+            "LENT",
+            "ALLOCATED",
+            "IDLE",
+            "COST",
+            "(BRL)"
+        ]
     );
     // agents: 2 GPUs x 2 h + 1 GPU x 24 h (running: clipped at the period's end).
-    assert_eq!(cells(lines[2]), ["agents", "2", "28.0000", "2", "280.00"]);
-    assert_eq!(cells(lines[3]), ["ghost", "1", "1.0000", "10.00"]);
-    assert_eq!(cells(lines[4]), ["training", "1", "2.0000", "4", "140.00"]);
-    assert!(lines[5].starts_with("---"));
-    assert_eq!(cells(lines[6]), ["total", "4", "31.0000", "6", "430.00"]);
-    assert_eq!(lines.len(), 7);
+    assert_eq!(
+        cells(lines[2]),
+        [
+            "agents", "2", "2", "28.0000", "26.0000", "2.0000", "0.1429", "280.00", "1812.50",
+            "2092.50"
+        ]
+    );
+    assert_eq!(
+        cells(lines[3]),
+        ["ghost", "1", "1.0000", "0.0000", "1.0000", "0.0000", "10.00", "0.00", "10.00"]
+    );
+    assert_eq!(
+        cells(lines[4]),
+        [
+            "training", "1", "4", "2.0000", "2.0000", "0.0000", "1.9048", "140.00", "3625.00",
+            "3765.00"
+        ]
+    );
+    assert_eq!(
+        cells(lines[5]),
+        ["(pool)", "0", "0.0000", "0.0000", "0.0000", "0.9524", "0.00", "0.00", "0.00"]
+    );
+    assert_eq!(
+        cells(lines[6]),
+        ["(idle)", "0", "0.0000", "0.0000", "0.0000", "0.0000", "0.00", "1812.50", "1812.50"]
+    );
+    assert!(lines[7].starts_with("---"));
+    assert_eq!(
+        cells(lines[8]),
+        [
+            "total", "4", "6", "31.0000", "28.0000", "3.0000", "3.0000", "430.00", "7250.00",
+            "7680.00"
+        ]
+    );
+    assert_eq!(
+        lines[9],
+        "capacity: 192.0000 GPU-hours costing 7680.00 (BRL) (recorded by accountd run)"
+    );
+    assert_eq!(lines.len(), 10);
+}
+
+#[test]
+fn report_without_capacity_samples_takes_the_sum_of_quotas_and_says_so() {
+    let site = prepared_site_without_capacity();
+    let o = site.run(false, &[&["report", "teams"][..], &PERIOD].concat());
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no capacity samples for the period (`accountd run` records them): the capacity is taken as the sum of quotas, 6 GPUs"),
+        "{}",
+        stderr(&o)
+    );
+    let out = stdout(&o);
+    assert!(
+        out.contains("capacity: 144.0000 GPU-hours costing 1440.00 (BRL) (the sum of quotas, 6 GPUs: no capacity recorded)"),
+        "{out}"
+    );
+    // The usage does not depend on the capacity; what was lent does (no pool now).
+    let agents = out.lines().find(|l| l.starts_with("agents")).unwrap();
+    assert_eq!(
+        &cells(agents)[..7],
+        ["agents", "2", "2", "28.0000", "26.0000", "2.0000", "0.2000"]
+    );
 }
 
 #[test]
@@ -293,8 +398,8 @@ fn report_csv_and_team_filter() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        "team,jobs,gpu_hours,quota,cost,currency,since,until\n\
-         training,1,2.0000,4,140.00,BRL,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z\n"
+        "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost\n\
+         training,1,2.0000,4,140.00,BRL,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z,2.0000,0.0000,1.9048,140.00,3625.00,3765.00\n"
     );
 }
 
@@ -317,17 +422,76 @@ fn report_json() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let rows = v.as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["team"].as_str().unwrap()).collect();
-    assert_eq!(names, ["agents", "training"]);
-    // agents: job 1 from 02:00 to 03:00 (2 GPU-h) + job 2 over 8.25 h (8.25 GPU-h).
+    assert_eq!(names, ["agents", "training", "(pool)", "(idle)"]);
+    // agents: job 1 from 02:00 to 03:00 (2 GPU-h) + job 2 over 8.25 h (8.25 GPU-h); over its
+    // quota by 1 GPU in [02:00, 03:00).
     assert_eq!(rows[0]["gpu_hours"].as_f64().unwrap(), 10.25);
+    assert_eq!(rows[0]["in_quota_hours"].as_f64().unwrap(), 9.25);
+    assert_eq!(rows[0]["borrowed_hours"].as_f64().unwrap(), 1.0);
     assert_eq!(rows[0]["jobs"], 2);
     assert_eq!(rows[0]["quota"], 2);
     assert_eq!(rows[0]["currency"], "BRL");
     assert_eq!(rows[0]["since"], "2024-05-01T02:00:00Z");
     assert_eq!(rows[0]["until"], "2024-05-01T10:15:00Z");
-    // training: 4 h100 for 15 minutes.
+    // training: 4 h100 for 15 minutes; it lent 4 of the 6 lendable GPUs for that hour.
     assert_eq!(rows[1]["gpu_hours"].as_f64().unwrap(), 1.0);
     assert!((rows[1]["cost"].as_f64().unwrap() - 70.0).abs() < 1e-9);
+    assert!((rows[1]["lent_hours"].as_f64().unwrap() - 4.0 / 6.0).abs() < 1e-12);
+    assert!((rows[2]["lent_hours"].as_f64().unwrap() - 2.0 / 6.0).abs() < 1e-12);
+    assert!(rows[2]["quota"].is_null());
+    // The rows' total cost is the capacity's: 8.25 h x (4 x 10 + 4 x 70).
+    let total: f64 = rows.iter().map(|r| r["total_cost"].as_f64().unwrap()).sum();
+    assert!((total - 8.25 * 320.0).abs() < 1e-6, "{total}");
+    for r in rows {
+        let (a, i, t) = (
+            r["allocated_cost"].as_f64().unwrap(),
+            r["idle_cost"].as_f64().unwrap(),
+            r["total_cost"].as_f64().unwrap(),
+        );
+        assert!((a + i - t).abs() < 1e-9, "{r}");
+    }
+}
+
+#[test]
+fn report_fairshare() {
+    let site = prepared_site();
+    // Half-life 7 days by default; as of 2024-05-02 00:00, usage since 2024-04-01.
+    let o = site.run(
+        false,
+        &[
+            "report",
+            "fairshare",
+            "--format",
+            "json",
+            "--since",
+            "2024-04-01",
+            "--until",
+            "2024-05-02",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let rows = v.as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["team"].as_str().unwrap()).collect();
+    assert_eq!(names, ["agents", "ghost", "training"]);
+    // Weights 40 and 30: shares 4/7 and 3/7; ghost has none, and used GPUs: factor 0.
+    assert!((rows[0]["normalized_shares"].as_f64().unwrap() - 4.0 / 7.0).abs() < 1e-12);
+    assert!(rows[1]["weight"].is_null());
+    assert_eq!(rows[1]["fairshare_factor"].as_f64().unwrap(), 0.0);
+    let usage: f64 = rows
+        .iter()
+        .map(|r| r["normalized_usage"].as_f64().unwrap())
+        .sum();
+    assert!((usage - 1.0).abs() < 1e-12);
+    // agents used most (29 GPU-hours, barely decayed) against the biggest share: below 0.5.
+    let agents = rows[0]["fairshare_factor"].as_f64().unwrap();
+    let training = rows[2]["fairshare_factor"].as_f64().unwrap();
+    assert!(agents < 0.5 && training > 0.5 && training < 1.0, "{rows:?}");
+    assert_eq!(rows[0]["half_life_seconds"], 7 * 86_400);
+    let o = site.run(false, &["report", "fairshare", "--until", "2024-05-02"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("half-life 7d"), "{}", stdout(&o));
+    assert!(stdout(&o).lines().nth(1).unwrap().starts_with("TEAM"));
 }
 
 #[test]
@@ -363,6 +527,218 @@ fn a_database_from_a_newer_accountd_is_refused() {
         stderr(&o)
     );
     assert_eq!(fs::read(&db).unwrap(), before);
+}
+
+// ---- run ------------------------------------------------------------------------------------
+
+/// Two nodes: 4 untyped GPUs and 4 h100.
+const SINFO_OUT: &str = "n1|gpu:4|idle\nn2|gpu:h100:4(S:0-1)|mix\n";
+/// training runs 5 GPUs (its quota is 4: one borrowed).
+const SQUEUE_OUT: &str = "6|training|RUNNING|64000|2024-05-01T10:00:00|2024-05-01T10:00:00|cpu=1,node=1,billing=1,gres/gpu=5|N/A|gres:gpu:5|N/A|1|1|None|\n";
+
+/// A site for the daemon: state and spool beside the configuration, every Slurm command faked.
+fn daemon_site() -> Site {
+    let config = format!(
+        "{CONFIG}state_file = \"state.json\"\nsample_spool = \"spool\"\nmetrics_listen = \"127.0.0.1:0\"\n"
+    );
+    let site = Site::new(&config);
+    site.fake("sinfo", SINFO_OUT);
+    site.fake("squeue", SQUEUE_OUT);
+    site.fake("sacct", SACCT_FIXTURE);
+    site.fake("sacctmgr", "");
+    site.fake("scontrol", "");
+    site.fake("scancel", "");
+    // One node's spool with one sample of job 1's GPU.
+    let ready = site.path("spool/n1/ready");
+    fs::create_dir_all(&ready).unwrap();
+    fs::write(
+        ready.join("1714525200000-1-0.jsonl"),
+        "{\"node\":\"n1\",\"gpu_uuid\":\"GPU-a\",\"ts_ms\":1714525200000,\"interval_ms\":10000,\"minor\":0,\"job_id_raw\":1,\"job_start\":1714525200,\"util_gpu\":50,\"util_mem\":5,\"mem_used\":1,\"mem_total\":2,\"processes\":1}\n",
+    )
+    .unwrap();
+    site
+}
+
+fn count_rows(site: &Site, sql: &str) -> i64 {
+    let conn = rusqlite::Connection::open(site.path("accountd.db")).unwrap();
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn run_once_does_every_step_once() {
+    let site = daemon_site();
+    let o = site.run(true, &["run", "--once"]);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    assert!(
+        err.contains("accountd run: started: governing every 1s"),
+        "{err}"
+    );
+    assert!(err.contains("metrics on http://127.0.0.1:"), "{err}");
+    // Governor: the state is published and the limits set.
+    let state = fs::read_to_string(site.path("state.json")).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["teams"]["training"]["running_gpus"], 5);
+    assert!(
+        site.args_of("sacctmgr")
+            .iter()
+            .any(|a| a.starts_with("GrpTRES=gres/gpu=")),
+        "{:?}",
+        site.args_of("sacctmgr")
+    );
+    // Ingest: the fixture's runs of this cluster.
+    assert_eq!(
+        count_rows(
+            &site,
+            "SELECT count(*) FROM job_runs WHERE cluster = 'testcluster'"
+        ),
+        5
+    );
+    // Samples collected, and removed from the spool.
+    assert_eq!(count_rows(&site, "SELECT count(*) FROM gpu_samples"), 1);
+    assert!(fs::read_dir(site.path("spool/n1/ready"))
+        .unwrap()
+        .next()
+        .is_none());
+    // Capacity: one row (measured twice, unchanged), with its typed part.
+    assert_eq!(
+        count_rows(
+            &site,
+            "SELECT count(*) FROM capacity_samples WHERE gpus = 8"
+        ),
+        1
+    );
+    assert_eq!(
+        count_rows(
+            &site,
+            "SELECT gpus FROM capacity_sample_types WHERE gpu_type = 'h100'"
+        ),
+        4
+    );
+    // No governor: no squeue.
+    let site = daemon_site();
+    let o = site.run(true, &["run", "--once", "--no-govern", "--no-ingest"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("not governing"), "{}", stderr(&o));
+    assert!(site.args_of("squeue").is_empty());
+    assert!(site.args_of("sacct").is_empty());
+    assert_eq!(
+        count_rows(&site, "SELECT count(*) FROM capacity_samples"),
+        1
+    );
+}
+
+#[test]
+fn run_once_reports_a_failing_step_and_does_the_others() {
+    let site = daemon_site();
+    let sacct = site.path("bin").join("sacct");
+    fs::write(
+        &sacct,
+        "#!/bin/sh\necho 'sacct: error: slurmdbd is down' >&2\nexit 1\n",
+    )
+    .unwrap();
+    let o = site.run(true, &["run", "--once"]);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 1, "{err}");
+    let failures: Vec<&str> = err.lines().filter(|l| l.contains(" failed: ")).collect();
+    assert_eq!(failures.len(), 1, "{err}");
+    assert!(
+        failures[0].contains("accountd run: ingest failed: "),
+        "{err}"
+    );
+    assert!(failures[0].contains("slurmdbd is down"), "{err}");
+    // A timestamp first: 2024-05-01T00:00:00Z.
+    assert!(failures[0].as_bytes()[19] == b'Z', "{err}");
+    assert!(err.contains("1 step failed"), "{err}");
+    assert!(site.path("state.json").exists());
+    assert_eq!(
+        count_rows(&site, "SELECT count(*) FROM capacity_samples"),
+        1
+    );
+    assert_eq!(count_rows(&site, "SELECT count(*) FROM gpu_samples"), 1);
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn run_serves_metrics_until_sigterm_and_exits_0() {
+    let site = daemon_site();
+    let mut child = site
+        .command(true, &["run", "--govern-interval", "200ms", "--no-ingest"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr_pipe = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr_pipe)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut log = Vec::new();
+    let addr = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no start line: {log:?}"));
+        log.push(line.clone());
+        if let Some(rest) = line.split("metrics on http://").nth(1) {
+            break rest.split("/metrics").next().unwrap().to_string();
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let response = http_get(&addr, "/metrics");
+        assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+        if response.contains("teamshare_gpus_in_use{team=\"training\",kind=\"borrowed\"} 1") {
+            break response;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no governor pass seen: {response}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        body.contains("Content-Type: text/plain; version=0.0.4"),
+        "{body}"
+    );
+    assert!(body.contains("teamshare_capacity_gpus 8\n"), "{body}");
+    assert!(
+        body.contains("teamshare_quota_gpus{team=\"agents\"} 2\n"),
+        "{body}"
+    );
+    assert!(http_get(&addr, "/").starts_with("HTTP/1.1 404 "));
+
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) {
+        log.push(line);
+    }
+    assert_eq!(status.code(), Some(0), "{log:#?}");
+    assert!(log.last().unwrap().contains("stopping"), "{log:#?}");
+    assert!(std::net::TcpStream::connect(&addr).is_err());
 }
 
 // ---- ingest ----------------------------------------------------------------------------------

@@ -79,6 +79,19 @@ pub fn factors(
     usage: &BTreeMap<String, f64>,
     dampening: f64,
 ) -> BTreeMap<String, f64> {
+    team_fair_shares(shares, usage, dampening)
+        .into_iter()
+        .map(|a| (a.path, a.factor))
+        .collect()
+}
+
+/// [`factors`] with every figure of each team (normalised shares, normalised usage, factor), in
+/// the order of `shares`. A team with weight 0 has no shares: any usage gives it factor 0.
+pub fn team_fair_shares(
+    shares: &BTreeMap<String, u32>,
+    usage: &BTreeMap<String, f64>,
+    dampening: f64,
+) -> Vec<AssociationFairShare> {
     // f64::max drops NaN: a NaN usage counts as none.
     let total: f64 = usage.values().map(|u| u.max(0.0)).sum();
     let normalised = |team: &str| match usage.get(team) {
@@ -95,9 +108,6 @@ pub fn factors(
         })
         .collect();
     hierarchy_factors(&teams, dampening)
-        .into_iter()
-        .map(|a| (a.path, a.factor))
-        .collect()
 }
 
 /// An account or user in Slurm's association tree.

@@ -11,8 +11,8 @@ pub mod usage;
 
 pub use cost::{team_costs, CostReport, CostRule, TeamCost, TeamHours, TypedUsage, IDLE};
 pub use fairshare::{
-    decayed_usage, factor, factors, hierarchy_factors, weights_from_config, Association,
-    AssociationFairShare,
+    decayed_usage, factor, factors, hierarchy_factors, team_fair_shares, weights_from_config,
+    Association, AssociationFairShare,
 };
 pub use usage::{
     split_usage, split_usage_by_day, CapacityStep, DaySplit, Run, SplitTotals, TeamQuota,

@@ -1,0 +1,816 @@
+//! Metrics in Prometheus' text exposition format (version 0.0.4), every name `teamshare_*`
+//! (DESIGN 6), and the small HTTP/1.1 server that serves them on `GET /metrics`.
+//!
+//! Two sources:
+//! - what the daemon knows now ([`Live`]): the governor's last pass (limits, GPUs in use), the
+//!   capacity, when the last pass and the last ingest succeeded, the jobs it displaced;
+//! - what the database says of the current month ([`MonthFigures`]): the same report as
+//!   `accountd report teams` for the month so far, the fair-share factors, utilisation from the
+//!   NVML samples, preemptions and admission waits from the job runs. Computed at most every
+//!   [`MONTH_REFRESH`], so that a scrape is cheap whatever the size of the database.
+//!
+//! These are administrator metrics: every team's usage and cost in one page. The server binds
+//! `[accountd] metrics_listen`, loopback by default (DESIGN 7: a team sees another team's jobs or
+//! costs only where the administrator allows it).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use teamshare_config::Config;
+
+use crate::model::cost::IDLE;
+use crate::model::usage::POOL;
+use crate::period::{self, Period, UnixSeconds};
+use crate::report::{self, FairshareParams, FairshareReport, RowKind, UsageParams, UsageReport};
+use crate::sample::utilisation::{self, UtilisationParams};
+use crate::slurm_cli::slurm_name;
+use crate::store::{Store, StoreError};
+
+/// The media type of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// How often the database figures are computed again, at most.
+pub const MONTH_REFRESH: Duration = Duration::from_secs(10);
+/// The largest request head the server reads; a longer one is refused (431).
+pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
+const READ_TIMEOUT: Duration = Duration::from_secs(2);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+const ACCEPT_POLL: Duration = Duration::from_millis(50);
+
+/// Preemption reasons (`teamshare_preemptions_total{reason}`).
+pub const REASON_RECLAIM: &str = "reclaim";
+pub const REASON_PRIORITY_CLASS: &str = "priority_class";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot read the GPU samples for utilisation: {0}")]
+    Utilisation(#[from] utilisation::UtilisationError),
+}
+
+/// One team as the governor's last pass left it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveTeam {
+    pub gpu_limit: u32,
+    pub running_gpus: u32,
+}
+
+/// What the daemon knows now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Live {
+    /// The governed capacity last measured.
+    pub capacity: Option<u32>,
+    pub governor_last_pass: Option<UnixSeconds>,
+    pub ingest_last_success: Option<UnixSeconds>,
+    /// Per team, from the governor's last pass (its published state).
+    pub teams: BTreeMap<String, LiveTeam>,
+    /// Jobs the governor displaced for a higher class of their team, per team, since the daemon
+    /// started.
+    pub displaced: BTreeMap<String, u64>,
+}
+
+/// The database's figures for the month so far.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MonthFigures {
+    pub period: Period,
+    pub teams: UsageReport,
+    pub fairshare: FairshareReport,
+    /// Mean GPU utilisation per team, 0..1, where there are samples.
+    pub utilisation: BTreeMap<String, f64>,
+    /// Runs Slurm preempted (state PREEMPTED) per team.
+    pub preempted: BTreeMap<String, u64>,
+    /// Mean start - submit of the runs that started, per team, in seconds.
+    pub admission_wait: BTreeMap<String, f64>,
+}
+
+/// The figures of the month containing `now` (local midnight on the 1st in `tz`) up to `now`.
+pub fn month_figures<Tz: chrono::TimeZone>(
+    store: &Store,
+    config: &Config,
+    now: UnixSeconds,
+    tz: &Tz,
+) -> Result<MonthFigures, MetricsError> {
+    let period = Period {
+        since: period::month_start(now, tz),
+        until: now,
+    };
+    let cluster = slurm_name(&config.cluster.name);
+    let teams = report::usage_report(
+        store,
+        &UsageParams::from_config(config, period, now, Vec::new()),
+    )?;
+    let fairshare = report::fairshare_report(
+        store,
+        &FairshareParams::from_config(config, now, None, Vec::new()),
+    )?;
+    let util = utilisation::utilisation_report(
+        store,
+        &UtilisationParams {
+            cluster: cluster.clone(),
+            period,
+            idle_threshold: config.accountd.idle_threshold_percent,
+            now,
+        },
+    )?;
+    let utilisation = util
+        .teams
+        .iter()
+        .filter_map(|t| t.time.mean_util().map(|u| (t.team.clone(), u / 100.0)))
+        .collect();
+    let preempted = store.preempted_runs(&cluster, period.since, period.until)?;
+    let mut waits: BTreeMap<String, (f64, u64)> = BTreeMap::new();
+    for run in store.runs_started(&cluster, period.since, period.until)? {
+        let w = waits.entry(run.account).or_default();
+        w.0 += (run.start - run.submit).max(0) as f64;
+        w.1 += 1;
+    }
+    let admission_wait = waits
+        .into_iter()
+        .map(|(team, (sum, n))| (team, sum / n as f64))
+        .collect();
+    Ok(MonthFigures {
+        period,
+        teams,
+        fairshare,
+        utilisation,
+        preempted,
+        admission_wait,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The exposition
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Gauge,
+    Counter,
+}
+
+/// One metric family being written: HELP and TYPE once, before its first sample; a family
+/// without samples is left out.
+struct Family<'a> {
+    out: &'a mut String,
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    started: bool,
+}
+
+impl Family<'_> {
+    fn sample(&mut self, labels: &[(&str, &str)], value: f64) {
+        if !self.started {
+            self.started = true;
+            let kind = match self.kind {
+                Kind::Gauge => "gauge",
+                Kind::Counter => "counter",
+            };
+            let _ = writeln!(self.out, "# HELP {} {}", self.name, escape_help(self.help));
+            let _ = writeln!(self.out, "# TYPE {} {kind}", self.name);
+        }
+        self.out.push_str(self.name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{k}=\"{}\"", escape_label(v));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {}", number(value));
+    }
+}
+
+fn family<'a>(
+    out: &'a mut String,
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+) -> Family<'a> {
+    Family {
+        out,
+        name,
+        help,
+        kind,
+        started: false,
+    }
+}
+
+/// A label value: backslash, double quote and line feed escaped.
+pub fn escape_label(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// HELP text: backslash and line feed escaped.
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// A sample value as Prometheus reads it (Go's ParseFloat): shortest round-trip decimal, `NaN`,
+/// `+Inf`, `-Inf`.
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        format!("{v}")
+    }
+}
+
+/// The exposition of `live` and, when the database could be read, `month`.
+pub fn render(config: &Config, live: &Live, month: Option<&MonthFigures>) -> String {
+    let mut out = String::new();
+    let quota = |team: &str| config.team(team).map(|t| t.quota.total);
+
+    let mut f = family(
+        &mut out,
+        "teamshare_quota_gpus",
+        Kind::Gauge,
+        "Guaranteed GPUs of the team (teamshare.toml).",
+    );
+    for t in &config.teams {
+        f.sample(&[("team", &t.name)], f64::from(t.quota.total));
+    }
+
+    let mut f = family(
+        &mut out,
+        "teamshare_gpu_limit",
+        Kind::Gauge,
+        "GPUs the team may hold now (GrpTRES gres/gpu set by the governor's last pass).",
+    );
+    for (team, t) in &live.teams {
+        f.sample(&[("team", team)], f64::from(t.gpu_limit));
+    }
+
+    let mut f = family(
+        &mut out,
+        "teamshare_gpus_in_use",
+        Kind::Gauge,
+        "GPUs held by the team's running jobs at the governor's last pass, in quota and borrowed.",
+    );
+    for (team, t) in &live.teams {
+        let in_quota = t.running_gpus.min(quota(team).unwrap_or(0));
+        f.sample(&[("team", team), ("kind", "in_quota")], f64::from(in_quota));
+        f.sample(
+            &[("team", team), ("kind", "borrowed")],
+            f64::from(t.running_gpus - in_quota),
+        );
+    }
+
+    if let Some(m) = month {
+        let mut f = family(
+            &mut out,
+            "teamshare_gpu_hours_total",
+            Kind::Gauge,
+            "GPU-hours this month so far (as accountd report teams): allocated = in_quota + borrowed; lent is what other teams borrowed of the team's idle quota ((pool): of unallocated capacity). Resets at the start of each month.",
+        );
+        for r in &m.teams.rows {
+            match r.kind {
+                RowKind::Team | RowKind::Account => {
+                    f.sample(&[("team", &r.team), ("kind", "allocated")], r.gpu_hours());
+                    f.sample(
+                        &[("team", &r.team), ("kind", "in_quota")],
+                        r.in_quota_hours(),
+                    );
+                    f.sample(
+                        &[("team", &r.team), ("kind", "borrowed")],
+                        r.borrowed_hours(),
+                    );
+                    f.sample(&[("team", &r.team), ("kind", "lent")], r.lent_hours());
+                }
+                RowKind::Pool => f.sample(&[("team", POOL), ("kind", "lent")], r.lent_hours()),
+                RowKind::Idle => {}
+            }
+        }
+
+        let mut f = family(
+            &mut out,
+            "teamshare_fairshare_factor",
+            Kind::Gauge,
+            "Slurm classic fair-share factor 2^(-U/S/d) of the team now (0..1; 0.5 = used exactly its share).",
+        );
+        for r in &m.fairshare.rows {
+            f.sample(&[("team", &r.team)], r.factor);
+        }
+
+        let currency = m.teams.currency.as_deref().unwrap_or("");
+        let mut f = family(
+            &mut out,
+            "teamshare_cost_total",
+            Kind::Gauge,
+            "Cost this month so far: allocated cost (borrowed hours at the borrowed factor) plus the team's share of the idle capacity cost; (idle) holds what no team is charged. The rows add up to the capacity cost. Resets at the start of each month.",
+        );
+        for r in &m.teams.rows {
+            if r.kind == RowKind::Pool {
+                continue;
+            }
+            if let Some(c) = r.total_cost {
+                let team = if r.kind == RowKind::Idle {
+                    IDLE
+                } else {
+                    &r.team
+                };
+                f.sample(&[("team", team), ("currency", currency)], c);
+            }
+        }
+
+        let mut f = family(
+            &mut out,
+            "teamshare_gpu_utilisation_ratio",
+            Kind::Gauge,
+            "Mean GPU utilisation of the team's jobs this month so far (0..1), from NVML samples.",
+        );
+        for (team, u) in &m.utilisation {
+            f.sample(&[("team", team)], *u);
+        }
+    }
+
+    let mut f = family(
+        &mut out,
+        "teamshare_preemptions_total",
+        Kind::Counter,
+        "Jobs preempted: reason=reclaim, runs Slurm preempted this month (sacct state PREEMPTED; resets monthly); reason=priority_class, jobs the governor requeued for a higher class of their team since the daemon started.",
+    );
+    let mut preemptions: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    if let Some(m) = month {
+        for (team, n) in &m.preempted {
+            preemptions.insert((team.as_str(), REASON_RECLAIM), *n);
+        }
+    }
+    for (team, n) in &live.displaced {
+        preemptions.insert((team.as_str(), REASON_PRIORITY_CLASS), *n);
+    }
+    for ((team, reason), n) in preemptions {
+        f.sample(&[("team", team), ("reason", reason)], n as f64);
+    }
+
+    if let Some(m) = month {
+        let mut f = family(
+            &mut out,
+            "teamshare_admission_wait_seconds",
+            Kind::Gauge,
+            "Mean time from submit to start of the team's job runs that started this month.",
+        );
+        for (team, w) in &m.admission_wait {
+            f.sample(&[("team", team)], *w);
+        }
+    }
+
+    let mut f = family(
+        &mut out,
+        "teamshare_capacity_gpus",
+        Kind::Gauge,
+        "Governed capacity: GPUs on usable nodes of the governed partitions, as last measured.",
+    );
+    if let Some(c) = live.capacity {
+        f.sample(&[], f64::from(c));
+    }
+    let mut f = family(
+        &mut out,
+        "teamshare_governor_last_pass_timestamp_seconds",
+        Kind::Gauge,
+        "When the governor's last successful pass ended (unix seconds).",
+    );
+    if let Some(t) = live.governor_last_pass {
+        f.sample(&[], t as f64);
+    }
+    let mut f = family(
+        &mut out,
+        "teamshare_ingest_last_success_timestamp_seconds",
+        Kind::Gauge,
+        "When the last successful sacct ingest ended (unix seconds).",
+    );
+    if let Some(t) = live.ingest_last_success {
+        f.sample(&[], t as f64);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The exporter: live values, and the month's figures cached
+
+#[derive(Default)]
+struct MonthCache {
+    figures: Option<MonthFigures>,
+    computed_at: Option<Instant>,
+}
+
+/// The daemon's metrics: it updates [`Live`]; scrapes read both sources.
+pub struct Exporter {
+    config: Config,
+    database: PathBuf,
+    live: Mutex<Live>,
+    month: Mutex<MonthCache>,
+}
+
+/// A poisoned lock still holds plain data: use it (a scrape must never panic).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Exporter {
+    pub fn new(config: Config, database: PathBuf) -> Exporter {
+        Exporter {
+            config,
+            database,
+            live: Mutex::new(Live::default()),
+            month: Mutex::new(MonthCache::default()),
+        }
+    }
+
+    pub fn update_live(&self, f: impl FnOnce(&mut Live)) {
+        f(&mut lock(&self.live));
+    }
+
+    pub fn live(&self) -> Live {
+        lock(&self.live).clone()
+    }
+
+    /// The exposition now. The month's figures are computed again when older than
+    /// [`MONTH_REFRESH`]; when that fails, the last figures are served and the error returned
+    /// beside the text (retried after the same delay).
+    pub fn scrape(&self) -> (String, Option<String>) {
+        let mut error = None;
+        let mut cache = lock(&self.month);
+        if cache
+            .computed_at
+            .map_or(true, |t| t.elapsed() >= MONTH_REFRESH)
+        {
+            cache.computed_at = Some(Instant::now());
+            let figures = Store::open(&self.database)
+                .map_err(MetricsError::from)
+                .and_then(|store| {
+                    month_figures(&store, &self.config, period::now(), &chrono::Local)
+                });
+            match figures {
+                Ok(f) => cache.figures = Some(f),
+                Err(e) => error = Some(format!("{e}")),
+            }
+        }
+        let live = self.live();
+        (render(&self.config, &live, cache.figures.as_ref()), error)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The HTTP server
+
+/// What the server answers `GET /metrics` with.
+pub type Body = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// `GET /metrics` on a listening socket, in a thread of its own, one connection at a time (a
+/// scraper's requests are few and small; every read and write has a timeout).
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Bind `listen` and serve until [`MetricsServer::stop`] (or drop).
+    pub fn start(listen: SocketAddr, body: Body) -> std::io::Result<MetricsServer> {
+        let listener = TcpListener::bind(listen)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || serve(&listener, &stopping, &body))?;
+        Ok(MetricsServer {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address bound (the port chosen when `listen` had port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn serve(listener: &TcpListener, stop: &AtomicBool, body: &Body) {
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                // Whatever happens in one exchange stays there.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let _ = answer(stream, body);
+                }));
+            }
+            // WouldBlock: nobody waiting; other errors (a connection reset before accept, too
+            // many open files): wait a little and go on.
+            Err(_) => std::thread::sleep(ACCEPT_POLL),
+        }
+    }
+}
+
+/// What a request head asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Request {
+    Metrics { head_only: bool },
+    WrongMethod,
+    NotFound,
+    Bad,
+}
+
+/// Read a request line (`GET /metrics HTTP/1.1`); the headers are not needed.
+pub fn parse_request(head: &[u8]) -> Request {
+    let Ok(text) = std::str::from_utf8(head) else {
+        return Request::Bad;
+    };
+    let line = text.lines().next().unwrap_or("");
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Request::Bad;
+    };
+    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
+        return Request::Bad;
+    }
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => Request::Metrics { head_only: false },
+        ("HEAD", "/metrics") => Request::Metrics { head_only: true },
+        (_, "/metrics") => Request::WrongMethod,
+        _ => Request::NotFound,
+    }
+}
+
+/// Read the request head: up to the blank line, at most [`MAX_REQUEST_BYTES`].
+fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Ok(Some(head)); // the client closed: answer what came, if anything
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
+            return Ok(Some(head));
+        }
+        if head.len() > MAX_REQUEST_BYTES {
+            return Ok(None);
+        }
+    }
+}
+
+fn answer(mut stream: TcpStream, body: &Body) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(READ_TIMEOUT))?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let (status, extra, content_type, text, head_only) = match read_head(&mut stream)? {
+        None => (
+            "431 Request Header Fields Too Large",
+            "",
+            "text/plain; charset=utf-8",
+            "request too large\n".to_string(),
+            false,
+        ),
+        Some(head) => match parse_request(&head) {
+            Request::Metrics { head_only } => ("200 OK", "", CONTENT_TYPE, body(), head_only),
+            Request::WrongMethod => (
+                "405 Method Not Allowed",
+                "Allow: GET, HEAD\r\n",
+                "text/plain; charset=utf-8",
+                "only GET /metrics\n".to_string(),
+                false,
+            ),
+            Request::NotFound => (
+                "404 Not Found",
+                "",
+                "text/plain; charset=utf-8",
+                "not found: the metrics are at /metrics\n".to_string(),
+                false,
+            ),
+            Request::Bad => (
+                "400 Bad Request",
+                "",
+                "text/plain; charset=utf-8",
+                "bad request\n".to_string(),
+                false,
+            ),
+        },
+    };
+    let mut response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
+        text.len()
+    )
+    .into_bytes();
+    if !head_only {
+        response.extend_from_slice(text.as_bytes());
+    }
+    stream.write_all(&response)?;
+    stream.flush()?;
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        teamshare_config::parse(
+            r#"
+[cluster]
+name = "c"
+partitions = ["gpu"]
+currency = "BRL"
+
+[gpu_types.default]
+rate_per_hour = 10.0
+
+[[team]]
+name = "agents"
+quota = 2
+weight = 1
+
+[[team]]
+name = "training"
+quota = 4
+weight = 1
+"#,
+            "teamshare.toml",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn labels_and_help_are_escaped() {
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(escape_help("x\\y\nz"), "x\\\\y\\nz");
+        assert_eq!(number(0.5), "0.5");
+        assert_eq!(number(3.0), "3");
+        assert_eq!(number(f64::NAN), "NaN");
+        assert_eq!(number(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(number(1e-7).parse::<f64>().unwrap(), 1e-7);
+    }
+
+    #[test]
+    fn live_values_without_the_database() {
+        let live = Live {
+            capacity: Some(8),
+            governor_last_pass: Some(1_700_000_000),
+            ingest_last_success: None,
+            teams: BTreeMap::from([(
+                "agents".to_string(),
+                LiveTeam {
+                    gpu_limit: 4,
+                    running_gpus: 3,
+                },
+            )]),
+            displaced: BTreeMap::from([("agents\"x".to_string(), 2)]),
+        };
+        let text = render(&config(), &live, None);
+        assert!(
+            text.contains("teamshare_quota_gpus{team=\"training\"} 4\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("teamshare_gpu_limit{team=\"agents\"} 4\n"),
+            "{text}"
+        );
+        assert!(text.contains("teamshare_gpus_in_use{team=\"agents\",kind=\"in_quota\"} 2\n"));
+        assert!(text.contains("teamshare_gpus_in_use{team=\"agents\",kind=\"borrowed\"} 1\n"));
+        assert!(text.contains(
+            "teamshare_preemptions_total{team=\"agents\\\"x\",reason=\"priority_class\"} 2\n"
+        ));
+        assert!(text.contains("# TYPE teamshare_preemptions_total counter\n"));
+        assert!(text.contains("teamshare_capacity_gpus 8\n"));
+        assert!(text.contains("teamshare_governor_last_pass_timestamp_seconds 1700000000\n"));
+        // No samples, no family: neither the ingest timestamp nor the database's figures.
+        assert!(!text.contains("teamshare_ingest_last_success"), "{text}");
+        assert!(!text.contains("teamshare_gpu_hours_total"), "{text}");
+    }
+
+    #[test]
+    fn request_lines() {
+        assert_eq!(
+            parse_request(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Request::Metrics { head_only: false }
+        );
+        assert_eq!(
+            parse_request(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n"),
+            Request::Metrics { head_only: false }
+        );
+        assert_eq!(
+            parse_request(b"HEAD /metrics HTTP/1.1\r\n\r\n"),
+            Request::Metrics { head_only: true }
+        );
+        assert_eq!(
+            parse_request(b"POST /metrics HTTP/1.1\r\n\r\n"),
+            Request::WrongMethod
+        );
+        assert_eq!(parse_request(b"GET / HTTP/1.1\r\n\r\n"), Request::NotFound);
+        assert_eq!(parse_request(b"GET /metrics\r\n\r\n"), Request::Bad);
+        assert_eq!(parse_request(b"\xff\xfe"), Request::Bad);
+        assert_eq!(parse_request(b""), Request::Bad);
+        assert_eq!(parse_request(b"GET metrics HTTP/1.1\r\n\r\n"), Request::Bad);
+    }
+
+    fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(request).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    #[test]
+    fn the_server_answers_metrics_and_nothing_else() {
+        let body: Body = Arc::new(|| "teamshare_capacity_gpus 8\n".to_string());
+        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), body).unwrap();
+        let addr = server.local_addr();
+        let ok = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(
+            ok.contains("Content-Type: text/plain; version=0.0.4"),
+            "{ok}"
+        );
+        assert!(ok.contains("Content-Length: 26\r\n"), "{ok}");
+        assert!(ok.ends_with("\r\n\r\nteamshare_capacity_gpus 8\n"), "{ok}");
+        let head = exchange(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            head.starts_with("HTTP/1.1 200 OK\r\n") && head.ends_with("\r\n\r\n"),
+            "{head}"
+        );
+        let missing = exchange(addr, b"GET /other HTTP/1.1\r\n\r\n");
+        assert!(missing.starts_with("HTTP/1.1 404 "), "{missing}");
+        let post = exchange(addr, b"POST /metrics HTTP/1.1\r\n\r\n");
+        assert!(
+            post.starts_with("HTTP/1.1 405 ") && post.contains("Allow: GET"),
+            "{post}"
+        );
+        let garbage = exchange(addr, b"\x00\x01 nonsense\r\n\r\n");
+        assert!(garbage.starts_with("HTTP/1.1 400 "), "{garbage}");
+        // A head that never ends is cut at the limit.
+        let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+        huge.extend(std::iter::repeat(b'a').take(MAX_REQUEST_BYTES * 2));
+        let big = exchange(addr, &huge);
+        assert!(big.starts_with("HTTP/1.1 431 "), "{big}");
+        // A client that connects and says nothing does not stop the server for long.
+        let idle = TcpStream::connect(addr).unwrap();
+        let again = exchange(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(again.starts_with("HTTP/1.1 200 OK"), "{again}");
+        drop(idle);
+        server.stop();
+        assert!(TcpStream::connect(addr).is_err());
+    }
+
+    #[test]
+    fn a_panicking_body_does_not_stop_the_server() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::clone(&calls);
+        let body: Body = Arc::new(move || {
+            if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                panic!("first scrape fails");
+            }
+            "ok\n".to_string()
+        });
+        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), body).unwrap();
+        let _ = exchange(server.local_addr(), b"GET /metrics HTTP/1.1\r\n\r\n");
+        let second = exchange(server.local_addr(), b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(second.ends_with("\r\n\r\nok\n"), "{second}");
+    }
+}

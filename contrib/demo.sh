@@ -51,8 +51,8 @@ wait_running() { # team count
 step "teams, as accountd reads teamshare.toml"
 accountd check-config
 
-step "the governor keeps Slurm's priorities and team limits current (accountd govern)"
-accountd govern --interval 500ms >"$dir/log/governor.log" 2>&1 &
+step "accountd run: the governor keeps Slurm's priorities and team limits current; ingest; /metrics"
+accountd run --govern-interval 500ms >"$dir/log/accountd.log" 2>&1 &
 gov_pid=$!
 until [ -s "$dir/etc/state.json" ]; do sleep 0.2; done
 sleep 1
@@ -107,4 +107,8 @@ step "accounting: accountd ingest (twice: the second changes nothing) and the re
 accountd ingest --since now-1h --until now+1h
 accountd ingest --since now-1h --until now+1h
 accountd report teams --since now-1h --until now+1h
-accountd report fairshare 2>/dev/null || true
+accountd report fairshare
+
+step "Prometheus metrics served by accountd run (a few of them)"
+python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:19477/metrics").read().decode())' |
+    grep -E '^teamshare_(quota_gpus|gpus_in_use|preemptions_total|capacity_gpus)' | head -20

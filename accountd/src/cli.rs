@@ -878,6 +878,11 @@ fn govern(config: Config, database: PathBuf, args: &GovernArgs) -> anyhow::Resul
                 for (team, limit) in &report.limit_updates {
                     eprintln!("accountd govern: team {team} GPU limit -> {limit}");
                 }
+                for id in &report.reclaimed {
+                    eprintln!(
+                        "accountd govern: job {id} requeued for an in-quota job Slurm left waiting"
+                    );
+                }
                 for id in &report.displaced {
                     eprintln!("accountd govern: job {id} displaced by a higher class of its team");
                 }

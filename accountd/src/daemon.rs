@@ -314,6 +314,12 @@ impl Daemon {
         for (team, limit) in &report.limit_updates {
             self.log.info(&format!("team {team} GPU limit -> {limit}"));
         }
+        for id in &report.reclaimed {
+            self.log.info(&format!(
+                "job {id} requeued by the governor: an in-quota job waited {} s without Slurm preempting for it",
+                teamshare_policy::governance::RECLAIM_FALLBACK_SECS
+            ));
+        }
         let mut displaced: BTreeMap<String, u64> = BTreeMap::new();
         for id in &report.displaced {
             self.log

@@ -170,6 +170,8 @@ pub struct PassReport {
     pub priority_updates: usize,
     pub limit_updates: Vec<(String, u32)>,
     pub displaced: Vec<u64>,
+    /// Borrowed jobs the governor requeued itself for in-quota jobs Slurm left waiting.
+    pub reclaimed: Vec<u64>,
     pub capacity: u32,
 }
 
@@ -300,20 +302,25 @@ impl Governor {
     }
 
     fn displace(&self, plan: &Plan, report: &mut PassReport) -> Result<(), GovernError> {
-        for id in &plan.displace {
-            let cmd = match self.config.governance.reclaim_mode {
-                teamshare_config::ReclaimMode::Requeue => SlurmCommand::new(
-                    "scontrol",
-                    vec!["requeue".into(), id.to_string()],
-                    UPDATE_TIMEOUT,
-                ),
-                teamshare_config::ReclaimMode::Cancel => {
-                    SlurmCommand::new("scancel", vec![id.to_string()], UPDATE_TIMEOUT)
-                }
-            };
-            // A job that ended meanwhile is not an error.
-            let _ = cmd.run_unchecked()?;
-            report.displaced.push(*id);
+        for (ids, done) in [
+            (&plan.displace, &mut report.displaced),
+            (&plan.reclaim, &mut report.reclaimed),
+        ] {
+            for id in ids {
+                let cmd = match self.config.governance.reclaim_mode {
+                    teamshare_config::ReclaimMode::Requeue => SlurmCommand::new(
+                        "scontrol",
+                        vec!["requeue".into(), id.to_string()],
+                        UPDATE_TIMEOUT,
+                    ),
+                    teamshare_config::ReclaimMode::Cancel => {
+                        SlurmCommand::new("scancel", vec![id.to_string()], UPDATE_TIMEOUT)
+                    }
+                };
+                // A job that ended meanwhile is not an error.
+                let _ = cmd.run_unchecked()?;
+                done.push(*id);
+            }
         }
         Ok(())
     }

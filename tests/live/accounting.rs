@@ -16,6 +16,10 @@ pub const SCENARIOS: &[(&str, fn(&Cluster) -> TestResult)] = &[
         "accounting::a2_a_preempted_and_requeued_job_is_two_runs",
         requeued_runs,
     ),
+    (
+        "accounting::a3_metrics_parse_and_agree_with_the_report",
+        metrics_agree,
+    ),
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -324,4 +328,177 @@ fn requeued_runs(c: &Cluster) -> TestResult {
     ensure(runs == 2, || {
         format!("job {victim} appears {runs} times in report jobs, expected 2 runs")
     })
+}
+
+/// One sample of the Prometheus text format: name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// A strict reader of the Prometheus text exposition format (0.0.4): every line is a comment,
+/// a HELP/TYPE line or a sample; every sample's metric family was TYPE'd before it.
+fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
+    let mut typed = std::collections::BTreeSet::new();
+    let mut samples = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let bad = |why: &str| format!("line {}: {why}: {line:?}", n + 1);
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut it = rest.split_whitespace();
+            let name = it.next().ok_or_else(|| bad("TYPE without name"))?;
+            let kind = it.next().ok_or_else(|| bad("TYPE without kind"))?;
+            if !["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind) {
+                return Err(bad("unknown type"));
+            }
+            typed.insert(name.to_string());
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let (name_labels, value) = line.rsplit_once(' ').ok_or_else(|| bad("no value"))?;
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            "NaN" => f64::NAN,
+            v => v.parse().map_err(|_| bad("value is not a number"))?,
+        };
+        let (name, labels) = match name_labels.split_once('{') {
+            None => (name_labels.to_string(), Vec::new()),
+            Some((name, rest)) => {
+                let body = rest
+                    .strip_suffix('}')
+                    .ok_or_else(|| bad("unclosed labels"))?;
+                let mut labels = Vec::new();
+                let mut chars = body.chars().peekable();
+                while chars.peek().is_some() {
+                    let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+                    if chars.next() != Some('"') {
+                        return Err(bad("label value not quoted"));
+                    }
+                    let mut val = String::new();
+                    loop {
+                        match chars.next() {
+                            Some('\\') => match chars.next() {
+                                Some('n') => val.push('\n'),
+                                Some(c) => val.push(c),
+                                None => return Err(bad("dangling escape")),
+                            },
+                            Some('"') => break,
+                            Some(c) => val.push(c),
+                            None => return Err(bad("unterminated label value")),
+                        }
+                    }
+                    labels.push((key, val));
+                    match chars.next() {
+                        Some(',') | None => {}
+                        Some(_) => return Err(bad("junk after a label")),
+                    }
+                }
+                (name.to_string(), labels)
+            }
+        };
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        {
+            return Err(bad("bad metric name"));
+        }
+        if !typed.contains(&name) {
+            return Err(bad("sample before its TYPE line"));
+        }
+        samples.push((name, labels, value));
+    }
+    Ok(samples)
+}
+
+fn metric(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .map(|(_, _, v)| *v)
+}
+
+fn metrics_agree(c: &Cluster) -> TestResult {
+    c.reset()?;
+    let a = c.sbatch(&[
+        "-A",
+        "agents",
+        "-p",
+        "gpu",
+        "--gres=gpu:2",
+        "--wrap",
+        "sleep 3",
+    ])?;
+    let r = c.sbatch(&[
+        "-A",
+        "research",
+        "-p",
+        "gpu",
+        "--gres=gpu:1",
+        "--wrap",
+        "sleep 2",
+    ])?;
+    c.wait_completed_in_sacct(&[a.clone(), r.clone()], 2 * MINUTE)?;
+    let ended = teamshare_live_tests::unix_now();
+    // The daemon ingests every 5 s and caches database figures for 10 s.
+    let samples = c.wait_for("metrics that include the finished jobs", 2 * MINUTE, || {
+        let s = parse_exposition(&c.metrics()?)?;
+        let ingested =
+            metric(&s, "teamshare_ingest_last_success_timestamp_seconds", &[]).unwrap_or(0.0);
+        Ok((ingested > ended as f64 + 11.0).then_some(s))
+    })?;
+    // The same database, the same period (this month), through the report.
+    let rows = json_rows(
+        &c.accountd_cmd(&["report", "teams", "--format", "json"])?,
+        "report teams",
+    )?;
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap_or(0.0);
+    for team in ["agents", "training", "research"] {
+        let row = rows
+            .iter()
+            .find(|r| r["team"].as_str() == Some(team))
+            .ok_or_else(|| format!("no {team} row"))?;
+        for (kind, key) in [
+            ("allocated", "gpu_hours"),
+            ("in_quota", "in_quota_hours"),
+            ("borrowed", "borrowed_hours"),
+            ("lent", "lent_hours"),
+        ] {
+            let m = metric(
+                &samples,
+                "teamshare_gpu_hours_total",
+                &[("team", team), ("kind", kind)],
+            )
+            .ok_or_else(|| format!("no teamshare_gpu_hours_total{{team={team},kind={kind}}}"))?;
+            ensure((m - f(row, key)).abs() < 1e-6, || {
+                format!("{team} {kind}: metrics {m}, report {}", f(row, key))
+            })?;
+        }
+        let quota = metric(&samples, "teamshare_quota_gpus", &[("team", team)]);
+        ensure(quota == row["quota"].as_f64(), || {
+            format!("{team} quota: {quota:?} vs {row}")
+        })?;
+        let fs = metric(&samples, "teamshare_fairshare_factor", &[("team", team)]).unwrap_or(-1.0);
+        ensure(fs > 0.0 && fs <= 1.0, || {
+            format!("{team} fair-share factor {fs}")
+        })?;
+    }
+    let agents_hours = rows
+        .iter()
+        .find(|r| r["team"].as_str() == Some("agents"))
+        .map(|r| f(r, "gpu_hours"))
+        .unwrap_or(0.0);
+    ensure(agents_hours > 0.0, || {
+        "the agents job is not in the report".into()
+    })?;
+    ensure(
+        metric(&samples, "teamshare_capacity_gpus", &[]) == Some(8.0),
+        || "capacity is not 8".into(),
+    )
 }

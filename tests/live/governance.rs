@@ -68,16 +68,6 @@ fn wait_victims(c: &Cluster, n: usize) -> TestResult {
     c.wait_governor_pass()
 }
 
-/// Time from sbatch to RUNNING.
-fn submit_and_time(c: &Cluster, team: &str) -> Result<(String, Duration), String> {
-    let t0 = Instant::now();
-    let id = c.submit_sleeps(team, 1, LONG, &[])?.remove(0);
-    c.wait_for(&format!("{team} job {id} to run"), MINUTE, || {
-        Ok((c.job_state(&id)? == "RUNNING").then_some(()))
-    })?;
-    Ok((id, t0.elapsed()))
-}
-
 fn borrowing(c: &Cluster) -> TestResult {
     isolated(c, |c| {
         let ids = c.submit_sleeps("training", 9, LONG, &[])?;
@@ -102,11 +92,17 @@ fn reclaim(c: &Cluster) -> TestResult {
     isolated(c, |c| {
         let training = fill(c, "training", 8, &[])?;
         wait_victims(c, 4)?;
+        // Both at once, as a team reclaiming its quota would.
+        let t0 = Instant::now();
+        let agents = c.submit_sleeps("agents", 2, LONG, &[])?;
         let mut latencies = Vec::new();
-        for _ in 0..2 {
-            latencies.push(submit_and_time(c, "agents")?.1);
+        for id in &agents {
+            c.wait_for(&format!("agents job {id} to run"), MINUTE, || {
+                Ok((c.job_state(id)? == "RUNNING").then_some(()))
+            })?;
+            latencies.push(t0.elapsed());
         }
-        eprintln!("reclaim latency (sbatch to RUNNING): {latencies:?}");
+        eprintln!("reclaim latency (sbatch to RUNNING, 2 jobs submitted together): {latencies:?}");
         c.wait_for(
             "the preempted training jobs to leave RUNNING",
             MINUTE,

@@ -118,7 +118,7 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Start `accountd govern` against this cluster (its log: DIR/log/governor.log).
+    /// Start `accountd run` against this cluster (its log: DIR/log/governor.log).
     pub fn start_governor(&self) -> TestResult {
         let mut g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_some() {
@@ -135,12 +135,13 @@ impl Cluster {
             .cmd(&self.accountd)
             .arg("--config")
             .arg(self.dir.join("etc/teamshare.toml"))
-            .args(["govern", "--interval", "500ms"])
+            // The daemon: governor every 500 ms, ingest and /metrics as configured.
+            .args(["run", "--govern-interval", "500ms"])
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
             .spawn()
-            .map_err(|e| format!("cannot start accountd govern: {e}"))?;
+            .map_err(|e| format!("cannot start accountd run: {e}"))?;
         *g = Some(child);
         drop(g);
         // Running when it has published at least once.
@@ -152,15 +153,43 @@ impl Cluster {
     }
 
     pub fn stop_governor(&self) {
-        if let Some(mut child) = self
+        let child = self
             .governor
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+            .take();
+        if let Some(mut child) = child {
+            // SIGTERM: the daemon finishes its step and exits; SIGKILL if it does not.
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// GET /metrics from the daemon.
+    pub fn metrics(&self) -> Result<String, String> {
+        use std::io::{Read, Write};
+        let addr = "127.0.0.1:29477";
+        let mut s =
+            std::net::TcpStream::connect(addr).map_err(|e| format!("metrics at {addr}: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+        let (head, body) = text.split_once("\r\n\r\n").ok_or("no HTTP body")?;
+        if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+            return Err(format!("metrics answered {head}"));
+        }
+        Ok(body.to_string())
     }
 
     /// The governor's published state.

@@ -125,6 +125,12 @@ pub const STATE_VERSION: u32 = 1;
 /// How long an in-quota job may wait before every victim is opened to it.
 pub const ESCALATE_AFTER_SECS: i64 = 5;
 
+/// How long an in-quota job may wait with victims available before the governor requeues
+/// them itself. Slurm's scheduler normally preempts within a second of submission; when
+/// several reclaiming jobs arrive together, one can take the GPUs another's preemption freed,
+/// and Slurm was seen waiting 15 s before preempting again for the other.
+pub const RECLAIM_FALLBACK_SECS: i64 = 2;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TeamState {
     pub running_gpus: u32,
@@ -193,6 +199,9 @@ pub struct Plan {
     pub gpu_limits: BTreeMap<String, u32>,
     /// Running jobs to requeue so a higher class of the same team can run.
     pub displace: Vec<u64>,
+    /// Borrowed jobs to requeue for in-quota jobs Slurm has not started within
+    /// [`RECLAIM_FALLBACK_SECS`].
+    pub reclaim: Vec<u64>,
     /// Pending non-preemptible jobs to park (begin time far ahead) or release (begin now).
     pub park: Vec<u64>,
     pub release: Vec<u64>,
@@ -389,6 +398,25 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
             .max(k);
     }
     let reclaim = state.reclaim_level(k, input.now);
+
+    // Fallback reclaim: in-quota jobs still waiting are given the victims they need directly.
+    let waiting: u32 = in_quota
+        .iter()
+        .filter(|j| j.eligible && input.now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS)
+        .map(|j| j.gpus)
+        .sum();
+    let mut needed = waiting.saturating_sub(free);
+    let mut reclaim_now = Vec::new();
+    for v in &state.victims {
+        if needed == 0 {
+            break;
+        }
+        if v.exempt_until > input.now || displace.contains(&v.job_id) {
+            continue;
+        }
+        reclaim_now.push(v.job_id);
+        needed = needed.saturating_sub(v.gpus.max(1));
+    }
     let mut park = Vec::new();
     let mut release = Vec::new();
     for j in &in_quota {
@@ -510,6 +538,7 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
         priorities,
         gpu_limits,
         displace,
+        reclaim: reclaim_now,
         park,
         release,
         state,
@@ -636,6 +665,20 @@ min_runtime_before_reclaim = "0s"
         // Above victims 8 and 7, below 6 and 5.
         assert!(l > level(p.priorities[&7]) && l < level(p.priorities[&6]));
         assert_eq!(p.state.pending_in_quota_gpus, 2);
+    }
+
+    #[test]
+    fn in_quota_jobs_still_waiting_get_their_victims_requeued_directly() {
+        let c = config("");
+        let mut jobs: Vec<_> = (1..=8)
+            .map(|i| running(i, "training", 100 + i as i64))
+            .collect();
+        jobs.push(pending(20, "agents", 1_000 - RECLAIM_FALLBACK_SECS));
+        jobs.push(pending(21, "agents", 999));
+        let p = plan_for(&c, &jobs, &[]);
+        // Only the job waiting past the fallback delay, only one victim, the first in order.
+        assert_eq!(p.reclaim, [8]);
+        assert!(p.displace.is_empty());
     }
 
     #[test]

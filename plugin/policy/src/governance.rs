@@ -448,16 +448,23 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
     let total_quota: i64 = config.teams.iter().map(|t| i64::from(t.quota.total)).sum();
     let mut lendable = i64::from(input.capacity) - total_quota;
     let mut borrowed_now = 0i64;
+    // What each team lends: its idle quota not claimed by its own waiting in-quota jobs, up to
+    // its lend limit.
+    let mut lends: BTreeMap<&str, i64> = BTreeMap::new();
     for t in &config.teams {
         let used = usage.get(t.name.as_str()).copied().unwrap_or(0);
-        lendable += i64::from(
-            t.lend_limit
-                .min(t.quota.total)
-                .min(t.quota.total.saturating_sub(used)),
-        );
+        let claimed = team_states
+            .get(&t.name)
+            .map(|s| s.pending_in_quota_gpus)
+            .unwrap_or(0);
+        let idle = t.quota.total.saturating_sub(used).saturating_sub(claimed);
+        let lend = i64::from(t.lend_limit.min(t.quota.total).min(idle));
+        lends.insert(t.name.as_str(), lend);
+        lendable += lend;
         borrowed_now += i64::from(used.saturating_sub(t.quota.total));
     }
-    let mut available = u32::try_from((lendable - borrowed_now).max(0)).unwrap_or(u32::MAX);
+    // Shared by all borrowers; a team never borrows its own idle quota.
+    let mut remaining = lendable - borrowed_now;
 
     let mut order: Vec<&str> = borrowers.keys().copied().collect();
     match config.cluster.idle_sharing {
@@ -488,6 +495,8 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
             .borrow_limit
             .map(|b| b.saturating_sub(borrowed))
             .unwrap_or(u32::MAX);
+        let own = lends.get(*name).copied().unwrap_or(0);
+        let mut available = u32::try_from((remaining - own).max(0)).unwrap_or(u32::MAX);
         let mut given = 0u32;
         for j in &borrowers[*name] {
             // A non-preemptible class may never borrow; a job that could not start anyway
@@ -500,6 +509,7 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
                 given += j.gpus;
             }
         }
+        remaining -= i64::from(given);
         allowance.insert(name, given);
         // Everyone waiting to borrow, in the order they are served.
         for j in &borrowers[*name] {
@@ -811,6 +821,22 @@ min_runtime_before_reclaim = "0s"
             now: 1_000,
         });
         assert_eq!(p.gpu_limits["training"], 4);
+    }
+
+    #[test]
+    fn a_team_never_borrows_its_own_idle_quota() {
+        // research lends nothing; training's 8 jobs all wait (none started yet): 4 fit its
+        // quota, and only agents' idle 2 may be borrowed.
+        let text = CONFIG.replace(
+            "quota = 2\nborrow_limit = 6",
+            "quota = 2\nborrow_limit = 6\nlend = false",
+        );
+        let c = teamshare_config::parse(&text, "t.toml").unwrap();
+        let jobs: Vec<_> = (1..=8)
+            .map(|i| pending(i, "training", 200 + i as i64))
+            .collect();
+        let p = plan_for(&c, &jobs, &[]);
+        assert_eq!(p.gpu_limits["training"], 6);
     }
 
     #[test]

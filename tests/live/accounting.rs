@@ -116,6 +116,35 @@ fn scratch_db(c: &Cluster, name: &str) -> PathBuf {
     db
 }
 
+/// Ingest sacct and collect the spooled samples into a database of the scenario's own;
+/// returns its path.
+fn ingest_and_collect(c: &Cluster, name: &str, spool: &std::path::Path) -> Result<String, String> {
+    let dbs = scratch_db(c, name).to_string_lossy().to_string();
+    let spool = spool.to_string_lossy().to_string();
+    for args in [
+        vec![
+            "--database",
+            &dbs,
+            "ingest",
+            "--since",
+            "now-1h",
+            "--until",
+            "now+1h",
+        ],
+        vec!["--database", &dbs, "collect-samples", "--spool", &spool],
+    ] {
+        let out = c.accountd_cmd(&args)?;
+        ensure(out.status.success(), || {
+            format!(
+                "accountd {} failed: {}",
+                args[2],
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+    }
+    Ok(dbs)
+}
+
 fn utilisation(c: &Cluster) -> TestResult {
     c.reset()?;
     let spool = c.dir.join("samples-a1");
@@ -148,30 +177,7 @@ fn utilisation(c: &Cluster) -> TestResult {
     std::thread::sleep(Duration::from_secs(3));
     drop(samplers);
 
-    let db = scratch_db(c, "a1");
-    let dbs = db.to_string_lossy().to_string();
-    let spool_s = spool.to_string_lossy().to_string();
-    for args in [
-        vec![
-            "--database",
-            &dbs,
-            "ingest",
-            "--since",
-            "now-1h",
-            "--until",
-            "now+1h",
-        ],
-        vec!["--database", &dbs, "collect-samples", "--spool", &spool_s],
-    ] {
-        let out = c.accountd_cmd(&args)?;
-        ensure(out.status.success(), || {
-            format!(
-                "accountd {} failed: {}",
-                args[2],
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })?;
-    }
+    let dbs = ingest_and_collect(c, "a1", &spool)?;
     let period = ["--since", "now-1h", "--until", "now+1h", "--format", "json"];
     let jobs = json_rows(
         &c.accountd_cmd(&[&["--database", &dbs, "report", "jobs"][..], &period[..]].concat())?,
@@ -283,26 +289,7 @@ fn requeued_runs(c: &Cluster) -> TestResult {
     })?;
     std::thread::sleep(Duration::from_secs(3));
     drop(samplers);
-    let db = scratch_db(c, "a2");
-    let dbs = db.to_string_lossy().to_string();
-    let spool_s = spool.to_string_lossy().to_string();
-    for args in [
-        vec![
-            "--database",
-            &dbs,
-            "ingest",
-            "--since",
-            "now-1h",
-            "--until",
-            "now+1h",
-        ],
-        vec!["--database", &dbs, "collect-samples", "--spool", &spool_s],
-    ] {
-        let out = c.accountd_cmd(&args)?;
-        ensure(out.status.success(), || {
-            String::from_utf8_lossy(&out.stderr).into_owned()
-        })?;
-    }
+    let dbs = ingest_and_collect(c, "a2", &spool)?;
     let jobs = json_rows(
         &c.accountd_cmd(&[
             "--database",

@@ -462,28 +462,14 @@ fn refusals(c: &Cluster) -> TestResult {
             "a user changed the QOS of a job".into()
         })?;
         // Larger than the cluster: with one node drained the cluster has 4 GPUs.
-        c.ok(
-            "scontrol",
-            &[
-                "update",
-                "nodename=n2",
-                "state=drain",
-                "reason=teamshare-test",
-            ],
-        )?;
-        let r = (|| {
-            c.wait_for("capacity 4 in the state", MINUTE, || {
-                Ok((c.state()?["capacity"].as_u64() == Some(4)).then_some(()))
-            })?;
+        with_n2_drained(c, || {
             c.wait_governor_pass()?;
             refused(
                 c.sbatch_as_user(&["-A", "research", "-p", "gpu", "--gpus=6", "--wrap", "true"]),
                 "larger than the cluster",
                 "teamshare: the governed partitions (gpu) have 4 usable GPUs; this job asks for 6",
             )
-        })();
-        c.ok("scontrol", &["update", "nodename=n2", "state=resume"])?;
-        r
+        })
     })
 }
 
@@ -562,21 +548,30 @@ fn stale_state(c: &Cluster) -> TestResult {
     })
 }
 
+/// Run `f` with node n2 drained (capacity 4, seen by the governor), resuming it whatever
+/// happened.
+fn with_n2_drained(c: &Cluster, f: impl FnOnce() -> TestResult) -> TestResult {
+    c.ok(
+        "scontrol",
+        &[
+            "update",
+            "nodename=n2",
+            "state=drain",
+            "reason=teamshare-test",
+        ],
+    )?;
+    let r = c
+        .wait_for("capacity 4 in the state", MINUTE, || {
+            Ok((c.state()?["capacity"].as_u64() == Some(4)).then_some(()))
+        })
+        .and_then(|_| f());
+    let resumed = c.ok("scontrol", &["update", "nodename=n2", "state=resume"]);
+    r.and(resumed.map(|_| ()))
+}
+
 fn drained_node(c: &Cluster) -> TestResult {
     isolated(c, |c| {
-        c.ok(
-            "scontrol",
-            &[
-                "update",
-                "nodename=n2",
-                "state=drain",
-                "reason=teamshare-test",
-            ],
-        )?;
-        let r = (|| {
-            c.wait_for("capacity 4 in the state", MINUTE, || {
-                Ok((c.state()?["capacity"].as_u64() == Some(4)).then_some(()))
-            })?;
+        with_n2_drained(c, || {
             // Only training's quota fits; nothing is lendable beyond what is idle.
             c.submit_sleeps("training", 6, LONG, &[])?;
             c.wait_running("training", 4, 2 * MINUTE)?;
@@ -597,8 +592,6 @@ fn drained_node(c: &Cluster) -> TestResult {
             ensure(c.job_state(&a)? == "PENDING", || {
                 "agents ran on GPUs that do not exist".into()
             })
-        })();
-        c.ok("scontrol", &["update", "nodename=n2", "state=resume"])?;
-        r
+        })
     })
 }

@@ -14,7 +14,10 @@ contrib/cluster/stop.sh "$dir" >/dev/null 2>&1 || true
 rm -rf "$dir"
 gov_pid=""
 cleanup() {
-    [ -z "$gov_pid" ] || kill "$gov_pid" 2>/dev/null || true
+    if [ -n "$gov_pid" ]; then
+        kill "$gov_pid" 2>/dev/null || true
+        wait "$gov_pid" 2>/dev/null || true
+    fi
     contrib/cluster/stop.sh "$dir" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -52,7 +55,8 @@ step "teams, as accountd reads teamshare.toml"
 accountd check-config
 
 step "accountd run: the governor keeps Slurm's priorities and team limits current; ingest; /metrics"
-accountd run --govern-interval 500ms >"$dir/log/accountd.log" 2>&1 &
+# The binary itself, not the shell function, so that $! is the daemon's pid.
+"$ACCOUNTD" --config "$dir/etc/teamshare.toml" run --govern-interval 500ms >"$dir/log/accountd.log" 2>&1 &
 gov_pid=$!
 until [ -s "$dir/etc/state.json" ]; do sleep 0.2; done
 sleep 1

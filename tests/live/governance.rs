@@ -446,6 +446,11 @@ fn refusals(c: &Cluster) -> TestResult {
             "--wrap",
             "true",
         ])?;
+        // --hold is the user's: the plugin keeps it.
+        let reason = c.reason(&id)?;
+        ensure(reason == "JobHeldUser", || {
+            format!("a job submitted with --hold is not held: reason {reason:?}")
+        })?;
         let out = c.run(
             "runuser",
             &[

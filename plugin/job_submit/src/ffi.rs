@@ -177,8 +177,12 @@ unsafe fn apply(job_desc: *mut job_desc_msg_t, admission: &Admission) {
             }
         }
     }
+    // A priority of 0 is the user's `--hold`: keep it (the governor ranks the job once it is
+    // released).
     if let Some(p) = admission.priority {
-        desc.priority = p;
+        if desc.priority != 0 {
+            desc.priority = p;
+        }
     }
     if let Some(secs) = admission.park_secs {
         let until = unix_now().saturating_add(secs);

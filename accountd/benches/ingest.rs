@@ -14,7 +14,7 @@
 //! it in batches of LINES lines (one `record_runs` transaction each) instead of holding the whole
 //! output and every parsed run in memory at once.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use accountd::sacct;
@@ -165,7 +165,7 @@ fn set_cache(store: &Store, mib: i64) {
 }
 
 /// Parse and store in batches of `batch_lines` lines, reading the file as a stream.
-fn streamed(file: &PathBuf, db: &PathBuf, batch_lines: usize, cache_mib: Option<i64>) {
+fn streamed(file: &Path, db: &Path, batch_lines: usize, cache_mib: Option<i64>) {
     use std::io::BufRead;
     println!("(what-if) streaming in batches of {batch_lines} lines");
     for pass in ["store into an empty database", "store again (all known)"] {

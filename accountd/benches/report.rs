@@ -4,17 +4,21 @@
 //! own database and dropped again: accountd's schema is not changed).
 //!
 //!     cargo bench -p accountd --bench report [-- --db FILE] [--runs N] [--try-indexes]
+//!                                              [--try-queries]
 //!
 //! The end-to-end command-line timing is contrib/bench/report.sh, which uses this database.
 //!
-//! The year: 2025-01-01 .. 2026-01-01 UTC, cluster `teamshare-live` (tests/live/teamshare.toml),
-//! N job runs (default 5,000,000: ~13,700 a day) with start times spread over the year, durations
-//! exponential (mean 42 min, at most 3 days), 1/2/4/8 GPUs (mean ~2.1, which keeps ~1,000 GPUs
-//! busy), 60 % typed (h100), 2 % CPU-only, ~1,000 still running at the end of the year. Stored
-//! through `Store::record_runs` (the ingest's own write path) in batches of 100,000.
+//! The year: 2025-01-01 .. 2026-01-01 UTC, cluster `teamshare-live` with the teams of
+//! contrib/bench/teamshare-1000.toml (1,000 GPUs, quotas 250/450/150), N job runs (default
+//! 5,000,000: ~13,700 a day) with start times spread over the year, durations exponential (mean
+//! 37 min, at most 3 days), 1/1/1/1/2/2/4/8 GPUs (mean 2.5: ~870 GPUs busy on average), 60 %
+//! typed (h100), 2 % CPU-only, 1,000 still running at the end of the year; stored through
+//! `Store::record_runs` (the ingest's own write path) in batches of 100,000. The capacity history
+//! as `accountd run` records it (`Store::record_capacity`, hourly): 1,000 GPUs (600 h100), with a
+//! 2-day drain of one 8-GPU node every month.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use accountd::period::Period;
@@ -50,7 +54,7 @@ impl Rng {
     }
 }
 
-fn generate(db: &PathBuf, runs: usize) {
+fn generate(db: &Path, runs: usize) {
     let t = Instant::now();
     let mut store = Store::open(db).expect("open");
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
@@ -75,7 +79,7 @@ fn generate(db: &PathBuf, runs: usize) {
         } else {
             [1, 1, 1, 1, 2, 2, 4, 8][(rng.next() % 8) as usize]
         };
-        let dur = ((-(1.0 - rng.unit()).ln() * 2520.0) as i64 + 10).min(3 * 86_400);
+        let dur = ((-(1.0 - rng.unit()).ln() * 2200.0) as i64 + 10).min(3 * 86_400);
         let end = if i >= running_from {
             None
         } else {
@@ -133,6 +137,7 @@ fn generate(db: &PathBuf, runs: usize) {
         }
     }
     eprintln!();
+    record_capacity(&mut store);
     store
         .connection()
         // No ANALYZE: accountd never runs it, so its databases have no sqlite_stat1 and the
@@ -144,6 +149,32 @@ fn generate(db: &PathBuf, runs: usize) {
         db.display(),
         t.elapsed().as_secs_f64()
     );
+}
+
+/// Hourly capacity samples for the year: 1,000 GPUs (600 h100), one 8-GPU node drained for two
+/// days each month (the 10th and 11th).
+fn record_capacity(store: &mut Store) {
+    let mut ts = YEAR_START;
+    let mut n = 0;
+    while ts < YEAR_END {
+        let day_of_month = ((ts - YEAR_START) / 86_400) % 30;
+        let drained = day_of_month == 9 || day_of_month == 10;
+        let gpus = if drained { 992 } else { 1000 };
+        let h100 = if drained { 592 } else { 600 };
+        let sample = accountd::store::CapacitySample {
+            ts,
+            gpus,
+            by_type: BTreeMap::from([("h100".to_string(), h100)]),
+        };
+        if store
+            .record_capacity(CLUSTER, &sample)
+            .expect("record_capacity")
+        {
+            n += 1;
+        }
+        ts += 3600;
+    }
+    println!("  {n} capacity samples stored");
 }
 
 fn explain(store: &Store, since: i64, until: i64) {
@@ -167,7 +198,7 @@ fn explain(store: &Store, since: i64, until: i64) {
     }
 }
 
-fn time_month(db: &PathBuf, config: &teamshare_config::Config, name: &str, since: i64, until: i64) {
+fn time_month(db: &Path, config: &teamshare_config::Config, name: &str, since: i64, until: i64) {
     let mut times = Vec::new();
     let mut rows_seen = 0;
     for _ in 0..5 {
@@ -180,14 +211,33 @@ fn time_month(db: &PathBuf, config: &teamshare_config::Config, name: &str, since
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         rows_seen = r.rows.iter().map(|r| r.jobs).sum::<u64>();
     }
-    let t = Instant::now();
+    // The same work phase by phase: the runs' query (rows into RunUsage), the capacity history,
+    // the model's arithmetic (splits, costs).
     let store = Store::open(db).unwrap();
-    let n = store.runs_overlapping(CLUSTER, since, until).unwrap().len();
+    let params =
+        UsageParams::from_config(config, Period { since, until }, YEAR_END + 86_400, vec![]);
+    let t = Instant::now();
+    let runs = store.runs_overlapping(CLUSTER, since, until).unwrap();
     let query_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let n = runs.len();
+    let t = Instant::now();
+    let capacity = store.capacity_history(CLUSTER, since, until).unwrap();
+    let capacity_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    let report = report::compute_usage(&runs, &capacity, &params);
+    let compute_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let t = Instant::now();
+    let text = report::render_teams(&report, report::Format::Table, &chrono::Utc);
+    let render_ms = t.elapsed().as_secs_f64() * 1000.0;
+    drop((runs, text));
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
     println!(
-        "  {name:<22} runs overlapping {n:>8} (GPU runs {rows_seen:>8})  usage_report: min {:>7.0} ms  median {:>7.0} ms  max {:>7.0} ms   (runs_overlapping alone: {query_ms:.0} ms)",
+        "  {name:<22} runs overlapping {n:>8} (GPU runs {rows_seen:>8})  usage_report: min {:>7.0} ms  median {:>7.0} ms  max {:>7.0} ms",
         times[0], times[2], times[4]
+    );
+    println!(
+        "  {:<22} phases: runs_overlapping {query_ms:.0} ms, capacity_history {capacity_ms:.1} ms, compute_usage {compute_ms:.0} ms, render {render_ms:.1} ms",
+        ""
     );
 }
 
@@ -196,16 +246,19 @@ fn main() {
     let mut db = PathBuf::from("/tmp/teamshare-bench-report/year.db");
     let mut runs = 5_000_000usize;
     let mut try_indexes = false;
+    let mut try_queries = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--db" => db = args.next().expect("--db FILE").into(),
             "--runs" => runs = args.next().and_then(|v| v.parse().ok()).expect("--runs N"),
             "--try-indexes" => try_indexes = true,
+            "--try-queries" => try_queries = true,
             _ => {} // cargo bench's --bench
         }
     }
-    let config = teamshare_config::load(&root.join("tests/live/teamshare.toml")).expect("config");
+    let config =
+        teamshare_config::load(&root.join("contrib/bench/teamshare-1000.toml")).expect("config");
     if !db.exists() {
         std::fs::create_dir_all(db.parent().unwrap()).unwrap();
         println!("generating {runs} job runs into {} ...", db.display());
@@ -218,21 +271,28 @@ fn main() {
         .connection()
         .execute_batch("DROP TABLE IF EXISTS sqlite_stat1; DROP TABLE IF EXISTS sqlite_stat4;")
         .expect("drop statistics");
-    let (n, types): (i64, i64) = store
+    let (n, types, capacity): (i64, i64, i64) = store
         .connection()
         .query_row(
-            "SELECT (SELECT count(*) FROM job_runs), (SELECT count(*) FROM job_run_gpu_types)",
+            "SELECT (SELECT count(*) FROM job_runs), (SELECT count(*) FROM job_run_gpu_types),
+                    (SELECT count(*) FROM capacity_samples)",
             [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .unwrap();
     let size = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
     println!(
-        "{}: {n} job runs, {types} typed-GPU rows, {:.0} MiB",
+        "{}: {n} job runs, {types} typed-GPU rows, {capacity} capacity samples, {:.0} MiB",
         db.display(),
         size as f64 / 1048576.0
     );
-    drop(store);
+    if capacity == 0 {
+        // A database made before capacity history existed (schema 2): add it.
+        let mut store = store;
+        record_capacity(&mut store);
+    } else {
+        drop(store);
+    }
 
     let months = [
         ("2025-12 (last month)", DEC_START, YEAR_END),
@@ -242,6 +302,9 @@ fn main() {
     explain(&Store::open(&db).unwrap(), DEC_START, YEAR_END);
     for (name, s, u) in months {
         time_month(&db, &config, name, s, u);
+    }
+    if try_queries {
+        what_if_queries(&db);
     }
     if try_indexes {
         let candidates = [
@@ -276,6 +339,79 @@ fn main() {
                 .connection()
                 .execute_batch("DROP INDEX bench_by_end; PRAGMA wal_checkpoint(TRUNCATE);")
                 .unwrap();
+        }
+    }
+}
+
+/// Other shapes of the report's query, run through rusqlite on the same database, every row
+/// read (no RunUsage built): what the time is made of, and what a rewrite would gain.
+fn what_if_queries(db: &Path) {
+    let longest: i64 = 3 * 86_400; // the longest run of the generated data
+    let queries: [(&str, String); 5] = [
+        ("as today (runs_overlapping)", RUNS_OVERLAPPING.to_string()),
+        (
+            "without ORDER BY",
+            RUNS_OVERLAPPING.replace("ORDER BY r.id, t.gpu_type", ""),
+        ),
+        (
+            "without the LEFT JOIN (untyped runs only)",
+            "SELECT r.id, r.account, r.start_time, r.end_time, r.gpus FROM job_runs r
+             WHERE r.cluster = ?1 AND r.start_time < ?3 AND (r.end_time IS NULL OR r.end_time > ?2)"
+                .to_string(),
+        ),
+        (
+            "start bounded by the longest run, + running",
+            format!(
+                "SELECT r.id, r.account, r.start_time, r.end_time, r.gpus, t.gpu_type, t.gpus
+                 FROM job_runs r LEFT JOIN job_run_gpu_types t ON t.run_id = r.id
+                 WHERE r.cluster = ?1 AND r.start_time < ?3 AND r.start_time >= ?2 - {longest}
+                   AND r.end_time > ?2
+                 UNION ALL
+                 SELECT r.id, r.account, r.start_time, r.end_time, r.gpus, t.gpu_type, t.gpus
+                 FROM job_runs r LEFT JOIN job_run_gpu_types t ON t.run_id = r.id
+                 WHERE r.cluster = ?1 AND r.end_time IS NULL AND +r.start_time < ?3"
+            ),
+        ),
+        (
+            "sums in SQL (GROUP BY account, gpu_type)",
+            "SELECT r.account, t.gpu_type, count(*),
+                    sum(coalesce(t.gpus, r.gpus) * (min(coalesce(r.end_time, ?4), ?3) - max(r.start_time, ?2)))
+             FROM job_runs r LEFT JOIN job_run_gpu_types t ON t.run_id = r.id
+             WHERE r.cluster = ?1 AND r.start_time < ?3 AND (r.end_time IS NULL OR r.end_time > ?2)
+               AND r.gpus > 0
+             GROUP BY r.account, t.gpu_type"
+                .to_string(),
+        ),
+    ];
+    println!("what-if query shapes (rows read through rusqlite, nothing built; median of 3):");
+    let store = Store::open(db).unwrap();
+    for (month, since, until) in [
+        ("2025-12", DEC_START, YEAR_END),
+        ("2025-06", JUN_START, JUL_START),
+    ] {
+        for (name, sql) in &queries {
+            let mut times = Vec::new();
+            let mut rows = 0u64;
+            for _ in 0..3 {
+                let t = Instant::now();
+                let mut stmt = store.connection().prepare(sql).unwrap();
+                let n = stmt.parameter_count();
+                // ?1 the cluster, ?2 since, ?3 until, ?4 now (as many as the query names).
+                let times_arg = [since, until, YEAR_END + 86_400];
+                let mut bound: Vec<&dyn rusqlite::ToSql> = vec![&CLUSTER];
+                for t in &times_arg[..n - 1] {
+                    bound.push(t);
+                }
+                let mut q = stmt.query(bound.as_slice()).unwrap();
+                rows = 0;
+                while let Some(r) = q.next().unwrap() {
+                    let _: rusqlite::types::ValueRef = r.get_ref(0).unwrap();
+                    rows += 1;
+                }
+                times.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!("  {month}  {name:<44} {rows:>8} rows  {:>6.0} ms", times[1]);
         }
     }
 }

@@ -281,8 +281,10 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
         },
     };
 
-    let preemptible = governance::classes(config)
-        .get(usize::from(class))
+    // Index 0 is "no class"; configured classes start at 1 (no allocation on the submit path).
+    let preemptible = usize::from(class)
+        .checked_sub(1)
+        .and_then(|i| config.priority_classes.get(i))
         .map(|c| c.preemptible)
         .unwrap_or(true);
     let gpus32 = u32::try_from(gpus.total).unwrap_or(u32::MAX);

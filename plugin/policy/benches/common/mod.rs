@@ -223,6 +223,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
                 submit: start - 30,
                 start: Some(start),
                 eligible: true,
+                parked: false,
             });
             id += 1;
         }
@@ -245,6 +246,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
             submit: NOW - (r % 3600) as i64,
             start: None,
             eligible: i % 13 != 0,
+            parked: false,
         });
         id += 1;
     }

@@ -1,0 +1,99 @@
+#!/bin/bash
+# Benchmark: reclaim latency on a live cluster. A team below its quota submits a job while the
+# cluster is full of another team's borrowed jobs: how long from `sbatch` until that job RUNS
+# (teamshare's plugin prices it above the victims it needs, preempt/qos requeues one victim,
+# the scheduler starts the job)?
+#
+#   contrib/bench/reclaim-latency.sh [DIR]     DIR default /tmp/teamshare-bench-reclaim
+#
+# The cluster: 2 nodes x 4 GPUs, job_submit/teamshare with tests/live/teamshare.toml (agents
+# quota 2, training quota 4 + borrow 4, reclaim_grace 0s, min_runtime_before_reclaim 0s,
+# state_max_age 5s), and `accountd govern --interval 500ms` running (DIR/log/governor.log).
+# Each trial:
+#   1. 8 one-GPU `sleep 3600` jobs of training fill the cluster (4 in quota, 4 borrowed);
+#   2. wait until all 8 RUN and the governor's DIR/etc/state.json lists the 4 borrowed ones as
+#      victims, then 1.5 s more (the plugin re-reads the state every 250 ms);
+#   3. `sbatch -A agents --gres=gpu:1` and poll squeue every 50 ms until it is RUNNING: the
+#      latency is sbatch's start to the first poll that sees RUNNING;
+#   4. scancel everything and wait for an empty queue.
+# Prints every latency, then p50, p95, max. Environment: TRIALS (20), ACCOUNTD, TEAMSHARE_PLUGIN
+# (default target/release/...), POLL (0.05 s), ports (lib.sh). Builds nothing.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+DIR=${1:-/tmp/teamshare-bench-reclaim}
+TRIALS=${TRIALS:-20}
+POLL=${POLL:-0.05}
+TOML=$BENCH_ROOT/tests/live/teamshare.toml
+[[ $(id -u) == 0 ]] || bench_die "run as root (the throwaway cluster runs as root)"
+
+bench_binaries "$DIR-bin"
+bench_start "$DIR" TEAMSHARE_CONFIG="$TOML" TEAMSHARE_PLUGIN="$BIN_PLUGIN" ACCOUNTD="$BIN_ACCOUNTD"
+export SLURM_CONF=$DIR/etc/slurm.conf
+STATE=$DIR/etc/state.json
+
+"$BIN_ACCOUNTD" --config "$DIR/etc/teamshare.toml" govern --interval 500ms >>"$DIR/log/governor.log" 2>&1 &
+bench_track $!
+
+now() { echo "$EPOCHREALTIME"; }
+# wait_until TIMEOUT-seconds WHAT COMMAND...: poll every 0.1 s until COMMAND succeeds
+wait_until() {
+    local timeout=$1 what=$2 t0
+    shift 2
+    t0=$SECONDS
+    until "$@"; do
+        ((SECONDS - t0 < timeout)) || bench_die "timed out after ${timeout}s waiting for $what"
+        sleep 0.1
+    done
+}
+state_generated_at() { sed -n 's/.*"generated_at": *\([0-9]*\).*/\1/p' "$STATE" 2>/dev/null || echo 0; }
+state_fresh_after() { local g; g=$(state_generated_at); [[ -n $g ]] && ((g > $1)); }
+victims() { grep -c '"job_id"' "$STATE" 2>/dev/null || true; }
+running() { squeue -h -A "$1" -t R -o %i | wc -l; }
+queue_empty() { [[ -z $(squeue -h -o %i) ]]; }
+filled() { [[ $(running training) -eq 8 && $(victims) -eq 4 ]]; }
+
+wait_until 30 "the governor's first state" state_fresh_after 0
+
+SB=(--parsable -o /dev/null -e /dev/null -p gpu --gres=gpu:1)
+LAT=()
+bench_log "$(bench_machine); load $(bench_load)"
+printf '%-6s %10s %10s %10s %10s  %s\n' trial "latency s" "sbatch s" "1st victim" "preempted" "load" >"$DIR/trials.txt"
+for ((t = 1; t <= TRIALS; t++)); do
+    for ((i = 0; i < 8; i++)); do
+        sbatch "${SB[@]}" -A training --wrap 'sleep 3600' >/dev/null
+    done
+    wait_until 120 "8 running training jobs and 4 victims in the state" filled
+    sleep 1.5
+    before=$(squeue -h -A training -t R -o %i | sort)
+    first=$(grep -m1 '"job_id"' "$STATE" | tr -dc 0-9)
+    t0=$(now)
+    id=$(sbatch "${SB[@]}" -A agents --wrap 'sleep 3600')
+    id=${id%%;*}
+    t1=$(now)
+    while [[ $(squeue -h -j "$id" -o %T 2>/dev/null) != RUNNING ]]; do
+        sleep "$POLL"
+        [[ $(echo "$(now) - $t0 > 120" | bc) == 0 ]] || bench_die "trial $t: job $id not running after 120 s"
+    done
+    t2=$(now)
+    lat=$(echo "$t2 - $t0" | bc -l)
+    after=$(squeue -h -A training -t R -o %i | sort)
+    victim=$(comm -23 <(echo "$before") <(echo "$after") | tr '\n' ' ')
+    LAT+=("$lat")
+    printf '%-6s %10.3f %10.3f %10s %10s  %s\n' "$t" "$lat" "$(echo "$t1 - $t0" | bc -l)" "$first" "${victim:--}" "$(bench_load)" | tee -a "$DIR/trials.txt" >&2
+    scancel -u root
+    wait_until 120 "an empty queue" queue_empty
+    # A state made after the queue emptied, so the next trial starts from a clean plan.
+    g=$(date +%s)
+    wait_until 30 "a fresh governor pass" state_fresh_after "$g"
+done
+
+echo
+bench_machine
+echo "job_submit/teamshare + accountd govern --interval 500ms, 2 nodes x 4 GPUs, $TRIALS trials, squeue polled every ${POLL}s"
+cat "$DIR/trials.txt"
+sorted=$(printf '%s\n' "${LAT[@]}")
+printf 'reclaim latency (sbatch -> RUNNING): p50 %.3f s  p95 %.3f s  max %.3f s  mean %.3f s\n' \
+    "$(bench_percentile 50 <<<"$sorted")" "$(bench_percentile 95 <<<"$sorted")" \
+    "$(bench_percentile 100 <<<"$sorted")" \
+    "$(awk '{ s += $1 } END { print s / NR }' <<<"$sorted")"

@@ -298,17 +298,10 @@ impl Store {
             return Ok(());
         };
         let path = self.path.clone();
-        let sql_err = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
-        let tx = self
-            .conn
-            // IMMEDIATE: two processes opening a fresh database do not both migrate it.
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql_err)?;
+        // IMMEDIATE: two processes opening a fresh database do not both migrate it.
+        let (tx, sql_err) = self.immediate()?;
         // Again inside the transaction: another process may have migrated meanwhile.
-        let from = user_version(&tx).map_err(sql_err)?;
+        let from = user_version(&tx).map_err(&sql_err)?;
         if from > target {
             return Err(StoreError::TooNew {
                 path: path.clone(),
@@ -337,6 +330,23 @@ impl Store {
         user_version(&self.conn).map_err(|e| self.sql_err(e))
     }
 
+    /// Begin an IMMEDIATE transaction (writers queue up instead of failing on upgrade), with
+    /// the error maker to use while it borrows the connection.
+    fn immediate(
+        &mut self,
+    ) -> Result<(Transaction<'_>, impl Fn(rusqlite::Error) -> StoreError), StoreError> {
+        let path = self.path.clone();
+        let err = move |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        Ok((tx, err))
+    }
+
     fn sql_err(&self, source: rusqlite::Error) -> StoreError {
         StoreError::Sql {
             path: self.path.clone(),
@@ -352,18 +362,10 @@ impl Store {
         seen_at: UnixSeconds,
         watermark: Option<&WatermarkAdvance>,
     ) -> Result<BatchOutcome, StoreError> {
-        let path = self.path.clone();
-        let err = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let (tx, err) = self.immediate()?;
         let mut outcome = BatchOutcome::default();
         for run in runs {
-            match upsert_run(&tx, run, seen_at).map_err(err)? {
+            match upsert_run(&tx, run, seen_at).map_err(&err)? {
                 Upsert::Inserted => outcome.inserted += 1,
                 Upsert::Updated => outcome.updated += 1,
                 Upsert::Unchanged => outcome.unchanged += 1,
@@ -377,9 +379,9 @@ impl Store {
                      updated_at = excluded.updated_at",
                 params![w.cluster, w.to, seen_at],
             )
-            .map_err(err)?;
+            .map_err(&err)?;
         }
-        tx.commit().map_err(err)?;
+        tx.commit().map_err(&err)?;
         Ok(outcome)
     }
 
@@ -453,16 +455,8 @@ impl Store {
         cluster: &str,
         sample: &CapacitySample,
     ) -> Result<bool, StoreError> {
-        let path = self.path.clone();
-        let err = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
-        let last = last_capacity_before(&tx, cluster, UnixSeconds::MAX).map_err(err)?;
+        let (tx, err) = self.immediate()?;
+        let last = last_capacity_before(&tx, cluster, UnixSeconds::MAX).map_err(&err)?;
         let write = match &last {
             None => true,
             Some(last) if sample.ts <= last.ts => false,
@@ -476,19 +470,19 @@ impl Store {
                 "INSERT OR IGNORE INTO capacity_samples (cluster, ts, gpus) VALUES (?1, ?2, ?3)",
                 params![cluster, sample.ts, sample.gpus],
             )
-            .map_err(err)?;
+            .map_err(&err)?;
             let mut stmt = tx
                 .prepare_cached(
                     "INSERT OR IGNORE INTO capacity_sample_types (cluster, ts, gpu_type, gpus)
                      VALUES (?1, ?2, ?3, ?4)",
                 )
-                .map_err(err)?;
+                .map_err(&err)?;
             for (gpu_type, n) in &sample.by_type {
                 stmt.execute(params![cluster, sample.ts, gpu_type, n])
-                    .map_err(err)?;
+                    .map_err(&err)?;
             }
         }
-        tx.commit().map_err(err)?;
+        tx.commit().map_err(&err)?;
         Ok(write)
     }
 

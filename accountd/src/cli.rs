@@ -2,7 +2,7 @@
 //! library. Everything that prints lives here.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -576,12 +576,63 @@ fn ingest_cmd(config: &Config, database: PathBuf, args: &IngestArgs) -> anyhow::
         period::format_rfc3339(plan.window.since),
         period::format_rfc3339(plan.window.until)
     );
-    let summary = ingest::ingest(&mut store, &plan, now)?;
+    let summary = if std::io::stderr().is_terminal() {
+        let mut bar = ProgressBar::new();
+        let summary = ingest::ingest_with_progress(&mut store, &plan, now, &mut |p| bar.draw(p));
+        bar.clear();
+        summary?
+    } else {
+        ingest::ingest(&mut store, &plan, now)?
+    };
     for line in &summary.malformed {
         eprintln!("accountd: warning: skipped {line}");
     }
     eprintln!("{summary}");
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// A one-line progress bar on a terminal's stderr: how much of the window is read, records,
+/// records per second. Redrawn at most every 200 ms.
+struct ProgressBar {
+    started: std::time::Instant,
+    drawn: Option<std::time::Instant>,
+}
+
+impl ProgressBar {
+    const WIDTH: usize = 30;
+
+    fn new() -> Self {
+        ProgressBar {
+            started: std::time::Instant::now(),
+            drawn: None,
+        }
+    }
+
+    fn draw(&mut self, p: ingest::Progress) {
+        if self
+            .drawn
+            .is_some_and(|t| t.elapsed() < std::time::Duration::from_millis(200))
+        {
+            return;
+        }
+        self.drawn = Some(std::time::Instant::now());
+        let filled = ((p.fraction * Self::WIDTH as f64).round() as usize).min(Self::WIDTH);
+        let rate = p.records as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+        eprint!(
+            "\r[{}{}] {:3.0} %  {} records  {:.0}/s ",
+            "#".repeat(filled),
+            " ".repeat(Self::WIDTH - filled),
+            p.fraction * 100.0,
+            p.records,
+            rate
+        );
+    }
+
+    fn clear(&self) {
+        if self.drawn.is_some() {
+            eprint!("\r{}\r", " ".repeat(Self::WIDTH + 60));
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

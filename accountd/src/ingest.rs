@@ -7,13 +7,14 @@
 //! Because every write is an upsert on the run's natural key, overlap costs nothing but time.
 
 use std::fmt;
+use std::io::BufRead;
 
 use chrono::TimeZone;
 
 use crate::period::{Period, UnixSeconds};
 use crate::sacct::{self, MalformedLine, SacctQuery};
 use crate::slurm_cli::SlurmCommandError;
-use crate::store::{BatchOutcome, Store, StoreError, WatermarkAdvance};
+use crate::store::{BatchOutcome, RunWriter, Store, StoreError, WatermarkAdvance};
 
 /// How far before the watermark the next window starts.
 pub const OVERLAP_SECONDS: i64 = 3600;
@@ -28,6 +29,8 @@ pub enum IngestError {
     Sacct(#[from] SlurmCommandError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("cannot read sacct's output: {0}")]
+    Read(std::io::Error),
 }
 
 /// The window to read and whether reading it moves the watermark.
@@ -100,29 +103,51 @@ impl fmt::Display for IngestSummary {
     }
 }
 
+/// How far a running ingest has got, for a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Non-empty lines read so far.
+    pub records: usize,
+    /// How much of the window the records read so far cover (sacct prints jobs in the order
+    /// they were submitted): the latest submit time read, as a fraction of the window.
+    pub fraction: f64,
+}
+
+/// How often (in lines) the progress callback is called.
+const PROGRESS_EVERY: usize = 10_000;
+
 /// Store sacct's output for `plan`, its times read in `tz`: one transaction. Malformed lines are
 /// skipped (and returned); the watermark moves even then, since the same lines would be malformed
 /// again (re-read a period explicitly with `--since` once the cause is fixed).
-pub fn store_output<Tz: TimeZone>(
+pub fn store_output<Tz: TimeZone + Sync>(
     store: &mut Store,
     plan: &IngestPlan,
     sacct_output: &str,
     tz: &Tz,
     now: UnixSeconds,
 ) -> Result<IngestSummary, IngestError> {
-    let batch = sacct::parse(sacct_output, tz);
-    let advance = plan.advance_watermark_to.map(|to| WatermarkAdvance {
-        cluster: plan.cluster.clone(),
-        to,
-    });
-    let stored = store.record_runs(&batch.runs, now, advance.as_ref())?;
-    Ok(IngestSummary {
-        window: plan.window,
-        read: batch.lines,
-        stored,
-        not_started: batch.not_started,
-        malformed: batch.malformed,
-    })
+    store_reader(
+        store,
+        plan,
+        &mut sacct_output.as_bytes(),
+        tz,
+        now,
+        &mut |_| {},
+    )
+}
+
+/// [`store_output`] from a reader, calling `progress` every few thousand records.
+pub fn store_reader<Tz: TimeZone + Sync>(
+    store: &mut Store,
+    plan: &IngestPlan,
+    sacct_output: &mut (dyn BufRead + Send),
+    tz: &Tz,
+    now: UnixSeconds,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<IngestSummary, IngestError> {
+    let mut writer = store.run_writer(now)?;
+    let read = read_into(&mut writer, sacct_output, plan.window, tz, progress)?;
+    finish(writer, plan, read)
 }
 
 /// Run sacct for `plan` on the cluster of `$SLURM_CONF` and store what it prints.
@@ -131,14 +156,174 @@ pub fn ingest(
     plan: &IngestPlan,
     now: UnixSeconds,
 ) -> Result<IngestSummary, IngestError> {
+    ingest_with_progress(store, plan, now, &mut |_| {})
+}
+
+/// [`ingest`], calling `progress` every few thousand records.
+///
+/// sacct's output is read as it comes and each record is stored as it is read, in one
+/// transaction that commits only once sacct has exited successfully: memory stays flat however
+/// long the window, and a failed or killed sacct (or accountd) leaves nothing behind.
+pub fn ingest_with_progress(
+    store: &mut Store,
+    plan: &IngestPlan,
+    now: UnixSeconds,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<IngestSummary, IngestError> {
     let query = SacctQuery {
         cluster: Some(plan.cluster.clone()),
         since: plan.window.since,
         until: plan.window.until,
     };
-    let output = query.command().run()?;
+    let mut writer = store.run_writer(now)?;
     // sacct runs with TZ=UTC (slurm_cli), so its times are UTC.
-    store_output(store, plan, &output.stdout, &chrono::Utc, now)
+    let (read, ended) = query
+        .command()
+        .stream(|out| read_into(&mut writer, out, plan.window, &chrono::Utc, progress))?;
+    // Our own error first: when storing failed, sacct was cut off and its failure is only that.
+    let read = read?;
+    ended?;
+    finish(writer, plan, read)
+}
+
+/// What reading one output found, besides the runs written.
+#[derive(Default)]
+struct ReadCounts {
+    lines: usize,
+    not_started: usize,
+    malformed: Vec<MalformedLine>,
+}
+
+/// Runs parsed and not yet written, with how far the reading has got.
+struct Parsed {
+    runs: Vec<sacct::JobRun>,
+    lines: usize,
+    latest_submit: UnixSeconds,
+}
+
+/// How many runs the parsing thread hands over at once.
+const HANDOVER: usize = 1024;
+
+/// Read sacct's output line by line and write each run: one thread parses while this one
+/// writes (writing is most of the work; the two overlap on a second core), with a few thousand
+/// runs in between at most.
+fn read_into<Tz: TimeZone + Sync>(
+    writer: &mut RunWriter<'_>,
+    out: &mut (dyn BufRead + Send),
+    window: Period,
+    tz: &Tz,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<ReadCounts, IngestError> {
+    std::thread::scope(|scope| {
+        let (handover, received) = std::sync::mpsc::sync_channel::<Parsed>(8);
+        // Written runs go back to be freed on the parser's side, off the writer's.
+        let (recycle, recycled) = std::sync::mpsc::channel::<Vec<sacct::JobRun>>();
+        let parser = scope.spawn(move || parse_lines(out, window, tz, handover, recycled));
+        let span = (window.until - window.since).max(1) as f64;
+        let mut reported = 0;
+        let mut written = Ok(());
+        for parsed in received.iter() {
+            if let Err(e) = writer.write(&parsed.runs) {
+                // Dropping the receiver stops the parser at its next handover.
+                written = Err(e);
+                break;
+            }
+            let _ = recycle.send(parsed.runs);
+            if parsed.lines / PROGRESS_EVERY > reported {
+                reported = parsed.lines / PROGRESS_EVERY;
+                progress(Progress {
+                    records: parsed.lines,
+                    fraction: ((parsed.latest_submit - window.since) as f64 / span).clamp(0.0, 1.0),
+                });
+            }
+        }
+        drop(received);
+        let counts = parser.join().unwrap_or_else(|_| {
+            Err(IngestError::Read(std::io::Error::other(
+                "the parser failed",
+            )))
+        });
+        written?;
+        counts
+    })
+}
+
+/// The parsing side of [`read_into`].
+fn parse_lines<Tz: TimeZone>(
+    out: &mut (dyn BufRead + Send),
+    window: Period,
+    tz: &Tz,
+    handover: std::sync::mpsc::SyncSender<Parsed>,
+    recycled: std::sync::mpsc::Receiver<Vec<sacct::JobRun>>,
+) -> Result<ReadCounts, IngestError> {
+    let mut counts = ReadCounts::default();
+    let mut latest_submit = window.since;
+    let mut runs = Vec::with_capacity(HANDOVER);
+    let mut buf: Vec<u8> = Vec::with_capacity(512);
+    let mut line_number = 0;
+    loop {
+        buf.clear();
+        let at_end = out.read_until(b'\n', &mut buf).map_err(IngestError::Read)? == 0;
+        if at_end || runs.len() == HANDOVER {
+            while let Ok(written) = recycled.try_recv() {
+                drop(written);
+            }
+            let parsed = Parsed {
+                runs: std::mem::replace(&mut runs, Vec::with_capacity(HANDOVER)),
+                lines: counts.lines,
+                latest_submit,
+            };
+            if handover.send(parsed).is_err() {
+                // The writer stopped: its error is the one to report.
+                return Ok(counts);
+            }
+        }
+        if at_end {
+            return Ok(counts);
+        }
+        line_number += 1;
+        let bytes = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        let text = std::str::from_utf8(bytes);
+        if text.is_ok_and(|t| t.trim().is_empty()) {
+            continue;
+        }
+        counts.lines += 1;
+        let read = text
+            .map_err(|_| sacct::LineError::NotUtf8)
+            .and_then(|line| sacct::read_line(line, tz));
+        match read {
+            Ok(Some(run)) => {
+                latest_submit = latest_submit.max(run.submit.unwrap_or(run.start));
+                runs.push(run.to_job_run());
+            }
+            Ok(None) => counts.not_started += 1,
+            Err(e) => counts.malformed.push(MalformedLine {
+                line_number,
+                content: String::from_utf8_lossy(bytes).into_owned(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+}
+
+fn finish(
+    writer: RunWriter<'_>,
+    plan: &IngestPlan,
+    read: ReadCounts,
+) -> Result<IngestSummary, IngestError> {
+    let advance = plan.advance_watermark_to.map(|to| WatermarkAdvance {
+        cluster: plan.cluster.clone(),
+        to,
+    });
+    let stored = writer.finish(advance.as_ref())?;
+    Ok(IngestSummary {
+        window: plan.window,
+        read: read.lines,
+        stored,
+        not_started: read.not_started,
+        malformed: read.malformed,
+    })
 }
 
 #[cfg(test)]
@@ -283,6 +468,32 @@ mod tests {
         assert!(rows[1].2.is_some());
         assert_eq!(rows[2].1, "RUNNING");
         assert_eq!(store.watermark("c").unwrap(), Some(NOW + 600));
+    }
+
+    #[test]
+    fn progress_follows_the_submit_times_through_the_window() {
+        let mut store = Store::open_in_memory().unwrap();
+        let p = plan_for(&store);
+        let span = p.window.until - p.window.since;
+        let text: String = (0..25_000)
+            .map(|i| {
+                let submit = p.window.since + span * i / 25_000;
+                let t = crate::period::format_local(submit, &Utc);
+                format!(
+                    "{i}|{i}|c|agents|alice|gpu|normal|COMPLETED|{t}|{t}|{t}|00:00:00|gres/gpu=1\n"
+                )
+            })
+            .collect();
+        let mut seen = Vec::new();
+        let s = store_reader(&mut store, &p, &mut text.as_bytes(), &Utc, NOW, &mut |pr| {
+            seen.push(pr)
+        })
+        .unwrap();
+        assert_eq!(s.stored.inserted, 25_000);
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen[0].records >= 10_000 && seen[0].records < seen[1].records);
+        assert!(seen[0].fraction > 0.3 && seen[0].fraction < 0.5, "{seen:?}");
+        assert!(seen[1].fraction > 0.7 && seen[1].fraction < 0.9, "{seen:?}");
     }
 
     #[test]

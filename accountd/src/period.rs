@@ -46,12 +46,42 @@ impl Period {
 /// A local time that occurs twice (the hour repeated when daylight saving ends) is read as the
 /// earlier instant; one that never occurs is an error.
 pub fn parse_local_datetime<Tz: TimeZone>(text: &str, tz: &Tz) -> Result<UnixSeconds, TimeError> {
-    let naive = NaiveDateTime::parse_from_str(text, SLURM_TIME_LAYOUT).map_err(|_| {
-        TimeError::Unrecognised {
-            text: text.to_string(),
-        }
-    })?;
+    // The exact layout sacct prints is read by position (an ingest reads three per record);
+    // anything else goes through chrono's parser, which also takes unpadded fields.
+    let naive = match fixed_layout(text) {
+        Some(naive) => naive,
+        None => NaiveDateTime::parse_from_str(text, SLURM_TIME_LAYOUT).map_err(|_| {
+            TimeError::Unrecognised {
+                text: text.to_string(),
+            }
+        })?,
+    };
     local_to_unix(naive, text, tz)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` exactly (19 bytes, every field zero-padded), validated as a date.
+fn fixed_layout(text: &str) -> Option<NaiveDateTime> {
+    let b = text.as_bytes();
+    if b.len() != 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| -> Option<u32> {
+        b[range].iter().try_fold(0u32, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    let year = i32::try_from(num(0..4)?).ok()?;
+    NaiveDate::from_ymd_opt(year, num(5..7)?, num(8..10)?)?.and_hms_opt(
+        num(11..13)?,
+        num(14..16)?,
+        num(17..19)?,
+    )
 }
 
 fn local_to_unix<Tz: TimeZone>(
@@ -163,6 +193,34 @@ mod tests {
 
     fn brt() -> FixedOffset {
         FixedOffset::west_opt(3 * 3600).unwrap()
+    }
+
+    #[test]
+    fn the_fixed_layout_reads_as_chrono_does() {
+        for text in [
+            "2024-05-01T00:00:00",
+            "1999-12-31T23:59:59",
+            "2024-02-29T12:34:56",
+            "2023-02-29T00:00:00",
+            "2024-13-01T00:00:00",
+            "2024-05-01T24:00:00",
+            "2024-05-01T00:60:00",
+            "2024-05-01T00:00:60",
+            "2024-05-0aT00:00:00",
+            "2024-5-1T0:0:0",
+            "2024-05-01 00:00:00",
+            "+2024-05-01T00:00:00",
+        ] {
+            let chrono = NaiveDateTime::parse_from_str(text, SLURM_TIME_LAYOUT).ok();
+            if let Some(fast) = fixed_layout(text) {
+                assert_eq!(Some(fast), chrono, "{text}");
+            }
+            assert_eq!(
+                parse_local_datetime(text, &Utc).ok(),
+                chrono.map(|n| n.and_utc().timestamp()),
+                "{text}"
+            );
+        }
     }
 
     #[test]

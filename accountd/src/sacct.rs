@@ -8,6 +8,7 @@
 //! by (cluster, JobIDRaw, Start): JobIDRaw is unique per job, also per array task (whose JobID
 //! reads `123_4`), and a requeued job's runs differ by their start.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -95,8 +96,9 @@ pub struct SacctBatch {
     pub malformed: Vec<MalformedLine>,
 }
 
+/// Why a line could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum LineError {
+pub enum LineError {
     #[error("expected {expected} `|`-separated fields, found {found}")]
     FieldCount { expected: usize, found: usize },
     #[error("JobIDRaw `{0}` is not a job id")]
@@ -109,11 +111,73 @@ enum LineError {
     EndBeforeStart,
     #[error("AllocTRES: {0}")]
     AllocTres(GresError),
+    #[error("the line is not UTF-8")]
+    NotUtf8,
 }
 
-enum Line {
-    Run(Box<JobRun>),
-    NotStarted,
+/// A run as read from one line, borrowing the line's text: the ingest stores it without copying
+/// it into a [`JobRun`] first. The fields are [`JobRun`]'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord<'a> {
+    pub cluster: &'a str,
+    pub job_id_raw: u32,
+    pub job_id: &'a str,
+    pub account: &'a str,
+    pub user: &'a str,
+    pub partition: &'a str,
+    pub qos: &'a str,
+    pub state: &'a str,
+    pub submit: Option<UnixSeconds>,
+    pub start: UnixSeconds,
+    pub end: Option<UnixSeconds>,
+    pub elapsed: Option<i64>,
+    pub gpus: u64,
+    pub gpus_by_type: Cow<'a, BTreeMap<String, u64>>,
+    pub alloc_tres: &'a str,
+}
+
+impl RunRecord<'_> {
+    pub fn to_job_run(&self) -> JobRun {
+        JobRun {
+            cluster: self.cluster.to_string(),
+            job_id_raw: self.job_id_raw,
+            job_id: self.job_id.to_string(),
+            account: self.account.to_string(),
+            user: self.user.to_string(),
+            partition: self.partition.to_string(),
+            qos: self.qos.to_string(),
+            state: self.state.to_string(),
+            submit: self.submit,
+            start: self.start,
+            end: self.end,
+            elapsed: self.elapsed,
+            gpus: self.gpus,
+            gpus_by_type: self.gpus_by_type.clone().into_owned(),
+            alloc_tres: self.alloc_tres.to_string(),
+        }
+    }
+}
+
+impl JobRun {
+    pub fn record(&self) -> RunRecord<'_> {
+        RunRecord {
+            cluster: &self.cluster,
+            job_id_raw: self.job_id_raw,
+            job_id: &self.job_id,
+            account: &self.account,
+            user: &self.user,
+            partition: &self.partition,
+            qos: &self.qos,
+            state: &self.state,
+            submit: self.submit,
+            start: self.start,
+            end: self.end,
+            elapsed: self.elapsed,
+            gpus: self.gpus,
+            gpus_by_type: Cow::Borrowed(&self.gpus_by_type),
+            alloc_tres: &self.alloc_tres,
+        }
+    }
 }
 
 /// Read sacct's parsable output (`-P -n`, fields in `FIELDS` order), times in zone `tz`.
@@ -126,9 +190,9 @@ pub fn parse<Tz: TimeZone>(text: &str, tz: &Tz) -> SacctBatch {
             continue;
         }
         batch.lines += 1;
-        match parse_line(line, tz) {
-            Ok(Line::Run(run)) => batch.runs.push(*run),
-            Ok(Line::NotStarted) => batch.not_started += 1,
+        match read_line(line, tz) {
+            Ok(Some(run)) => batch.runs.push(run.to_job_run()),
+            Ok(None) => batch.not_started += 1,
             Err(e) => batch.malformed.push(MalformedLine {
                 line_number: index + 1,
                 content: line.to_string(),
@@ -139,16 +203,28 @@ pub fn parse<Tz: TimeZone>(text: &str, tz: &Tz) -> SacctBatch {
     batch
 }
 
-fn parse_line<Tz: TimeZone>(line: &str, tz: &Tz) -> Result<Line, LineError> {
-    let fields: Vec<&str> = line.split('|').collect();
-    let [job_id_raw, job_id, cluster, account, user, partition, qos, state, submit, start, end, elapsed, alloc_tres] =
-        fields[..]
-    else {
+/// Read one non-empty line of sacct's parsable output: the run, or None for a job that never
+/// started (Start `Unknown`: pending, or cancelled while pending).
+pub fn read_line<'a, Tz: TimeZone>(
+    line: &'a str,
+    tz: &Tz,
+) -> Result<Option<RunRecord<'a>>, LineError> {
+    let mut fields = [""; FIELDS.len()];
+    let mut found = 0;
+    for field in line.split('|') {
+        if found < fields.len() {
+            fields[found] = field;
+        }
+        found += 1;
+    }
+    if found != FIELDS.len() {
         return Err(LineError::FieldCount {
             expected: FIELDS.len(),
-            found: fields.len(),
+            found,
         });
-    };
+    }
+    let [job_id_raw, job_id, cluster, account, user, partition, qos, state, submit, start, end, elapsed, alloc_tres] =
+        fields;
     let job_id_raw: u32 = job_id_raw
         .trim()
         .parse()
@@ -159,28 +235,28 @@ fn parse_line<Tz: TimeZone>(line: &str, tz: &Tz) -> Result<Line, LineError> {
     let elapsed = parse_elapsed(elapsed).ok_or_else(|| LineError::Elapsed(elapsed.to_string()))?;
     let gpus = gpu_count(alloc_tres).map_err(LineError::AllocTres)?;
     let Some(start) = start else {
-        return Ok(Line::NotStarted);
+        return Ok(None);
     };
     if end.is_some_and(|end| end < start) {
         return Err(LineError::EndBeforeStart);
     }
-    Ok(Line::Run(Box::new(JobRun {
-        cluster: cluster.to_string(),
+    Ok(Some(RunRecord {
+        cluster,
         job_id_raw,
-        job_id: job_id.to_string(),
-        account: account.to_string(),
-        user: user.to_string(),
-        partition: partition.to_string(),
-        qos: qos.to_string(),
-        state: state.to_string(),
+        job_id,
+        account,
+        user,
+        partition,
+        qos,
+        state,
         submit,
         start,
         end,
         elapsed,
         gpus: gpus.total,
-        gpus_by_type: gpus.by_type,
-        alloc_tres: alloc_tres.to_string(),
-    })))
+        gpus_by_type: Cow::Owned(gpus.by_type),
+        alloc_tres,
+    }))
 }
 
 /// sacct prints `Unknown` for a time that has not happened (start of a pending job, end of a
@@ -215,17 +291,16 @@ fn parse_elapsed(text: &str) -> Option<Option<i64>> {
         Some((d, rest)) => (d.parse::<i64>().ok()?, rest),
         None => (0, t),
     };
-    let parts: Vec<i64> = clock
-        .split(':')
-        .map(|p| {
-            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-                None
-            } else {
-                p.parse().ok()
-            }
-        })
-        .collect::<Option<_>>()?;
-    let secs = match parts[..] {
+    let mut parts = [0i64; 3];
+    let mut count = 0;
+    for part in clock.split(':') {
+        if count == parts.len() || part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        parts[count] = part.parse().ok()?;
+        count += 1;
+    }
+    let secs = match parts[..count] {
         [h, m, s] => h * 3600 + m * 60 + s,
         [m, s] => m * 60 + s,
         _ => return None,

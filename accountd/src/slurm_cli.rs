@@ -2,7 +2,7 @@
 //! from the environment and how they fail.
 
 use std::ffi::OsString;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -86,12 +86,80 @@ impl SlurmCommand {
     pub fn run_unchecked(
         &self,
     ) -> Result<(std::process::ExitStatus, CommandOutput), SlurmCommandError> {
+        let mut child = self.spawn()?;
+        // Drain both pipes on their own threads so that a chatty command never blocks on a full
+        // pipe while we wait for it.
+        let stdout = child.stdout.take().map(drain);
+        let stderr = child.stderr.take().map(drain);
+        let status = self.wait(child)?;
+        let collect =
+            |h: Option<thread::JoinHandle<Vec<u8>>>| -> Result<String, SlurmCommandError> {
+                let bytes = h.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+                String::from_utf8(bytes).map_err(|_| SlurmCommandError::NotUtf8 {
+                    command: self.display(),
+                })
+            };
+        let out = CommandOutput {
+            stdout: collect(stdout)?,
+            stderr: collect(stderr)?,
+        };
+        Ok((status, out))
+    }
+
+    /// Run it and hand its standard output to `read` as it comes, without holding all of it
+    /// (sacct prints hundreds of megabytes for a long window). Returns what `read` returned and,
+    /// apart, how the command ended: an error when it failed or ran out of time, so that the
+    /// caller keeps nothing it read from a command that did not finish (and still sees its own
+    /// error first when `read` stopped early).
+    pub fn stream<T>(
+        &self,
+        read: impl FnOnce(&mut (dyn BufRead + Send)) -> T,
+    ) -> Result<(T, Result<(), SlurmCommandError>), SlurmCommandError> {
+        let mut child = self.spawn()?;
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take().map(drain);
+        // The deadline is kept by a watchdog that owns the child: a command that stops writing
+        // without exiting would otherwise block `read` for ever.
+        let watchdog = {
+            let this = self.clone();
+            thread::spawn(move || this.wait(child))
+        };
+        let value = match stdout {
+            Some(out) => {
+                let mut reader = BufReader::with_capacity(1 << 16, out);
+                read(&mut reader)
+                // Dropped here: a command still writing gets EPIPE and ends.
+            }
+            None => read(&mut std::io::empty()),
+        };
+        let ended = match watchdog.join() {
+            Ok(Ok(status)) if status.success() => Ok(()),
+            Ok(Ok(status)) => {
+                let bytes = stderr
+                    .map(|h| h.join().unwrap_or_default())
+                    .unwrap_or_default();
+                Err(SlurmCommandError::Failed {
+                    command: self.display(),
+                    status: status.to_string(),
+                    stderr: first_lines(&String::from_utf8_lossy(&bytes), ""),
+                })
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(SlurmCommandError::Spawn {
+                program: self.program.clone(),
+                source: std::io::Error::other("the thread waiting for it failed"),
+            }),
+        };
+        Ok((value, ended))
+    }
+
+    fn spawn(&self) -> Result<std::process::Child, SlurmCommandError> {
         if slurm_conf().is_none() {
             return Err(SlurmCommandError::SlurmConfUnset {
                 program: self.program.clone(),
             });
         }
-        let mut child = Command::new(&self.program)
+        Command::new(&self.program)
             .args(&self.args)
             // Times in and out of Slurm's clients are local time of the process: pin the zone to
             // UTC and the layout to `standard` so that they are read without any ambiguity (no
@@ -113,15 +181,18 @@ impl SlurmCommand {
                         source,
                     }
                 }
-            })?;
-        // Drain both pipes on their own threads so that a chatty command never blocks on a full
-        // pipe while we wait for it.
-        let stdout = child.stdout.take().map(drain);
-        let stderr = child.stderr.take().map(drain);
+            })
+    }
+
+    /// Wait for the child until the timeout, then kill it.
+    fn wait(
+        &self,
+        mut child: std::process::Child,
+    ) -> Result<std::process::ExitStatus, SlurmCommandError> {
         let deadline = Instant::now() + self.timeout;
-        let status = loop {
+        loop {
             match child.try_wait() {
-                Ok(Some(status)) => break status,
+                Ok(Some(status)) => return Ok(status),
                 Ok(None) if Instant::now() >= deadline => {
                     // Our own child, by its handle.
                     let _ = child.kill();
@@ -139,19 +210,7 @@ impl SlurmCommand {
                     })
                 }
             }
-        };
-        let collect =
-            |h: Option<thread::JoinHandle<Vec<u8>>>| -> Result<String, SlurmCommandError> {
-                let bytes = h.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-                String::from_utf8(bytes).map_err(|_| SlurmCommandError::NotUtf8 {
-                    command: self.display(),
-                })
-            };
-        let out = CommandOutput {
-            stdout: collect(stdout)?,
-            stderr: collect(stderr)?,
-        };
-        Ok((status, out))
+        }
     }
 }
 

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{
+    params, Connection, OptionalExtension, Statement, Transaction, TransactionBehavior,
+};
 
 use crate::period::UnixSeconds;
 use crate::sacct::JobRun;
@@ -146,6 +148,38 @@ CREATE TABLE capacity_sample_types (
 ) WITHOUT ROWID;
 "#,
     },
+    // 4: ingest at a million records in seconds, reports over millions of runs in a fraction
+    // of one (docs/benchmarks.md).
+    // - A run that an ingest reads again unchanged is no longer written at all (one upsert that
+    //   changes nothing, instead of a rewrite of every row of every window), so `last_seen`
+    //   becomes `updated_at`: when an ingest last changed the run.
+    // - The typed GPUs move into the run's row (`gpu_types`, `h100=4` or `a100=2,h100=4` in type
+    //   order, NULL when untyped): a child row cost an extra statement per typed run at ingest
+    //   and a lookup per run in every report.
+    // - `run_bounds` keeps the longest finished run per cluster, so that a report reads only the
+    //   runs that started at most that long before its period (through `job_runs_by_start`),
+    //   plus the running ones (through `job_runs_running`).
+    Migration {
+        version: 4,
+        sql: r#"
+ALTER TABLE job_runs RENAME COLUMN last_seen TO updated_at;
+
+ALTER TABLE job_runs ADD COLUMN gpu_types TEXT;
+UPDATE job_runs SET gpu_types = (
+    SELECT group_concat(t.gpu_type || '=' || t.gpus, ',' ORDER BY t.gpu_type)
+    FROM job_run_gpu_types t WHERE t.run_id = job_runs.id
+) WHERE id IN (SELECT run_id FROM job_run_gpu_types);
+DROP TABLE job_run_gpu_types;
+
+CREATE TABLE run_bounds (
+    cluster     TEXT    PRIMARY KEY,
+    longest_run INTEGER NOT NULL      -- seconds: max(end_time - start_time) over finished runs
+) WITHOUT ROWID;
+INSERT INTO run_bounds (cluster, longest_run)
+    SELECT cluster, max(end_time - start_time) FROM job_runs
+    WHERE end_time IS NOT NULL GROUP BY cluster;
+"#,
+    },
 ];
 
 /// How often an unchanged capacity is written again, so that a report can see that it was
@@ -154,6 +188,10 @@ pub const CAPACITY_HEARTBEAT_SECONDS: i64 = 3600;
 
 /// The schema version this code writes and understands.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+
+/// The page size of a new database: larger than SQLite's 4 KiB so that the indexes of millions
+/// of runs are shallower and an ingest splits fewer pages (docs/benchmarks.md).
+const PAGE_SIZE: u32 = 32_768;
 
 /// How long a writer waits for another one (the daemon and a manual ingest) before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -278,6 +316,9 @@ impl Store {
         // Reading the version is also what fails on a file that is not a database.
         let found = user_version(&conn).map_err(open_err)?;
         check_not_newer(&path, found)?;
+        // Only a new, empty file takes a page size (a WAL database keeps the one it has).
+        conn.execute_batch(&format!("PRAGMA page_size = {PAGE_SIZE}"))
+            .map_err(open_err)?;
         conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
             .map_err(open_err)?;
         conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
@@ -362,27 +403,15 @@ impl Store {
         seen_at: UnixSeconds,
         watermark: Option<&WatermarkAdvance>,
     ) -> Result<BatchOutcome, StoreError> {
-        let (tx, err) = self.immediate()?;
-        let mut outcome = BatchOutcome::default();
-        for run in runs {
-            match upsert_run(&tx, run, seen_at).map_err(&err)? {
-                Upsert::Inserted => outcome.inserted += 1,
-                Upsert::Updated => outcome.updated += 1,
-                Upsert::Unchanged => outcome.unchanged += 1,
-            }
-        }
-        if let Some(w) = watermark {
-            tx.execute(
-                "INSERT INTO ingest_state (cluster, watermark, updated_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (cluster) DO UPDATE SET
-                     watermark = max(watermark, excluded.watermark),
-                     updated_at = excluded.updated_at",
-                params![w.cluster, w.to, seen_at],
-            )
-            .map_err(&err)?;
-        }
-        tx.commit().map_err(&err)?;
-        Ok(outcome)
+        let mut writer = self.run_writer(seen_at)?;
+        writer.write(runs)?;
+        writer.finish(watermark)
+    }
+
+    /// Begin writing runs: one IMMEDIATE transaction that [`RunWriter::finish`] commits; dropped
+    /// unfinished, it is rolled back and nothing it wrote stays.
+    pub fn run_writer(&mut self, seen_at: UnixSeconds) -> Result<RunWriter<'_>, StoreError> {
+        RunWriter::begin(&self.conn, &self.path, seen_at)
     }
 
     /// The end of the last contiguous window read from sacct for `cluster`.
@@ -397,54 +426,63 @@ impl Store {
             .map_err(|e| self.sql_err(e))
     }
 
+    /// The longest finished run stored for `cluster`, in seconds (0 without any).
+    pub fn longest_run(&self, cluster: &str) -> Result<i64, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT longest_run FROM run_bounds WHERE cluster = ?1",
+                [cluster],
+                |r| r.get(0),
+            )
+            .optional()
+            .map(|v| v.unwrap_or(0))
+            .map_err(|e| self.sql_err(e))
+    }
+
     /// Runs of `cluster` that overlap `[since, until)`: started before `until` and not ended
-    /// by `since` (a run without an end is still running).
+    /// by `since` (a run without an end is still running), in no particular order.
+    ///
+    /// A finished run that overlaps started at most the longest run before `since`, so only
+    /// that stretch of `job_runs_by_start` is read; the running ones come from the partial
+    /// index `job_runs_running`.
     pub fn runs_overlapping(
         &self,
         cluster: &str,
         since: UnixSeconds,
         until: UnixSeconds,
     ) -> Result<Vec<RunUsage>, StoreError> {
+        let longest = self.longest_run(cluster)?;
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT r.id, r.account, r.start_time, r.end_time, r.gpus, t.gpu_type, t.gpus
-                 FROM job_runs r LEFT JOIN job_run_gpu_types t ON t.run_id = r.id
-                 WHERE r.cluster = ?1 AND r.start_time < ?3
-                   AND (r.end_time IS NULL OR r.end_time > ?2)
-                 ORDER BY r.id, t.gpu_type",
+                "SELECT id, account, start_time, end_time, gpus, gpu_types FROM job_runs
+                 WHERE cluster = ?1 AND start_time < ?3 AND start_time >= ?4 AND end_time > ?2
+                 UNION ALL
+                 SELECT id, account, start_time, end_time, gpus, gpu_types FROM job_runs
+                 WHERE cluster = ?1 AND end_time IS NULL AND +start_time < ?3",
             )
             .map_err(|e| self.sql_err(e))?;
-        let mut rows = stmt
-            .query(params![cluster, since, until])
+        let rows = stmt
+            .query_map(
+                params![cluster, since, until, since.saturating_sub(longest)],
+                |row| {
+                    Ok(RunUsage {
+                        id: row.get(0)?,
+                        account: row.get(1)?,
+                        start: row.get(2)?,
+                        end: row.get(3)?,
+                        gpus: u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0),
+                        gpus_by_type: row
+                            .get_ref(5)?
+                            .as_str_or_null()?
+                            .map(parse_gpu_types)
+                            .unwrap_or_default(),
+                    })
+                },
+            )
             .map_err(|e| self.sql_err(e))?;
-        let mut runs: Vec<RunUsage> = Vec::new();
-        while let Some(row) = rows.next().map_err(|e| self.sql_err(e))? {
-            let read = || -> rusqlite::Result<(RunUsage, Option<(String, i64)>)> {
-                let run = RunUsage {
-                    id: row.get(0)?,
-                    account: row.get(1)?,
-                    start: row.get(2)?,
-                    end: row.get(3)?,
-                    gpus: u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0),
-                    gpus_by_type: BTreeMap::new(),
-                };
-                let typed = match row.get::<_, Option<String>>(5)? {
-                    Some(t) => Some((t, row.get(6)?)),
-                    None => None,
-                };
-                Ok((run, typed))
-            };
-            let (run, typed) = read().map_err(|e| self.sql_err(e))?;
-            if runs.last().map(|r| r.id) != Some(run.id) {
-                runs.push(run);
-            }
-            if let (Some((gpu_type, n)), Some(last)) = (typed, runs.last_mut()) {
-                last.gpus_by_type
-                    .insert(gpu_type, u64::try_from(n).unwrap_or(0));
-            }
-        }
-        Ok(runs)
+        rows.collect::<rusqlite::Result<Vec<RunUsage>>>()
+            .map_err(|e| self.sql_err(e))
     }
 
     /// Store the capacity measured at `ts` unless it equals the last stored one and that one is
@@ -638,139 +676,212 @@ fn check_not_newer(path: &str, found: i64) -> Result<(), StoreError> {
     }
 }
 
-enum Upsert {
-    Inserted,
-    Updated,
-    Unchanged,
+/// The page cache while runs are written: the indexes of a year of runs are read and written all
+/// over, and SQLite's default (2 MiB) makes every row fetch its pages back through the kernel.
+const INGEST_CACHE_KIB: i64 = 64 * 1024;
+
+/// Writes job runs in one transaction: each run with an upsert on its natural key that inserts
+/// it, updates it if a recorded fact changed, or leaves it untouched (no write at all), with its
+/// typed GPUs. See [`Store::run_writer`].
+pub struct RunWriter<'s> {
+    conn: &'s Connection,
+    path: &'s str,
+    upsert: Statement<'s>,
+    seen_at: UnixSeconds,
+    /// The longest finished run written, per cluster.
+    longest: Vec<(String, i64)>,
+    outcome: BatchOutcome,
+    cache_before: i64,
+    open: bool,
 }
 
-/// The facts of a run other than its key, in column order, as stored.
-type RunFacts = (
-    String,      // job_id
-    String,      // account
-    String,      // user
-    String,      // partition
-    String,      // qos
-    String,      // state
-    Option<i64>, // submit_time
-    Option<i64>, // end_time
-    Option<i64>, // elapsed
-    i64,         // gpus
-    String,      // alloc_tres
-);
+impl<'s> RunWriter<'s> {
+    fn begin(
+        conn: &'s Connection,
+        path: &'s str,
+        seen_at: UnixSeconds,
+    ) -> Result<Self, StoreError> {
+        let err = |source| StoreError::Sql {
+            path: path.to_string(),
+            source,
+        };
+        let cache_before: i64 = conn
+            .query_row("PRAGMA cache_size", [], |r| r.get(0))
+            .map_err(err)?;
+        conn.execute_batch(&format!("PRAGMA cache_size = -{INGEST_CACHE_KIB}"))
+            .map_err(err)?;
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            let _ = conn.execute_batch(&format!("PRAGMA cache_size = {cache_before}"));
+            return Err(err(e));
+        }
+        // From here on, dropping the writer rolls back and restores the settings.
+        let writer = RunWriter {
+            conn,
+            path,
+            upsert: conn.prepare(UPSERT_RUN).map_err(err)?,
+            seen_at,
+            longest: Vec::new(),
+            outcome: BatchOutcome::default(),
+            cache_before,
+            open: true,
+        };
+        Ok(writer)
+    }
 
-fn facts(run: &JobRun) -> RunFacts {
-    (
-        run.job_id.clone(),
-        run.account.clone(),
-        run.user.clone(),
-        run.partition.clone(),
-        run.qos.clone(),
-        run.state.clone(),
-        run.submit,
-        run.end,
-        run.elapsed,
-        to_i64(run.gpus),
-        run.alloc_tres.clone(),
-    )
+    fn err(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sql {
+            path: self.path.to_string(),
+            source,
+        }
+    }
+
+    /// Insert, update or leave alone each run.
+    pub fn write(&mut self, runs: &[JobRun]) -> Result<(), StoreError> {
+        for run in runs {
+            self.write_one(run).map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    fn write_one(&mut self, run: &JobRun) -> rusqlite::Result<()> {
+        // An upsert that inserts sets the connection's last rowid; one that updates, or does
+        // nothing, leaves it alone. One statement per run: a statement of many rows journals
+        // every page it changes, which costs more than it saves.
+        let rowid_before = self.conn.last_insert_rowid();
+        let gpu_types = gpu_types_text(&run.gpus_by_type);
+        let changed = self.upsert.execute(params![
+            run.cluster,
+            run.job_id_raw,
+            run.start,
+            run.job_id,
+            run.account,
+            run.user,
+            run.partition,
+            run.qos,
+            run.state,
+            run.submit,
+            run.end,
+            run.elapsed,
+            to_i64(run.gpus),
+            run.alloc_tres,
+            gpu_types,
+            self.seen_at
+        ])?;
+        if changed == 0 {
+            self.outcome.unchanged += 1;
+            return Ok(());
+        }
+        if self.conn.last_insert_rowid() != rowid_before {
+            self.outcome.inserted += 1;
+        } else {
+            self.outcome.updated += 1;
+        }
+        if let Some(end) = run.end {
+            let length = end - run.start;
+            match self.longest.iter_mut().find(|(c, _)| *c == run.cluster) {
+                Some((_, longest)) => *longest = (*longest).max(length),
+                None => self.longest.push((run.cluster.clone(), length)),
+            }
+        }
+        Ok(())
+    }
+
+    /// What has been written so far.
+    pub fn outcome(&self) -> BatchOutcome {
+        self.outcome
+    }
+
+    /// Advance the watermark if asked, and commit.
+    pub fn finish(
+        mut self,
+        watermark: Option<&WatermarkAdvance>,
+    ) -> Result<BatchOutcome, StoreError> {
+        let conn = self.conn;
+        let close = || -> rusqlite::Result<()> {
+            for (cluster, longest) in &self.longest {
+                conn.execute(
+                    "INSERT INTO run_bounds (cluster, longest_run) VALUES (?1, ?2)
+                     ON CONFLICT (cluster) DO UPDATE SET
+                         longest_run = max(longest_run, excluded.longest_run)",
+                    params![cluster, longest],
+                )?;
+            }
+            if let Some(w) = watermark {
+                conn.execute(
+                    "INSERT INTO ingest_state (cluster, watermark, updated_at) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (cluster) DO UPDATE SET
+                         watermark = max(watermark, excluded.watermark),
+                         updated_at = excluded.updated_at",
+                    params![w.cluster, w.to, self.seen_at],
+                )?;
+            }
+            conn.execute_batch("COMMIT")
+        };
+        close().map_err(|e| self.err(e))?;
+        self.open = false;
+        Ok(self.outcome)
+    }
+}
+
+impl Drop for RunWriter<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        let _ = self
+            .conn
+            .execute_batch(&format!("PRAGMA cache_size = {}", self.cache_before));
+    }
+}
+
+/// Insert a run, or update the stored one where any recorded fact differs; a stored run that is
+/// identical is not written (no row changes).
+const UPSERT_RUN: &str = "
+INSERT INTO job_runs (cluster, job_id_raw, start_time, job_id, account, user, partition, qos,
+                      state, submit_time, end_time, elapsed, gpus, alloc_tres, gpu_types,
+                      first_seen, updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?16)
+ON CONFLICT (cluster, job_id_raw, start_time) DO UPDATE SET
+    job_id = excluded.job_id, account = excluded.account, user = excluded.user,
+    partition = excluded.partition, qos = excluded.qos, state = excluded.state,
+    submit_time = excluded.submit_time, end_time = excluded.end_time,
+    elapsed = excluded.elapsed, gpus = excluded.gpus, alloc_tres = excluded.alloc_tres,
+    gpu_types = excluded.gpu_types, updated_at = max(updated_at, excluded.updated_at)
+WHERE job_id IS NOT excluded.job_id OR account IS NOT excluded.account
+   OR user IS NOT excluded.user OR partition IS NOT excluded.partition
+   OR qos IS NOT excluded.qos OR state IS NOT excluded.state
+   OR submit_time IS NOT excluded.submit_time OR end_time IS NOT excluded.end_time
+   OR elapsed IS NOT excluded.elapsed OR gpus IS NOT excluded.gpus
+   OR alloc_tres IS NOT excluded.alloc_tres OR gpu_types IS NOT excluded.gpu_types";
+
+/// The typed GPUs as stored in `job_runs.gpu_types`: `a100=2,h100=4` in type order; None when
+/// there are none.
+fn gpu_types_text(by_type: &BTreeMap<String, u64>) -> Option<String> {
+    let mut text = String::new();
+    for (gpu_type, n) in by_type {
+        if !text.is_empty() {
+            text.push(',');
+        }
+        text.push_str(gpu_type);
+        text.push('=');
+        text.push_str(&n.to_string());
+    }
+    (!text.is_empty()).then_some(text)
+}
+
+/// Read `job_runs.gpu_types` back; an entry that does not read is skipped (the column is only
+/// written by [`gpu_types_text`]).
+fn parse_gpu_types(text: &str) -> BTreeMap<String, u64> {
+    text.split(',')
+        .filter_map(|entry| {
+            let (gpu_type, n) = entry.split_once('=')?;
+            Some((gpu_type.to_string(), n.parse().ok()?))
+        })
+        .collect()
 }
 
 fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn upsert_run(
-    tx: &Transaction<'_>,
-    run: &JobRun,
-    seen_at: UnixSeconds,
-) -> rusqlite::Result<Upsert> {
-    let existing: Option<(i64, RunFacts)> = tx
-        .prepare_cached(
-            "SELECT id, job_id, account, user, partition, qos, state, submit_time, end_time,
-                    elapsed, gpus, alloc_tres
-             FROM job_runs WHERE cluster = ?1 AND job_id_raw = ?2 AND start_time = ?3",
-        )?
-        .query_row(params![run.cluster, run.job_id_raw, run.start], |r| {
-            Ok((
-                r.get(0)?,
-                (
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                    r.get(8)?,
-                    r.get(9)?,
-                    r.get(10)?,
-                    r.get(11)?,
-                ),
-            ))
-        })
-        .optional()?;
-    let new = facts(run);
-    match existing {
-        None => {
-            tx.prepare_cached(
-                "INSERT INTO job_runs (cluster, job_id_raw, start_time, job_id, account, user,
-                     partition, qos, state, submit_time, end_time, elapsed, gpus, alloc_tres,
-                     first_seen, last_seen)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)",
-            )?
-            .execute(params![
-                run.cluster,
-                run.job_id_raw,
-                run.start,
-                new.0,
-                new.1,
-                new.2,
-                new.3,
-                new.4,
-                new.5,
-                new.6,
-                new.7,
-                new.8,
-                new.9,
-                new.10,
-                seen_at
-            ])?;
-            let id = tx.last_insert_rowid();
-            insert_gpu_types(tx, id, run)?;
-            Ok(Upsert::Inserted)
-        }
-        Some((id, old)) if old == new => {
-            tx.prepare_cached("UPDATE job_runs SET last_seen = max(last_seen, ?2) WHERE id = ?1")?
-                .execute(params![id, seen_at])?;
-            Ok(Upsert::Unchanged)
-        }
-        Some((id, _)) => {
-            tx.prepare_cached(
-                "UPDATE job_runs SET job_id = ?2, account = ?3, user = ?4, partition = ?5,
-                     qos = ?6, state = ?7, submit_time = ?8, end_time = ?9, elapsed = ?10,
-                     gpus = ?11, alloc_tres = ?12, last_seen = max(last_seen, ?13)
-                 WHERE id = ?1",
-            )?
-            .execute(params![
-                id, new.0, new.1, new.2, new.3, new.4, new.5, new.6, new.7, new.8, new.9, new.10,
-                seen_at
-            ])?;
-            tx.prepare_cached("DELETE FROM job_run_gpu_types WHERE run_id = ?1")?
-                .execute([id])?;
-            insert_gpu_types(tx, id, run)?;
-            Ok(Upsert::Updated)
-        }
-    }
-}
-
-fn insert_gpu_types(tx: &Transaction<'_>, run_id: i64, run: &JobRun) -> rusqlite::Result<()> {
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO job_run_gpu_types (run_id, gpu_type, gpus) VALUES (?1, ?2, ?3)",
-    )?;
-    for (gpu_type, n) in &run.gpus_by_type {
-        stmt.execute(params![run_id, gpu_type, to_i64(*n)])?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -942,7 +1053,15 @@ pub(crate) mod tests {
         );
         assert_eq!(dump(&store), before);
         assert_eq!(count(&store, "job_runs"), 2);
-        assert_eq!(count(&store, "job_run_gpu_types"), 1);
+        let typed: Vec<Option<String>> = store
+            .connection()
+            .prepare("SELECT gpu_types FROM job_runs ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(typed, [None, Some("h100=2".to_string())]);
     }
 
     #[test]
@@ -957,7 +1076,7 @@ pub(crate) mod tests {
         let (state, end, first, last): (String, Option<i64>, i64, i64) = store
             .connection()
             .query_row(
-                "SELECT state, end_time, first_seen, last_seen FROM job_runs",
+                "SELECT state, end_time, first_seen, updated_at FROM job_runs",
                 [],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
@@ -1097,13 +1216,53 @@ pub(crate) mod tests {
                 path: "v2".into(),
             };
             old.migrate(&MIGRATIONS[..2]).unwrap();
-            old.record_runs(&[run(1, "a", 100, Some(200), 2)], 1, None)
+            // As version 2's ingest wrote them.
+            old.conn
+                .execute_batch(
+                    "INSERT INTO job_runs (cluster, job_id_raw, start_time, job_id, account, user,
+                         partition, qos, state, end_time, gpus, alloc_tres, first_seen, last_seen)
+                     VALUES ('c', 1, 100, '1', 'a', 'u', 'gpu', 'normal', 'COMPLETED', 200, 2,
+                             'cpu=1,gres/gpu=2,node=1', 1, 1),
+                            ('c', 2, 150, '2', 'a', 'u', 'gpu', 'normal', 'RUNNING', NULL, 1,
+                             'cpu=1,gres/gpu=1,node=1', 1, 1);
+                     UPDATE job_runs SET submit_time = start_time,
+                         elapsed = end_time - start_time;
+                     INSERT INTO job_run_gpu_types (run_id, gpu_type, gpus)
+                     VALUES (2, 'h100', 1), (2, 'a100', 0);",
+                )
                 .unwrap();
             assert_eq!(old.schema_version().unwrap(), 2);
         }
         let mut store = Store::open(&path).unwrap();
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
-        assert_eq!(store.runs_overlapping("c", 0, 1000).unwrap().len(), 1);
+        let runs = store.runs_overlapping("c", 0, 1000).unwrap();
+        assert_eq!(runs.len(), 2);
+        let typed = runs.iter().find(|r| r.id == 2).unwrap();
+        assert_eq!(
+            typed.gpus_by_type,
+            BTreeMap::from([("a100".to_string(), 0), ("h100".to_string(), 1)])
+        );
+        let text: String = store
+            .connection()
+            .query_row("SELECT gpu_types FROM job_runs WHERE id = 2", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(text, "a100=0,h100=1");
+        assert_eq!(store.longest_run("c").unwrap(), 100);
+        // The ingest writes to the migrated table.
+        let o = store
+            .record_runs(
+                &[
+                    run(1, "a", 100, Some(200), 2),
+                    run(2, "a", 150, Some(900), 1),
+                ],
+                5,
+                None,
+            )
+            .unwrap();
+        assert_eq!((o.unchanged, o.updated), (1, 1));
+        assert_eq!(store.longest_run("c").unwrap(), 750);
         assert!(store.record_capacity("c", &capacity(5, 4, &[])).unwrap());
     }
 

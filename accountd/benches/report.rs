@@ -1,10 +1,8 @@
 //! `accountd report teams` over a year of a 1,000-GPU cluster: generates the database (once) and
-//! times the report's query and arithmetic at library level (`report::usage_report`), prints
-//! SQLite's query plan, and optionally the same with candidate indexes (created on the bench's
-//! own database and dropped again: accountd's schema is not changed).
+//! times the report's query and arithmetic at library level (`report::usage_report`), and prints
+//! SQLite's query plan.
 //!
-//!     cargo bench -p accountd --bench report [-- --db FILE] [--runs N] [--try-indexes]
-//!                                              [--try-queries]
+//!     cargo bench -p accountd --bench report [-- --db FILE] [--runs N]
 //!
 //! The end-to-end command-line timing is contrib/bench/report.sh, which uses this database.
 //!
@@ -33,13 +31,15 @@ const JUL_START: i64 = 1_751_328_000; // 2025-07-01
 const DEC_START: i64 = 1_764_547_200; // 2025-12-01
 const CLUSTER: &str = "teamshare-live";
 
-/// The query of `Store::runs_overlapping` (accountd/src/store.rs), for EXPLAIN QUERY PLAN.
+/// The query of `Store::runs_overlapping` (accountd/src/store.rs), for EXPLAIN QUERY PLAN;
+/// ?4 is `since` minus the longest run.
 const RUNS_OVERLAPPING: &str =
-    "SELECT r.id, r.account, r.start_time, r.end_time, r.gpus, t.gpu_type, t.gpus
-     FROM job_runs r LEFT JOIN job_run_gpu_types t ON t.run_id = r.id
-     WHERE r.cluster = ?1 AND r.start_time < ?3
-       AND (r.end_time IS NULL OR r.end_time > ?2)
-     ORDER BY r.id, t.gpu_type";
+    "SELECT id, account, start_time, end_time, gpus, gpu_types FROM job_runs
+     WHERE cluster = ?1 AND start_time < ?3 AND start_time >= ?4 AND end_time > ?2
+     UNION ALL
+     SELECT id, account, start_time, end_time, gpus, gpu_types
+     FROM job_runs INDEXED BY job_runs_running
+     WHERE cluster = ?1 AND end_time IS NULL AND start_time < ?3";
 
 struct Rng(u64);
 impl Rng {
@@ -183,13 +183,16 @@ fn explain(store: &Store, since: i64, until: i64) {
         .prepare(&format!("EXPLAIN QUERY PLAN {RUNS_OVERLAPPING}"))
         .unwrap();
     let rows = stmt
-        .query_map(rusqlite::params![CLUSTER, since, until], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, String>(3)?,
-            ))
-        })
+        .query_map(
+            rusqlite::params![CLUSTER, since, until, since - 3 * 86_400],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(3)?,
+                ))
+            },
+        )
         .unwrap();
     println!("  EXPLAIN QUERY PLAN:");
     for row in rows {
@@ -245,15 +248,11 @@ fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut db = PathBuf::from("/tmp/teamshare-bench-report/year.db");
     let mut runs = 5_000_000usize;
-    let mut try_indexes = false;
-    let mut try_queries = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--db" => db = args.next().expect("--db FILE").into(),
             "--runs" => runs = args.next().and_then(|v| v.parse().ok()).expect("--runs N"),
-            "--try-indexes" => try_indexes = true,
-            "--try-queries" => try_queries = true,
             _ => {} // cargo bench's --bench
         }
     }
@@ -274,7 +273,8 @@ fn main() {
     let (n, types, capacity): (i64, i64, i64) = store
         .connection()
         .query_row(
-            "SELECT (SELECT count(*) FROM job_runs), (SELECT count(*) FROM job_run_gpu_types),
+            "SELECT (SELECT count(*) FROM job_runs),
+                    (SELECT count(*) FROM job_runs WHERE gpu_types IS NOT NULL),
                     (SELECT count(*) FROM capacity_samples)",
             [],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -282,7 +282,7 @@ fn main() {
         .unwrap();
     let size = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
     println!(
-        "{}: {n} job runs, {types} typed-GPU rows, {capacity} capacity samples, {:.0} MiB",
+        "{}: {n} job runs, {types} of them typed, {capacity} capacity samples, {:.0} MiB",
         db.display(),
         size as f64 / 1048576.0
     );
@@ -302,116 +302,5 @@ fn main() {
     explain(&Store::open(&db).unwrap(), DEC_START, YEAR_END);
     for (name, s, u) in months {
         time_month(&db, &config, name, s, u);
-    }
-    if try_queries {
-        what_if_queries(&db);
-    }
-    if try_indexes {
-        let candidates = [
-            (
-                "job_runs (cluster, end_time)",
-                "CREATE INDEX bench_by_end ON job_runs (cluster, end_time)",
-            ),
-            (
-                "job_runs (cluster, end_time, start_time, account, gpus) [covering]",
-                "CREATE INDEX bench_by_end ON job_runs (cluster, end_time, start_time, account, gpus)",
-            ),
-            (
-                "job_runs (cluster, start_time, end_time, account, gpus) [covering]",
-                "CREATE INDEX bench_by_end ON job_runs (cluster, start_time, end_time, account, gpus)",
-            ),
-        ];
-        for (name, sql) in candidates {
-            let store = Store::open(&db).unwrap();
-            let t = Instant::now();
-            store.connection().execute_batch(sql).unwrap();
-            println!(
-                "with index {name} (built in {:.1} s):",
-                t.elapsed().as_secs_f64()
-            );
-            explain(&store, DEC_START, YEAR_END);
-            drop(store);
-            for (m, s, u) in months {
-                time_month(&db, &config, m, s, u);
-            }
-            let store = Store::open(&db).unwrap();
-            store
-                .connection()
-                .execute_batch("DROP INDEX bench_by_end; PRAGMA wal_checkpoint(TRUNCATE);")
-                .unwrap();
-        }
-    }
-}
-
-/// Other shapes of the report's query, run through rusqlite on the same database, every row
-/// read (no RunUsage built): what the time is made of, and what a rewrite would gain.
-fn what_if_queries(db: &Path) {
-    let longest: i64 = 3 * 86_400; // the longest run of the generated data
-    let queries: [(&str, String); 5] = [
-        ("as today (runs_overlapping)", RUNS_OVERLAPPING.to_string()),
-        (
-            "without ORDER BY",
-            RUNS_OVERLAPPING.replace("ORDER BY r.id, t.gpu_type", ""),
-        ),
-        (
-            "without the LEFT JOIN (untyped runs only)",
-            "SELECT r.id, r.account, r.start_time, r.end_time, r.gpus FROM job_runs r
-             WHERE r.cluster = ?1 AND r.start_time < ?3 AND (r.end_time IS NULL OR r.end_time > ?2)"
-                .to_string(),
-        ),
-        (
-            "start bounded by the longest run, + running",
-            format!(
-                "SELECT r.id, r.account, r.start_time, r.end_time, r.gpus, t.gpu_type, t.gpus
-                 FROM job_runs r LEFT JOIN job_run_gpu_types t ON t.run_id = r.id
-                 WHERE r.cluster = ?1 AND r.start_time < ?3 AND r.start_time >= ?2 - {longest}
-                   AND r.end_time > ?2
-                 UNION ALL
-                 SELECT r.id, r.account, r.start_time, r.end_time, r.gpus, t.gpu_type, t.gpus
-                 FROM job_runs r LEFT JOIN job_run_gpu_types t ON t.run_id = r.id
-                 WHERE r.cluster = ?1 AND r.end_time IS NULL AND +r.start_time < ?3"
-            ),
-        ),
-        (
-            "sums in SQL (GROUP BY account, gpu_type)",
-            "SELECT r.account, t.gpu_type, count(*),
-                    sum(coalesce(t.gpus, r.gpus) * (min(coalesce(r.end_time, ?4), ?3) - max(r.start_time, ?2)))
-             FROM job_runs r LEFT JOIN job_run_gpu_types t ON t.run_id = r.id
-             WHERE r.cluster = ?1 AND r.start_time < ?3 AND (r.end_time IS NULL OR r.end_time > ?2)
-               AND r.gpus > 0
-             GROUP BY r.account, t.gpu_type"
-                .to_string(),
-        ),
-    ];
-    println!("what-if query shapes (rows read through rusqlite, nothing built; median of 3):");
-    let store = Store::open(db).unwrap();
-    for (month, since, until) in [
-        ("2025-12", DEC_START, YEAR_END),
-        ("2025-06", JUN_START, JUL_START),
-    ] {
-        for (name, sql) in &queries {
-            let mut times = Vec::new();
-            let mut rows = 0u64;
-            for _ in 0..3 {
-                let t = Instant::now();
-                let mut stmt = store.connection().prepare(sql).unwrap();
-                let n = stmt.parameter_count();
-                // ?1 the cluster, ?2 since, ?3 until, ?4 now (as many as the query names).
-                let times_arg = [since, until, YEAR_END + 86_400];
-                let mut bound: Vec<&dyn rusqlite::ToSql> = vec![&CLUSTER];
-                for t in &times_arg[..n - 1] {
-                    bound.push(t);
-                }
-                let mut q = stmt.query(bound.as_slice()).unwrap();
-                rows = 0;
-                while let Some(r) = q.next().unwrap() {
-                    let _: rusqlite::types::ValueRef = r.get_ref(0).unwrap();
-                    rows += 1;
-                }
-                times.push(t.elapsed().as_secs_f64() * 1000.0);
-            }
-            times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            println!("  {month}  {name:<44} {rows:>8} rows  {:>6.0} ms", times[1]);
-        }
     }
 }

@@ -337,6 +337,9 @@ impl Daemon {
         let capacity_changed = self.exporter.live().capacity != Some(report.capacity);
         self.exporter.update_live(|live| {
             live.governor_last_pass = Some(now);
+            // With the pass's own figures, so that a scrape never sees them without it (the
+            // capacity step below measures it again for the database).
+            live.capacity = Some(report.capacity);
             for (team, n) in displaced {
                 *live.displaced.entry(team).or_default() += n;
             }

@@ -299,10 +299,22 @@ pub fn compute_usage(
     let (steps, capacity_source) = capacity_steps(capacity, period, params);
     let total_steps: Vec<CapacityStep> = steps.iter().map(|s| (s.ts, s.gpus)).collect();
 
-    // Per account: runs, exact GPU-seconds, and GPU-seconds per rate.
-    let mut jobs: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut gpu_seconds: BTreeMap<&str, u128> = BTreeMap::new();
-    let mut by_rate: BTreeMap<&str, BTreeMap<&str, f64>> = BTreeMap::new();
+    // Per account: runs, exact GPU-seconds, and GPU-seconds per rate. Few accounts, many runs
+    // (often several of one account in a row): a short list, the last one tried first.
+    struct Account<'r> {
+        name: &'r str,
+        jobs: u64,
+        gpu_seconds: u128,
+        by_rate: Vec<(&'r str, f64)>,
+    }
+    fn add<'k>(by_rate: &mut Vec<(&'k str, f64)>, key: &'k str, seconds: f64) {
+        match by_rate.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, s)) => *s += seconds,
+            None => by_rate.push((key, seconds)),
+        }
+    }
+    let mut accounts: Vec<Account> = Vec::new();
+    let mut last = usize::MAX;
     let mut model_runs: Vec<Run> = Vec::with_capacity(runs.len());
     for run in runs {
         let end = run.end.unwrap_or(params.now);
@@ -310,27 +322,55 @@ pub fn compute_usage(
         if run.gpus == 0 || seconds <= 0 {
             continue;
         }
-        let account = run.account.as_str();
+        let name: &str = &run.account;
+        if accounts.get(last).map_or(true, |a| a.name != name) {
+            last = match accounts.iter().position(|a| a.name == name) {
+                Some(i) => i,
+                None => {
+                    accounts.push(Account {
+                        name,
+                        jobs: 0,
+                        gpu_seconds: 0,
+                        by_rate: Vec::new(),
+                    });
+                    accounts.len() - 1
+                }
+            };
+        }
         model_runs.push(Run {
             team: run.account.clone(),
             gpus: u32::try_from(run.gpus).unwrap_or(u32::MAX),
             start: run.start,
             end,
         });
-        *jobs.entry(account).or_default() += 1;
-        *gpu_seconds.entry(account).or_default() += u128::from(run.gpus) * seconds as u128;
-        let rates = by_rate.entry(account).or_default();
+        let account = &mut accounts[last];
+        account.jobs += 1;
+        account.gpu_seconds += u128::from(run.gpus) * seconds as u128;
         let mut typed = 0u64;
-        for (gpu_type, n) in &run.gpus_by_type {
-            typed = typed.saturating_add(*n);
-            *rates.entry(params.rates.key(Some(gpu_type))).or_default() +=
-                *n as f64 * seconds as f64;
+        for (gpu_type, n) in run.gpus_by_type.iter() {
+            typed = typed.saturating_add(n);
+            add(
+                &mut account.by_rate,
+                params.rates.key(Some(gpu_type)),
+                n as f64 * seconds as f64,
+            );
         }
         let untyped = run.gpus.saturating_sub(typed);
         if untyped > 0 {
-            *rates.entry(DEFAULT_RATE).or_default() += untyped as f64 * seconds as f64;
+            add(
+                &mut account.by_rate,
+                DEFAULT_RATE,
+                untyped as f64 * seconds as f64,
+            );
         }
     }
+    let jobs: BTreeMap<&str, u64> = accounts.iter().map(|a| (a.name, a.jobs)).collect();
+    let gpu_seconds: BTreeMap<&str, u128> =
+        accounts.iter().map(|a| (a.name, a.gpu_seconds)).collect();
+    let by_rate: BTreeMap<&str, BTreeMap<&str, f64>> = accounts
+        .iter()
+        .map(|a| (a.name, a.by_rate.iter().copied().collect()))
+        .collect();
 
     let split = split_usage(&model_runs, &params.teams, &total_steps, period);
 
@@ -1032,6 +1072,7 @@ pub fn format_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::GpuTypes;
     use chrono::Utc;
     use teamshare_config::IdleCostSplit;
 
@@ -1050,7 +1091,7 @@ mod tests {
             start: T0 + start_h * H,
             end: end_h.map(|e| T0 + e * H),
             gpus,
-            gpus_by_type: BTreeMap::new(),
+            gpus_by_type: GpuTypes::default(),
         }
     }
 
@@ -1212,7 +1253,7 @@ mod tests {
         ]));
         p.cost_rule.borrowed_cost_factor = 1.0;
         let mut typed = run(1, "a", 0, Some(1), 3);
-        typed.gpus_by_type.insert("h100".into(), 2);
+        typed.gpus_by_type = GpuTypes::new(&BTreeMap::from([("h100".to_string(), 2)]));
         let r = compute_usage(&[typed], &[cap(0, 4, &[("h100", 2)])], &p);
         let a = r.row("a").unwrap();
         assert!(close(a.cost.unwrap(), 150.0));
@@ -1228,7 +1269,7 @@ mod tests {
         // 1/3 default): 150 - 0.5 x (2/3 x 70 + 1/3 x 10) = 125.
         p.cost_rule.borrowed_cost_factor = 0.5;
         let mut typed = run(1, "a", 0, Some(1), 3);
-        typed.gpus_by_type.insert("h100".into(), 2);
+        typed.gpus_by_type = GpuTypes::new(&BTreeMap::from([("h100".to_string(), 2)]));
         let r = compute_usage(&[typed], &[cap(0, 4, &[("h100", 2)])], &p);
         assert!(close(r.row("a").unwrap().allocated_cost.unwrap(), 125.0));
         assert_adds_up(&r);

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{
@@ -263,15 +264,48 @@ pub struct RunStart {
     pub start: UnixSeconds,
 }
 
-/// A stored run, as reports need it.
+/// A stored run, as reports need it. A report reads hundreds of thousands of them: the account
+/// and the typed GPUs are shared between the runs that have the same, not copied per run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunUsage {
     pub id: i64,
-    pub account: String,
+    pub account: Arc<str>,
     pub start: UnixSeconds,
     pub end: Option<UnixSeconds>,
     pub gpus: u64,
-    pub gpus_by_type: BTreeMap<String, u64>,
+    pub gpus_by_type: GpuTypes,
+}
+
+/// The typed part of a run's GPUs, in type order; empty for untyped GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GpuTypes(Option<Arc<[(String, u64)]>>);
+
+impl GpuTypes {
+    pub fn new(by_type: &BTreeMap<String, u64>) -> Self {
+        if by_type.is_empty() {
+            GpuTypes(None)
+        } else {
+            GpuTypes(Some(by_type.iter().map(|(t, n)| (t.clone(), *n)).collect()))
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> + '_ {
+        self.0
+            .iter()
+            .flat_map(|v| v.iter().map(|(t, n)| (t.as_str(), *n)))
+    }
+
+    pub fn get(&self, gpu_type: &str) -> Option<u64> {
+        self.iter().find(|&(t, _)| t == gpu_type).map(|(_, n)| n)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |v| v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 pub struct Store {
@@ -458,31 +492,58 @@ impl Store {
                 "SELECT id, account, start_time, end_time, gpus, gpu_types FROM job_runs
                  WHERE cluster = ?1 AND start_time < ?3 AND start_time >= ?4 AND end_time > ?2
                  UNION ALL
-                 SELECT id, account, start_time, end_time, gpus, gpu_types FROM job_runs
-                 WHERE cluster = ?1 AND end_time IS NULL AND +start_time < ?3",
+                 SELECT id, account, start_time, end_time, gpus, gpu_types
+                 FROM job_runs INDEXED BY job_runs_running
+                 WHERE cluster = ?1 AND end_time IS NULL AND start_time < ?3",
             )
             .map_err(|e| self.sql_err(e))?;
-        let rows = stmt
-            .query_map(
-                params![cluster, since, until, since.saturating_sub(longest)],
-                |row| {
-                    Ok(RunUsage {
-                        id: row.get(0)?,
-                        account: row.get(1)?,
-                        start: row.get(2)?,
-                        end: row.get(3)?,
-                        gpus: u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0),
-                        gpus_by_type: row
-                            .get_ref(5)?
-                            .as_str_or_null()?
-                            .map(parse_gpu_types)
-                            .unwrap_or_default(),
-                    })
+        let mut rows = stmt
+            .query(params![
+                cluster,
+                since,
+                until,
+                since.saturating_sub(longest)
+            ])
+            .map_err(|e| self.sql_err(e))?;
+        // The few accounts and GPU type mixes, each read once.
+        let mut accounts: Vec<Arc<str>> = Vec::new();
+        let mut mixes: Vec<(String, GpuTypes)> = Vec::new();
+        let mut runs = Vec::new();
+        let mut next = || -> rusqlite::Result<bool> {
+            let Some(row) = rows.next()? else {
+                return Ok(false);
+            };
+            let account = row.get_ref(1)?.as_str()?;
+            let account = match accounts.iter().find(|a| &***a == account) {
+                Some(a) => a.clone(),
+                None => {
+                    accounts.push(Arc::from(account));
+                    accounts[accounts.len() - 1].clone()
+                }
+            };
+            let gpus_by_type = match row.get_ref(5)?.as_str_or_null()? {
+                None => GpuTypes::default(),
+                Some(text) => match mixes.iter().find(|(t, _)| t == text) {
+                    Some((_, mix)) => mix.clone(),
+                    None => {
+                        let mix = GpuTypes::new(&parse_gpu_types(text));
+                        mixes.push((text.to_string(), mix.clone()));
+                        mix
+                    }
                 },
-            )
-            .map_err(|e| self.sql_err(e))?;
-        rows.collect::<rusqlite::Result<Vec<RunUsage>>>()
-            .map_err(|e| self.sql_err(e))
+            };
+            runs.push(RunUsage {
+                id: row.get(0)?,
+                account,
+                start: row.get(2)?,
+                end: row.get(3)?,
+                gpus: u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0),
+                gpus_by_type,
+            });
+            Ok(true)
+        };
+        while next().map_err(|e| self.sql_err(e))? {}
+        Ok(runs)
     }
 
     /// Store the capacity measured at `ts` unless it equals the last stored one and that one is
@@ -1144,7 +1205,7 @@ pub(crate) mod tests {
         let ids: Vec<i64> = runs.iter().map(|r| r.start).collect();
         assert_eq!(ids, [50, 150]);
         assert_eq!(runs[1].gpus_by_type.len(), 2);
-        assert_eq!(runs[1].gpus_by_type["h100"], 2);
+        assert_eq!(runs[1].gpus_by_type.get("h100"), Some(2));
         assert_eq!(runs[1].end, None);
     }
 
@@ -1239,8 +1300,8 @@ pub(crate) mod tests {
         assert_eq!(runs.len(), 2);
         let typed = runs.iter().find(|r| r.id == 2).unwrap();
         assert_eq!(
-            typed.gpus_by_type,
-            BTreeMap::from([("a100".to_string(), 0), ("h100".to_string(), 1)])
+            typed.gpus_by_type.iter().collect::<Vec<_>>(),
+            [("a100", 0), ("h100", 1)]
         );
         let text: String = store
             .connection()

@@ -32,7 +32,7 @@ macro_rules! assert_close {
 
 fn run(team: &str, gpus: u32, start_h: i64, end_h: i64) -> Run {
     Run {
-        team: team.to_string(),
+        team: team.into(),
         gpus,
         start: T0 + start_h * H,
         end: T0 + end_h * H,

@@ -76,7 +76,7 @@ fn scenario(rng: &mut Lcg, scale: i64) -> Scenario {
             };
             let start = rng.range(-20, 220);
             Run {
-                team,
+                team: team.into(),
                 gpus: rng.range(1, 6) as u32,
                 start: start * scale,
                 end: (start + rng.range(1, 80)) * scale,
@@ -112,7 +112,7 @@ fn brute_force(s: &Scenario) -> (BTreeMap<String, [f64; 5]>, f64, f64) {
     }
     for run in &s.runs {
         if s.period.overlap(run.start, run.end) > 0 {
-            quotas.entry(run.team.clone()).or_insert((0, 0));
+            quotas.entry(run.team.to_string()).or_insert((0, 0));
         }
     }
     for name in quotas.keys().chain([&POOL.to_string()]) {
@@ -137,7 +137,7 @@ fn brute_force(s: &Scenario) -> (BTreeMap<String, [f64; 5]>, f64, f64) {
             let used: u64 = s
                 .runs
                 .iter()
-                .filter(|r| &r.team == name && r.start <= t && t < r.end)
+                .filter(|r| *r.team == **name && r.start <= t && t < r.end)
                 .map(|r| u64::from(r.gpus))
                 .sum();
             let row = rows.get_mut(name).unwrap();
@@ -381,7 +381,7 @@ fn decayed_usage_matches_numeric_integration_and_halves_each_half_life() {
             let numeric: f64 = s
                 .runs
                 .iter()
-                .filter(|r| &r.team == team)
+                .filter(|r| *r.team == **team)
                 .flat_map(|r| (r.start..r.end.min(now)).map(move |t| (r.gpus, t)))
                 .map(|(g, t)| f64::from(g) * (-((now - t) as f64 - 0.5) / 3600.0).exp2())
                 .sum();
@@ -393,7 +393,7 @@ fn decayed_usage_matches_numeric_integration_and_halves_each_half_life() {
             let ended: Vec<Run> = s
                 .runs
                 .iter()
-                .filter(|r| &r.team == team && r.end <= now)
+                .filter(|r| *r.team == **team && r.end <= now)
                 .cloned()
                 .collect();
             let before = decayed_usage(&ended, now, h)

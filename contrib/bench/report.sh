@@ -28,13 +28,14 @@ export TZ=UTC # --since/--until dates are local midnight: make them UTC, as the 
 echo "machine: $(nproc) vCPU, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(. /etc/os-release; echo "$PRETTY_NAME"); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "database: $DB ($(du -m "$DB" | cut -f1) MiB)"
 if command -v sqlite3 >/dev/null; then
-    echo "rows: $(sqlite3 "$DB" 'SELECT count(*) FROM job_runs') job runs, $(sqlite3 "$DB" 'SELECT count(*) FROM job_run_gpu_types') typed-GPU rows"
+    echo "rows: $(sqlite3 "$DB" 'SELECT count(*) FROM job_runs') job runs, $(sqlite3 "$DB" 'SELECT count(*) FROM job_runs WHERE gpu_types IS NOT NULL') of them typed; longest run $(sqlite3 "$DB" 'SELECT max(longest_run) FROM run_bounds') s"
     echo "query plan of Store::runs_overlapping (EXPLAIN QUERY PLAN):"
-    sqlite3 "$DB" "EXPLAIN QUERY PLAN SELECT r.id, r.account, r.start_time, r.end_time, r.gpus, t.gpu_type, t.gpus
-     FROM job_runs r LEFT JOIN job_run_gpu_types t ON t.run_id = r.id
-     WHERE r.cluster = 'teamshare-live' AND r.start_time < 1767225600
-       AND (r.end_time IS NULL OR r.end_time > 1764547200)
-     ORDER BY r.id, t.gpu_type" | sed 's/^/  /'
+    sqlite3 "$DB" "EXPLAIN QUERY PLAN SELECT id, account, start_time, end_time, gpus, gpu_types FROM job_runs
+     WHERE cluster = 'teamshare-live' AND start_time < 1767225600 AND start_time >= 1764547200 - 259200
+       AND end_time > 1764547200
+     UNION ALL
+     SELECT id, account, start_time, end_time, gpus, gpu_types FROM job_runs INDEXED BY job_runs_running
+     WHERE cluster = 'teamshare-live' AND end_time IS NULL AND start_time < 1767225600" | sed 's/^/  /'
 fi
 
 printf '%-10s %-24s %8s %8s %8s %10s\n' month period "min ms" "median" "max ms" "max RSS"

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use teamshare_live_tests::{ensure, repo_root, Cluster, TestResult};
+use teamshare_live_tests::{ensure, repo_root, Cluster, Scenario, TestResult};
 
-pub const SCENARIOS: &[(&str, fn(&Cluster) -> TestResult)] = &[
+pub const SCENARIOS: &[Scenario] = &[
     (
         "accounting::a1_nvml_samples_give_per_job_and_per_team_utilisation",
         utilisation,

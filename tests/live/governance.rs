@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use teamshare_live_tests::{ensure, unix_now, Cluster, TestResult};
+use teamshare_live_tests::{ensure, unix_now, Cluster, Scenario, TestResult};
 
-pub const SCENARIOS: &[(&str, fn(&Cluster) -> TestResult)] = &[
+pub const SCENARIOS: &[Scenario] = &[
     (
         "governance::s01_borrowing_up_to_quota_plus_borrow_limit",
         borrowing,

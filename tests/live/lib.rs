@@ -10,6 +10,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub type TestResult = Result<(), String>;
+/// A live scenario: its name and its body.
+pub type Scenario = (&'static str, fn(&Cluster) -> TestResult);
 
 /// The repository root (this crate lives in `tests/`).
 pub fn repo_root() -> PathBuf {

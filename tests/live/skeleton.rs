@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use teamshare_live_tests::{ensure, Cluster, TestResult};
+use teamshare_live_tests::{ensure, Cluster, Scenario, TestResult};
 
-pub const SCENARIOS: &[(&str, fn(&Cluster) -> TestResult)] = &[
+pub const SCENARIOS: &[Scenario] = &[
     (
         "skeleton::plugin_exports_its_symbols_and_loads",
         plugin_loads,

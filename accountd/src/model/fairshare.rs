@@ -51,7 +51,13 @@ pub fn decayed_usage(runs: &[Run], now: UnixSeconds, half_life: Duration) -> BTr
             let k = std::f64::consts::LN_2 / h;
             (-k * (now - end) as f64).exp() * -(-k * seconds).exp_m1() / k
         };
-        *usage.entry(run.team.clone()).or_insert(0.0) += f64::from(run.gpus) * decayed;
+        let used = f64::from(run.gpus) * decayed;
+        match usage.get_mut(&*run.team) {
+            Some(u) => *u += used,
+            None => {
+                usage.insert(run.team.to_string(), used);
+            }
+        }
     }
     usage
 }
@@ -205,7 +211,7 @@ mod tests {
 
     fn run(team: &str, gpus: u32, start: i64, end: i64) -> Run {
         Run {
-            team: team.to_string(),
+            team: team.into(),
             gpus,
             start,
             end,

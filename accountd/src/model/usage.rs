@@ -20,6 +20,7 @@
 //! apart, with that type's runs, quotas and capacity.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, FixedOffset, NaiveDate};
 use teamshare_config::Config;
@@ -39,8 +40,8 @@ const SECONDS_PER_DAY: i64 = 86_400;
 /// as the end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
-    /// The Slurm account.
-    pub team: String,
+    /// The Slurm account (shared between the runs of one account).
+    pub team: Arc<str>,
     pub gpus: u32,
     pub start: UnixSeconds,
     pub end: UnixSeconds,
@@ -228,14 +229,14 @@ fn sweep(
     bounds: &[UnixSeconds],
 ) -> Vec<UsageSplit> {
     let (first, last) = (bounds[0], bounds[bounds.len() - 1]);
-    let clipped: Vec<(&Run, UnixSeconds, UnixSeconds)> = runs
+    let clipped = runs
         .iter()
         .map(|run| (run, run.start.max(first), run.end.min(last)))
-        .filter(|&(run, start, end)| start < end && run.gpus > 0)
-        .collect();
+        .filter(|&(run, start, end)| start < end && run.gpus > 0);
 
     // The rows: every team given (the first of a repeated name wins), then every other account
-    // with usage, with no quota; ordered by name.
+    // with usage, with no quota; ordered by name. Runs come with few distinct accounts, often
+    // the same one over and over: the last one's row is tried first.
     let mut by_name: BTreeMap<&str, Lender> = BTreeMap::new();
     for team in teams {
         by_name.entry(&team.name).or_insert_with(|| Lender {
@@ -244,40 +245,57 @@ fn sweep(
             lend_limit: u64::from(team.lend_limit.min(team.quota)),
         });
     }
-    for &(run, _, _) in &clipped {
-        by_name.entry(&run.team).or_insert_with(|| Lender {
-            name: run.team.clone(),
+    // Usage changes: (instant, account slot, GPUs added or removed); slots become rows below.
+    let mut slots: Vec<&str> = Vec::new();
+    let mut changes: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(2 * runs.len());
+    let mut last_slot = usize::MAX;
+    for (run, start, end) in clipped {
+        let team: &str = &run.team;
+        if slots.get(last_slot).map_or(true, |&s| s != team) {
+            last_slot = match slots.iter().position(|&s| s == team) {
+                Some(slot) => slot,
+                None => {
+                    slots.push(team);
+                    slots.len() - 1
+                }
+            };
+        }
+        changes.push((start, last_slot, i64::from(run.gpus)));
+        changes.push((end, last_slot, -i64::from(run.gpus)));
+    }
+    for &team in &slots {
+        by_name.entry(team).or_insert_with(|| Lender {
+            name: team.to_string(),
             quota: 0,
             lend_limit: 0,
         });
     }
     let index: BTreeMap<&str, usize> = by_name.keys().enumerate().map(|(i, &n)| (n, i)).collect();
+    let row_of_slot: Vec<usize> = slots.iter().map(|&s| index[s]).collect();
+    for change in &mut changes {
+        change.1 = row_of_slot[change.1];
+    }
     let lenders: Vec<Lender> = by_name.into_values().collect();
     let pool_row = lenders.len();
     let total_quota: u64 = lenders.iter().map(|l| l.quota).sum();
-
-    // Usage changes: (instant, row, GPUs added or removed).
-    let mut changes: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(2 * clipped.len());
-    for &(run, start, end) in &clipped {
-        let row = index[run.team.as_str()];
-        changes.push((start, row, i64::from(run.gpus)));
-        changes.push((end, row, -i64::from(run.gpus)));
-    }
-    changes.sort_by_key(|&(t, _, _)| t);
+    // Only the order of instants matters: every change at one instant is applied before the
+    // interval that starts there is counted.
+    changes.sort_unstable_by_key(|&(t, _, _)| t);
 
     let mut steps = capacity.to_vec();
     steps.sort_by_key(|&(from, _)| from); // stable: of two steps at one instant the later wins
 
-    let mut instants: Vec<UnixSeconds> = bounds.to_vec();
-    instants.extend(changes.iter().map(|&(t, _, _)| t));
-    instants.extend(
+    // The instants other than usage changes (few): bounds and capacity steps. Usage changes
+    // are merged in as the sweep goes.
+    let mut fixed: Vec<UnixSeconds> = bounds.to_vec();
+    fixed.extend(
         steps
             .iter()
             .map(|&(from, _)| from)
             .filter(|&from| first < from && from < last),
     );
-    instants.sort_unstable();
-    instants.dedup();
+    fixed.sort_unstable();
+    fixed.dedup();
 
     let mut buckets = vec![
         Bucket {
@@ -289,16 +307,24 @@ fn sweep(
     ];
     let mut held = vec![0i64; pool_row];
     let mut idle = vec![0u64; pool_row];
-    let (mut next_change, mut next_step, mut bucket) = (0, 0, 0);
+    let (mut next_change, mut next_step, mut next_fixed, mut bucket) = (0, 0, 0, 0);
     let mut gpus_capacity = steps.first().map_or(0, |&(_, gpus)| gpus);
 
-    for window in instants.windows(2) {
-        let (t0, t1) = (window[0], window[1]);
+    let mut t0 = first;
+    while t0 < last {
         while next_change < changes.len() && changes[next_change].0 <= t0 {
             let (_, row, delta) = changes[next_change];
             held[row] += delta;
             next_change += 1;
         }
+        while next_fixed < fixed.len() && fixed[next_fixed] <= t0 {
+            next_fixed += 1;
+        }
+        // Every change is within [first, last] and `last` is the last fixed instant.
+        let t1 = match changes.get(next_change) {
+            Some(&(t, _, _)) => t.min(fixed[next_fixed]),
+            None => fixed[next_fixed],
+        };
         while next_step < steps.len() && steps[next_step].0 <= t0 {
             gpus_capacity = steps[next_step].1;
             next_step += 1;
@@ -307,6 +333,7 @@ fn sweep(
             bucket += 1;
         }
         let dt = i128::from(t1 - t0);
+        t0 = t1;
         let sums = &mut buckets[bucket];
         let pool = u64::from(gpus_capacity).saturating_sub(total_quota);
         sums.capacity += i128::from(gpus_capacity) * dt;
@@ -399,7 +426,7 @@ mod tests {
 
     fn run(team: &str, gpus: u32, start: i64, end: i64) -> Run {
         Run {
-            team: team.to_string(),
+            team: team.into(),
             gpus,
             start,
             end,

@@ -190,9 +190,9 @@ pub const CAPACITY_HEARTBEAT_SECONDS: i64 = 3600;
 /// The schema version this code writes and understands.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 
-/// The page size of a new database: larger than SQLite's 4 KiB so that the indexes of millions
-/// of runs are shallower and an ingest splits fewer pages (docs/benchmarks.md).
-const PAGE_SIZE: u32 = 32_768;
+/// The page size of a new database: SQLite's largest, not its 4 KiB, so that the indexes of
+/// millions of runs are shallower and an ingest splits fewer pages (docs/design/accounting-store.md).
+const PAGE_SIZE: u32 = 65_536;
 
 /// How long a writer waits for another one (the daemon and a manual ingest) before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,24 +1,27 @@
-//! Where `accountd ingest` spends its time and memory, phase by phase, on synthetic sacct output
+//! Where `accountd ingest` spends its time and memory, part by part, on synthetic sacct output
 //! (contrib/bench/gen-sacct.py; the end-to-end command-line run is contrib/bench/ingest.sh).
 //!
-//!     cargo bench -p accountd --bench ingest [-- --sacct FILE] [--db FILE] [--cache-mib N]
-//!                                              [--stream LINES]
+//!     cargo bench -p accountd --bench ingest [-- --sacct FILE] [--db FILE]
 //!
-//! FILE defaults to /tmp/teamshare-bench-ingest/sacct-1000000.txt, generated (1,000,000 records) when
-//! missing. Phases: read the file, parse (`sacct::parse`), store into an empty database
-//! (`Store::record_runs`, one transaction), store the same runs again (all unchanged).
-//!
-//! Two what-ifs that change nothing in accountd, to show where its time and memory go:
-//! `--cache-mib N` sets SQLite's page cache (`PRAGMA cache_size`, default 2 MiB) on the store's
-//! connection before storing; `--stream LINES` reads the file line by line and parses and stores
-//! it in batches of LINES lines (one `record_runs` transaction each) instead of holding the whole
-//! output and every parsed run in memory at once.
+//! FILE defaults to /tmp/teamshare-bench-ingest/sacct-1000000.txt, generated (1,000,000 records)
+//! when missing. Parts:
+//! - parsing alone: every line through `sacct::read_line` (what the ingest's parser thread does,
+//!   without the copies into `JobRun`);
+//! - writing alone: the parsed runs written with `Store::record_runs` into an empty database, then
+//!   again (all unchanged) (what the ingest's writing thread does);
+//! - the ingest as accountd runs it: `ingest::store_reader` over the file (both threads), into an
+//!   empty database, then again.
 
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use accountd::ingest::{self, IngestPlan};
+use accountd::period::Period;
 use accountd::sacct;
-use accountd::store::{Store, WatermarkAdvance};
+use accountd::store::Store;
+
+const NOW: i64 = 1_800_000_000;
 
 /// (VmRSS, VmHWM) of this process in MiB.
 fn rss() -> (f64, f64) {
@@ -35,39 +38,30 @@ fn rss() -> (f64, f64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-fn row(phase: &str, secs: f64, records: usize) {
+fn row(part: &str, secs: f64, records: usize) {
     let (now, peak) = rss();
     println!(
-        "{phase:<34} {secs:>8.2} s {:>12.0} rec/s   RSS {now:>7.0} MiB  peak {peak:>7.0} MiB",
+        "{part:<44} {secs:>8.2} s {:>12.0} rec/s   RSS {now:>7.0} MiB  peak {peak:>7.0} MiB",
         records as f64 / secs
     );
+}
+
+fn fresh(db: &Path) -> Store {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    Store::open(db).expect("open")
 }
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut sacct_file = PathBuf::from("/tmp/teamshare-bench-ingest/sacct-1000000.txt");
     let mut db = PathBuf::from("/tmp/teamshare-bench-ingest/bench-lib.db");
-    let mut cache_mib: Option<i64> = None;
-    let mut stream: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--sacct" => sacct_file = args.next().expect("--sacct FILE").into(),
             "--db" => db = args.next().expect("--db FILE").into(),
-            "--cache-mib" => {
-                cache_mib = Some(
-                    args.next()
-                        .and_then(|v| v.parse().ok())
-                        .expect("--cache-mib N"),
-                )
-            }
-            "--stream" => {
-                stream = Some(
-                    args.next()
-                        .and_then(|v| v.parse().ok())
-                        .expect("--stream LINES"),
-                )
-            }
             _ => {} // cargo bench's --bench
         }
     }
@@ -86,129 +80,68 @@ fn main() {
             .expect("python3");
         assert!(st.success(), "gen-sacct.py failed");
     }
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-    }
-
-    if let Some(batch_lines) = stream {
-        streamed(&sacct_file, &db, batch_lines, cache_mib);
-        return;
-    }
-
-    let t = Instant::now();
-    let text = std::fs::read_to_string(&sacct_file).expect("read the sacct file");
-    let lines = text.lines().count();
+    let text = std::fs::read_to_string(&sacct_file).expect("read the sacct output");
+    let records = text.lines().count();
     println!(
-        "{} lines, {:.0} MiB of sacct output",
-        lines,
+        "{}: {records} records, {:.0} MiB",
+        sacct_file.display(),
         text.len() as f64 / 1048576.0
     );
-    row("read file", t.elapsed().as_secs_f64(), lines);
 
+    // Parsing alone.
     let t = Instant::now();
-    let batch = sacct::parse(&text, &chrono::Utc);
-    row("parse", t.elapsed().as_secs_f64(), lines);
-    println!(
-        "  {} runs, {} never started, {} malformed",
-        batch.runs.len(),
-        batch.not_started,
-        batch.malformed.len()
-    );
-    assert!(batch.malformed.is_empty(), "{:?}", &batch.malformed[..1]);
-
-    let mut store = Store::open(&db).expect("open");
-    if let Some(mib) = cache_mib {
-        set_cache(&store, mib);
+    let mut runs = 0usize;
+    for line in text.lines() {
+        if let Ok(Some(_)) = sacct::read_line(line, &chrono::Utc) {
+            runs += 1;
+        }
     }
-    let wm = WatermarkAdvance {
-        cluster: "teamshare-live".into(),
-        to: 2_000_000_000,
-    };
+    row("parse (sacct::read_line)", t.elapsed().as_secs_f64(), records);
+
+    // Writing alone, from runs parsed beforehand (held in memory: this part's RSS is not the
+    // ingest's).
+    let parsed = sacct::parse(&text, &chrono::Utc);
+    assert_eq!(parsed.runs.len(), runs);
+    let mut store = fresh(&db);
     let t = Instant::now();
-    let o = store
-        .record_runs(&batch.runs, 1_800_000_000, Some(&wm))
-        .expect("store");
+    store.record_runs(&parsed.runs, NOW, None).expect("store");
     row(
-        "store into an empty database",
+        "write (Store::record_runs), empty database",
         t.elapsed().as_secs_f64(),
-        lines,
+        records,
     );
-    println!("  {o:?}");
-
     let t = Instant::now();
-    let o = store
-        .record_runs(&batch.runs, 1_800_000_060, Some(&wm))
-        .expect("store");
-    row("store again (all known)", t.elapsed().as_secs_f64(), lines);
-    println!("  {o:?}");
+    let again = store.record_runs(&parsed.runs, NOW + 60, None).expect("store");
+    assert_eq!(again.unchanged, runs);
+    row("write again (all unchanged)", t.elapsed().as_secs_f64(), records);
+    drop((store, parsed, text));
 
-    let size: u64 = ["", "-wal"]
-        .iter()
-        .filter_map(|s| std::fs::metadata(format!("{}{s}", db.display())).ok())
-        .map(|m| m.len())
-        .sum();
-    println!("database + WAL: {:.0} MiB", size as f64 / 1048576.0);
-    drop(store);
-    drop(batch);
-    drop(text);
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-    }
-}
-
-fn set_cache(store: &Store, mib: i64) {
-    store
-        .connection()
-        .execute_batch(&format!("PRAGMA cache_size = -{}", mib * 1024))
-        .expect("cache_size");
-    println!("(what-if) SQLite page cache: {mib} MiB");
-}
-
-/// Parse and store in batches of `batch_lines` lines, reading the file as a stream.
-fn streamed(file: &Path, db: &Path, batch_lines: usize, cache_mib: Option<i64>) {
-    use std::io::BufRead;
-    println!("(what-if) streaming in batches of {batch_lines} lines");
-    for pass in ["store into an empty database", "store again (all known)"] {
-        let mut store = Store::open(db).expect("open");
-        if let Some(mib) = cache_mib {
-            set_cache(&store, mib);
-        }
+    // The ingest as accountd runs it, from the file.
+    let plan = IngestPlan {
+        cluster: "bench".into(),
+        window: Period {
+            since: 0,
+            until: NOW,
+        },
+        advance_watermark_to: Some(NOW),
+    };
+    let mut store = fresh(&db);
+    for (label, now) in [
+        ("ingest::store_reader, empty database", NOW),
+        ("ingest::store_reader again", NOW + 60),
+    ] {
+        let file = std::fs::File::open(&sacct_file).unwrap();
         let t = Instant::now();
-        let reader = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(file).unwrap());
-        let mut chunk = String::new();
-        let mut n = 0usize;
-        let mut in_chunk = 0usize;
-        let mut total = accountd::store::BatchOutcome::default();
-        let mut flush = |chunk: &mut String, store: &mut Store| {
-            let batch = sacct::parse(chunk, &chrono::Utc);
-            let o = store
-                .record_runs(&batch.runs, 1_800_000_000, None)
-                .expect("store");
-            total.inserted += o.inserted;
-            total.unchanged += o.unchanged;
-            total.updated += o.updated;
-            chunk.clear();
-        };
-        for line in reader.lines() {
-            let line = line.unwrap();
-            chunk.push_str(&line);
-            chunk.push('\n');
-            n += 1;
-            in_chunk += 1;
-            if in_chunk == batch_lines {
-                flush(&mut chunk, &mut store);
-                in_chunk = 0;
-            }
-        }
-        flush(&mut chunk, &mut store);
-        row(
-            &format!("{pass} (parse+store)"),
-            t.elapsed().as_secs_f64(),
-            n,
-        );
-        println!("  {total:?}");
-    }
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        let summary = ingest::store_reader(
+            &mut store,
+            &plan,
+            &mut BufReader::with_capacity(1 << 16, file),
+            &chrono::Utc,
+            now,
+            &mut |_| {},
+        )
+        .expect("ingest");
+        row(label, t.elapsed().as_secs_f64(), records);
+        println!("    {summary}");
     }
 }

@@ -96,7 +96,11 @@ fn main() {
             runs += 1;
         }
     }
-    row("parse (sacct::read_line)", t.elapsed().as_secs_f64(), records);
+    row(
+        "parse (sacct::read_line)",
+        t.elapsed().as_secs_f64(),
+        records,
+    );
 
     // Writing alone, from runs parsed beforehand (held in memory: this part's RSS is not the
     // ingest's).
@@ -111,9 +115,15 @@ fn main() {
         records,
     );
     let t = Instant::now();
-    let again = store.record_runs(&parsed.runs, NOW + 60, None).expect("store");
+    let again = store
+        .record_runs(&parsed.runs, NOW + 60, None)
+        .expect("store");
     assert_eq!(again.unchanged, runs);
-    row("write again (all unchanged)", t.elapsed().as_secs_f64(), records);
+    row(
+        "write again (all unchanged)",
+        t.elapsed().as_secs_f64(),
+        records,
+    );
     drop((store, parsed, text));
 
     // The ingest as accountd runs it, from the file.

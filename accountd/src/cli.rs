@@ -706,6 +706,17 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
             usage.quota_sum
         ),
     }
+    if usage.allocated_gpu_seconds > usage.capacity_gpu_seconds {
+        eprintln!(
+            "accountd: warning: more GPU-hours were used ({:.4}) than the capacity holds ({:.4}), so the idle cost is negative: {}",
+            usage.allocated_gpu_seconds / 3600.0,
+            usage.capacity_gpu_seconds / 3600.0,
+            match usage.capacity_source {
+                CapacitySource::Samples => "the recorded capacity misses GPUs (check the governed partitions)",
+                _ => "the sum of quotas is smaller than the cluster (let `accountd run` record the capacity)",
+            }
+        );
+    }
     print(&report::render_teams(
         &usage,
         args.format.into(),

@@ -230,6 +230,8 @@ pub struct UsageReport {
     pub rows: Vec<TeamRow>,
     /// The governed capacity integrated over the counted period.
     pub capacity_gpu_seconds: f64,
+    /// Every account's allocated GPU-seconds (also of rows left out by a filter).
+    pub allocated_gpu_seconds: f64,
     /// The price of that capacity; the sum of every row's `total_cost`.
     pub capacity_cost: Option<f64>,
     pub capacity_source: CapacitySource,
@@ -453,6 +455,7 @@ pub fn compute_usage(
         currency: params.currency.clone(),
         rows,
         capacity_gpu_seconds: split.totals.capacity,
+        allocated_gpu_seconds: split.totals.allocated,
         capacity_cost: costs.as_ref().map(|c| c.capacity_cost),
         capacity_source,
         quota_sum: params.quota_sum(),

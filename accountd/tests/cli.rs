@@ -385,6 +385,33 @@ fn report_without_capacity_samples_takes_the_sum_of_quotas_and_says_so() {
 }
 
 #[test]
+fn usage_beyond_the_capacity_is_warned_about() {
+    // Quotas 1 + 1: without samples the capacity is 2 GPUs, while agents holds 3 in
+    // [01:00, 03:00) (6 GPU-hours against 4).
+    let site = prepared_site_without_capacity();
+    let small = CONFIG
+        .replace("quota = 2", "quota = 1")
+        .replace("quota = 4", "quota = 1");
+    fs::write(site.path("teamshare.toml"), small).unwrap();
+    let window = [
+        "--since",
+        "2024-05-01T01:00:00",
+        "--until",
+        "2024-05-01T03:00:00",
+    ];
+    let o = site.run(false, &[&["report", "teams"][..], &window].concat());
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: more GPU-hours were used (6.0000) than the capacity holds (4.0000), so the idle cost is negative: the sum of quotas is smaller than the cluster"),
+        "{}",
+        stderr(&o)
+    );
+    // Within the capacity: no warning.
+    let o = site.run(false, &[&["report", "teams"][..], &PERIOD].concat());
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+}
+
+#[test]
 fn report_csv_and_team_filter() {
     let site = prepared_site();
     let o = site.run(

@@ -207,6 +207,9 @@ struct ReportArgs {
     /// `jobs`: show at most N jobs
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    /// `teams`: one report per local day of the period (a job counts on every day it held GPUs)
+    #[arg(long)]
+    by_day: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -639,6 +642,9 @@ impl ProgressBar {
 // report
 
 fn report_cmd(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    if args.by_day && args.kind != ReportKind::Teams {
+        return Err(UsageError("--by-day applies to `report teams` only".into()).into());
+    }
     match args.kind {
         ReportKind::Teams => teams_report(config, database, args),
         ReportKind::Fairshare => fairshare_report(config, database, args),
@@ -685,6 +691,14 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
     let period = report_period(args, now)?;
     let store = report_store(&database, "ingest")?;
     let params = UsageParams::from_config(config, period, now, args.teams.clone());
+    if args.by_day {
+        let days = report::usage_report_by_day(&store, &params, &chrono::Local)?;
+        return print(&report::render_teams_by_day(
+            &days,
+            args.format.into(),
+            &chrono::Local,
+        ));
+    }
     let usage = report::usage_report(&store, &params)?;
     for row in &usage.rows {
         if row.kind == RowKind::Account && row.quota.is_none() && row.jobs == 0 {

@@ -160,6 +160,41 @@ pub fn month_start<Tz: TimeZone>(now: UnixSeconds, tz: &Tz) -> UnixSeconds {
         .unwrap_or(now)
 }
 
+/// The local days of `period` in `tz`: the period's bounds with every local midnight between
+/// them, in order (so consecutive pairs are the days, the first and last clipped to the period).
+/// A day is 23 or 25 hours long where daylight saving changes; a midnight that does not exist
+/// is the day's first instant that does.
+pub fn local_day_bounds<Tz: TimeZone>(period: Period, tz: &Tz) -> Vec<UnixSeconds> {
+    let mut bounds = vec![period.since];
+    let Some(mut date) = tz
+        .timestamp_opt(period.since, 0)
+        .earliest()
+        .map(|t| t.naive_local().date())
+    else {
+        bounds.push(period.until);
+        return bounds;
+    };
+    while let Some(next) = date.succ_opt() {
+        date = next;
+        let midnight = date.and_hms_opt(0, 0, 0).expect("midnight is a time");
+        let Some(t) = (0..4 * 3600).step_by(900).find_map(|offset| {
+            tz.from_local_datetime(&(midnight + chrono::Duration::seconds(offset)))
+                .earliest()
+        }) else {
+            break;
+        };
+        let t = t.timestamp();
+        if t >= period.until {
+            break;
+        }
+        if t > period.since {
+            bounds.push(t);
+        }
+    }
+    bounds.push(period.until);
+    bounds
+}
+
 /// Format an instant in `tz` in Slurm's standard layout (what sacct's `-S`/`-E` read).
 pub fn format_local<Tz: TimeZone>(t: UnixSeconds, tz: &Tz) -> String
 where
@@ -193,6 +228,46 @@ mod tests {
 
     fn brt() -> FixedOffset {
         FixedOffset::west_opt(3 * 3600).unwrap()
+    }
+
+    #[test]
+    fn local_days_follow_the_zone_and_its_daylight_saving() {
+        let utc_day = |t| parse_local_datetime(t, &Utc).unwrap();
+        let p = Period {
+            since: utc_day("2024-05-01T06:00:00"),
+            until: utc_day("2024-05-03T12:00:00"),
+        };
+        assert_eq!(
+            local_day_bounds(p, &Utc),
+            [
+                p.since,
+                utc_day("2024-05-02T00:00:00"),
+                utc_day("2024-05-03T00:00:00"),
+                p.until
+            ]
+        );
+        // Midnight at UTC-3 is 03:00 UTC.
+        assert_eq!(
+            local_day_bounds(p, &brt()),
+            [
+                p.since,
+                utc_day("2024-05-02T03:00:00"),
+                utc_day("2024-05-03T03:00:00"),
+                p.until
+            ]
+        );
+        // Within one day: the period alone.
+        let short = Period {
+            since: p.since,
+            until: p.since + 60,
+        };
+        assert_eq!(local_day_bounds(short, &Utc), [short.since, short.until]);
+        // A period starting at midnight does not repeat it.
+        let whole = Period {
+            since: utc_day("2024-05-01T00:00:00"),
+            until: utc_day("2024-05-02T00:00:00"),
+        };
+        assert_eq!(local_day_bounds(whole, &Utc), [whole.since, whole.until]);
     }
 
     #[test]

@@ -263,6 +263,63 @@ pub fn usage_report(store: &Store, params: &UsageParams) -> Result<UsageReport, 
     Ok(compute_usage(&runs, &capacity, params))
 }
 
+/// [`usage_report`] day by day: one report per local day (in `tz`) of the counted period, each
+/// with that day as its period. The runs and the capacity are read once for the whole period.
+/// A run counts among the jobs of every day it held GPUs. The days' GPU-hours, splits, allocated
+/// costs and capacity cost add up to the period's; each day's idle cost is split with that day's
+/// weights, so a team's idle shares add up to the period's only while the weights are constant.
+pub fn usage_report_by_day<Tz: chrono::TimeZone>(
+    store: &Store,
+    params: &UsageParams,
+    tz: &Tz,
+) -> Result<Vec<UsageReport>, StoreError> {
+    let counted = counted_period(params.period, params.now);
+    let runs = store.runs_overlapping(&params.cluster, counted.since, counted.until)?;
+    let capacity = store.capacity_history(&params.cluster, counted.since, counted.until)?;
+    Ok(compute_usage_by_day(&runs, &capacity, params, tz))
+}
+
+/// The arithmetic of [`usage_report_by_day`], over runs and capacity samples already read.
+pub fn compute_usage_by_day<Tz: chrono::TimeZone>(
+    runs: &[RunUsage],
+    capacity: &[CapacitySample],
+    params: &UsageParams,
+    tz: &Tz,
+) -> Vec<UsageReport> {
+    let counted = counted_period(params.period, params.now);
+    if counted.since >= counted.until {
+        return Vec::new();
+    }
+    let bounds = crate::period::local_day_bounds(counted, tz);
+    bounds
+        .windows(2)
+        .map(|day| {
+            let day = Period {
+                since: day[0],
+                until: day[1],
+            };
+            let day_runs: Vec<RunUsage> = runs
+                .iter()
+                .filter(|r| r.start < day.until && r.end.map_or(true, |e| e > day.since))
+                .cloned()
+                .collect();
+            // The sample in force at the day's start, then those inside it.
+            let in_force = capacity.iter().rposition(|c| c.ts <= day.since);
+            let day_capacity: Vec<CapacitySample> = capacity
+                .iter()
+                .enumerate()
+                .filter(|&(i, c)| Some(i) == in_force || (c.ts > day.since && c.ts < day.until))
+                .map(|(_, c)| c.clone())
+                .collect();
+            let day_params = UsageParams {
+                period: day,
+                ..params.clone()
+            };
+            compute_usage(&day_runs, &day_capacity, &day_params)
+        })
+        .collect()
+}
+
 /// The capacity steps of `period`: the samples, with the sum of quotas before the first one.
 fn capacity_steps(
     history: &[CapacitySample],
@@ -567,6 +624,114 @@ where
     }
 }
 
+/// The day-by-day report: a table with the date first (a run counts on every day it held GPUs,
+/// so there is no total of jobs), or the rows of every day in one CSV or one JSON array (each
+/// row carries its day as `since`/`until`).
+pub fn render_teams_by_day<Tz: chrono::TimeZone>(
+    days: &[UsageReport],
+    format: Format,
+    tz: &Tz,
+) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    match format {
+        Format::Table => teams_by_day_table(days, tz),
+        Format::Csv => {
+            let mut out = String::new();
+            for (i, day) in days.iter().enumerate() {
+                let csv = teams_csv(day);
+                // The header once.
+                out.push_str(if i == 0 {
+                    &csv
+                } else {
+                    csv.split_once('\n').map_or("", |(_, rows)| rows)
+                });
+            }
+            if out.is_empty() {
+                out = teams_csv_header().to_string();
+            }
+            out
+        }
+        Format::Json => {
+            let rows: Vec<TeamJson<'_>> = days.iter().flat_map(team_json_rows).collect();
+            let mut s = serde_json::to_string_pretty(&rows).expect("plain data serialises");
+            s.push('\n');
+            s
+        }
+    }
+}
+
+fn teams_by_day_table<Tz: chrono::TimeZone>(days: &[UsageReport], tz: &Tz) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let Some(first) = days.first() else {
+        return "no days in the period\n".to_string();
+    };
+    let with_cost = first.capacity_cost.is_some();
+    let currency = first
+        .currency
+        .as_deref()
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default();
+    let mut header: Vec<String> = [
+        "DATE",
+        "TEAM",
+        "JOBS",
+        "GPU-HOURS",
+        "IN-QUOTA",
+        "BORROWED",
+        "LENT",
+        "CAPACITY",
+    ]
+    .map(String::from)
+    .to_vec();
+    if with_cost {
+        header.push(format!("COST{currency}"));
+    }
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    for day in days {
+        let date = tz
+            .timestamp_opt(day.period.since, 0)
+            .earliest()
+            .map(|t| t.naive_local().date().to_string())
+            .unwrap_or_default();
+        for (i, r) in day.rows.iter().enumerate() {
+            let mut v = vec![
+                if i == 0 { date.clone() } else { String::new() },
+                r.team.clone(),
+                r.jobs.to_string(),
+                hours(r.gpu_hours()),
+                hours(r.in_quota_hours()),
+                hours(r.borrowed_hours()),
+                hours(r.lent_hours()),
+                if i == 0 {
+                    hours(day.capacity_gpu_seconds / SECONDS_PER_HOUR)
+                } else {
+                    String::new()
+                },
+            ];
+            if with_cost {
+                v.push(money(r.total_cost));
+            }
+            lines.push(v);
+        }
+    }
+    let last = &days[days.len() - 1];
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "GPU usage on {} by day from {} to {} (local time), GPU-hours{}",
+        first.cluster,
+        format_local(first.period.since, tz).replace('T', " "),
+        format_local(last.period.until, tz).replace('T', " "),
+        if with_cost { " and cost" } else { "" }
+    );
+    out.push_str(&table(&header, &lines, false));
+    out
+}
+
 fn hours(h: f64) -> String {
     format!("{h:.4}")
 }
@@ -746,12 +911,14 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-fn teams_csv(report: &UsageReport) -> String {
+fn teams_csv_header() -> &'static str {
     // The first eight columns are those of the report before the split: keep their order.
-    let mut out = String::from(
-        "team,jobs,gpu_hours,quota,cost,currency,since,until,\
-         in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost\n",
-    );
+    "team,jobs,gpu_hours,quota,cost,currency,since,until,\
+     in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost\n"
+}
+
+fn teams_csv(report: &UsageReport) -> String {
+    let mut out = String::from(teams_csv_header());
     let since = format_rfc3339(report.period.since);
     let until = format_rfc3339(report.period.until);
     for r in &report.rows {
@@ -797,9 +964,16 @@ struct TeamJson<'a> {
 }
 
 fn teams_json(report: &UsageReport) -> String {
+    let rows = team_json_rows(report);
+    let mut s = serde_json::to_string_pretty(&rows).expect("plain data serialises");
+    s.push('\n');
+    s
+}
+
+fn team_json_rows(report: &UsageReport) -> Vec<TeamJson<'_>> {
     let since = format_rfc3339(report.period.since);
     let until = format_rfc3339(report.period.until);
-    let rows: Vec<TeamJson<'_>> = report
+    report
         .rows
         .iter()
         .map(|r| TeamJson {
@@ -818,10 +992,7 @@ fn teams_json(report: &UsageReport) -> String {
             idle_cost: r.idle_cost,
             total_cost: r.total_cost,
         })
-        .collect();
-    let mut s = serde_json::to_string_pretty(&rows).expect("plain data serialises");
-    s.push('\n');
-    s
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1174,6 +1345,78 @@ mod tests {
         if let Some(c) = r.capacity_cost {
             assert!(close(total, c), "total {total}, capacity {c}");
         }
+    }
+
+    #[test]
+    fn days_add_up_to_the_period() {
+        // Three days from T0 (midnight UTC), the period ending at 60 h, now at 70 h: runs within
+        // a day, across midnights, and one still running.
+        let mut p = params(60, 70);
+        p.period.since = T0 + 2 * H;
+        let runs = vec![
+            run(1, "a", 3, Some(5), 2),
+            run(2, "b", 20, Some(30), 3),
+            run(3, "c", 10, Some(50), 1),
+            run(4, "a", 40, None, 4),
+            run(5, "stray", 47, Some(49), 1),
+        ];
+        let capacity = vec![cap(0, 8, &[]), cap(30, 10, &[])];
+        let whole = compute_usage(&runs, &capacity, &p);
+        let days = compute_usage_by_day(&runs, &capacity, &p, &chrono::Utc);
+        assert_eq!(days.len(), 3);
+        assert_eq!(days[0].period.since, T0 + 2 * H);
+        assert_eq!(days[1].period.since, T0 + 24 * H);
+        assert_eq!(days[2].period.until, T0 + 60 * H);
+        for day in &days {
+            assert_adds_up(day);
+        }
+        for row in &whole.rows {
+            let of_days = |f: fn(&TeamRow) -> f64| {
+                days.iter()
+                    .filter_map(|d| d.row(&row.team))
+                    .map(f)
+                    .sum::<f64>()
+            };
+            let seconds: u128 = days
+                .iter()
+                .filter_map(|d| d.row(&row.team))
+                .map(|r| r.gpu_seconds)
+                .sum();
+            assert_eq!(seconds, row.gpu_seconds, "{}", row.team);
+            assert!(close(of_days(|r| r.in_quota_seconds), row.in_quota_seconds));
+            assert!(close(of_days(|r| r.borrowed_seconds), row.borrowed_seconds));
+            assert!(close(of_days(|r| r.lent_seconds), row.lent_seconds));
+            if row.kind != RowKind::Idle {
+                assert!(close(
+                    of_days(|r| r.allocated_cost.unwrap()),
+                    row.allocated_cost.unwrap()
+                ));
+            }
+        }
+        // Each day's idle cost is split with that day's weights (here the unallocated capacity
+        // changes at 30 h), so a team's idle shares need not add up to its share of the
+        // period; the days' costs still add up to the period's capacity cost.
+        let capacity_of_days: f64 = days.iter().map(|d| d.capacity_gpu_seconds).sum();
+        assert!(close(capacity_of_days, whole.capacity_gpu_seconds));
+        let cost_of_days: f64 = days.iter().map(|d| d.capacity_cost.unwrap()).sum();
+        assert!(close(cost_of_days, whole.capacity_cost.unwrap()));
+        // Day 2 ([24 h, 48 h)) has capacity 8 until 30 h, then 10: 6 x 8 + 18 x 10.
+        assert!(close(
+            days[1].capacity_gpu_seconds,
+            ((6 * 8 + 18 * 10) * H) as f64
+        ));
+        // A run counts among the jobs of each day it held GPUs: c's run 3 on all three days.
+        let jobs = |d: &UsageReport, t: &str| d.row(t).map_or(0, |r| r.jobs);
+        assert_eq!(
+            days.iter().map(|d| jobs(d, "c")).collect::<Vec<_>>(),
+            [1, 1, 1]
+        );
+        assert_eq!(
+            days.iter().map(|d| jobs(d, "a")).collect::<Vec<_>>(),
+            [1, 1, 1]
+        );
+        assert_eq!(jobs(&days[2], "stray"), 1);
+        assert!(days[0].row("stray").is_none());
     }
 
     #[test]

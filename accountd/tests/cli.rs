@@ -412,6 +412,120 @@ fn usage_beyond_the_capacity_is_warned_about() {
 }
 
 #[test]
+fn report_by_day() {
+    let site = prepared_site();
+    let two_days = ["--since", "2024-04-30T12:00:00", "--until", "2024-05-02"];
+    let o = site.run(
+        false,
+        &[&["report", "teams", "--by-day"][..], &two_days].concat(),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "GPU usage on testcluster by day from 2024-04-30 12:00:00 to 2024-05-02 00:00:00 (local time), GPU-hours and cost"
+    );
+    assert_eq!(
+        cells(lines[1])[..8],
+        [
+            "DATE",
+            "TEAM",
+            "JOBS",
+            "GPU-HOURS",
+            "IN-QUOTA",
+            "BORROWED",
+            "LENT",
+            "CAPACITY"
+        ]
+    );
+    // 2024-04-30: only agents' running job, 1 GPU from 23:00; capacity 8 GPUs x 12 h.
+    assert_eq!(
+        cells(lines[2])[..8],
+        [
+            "2024-04-30",
+            "agents",
+            "1",
+            "1.0000",
+            "1.0000",
+            "0.0000",
+            "0.0000",
+            "96.0000"
+        ]
+    );
+    // 2024-05-01: the figures of the one-day report (report_table).
+    let may = lines
+        .iter()
+        .position(|l| l.starts_with("2024-05-01"))
+        .unwrap();
+    assert_eq!(
+        cells(lines[may])[..8],
+        [
+            "2024-05-01",
+            "agents",
+            "2",
+            "28.0000",
+            "26.0000",
+            "2.0000",
+            "0.1429",
+            "192.0000"
+        ]
+    );
+
+    // CSV: one header, every day's rows; the second day's rows are the one-day report's.
+    let csv = stdout(
+        &site.run(
+            false,
+            &[
+                &["report", "teams", "--by-day", "--format", "csv"][..],
+                &two_days,
+            ]
+            .concat(),
+        ),
+    );
+    let one_day = stdout(&site.run(
+        false,
+        &[&["report", "teams", "--format", "csv"][..], &PERIOD].concat(),
+    ));
+    assert_eq!(csv.matches("team,jobs,").count(), 1, "{csv}");
+    let day2: Vec<&str> = csv
+        .lines()
+        .filter(|l| l.contains(",2024-05-01T00:00:00Z,2024-05-02T00:00:00Z,"))
+        .collect();
+    assert_eq!(day2, one_day.lines().skip(1).collect::<Vec<_>>());
+    assert!(
+        csv.contains(",2024-04-30T12:00:00Z,2024-05-01T00:00:00Z,"),
+        "{csv}"
+    );
+
+    // JSON: one array of every day's rows.
+    let json = stdout(
+        &site.run(
+            false,
+            &[
+                &["report", "teams", "--by-day", "--format", "json"][..],
+                &two_days,
+            ]
+            .concat(),
+        ),
+    );
+    let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        rows.as_array().unwrap().len(),
+        csv.lines().count() - 1,
+        "{json}"
+    );
+
+    let o = site.run(false, &["report", "jobs", "--by-day"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("--by-day applies to `report teams` only"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn report_csv_and_team_filter() {
     let site = prepared_site();
     let o = site.run(

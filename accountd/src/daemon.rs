@@ -148,9 +148,28 @@ struct Daemon {
     store: Option<Store>,
     exporter: Arc<Exporter>,
     log: Arc<DaemonLog>,
-    /// Displaced jobs whose team is not known yet (not ingested).
-    displaced_unresolved: Vec<u64>,
+    /// Jobs the governor displaced or reclaimed whose team is not known yet (not ingested).
+    unresolved: Vec<(u64, Requeue)>,
     failed_steps: usize,
+}
+
+/// Why the governor requeued a job (its reason in `teamshare_preemptions_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Requeue {
+    /// For a higher class of its team.
+    Displaced,
+    /// To reclaim quota Slurm had not preempted for.
+    Reclaimed,
+}
+
+fn count_requeued(live: &mut crate::metrics::Live, requeued: BTreeMap<(String, Requeue), u64>) {
+    for ((team, why), n) in requeued {
+        let counts = match why {
+            Requeue::Displaced => &mut live.displaced,
+            Requeue::Reclaimed => &mut live.reclaimed,
+        };
+        *counts.entry(team).or_default() += n;
+    }
 }
 
 /// Run the daemon until `stop` is set (or once, with `opts.once`).
@@ -172,7 +191,7 @@ pub fn run(
         store: None,
         exporter,
         log,
-        displaced_unresolved: Vec::new(),
+        unresolved: Vec::new(),
         failed_steps: 0,
     };
     let mut server = d.start_metrics();
@@ -314,19 +333,23 @@ impl Daemon {
         for (team, limit) in &report.limit_updates {
             self.log.info(&format!("team {team} GPU limit -> {limit}"));
         }
+        let mut requeued: BTreeMap<(String, Requeue), u64> = BTreeMap::new();
         for id in &report.reclaimed {
             self.log.info(&format!(
                 "job {id} requeued by the governor: an in-quota job waited {} s without Slurm preempting for it",
                 teamshare_policy::governance::RECLAIM_FALLBACK_SECS
             ));
+            match self.team_of_job(*id) {
+                Some(team) => *requeued.entry((team, Requeue::Reclaimed)).or_default() += 1,
+                None => self.unresolved.push((*id, Requeue::Reclaimed)),
+            }
         }
-        let mut displaced: BTreeMap<String, u64> = BTreeMap::new();
         for id in &report.displaced {
             self.log
                 .info(&format!("job {id} displaced by a higher class of its team"));
             match self.team_of_job(*id) {
-                Some(team) => *displaced.entry(team).or_default() += 1,
-                None => self.displaced_unresolved.push(*id),
+                Some(team) => *requeued.entry((team, Requeue::Displaced)).or_default() += 1,
+                None => self.unresolved.push((*id, Requeue::Displaced)),
             }
         }
         // The plan's limits and the GPUs in use, as published for the plugin.
@@ -340,9 +363,7 @@ impl Daemon {
             // With the pass's own figures, so that a scrape never sees them without it (the
             // capacity step below measures it again for the database).
             live.capacity = Some(report.capacity);
-            for (team, n) in displaced {
-                *live.displaced.entry(team).or_default() += n;
-            }
+            count_requeued(live, requeued);
             if let Ok(state) = &state {
                 live.teams = state
                     .teams
@@ -415,23 +436,20 @@ impl Daemon {
         }
     }
 
-    /// Displaced jobs ingested since: counted under their team now.
+    /// Displaced and reclaimed jobs ingested since: counted under their team now.
     fn resolve_displaced(&mut self) {
-        let pending = std::mem::take(&mut self.displaced_unresolved);
-        let mut resolved: BTreeMap<String, u64> = BTreeMap::new();
-        for id in pending {
-            match self.team_of_job(id) {
-                Some(team) => *resolved.entry(team).or_default() += 1,
-                // Never ingested (e.g. another cluster's job): counted apart after one ingest.
-                None => *resolved.entry(UNKNOWN_TEAM.to_string()).or_default() += 1,
-            }
+        let pending = std::mem::take(&mut self.unresolved);
+        let mut resolved: BTreeMap<(String, Requeue), u64> = BTreeMap::new();
+        for (id, why) in pending {
+            // Never ingested (e.g. another cluster's job): counted apart after one ingest.
+            let team = self
+                .team_of_job(id)
+                .unwrap_or_else(|| UNKNOWN_TEAM.to_string());
+            *resolved.entry((team, why)).or_default() += 1;
         }
         if !resolved.is_empty() {
-            self.exporter.update_live(|live| {
-                for (team, n) in resolved {
-                    *live.displaced.entry(team).or_default() += n;
-                }
-            });
+            self.exporter
+                .update_live(|live| count_requeued(live, resolved));
         }
     }
 

@@ -74,6 +74,10 @@ pub struct Live {
     /// Jobs the governor displaced for a higher class of their team, per team, since the daemon
     /// started.
     pub displaced: BTreeMap<String, u64>,
+    /// Jobs the governor requeued itself to reclaim quota (Slurm had not preempted for an
+    /// in-quota job within the fallback delay), per team, since the daemon started. sacct
+    /// shows them REQUEUED, not PREEMPTED, so they are not in the month's `preempted`.
+    pub reclaimed: BTreeMap<String, u64>,
 }
 
 /// The database's figures for the month so far.
@@ -348,13 +352,18 @@ pub fn render(config: &Config, live: &Live, month: Option<&MonthFigures>) -> Str
         &mut out,
         "teamshare_preemptions_total",
         Kind::Counter,
-        "Jobs preempted: reason=reclaim, runs Slurm preempted this month (sacct state PREEMPTED; resets monthly); reason=priority_class, jobs the governor requeued for a higher class of their team since the daemon started.",
+        "Jobs preempted: reason=reclaim, runs Slurm preempted this month (sacct state PREEMPTED; resets monthly) plus jobs the governor requeued itself to reclaim quota since the daemon started; reason=priority_class, jobs the governor requeued for a higher class of their team since the daemon started.",
     );
     let mut preemptions: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     if let Some(m) = month {
         for (team, n) in &m.preempted {
             preemptions.insert((team.as_str(), REASON_RECLAIM), *n);
         }
+    }
+    for (team, n) in &live.reclaimed {
+        *preemptions
+            .entry((team.as_str(), REASON_RECLAIM))
+            .or_default() += n;
     }
     for (team, n) in &live.displaced {
         preemptions.insert((team.as_str(), REASON_PRIORITY_CLASS), *n);
@@ -700,6 +709,7 @@ weight = 1
                 },
             )]),
             displaced: BTreeMap::from([("agents\"x".to_string(), 2)]),
+            reclaimed: BTreeMap::from([("training".to_string(), 3)]),
         };
         let text = render(&config(), &live, None);
         assert!(
@@ -716,6 +726,10 @@ weight = 1
             "teamshare_preemptions_total{team=\"agents\\\"x\",reason=\"priority_class\"} 2\n"
         ));
         assert!(text.contains("# TYPE teamshare_preemptions_total counter\n"));
+        assert!(
+            text.contains("teamshare_preemptions_total{team=\"training\",reason=\"reclaim\"} 3\n"),
+            "{text}"
+        );
         assert!(text.contains("teamshare_capacity_gpus 8\n"));
         assert!(text.contains("teamshare_governor_last_pass_timestamp_seconds 1700000000\n"));
         // No samples, no family: neither the ingest timestamp nor the database's figures.

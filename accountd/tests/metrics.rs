@@ -372,6 +372,7 @@ fn the_exposition_is_well_formed_and_matches_the_reports() {
             ),
         ]),
         displaced: BTreeMap::from([("agents".to_string(), 2)]),
+        reclaimed: BTreeMap::from([("training".to_string(), 2)]),
     };
     let text = metrics::render(&config, &live, Some(&figures));
     if std::env::var_os("SHOW_EXPOSITION").is_some() {
@@ -514,7 +515,8 @@ fn the_exposition_is_well_formed_and_matches_the_reports() {
             "teamshare_preemptions_total",
             &[("team", "training"), ("reason", "reclaim")]
         ),
-        Some(1.0)
+        // One run PREEMPTED by Slurm this month, two requeued by the governor itself.
+        Some(3.0)
     );
     assert_eq!(
         e.get(

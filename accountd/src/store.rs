@@ -766,6 +766,9 @@ impl<'s> RunWriter<'s> {
             path: path.to_string(),
             source,
         };
+        // Everything that can fail before the transaction opens, so that a failure never
+        // leaves it open.
+        let upsert = conn.prepare(UPSERT_RUN).map_err(err)?;
         let cache_before: i64 = conn
             .query_row("PRAGMA cache_size", [], |r| r.get(0))
             .map_err(err)?;
@@ -775,11 +778,11 @@ impl<'s> RunWriter<'s> {
             let _ = conn.execute_batch(&format!("PRAGMA cache_size = {cache_before}"));
             return Err(err(e));
         }
-        // From here on, dropping the writer rolls back and restores the settings.
+        // From here on, dropping the writer rolls back and restores the cache.
         let writer = RunWriter {
             conn,
             path,
-            upsert: conn.prepare(UPSERT_RUN).map_err(err)?,
+            upsert,
             seen_at,
             longest: Vec::new(),
             outcome: BatchOutcome::default(),

@@ -295,7 +295,7 @@ fn parse_lines<Tz: TimeZone>(
         match read {
             Ok(Some(run)) => {
                 latest_submit = latest_submit.max(run.submit.unwrap_or(run.start));
-                runs.push(run.to_job_run());
+                runs.push(run.into_job_run());
             }
             Ok(None) => counts.not_started += 1,
             Err(e) => counts.malformed.push(MalformedLine {

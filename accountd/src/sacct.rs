@@ -8,7 +8,6 @@
 //! by (cluster, JobIDRaw, Start): JobIDRaw is unique per job, also per array task (whose JobID
 //! reads `123_4`), and a requeued job's runs differ by their start.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -115,8 +114,8 @@ pub enum LineError {
     NotUtf8,
 }
 
-/// A run as read from one line, borrowing the line's text: the ingest stores it without copying
-/// it into a [`JobRun`] first. The fields are [`JobRun`]'s.
+/// A run as read from one line, borrowing the line's text (the parser's checks cost no copies).
+/// The fields are [`JobRun`]'s.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRecord<'a> {
     pub cluster: &'a str,
@@ -132,12 +131,12 @@ pub struct RunRecord<'a> {
     pub end: Option<UnixSeconds>,
     pub elapsed: Option<i64>,
     pub gpus: u64,
-    pub gpus_by_type: Cow<'a, BTreeMap<String, u64>>,
+    pub gpus_by_type: BTreeMap<String, u64>,
     pub alloc_tres: &'a str,
 }
 
 impl RunRecord<'_> {
-    pub fn to_job_run(&self) -> JobRun {
+    pub fn into_job_run(self) -> JobRun {
         JobRun {
             cluster: self.cluster.to_string(),
             job_id_raw: self.job_id_raw,
@@ -152,30 +151,8 @@ impl RunRecord<'_> {
             end: self.end,
             elapsed: self.elapsed,
             gpus: self.gpus,
-            gpus_by_type: self.gpus_by_type.clone().into_owned(),
+            gpus_by_type: self.gpus_by_type,
             alloc_tres: self.alloc_tres.to_string(),
-        }
-    }
-}
-
-impl JobRun {
-    pub fn record(&self) -> RunRecord<'_> {
-        RunRecord {
-            cluster: &self.cluster,
-            job_id_raw: self.job_id_raw,
-            job_id: &self.job_id,
-            account: &self.account,
-            user: &self.user,
-            partition: &self.partition,
-            qos: &self.qos,
-            state: &self.state,
-            submit: self.submit,
-            start: self.start,
-            end: self.end,
-            elapsed: self.elapsed,
-            gpus: self.gpus,
-            gpus_by_type: Cow::Borrowed(&self.gpus_by_type),
-            alloc_tres: &self.alloc_tres,
         }
     }
 }
@@ -191,7 +168,7 @@ pub fn parse<Tz: TimeZone>(text: &str, tz: &Tz) -> SacctBatch {
         }
         batch.lines += 1;
         match read_line(line, tz) {
-            Ok(Some(run)) => batch.runs.push(run.to_job_run()),
+            Ok(Some(run)) => batch.runs.push(run.into_job_run()),
             Ok(None) => batch.not_started += 1,
             Err(e) => batch.malformed.push(MalformedLine {
                 line_number: index + 1,
@@ -254,7 +231,7 @@ pub fn read_line<'a, Tz: TimeZone>(
         end,
         elapsed,
         gpus: gpus.total,
-        gpus_by_type: Cow::Owned(gpus.by_type),
+        gpus_by_type: gpus.by_type,
         alloc_tres,
     }))
 }

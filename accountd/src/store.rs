@@ -850,11 +850,6 @@ impl<'s> RunWriter<'s> {
         Ok(())
     }
 
-    /// What has been written so far.
-    pub fn outcome(&self) -> BatchOutcome {
-        self.outcome
-    }
-
     /// Advance the watermark if asked, and commit.
     pub fn finish(
         mut self,

@@ -146,18 +146,21 @@ pub fn month_start<Tz: TimeZone>(now: UnixSeconds, tz: &Tz) -> UnixSeconds {
     let local = tz.timestamp_opt(now, 0).single().map(|t| t.naive_local());
     let Some(local) = local else { return now };
     let first = NaiveDate::from_ymd_opt(local.year(), local.month(), 1)
-        .and_then(|d| d.and_hms_opt(0, 0, 0))
-        .expect("the first of a month at midnight is a valid date");
-    // A zone whose midnight is skipped on the 1st (rare, but it happens): take the first
-    // instant of that day that exists.
+        .expect("the first of a month is a valid date");
+    day_start(first, tz).unwrap_or(now)
+}
+
+/// The first instant of local date `date` in `tz`: its midnight or, in a zone whose midnight is
+/// skipped that day (rare, but it happens), the first quarter hour after it that exists.
+fn day_start<Tz: TimeZone>(date: NaiveDate, tz: &Tz) -> Option<UnixSeconds> {
+    let midnight = date.and_hms_opt(0, 0, 0).expect("midnight is a time");
     (0..4 * 3600)
         .step_by(900)
         .find_map(|offset| {
-            tz.from_local_datetime(&(first + chrono::Duration::seconds(offset)))
+            tz.from_local_datetime(&(midnight + chrono::Duration::seconds(offset)))
                 .earliest()
         })
         .map(|t| t.timestamp())
-        .unwrap_or(now)
 }
 
 /// The local days of `period` in `tz`: the period's bounds with every local midnight between
@@ -176,14 +179,7 @@ pub fn local_day_bounds<Tz: TimeZone>(period: Period, tz: &Tz) -> Vec<UnixSecond
     };
     while let Some(next) = date.succ_opt() {
         date = next;
-        let midnight = date.and_hms_opt(0, 0, 0).expect("midnight is a time");
-        let Some(t) = (0..4 * 3600).step_by(900).find_map(|offset| {
-            tz.from_local_datetime(&(midnight + chrono::Duration::seconds(offset)))
-                .earliest()
-        }) else {
-            break;
-        };
-        let t = t.timestamp();
+        let Some(t) = day_start(date, tz) else { break };
         if t >= period.until {
             break;
         }

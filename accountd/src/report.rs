@@ -670,11 +670,7 @@ where
         return "no days in the period\n".to_string();
     };
     let with_cost = first.capacity_cost.is_some();
-    let currency = first
-        .currency
-        .as_deref()
-        .map(|c| format!(" ({c})"))
-        .unwrap_or_default();
+    let currency = currency_suffix(first);
     let mut header: Vec<String> = [
         "DATE",
         "TEAM",
@@ -719,17 +715,45 @@ where
         }
     }
     let last = &days[days.len() - 1];
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "GPU usage on {} by day from {} to {} (local time), GPU-hours{}",
-        first.cluster,
-        format_local(first.period.since, tz).replace('T', " "),
-        format_local(last.period.until, tz).replace('T', " "),
-        if with_cost { " and cost" } else { "" }
+    let mut out = title(
+        first,
+        " by day",
+        Period {
+            since: first.period.since,
+            until: last.period.until,
+        },
+        tz,
     );
     out.push_str(&table(&header, &lines, false));
     out
+}
+
+/// The first line of a teams table, e.g. `GPU usage on c by day from ... (local time), GPU-hours
+/// and cost`.
+fn title<Tz: chrono::TimeZone>(report: &UsageReport, how: &str, period: Period, tz: &Tz) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    format!(
+        "GPU usage on {}{how} from {} to {} (local time), GPU-hours{}\n",
+        report.cluster,
+        format_local(period.since, tz).replace('T', " "),
+        format_local(period.until, tz).replace('T', " "),
+        if report.capacity_cost.is_some() {
+            " and cost"
+        } else {
+            ""
+        }
+    )
+}
+
+/// ` (BRL)` after a cost header; empty without a currency.
+fn currency_suffix(report: &UsageReport) -> String {
+    report
+        .currency
+        .as_deref()
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default()
 }
 
 fn hours(h: f64) -> String {
@@ -771,11 +795,7 @@ where
     Tz::Offset: std::fmt::Display,
 {
     let with_cost = report.capacity_cost.is_some();
-    let currency = report
-        .currency
-        .as_deref()
-        .map(|c| format!(" ({c})"))
-        .unwrap_or_default();
+    let currency = currency_suffix(report);
     let mut header: Vec<String> = [
         "TEAM",
         "JOBS",
@@ -854,15 +874,7 @@ where
             sum_cost(|r| r.total_cost),
         ],
     ));
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "GPU usage on {} from {} to {} (local time), GPU-hours{}",
-        report.cluster,
-        format_local(report.period.since, tz).replace('T', " "),
-        format_local(report.period.until, tz).replace('T', " "),
-        if with_cost { " and cost" } else { "" }
-    );
+    let mut out = title(report, "", report.period, tz);
     out.push_str(&table(&header, &lines, true));
     let source = match report.capacity_source {
         CapacitySource::Samples => "recorded by accountd run".to_string(),

@@ -32,6 +32,7 @@ use teamshare_config::Config;
 
 use crate::model::cost::{team_costs, CostRule, TeamHours, TypedUsage, IDLE};
 use crate::model::fairshare::{decayed_usage, team_fair_shares};
+use crate::model::find_or_push;
 use crate::model::usage::{split_usage, CapacityStep, Run, TeamQuota, POOL};
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
 use crate::slurm_cli::slurm_name;
@@ -382,27 +383,24 @@ pub fn compute_usage(
             continue;
         }
         let name: &str = &run.account;
-        if accounts.get(last).map_or(true, |a| a.name != name) {
-            last = match accounts.iter().position(|a| a.name == name) {
-                Some(i) => i,
-                None => {
-                    accounts.push(Account {
-                        name,
-                        jobs: 0,
-                        gpu_seconds: 0,
-                        by_rate: Vec::new(),
-                    });
-                    accounts.len() - 1
-                }
-            };
-        }
+        let slot = find_or_push(
+            &mut accounts,
+            &mut last,
+            |a| a.name == name,
+            || Account {
+                name,
+                jobs: 0,
+                gpu_seconds: 0,
+                by_rate: Vec::new(),
+            },
+        );
         model_runs.push(Run {
             team: run.account.clone(),
             gpus: u32::try_from(run.gpus).unwrap_or(u32::MAX),
             start: run.start,
             end,
         });
-        let account = &mut accounts[last];
+        let account = &mut accounts[slot];
         account.jobs += 1;
         account.gpu_seconds += u128::from(run.gpus) * seconds as u128;
         let mut typed = 0u64;

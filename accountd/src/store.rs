@@ -506,7 +506,7 @@ impl Store {
             ])
             .map_err(|e| self.sql_err(e))?;
         // The few accounts and GPU type mixes, each read once.
-        let mut accounts: Vec<Arc<str>> = Vec::new();
+        let (mut accounts, mut last): (Vec<Arc<str>>, usize) = (Vec::new(), usize::MAX);
         let mut mixes: Vec<(String, GpuTypes)> = Vec::new();
         let mut runs = Vec::new();
         let mut next = || -> rusqlite::Result<bool> {
@@ -514,13 +514,13 @@ impl Store {
                 return Ok(false);
             };
             let account = row.get_ref(1)?.as_str()?;
-            let account = match accounts.iter().find(|a| &***a == account) {
-                Some(a) => a.clone(),
-                None => {
-                    accounts.push(Arc::from(account));
-                    accounts[accounts.len() - 1].clone()
-                }
-            };
+            let slot = crate::model::find_or_push(
+                &mut accounts,
+                &mut last,
+                |a| &**a == account,
+                || Arc::from(account),
+            );
+            let account = accounts[slot].clone();
             let gpus_by_type = match row.get_ref(5)?.as_str_or_null()? {
                 None => GpuTypes::default(),
                 Some(text) => match mixes.iter().find(|(t, _)| t == text) {

@@ -18,3 +18,24 @@ pub use usage::{
     split_usage, split_usage_by_day, CapacityStep, DaySplit, Run, SplitTotals, TeamQuota,
     TeamSplit, UsageSplit, POOL,
 };
+
+/// The index of the item of `items` that `matches` accepts, `*last` tried first (runs come with
+/// few distinct accounts, often the same one many times in a row); `make` appends one when none
+/// does. `*last` becomes the index returned.
+pub(crate) fn find_or_push<T>(
+    items: &mut Vec<T>,
+    last: &mut usize,
+    matches: impl Fn(&T) -> bool,
+    make: impl FnOnce() -> T,
+) -> usize {
+    if !items.get(*last).is_some_and(&matches) {
+        *last = match items.iter().position(&matches) {
+            Some(i) => i,
+            None => {
+                items.push(make());
+                items.len() - 1
+            }
+        };
+    }
+    *last
+}

@@ -251,17 +251,9 @@ fn sweep(
     let mut last_slot = usize::MAX;
     for (run, start, end) in clipped {
         let team: &str = &run.team;
-        if slots.get(last_slot).map_or(true, |&s| s != team) {
-            last_slot = match slots.iter().position(|&s| s == team) {
-                Some(slot) => slot,
-                None => {
-                    slots.push(team);
-                    slots.len() - 1
-                }
-            };
-        }
-        changes.push((start, last_slot, i64::from(run.gpus)));
-        changes.push((end, last_slot, -i64::from(run.gpus)));
+        let slot = super::find_or_push(&mut slots, &mut last_slot, |&s| s == team, || team);
+        changes.push((start, slot, i64::from(run.gpus)));
+        changes.push((end, slot, -i64::from(run.gpus)));
     }
     for &team in &slots {
         by_name.entry(team).or_insert_with(|| Lender {

@@ -60,11 +60,28 @@ impl fmt::Display for GresError {
 
 impl std::error::Error for GresError {}
 
+/// The most GPUs one job may ask for, whatever the state says: 2^20.
+///
+/// Far above any real cluster (the largest have about 10^5 GPUs), far below where arithmetic on
+/// counts saturates (a u32 holds 4096 times this), so every count the plugin multiplies, adds
+/// and hands to the governor stays exact. A count beyond it is a typo or a probe (`gpu:1t` is
+/// 2^40 GPUs to Slurm), refused at once even when the team has no borrow limit or the
+/// governor's state is stale.
+pub const MAX_GPUS_PER_JOB: u64 = 1 << 20;
+
 /// Count the GPUs in a TRES/GRES string of any of the forms above.
 ///
 /// A missing count (`gres:gpu`) means one GPU, as Slurm reads it. Untyped and typed entries are
 /// combined the way Slurm means them: in accounting strings the typed entries are a breakdown of
 /// the untyped total; in requests a typed entry is its own request.
+///
+/// Counts are read as Slurm 22.05 reads them (`_get_next_gres` and `suffix_mult` in
+/// src/common/gres.c and slurm_protocol_defs.c), so the plugin never counts fewer GPUs than
+/// Slurm will allocate: a unit suffix multiplies (`k`/`kib` 1024, `kb` 1000, up to `p`/`pb`), and
+/// a count too large for 64 bits saturates (Slurm's own product wraps). Where Slurm would read
+/// an odd spelling as a count (a sign, leading blanks, a bare suffix) the entry is an error
+/// instead of a guess; so is text before `gres:` in an entry, which Slurm skips and reads the
+/// rest of.
 pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
     let mut untyped: Option<u64> = None;
     let mut typed: BTreeMap<String, u64> = BTreeMap::new();
@@ -72,6 +89,15 @@ pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
         let entry = raw.trim();
         if entry.is_empty() {
             continue;
+        }
+        let err = |reason: &'static str| GresError {
+            entry: entry.to_string(),
+            reason,
+        };
+        // Slurm looks for `gres:` anywhere in the rest of the string and ignores what precedes
+        // it: `xgres:gpu:8` is 8 GPUs to Slurm.
+        if !entry.starts_with("gres:") && !entry.starts_with("gres/") && entry.contains("gres:") {
+            return Err(err("text before `gres:`"));
         }
         // Accounting form `name=count`, request form `name:count` (or no count).
         let (name, count) = match entry.split_once('=') {
@@ -91,20 +117,12 @@ pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
                 Some(t) if !t.is_empty() && !t.contains(':') => Some(t),
                 // `gres/gpumem`, `gres:gpu_x`: another GRES whose name starts with gpu.
                 None => continue,
-                _ => {
-                    return Err(GresError {
-                        entry: entry.to_string(),
-                        reason: "malformed GPU type",
-                    })
-                }
+                _ => return Err(err("malformed GPU type")),
             },
         };
         let count = match count {
             None => 1,
-            Some(c) => parse_count(c).ok_or_else(|| GresError {
-                entry: entry.to_string(),
-                reason: "count is not a non-negative integer",
-            })?,
+            Some(c) => parse_count(c).map_err(err)?,
         };
         match gpu_type {
             None => untyped = Some(untyped.unwrap_or(0).saturating_add(count)),
@@ -130,26 +148,83 @@ pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
 
 /// `gres:gpu:h100:2` -> (`gres:gpu:h100`, Some("2")); `gres:gpu:h100` -> (same, None);
 /// `gres/gpu:4` -> (`gres/gpu`, Some("4")).
+///
+/// The last field is a count exactly when Slurm would take it for one (`_is_valid_number`:
+/// strtoull, then a suffix `suffix_mult` knows), so `gpu:1g.5gb` stays a (MIG) type while
+/// `gpu:+2`, `gpu: 2` and `gpu:k` are counts, which [`parse_count`] then refuses to guess at.
 fn split_request_count(entry: &str) -> (&str, Option<&str>) {
     match entry.rsplit_once(':') {
-        Some((head, tail)) if tail.chars().next().is_some_and(|c| c.is_ascii_digit()) => {
-            // `gres:gpu` alone splits into (`gres`, `gpu`): not a count.
-            (head, Some(tail))
+        // `gres:gpu` alone splits into (`gres`, `gpu`): not a count.
+        Some((head, tail)) if head.contains(':') || head.contains('/') => {
+            if slurm_reads_as_count(tail) {
+                (head, Some(tail))
+            } else {
+                (entry, None)
+            }
         }
         _ => (entry, None),
     }
 }
 
-/// Slurm counts may carry a unit suffix (k, m, g) in requests.
-fn parse_count(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (digits, mult) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1_024),
-        Some((i, 'm' | 'M')) => (&s[..i], 1_048_576),
-        Some((i, 'g' | 'G')) => (&s[..i], 1_073_741_824),
-        _ => (s, 1),
+/// Whether Slurm's `_is_valid_number` accepts `s`: optional C blanks, an optional sign, digits
+/// (none is allowed: strtoull then reads 0 and leaves the whole text as the suffix), a suffix
+/// `suffix_mult` knows, and no overflow of the digits.
+fn slurm_reads_as_count(s: &str) -> bool {
+    let body = s.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let unsigned = body.strip_prefix(['+', '-']).unwrap_or(body);
+    let digits_end = unsigned
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(unsigned.len());
+    let (digits, suffix) = unsigned.split_at(digits_end);
+    if digits.is_empty() {
+        // No digits: strtoull consumed nothing, so the suffix is the whole text.
+        return suffix_multiplier(s).is_some();
+    }
+    // strtoull returns ULLONG_MAX on overflow (and for `-1`), which Slurm treats as no number.
+    let value = match digits.parse::<u64>() {
+        Ok(v) if body.starts_with('-') => v.wrapping_neg(),
+        Ok(v) => v,
+        Err(_) => return false,
     };
-    digits.parse::<u64>().ok().map(|n| n.saturating_mul(mult))
+    value != u64::MAX && suffix_multiplier(suffix).is_some()
+}
+
+/// Slurm's `suffix_mult`: the multiplier of a count's unit suffix, case-insensitive; `None`
+/// for a suffix Slurm does not know.
+fn suffix_multiplier(suffix: &str) -> Option<u64> {
+    const K: u64 = 1024;
+    const KB: u64 = 1000;
+    let s = suffix.to_ascii_lowercase();
+    Some(match s.as_str() {
+        "" => 1,
+        "k" | "kib" => K,
+        "kb" => KB,
+        "m" | "mib" => K.pow(2),
+        "mb" => KB.pow(2),
+        "g" | "gib" => K.pow(3),
+        "gb" => KB.pow(3),
+        "t" | "tib" => K.pow(4),
+        "tb" => KB.pow(4),
+        "p" | "pib" => K.pow(5),
+        "pb" => KB.pow(5),
+        _ => return None,
+    })
+}
+
+/// A count as Slurm reads it: decimal digits and an optional unit suffix ([`suffix_multiplier`]).
+/// Too many digits or a product beyond 64 bits saturates to `u64::MAX` (refused later as
+/// absurd; Slurm's own product wraps). A sign, blanks or a suffix without digits are errors:
+/// Slurm reads them, but nobody writes them on purpose.
+fn parse_count(s: &str) -> Result<u64, &'static str> {
+    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, suffix) = s.split_at(digits_end);
+    if digits.is_empty() {
+        return Err("count must be digits with an optional k/m/g/t/p suffix");
+    }
+    let mult =
+        suffix_multiplier(suffix).ok_or("unknown count suffix (Slurm reads k, m, g, t, p)")?;
+    let n = digits.parse::<u64>().unwrap_or(u64::MAX);
+    Ok(n.saturating_mul(mult))
 }
 
 #[cfg(test)]
@@ -189,6 +264,50 @@ mod tests {
         assert!(gpu_count("gres:gpu:h100:x:2").is_err());
         let e = gpu_count("billing=1,gres/gpu=-1").unwrap_err();
         assert_eq!(e.entry, "gres/gpu=-1");
+    }
+
+    #[test]
+    fn counts_carry_every_suffix_slurm_reads() {
+        assert_eq!(total("gres:gpu:2k"), 2048);
+        assert_eq!(total("gres:gpu:1K"), 1024);
+        assert_eq!(total("gres:gpu:1kb"), 1000);
+        assert_eq!(total("gres:gpu:1KiB"), 1024);
+        assert_eq!(total("gres:gpu:1m"), 1 << 20);
+        assert_eq!(total("gres:gpu:1g"), 1 << 30);
+        assert_eq!(total("gres:gpu:1t"), 1 << 40);
+        assert_eq!(total("gres/gpu:h100:1t"), 1 << 40);
+        assert_eq!(total("gres:gpu:1p"), 1 << 50);
+        assert_eq!(total("gres:gpu:3pb"), 3_000_000_000_000_000);
+        // Beyond 64 bits: saturated, never wrapped to a small number.
+        assert_eq!(total("gres:gpu:16777216t"), u64::MAX);
+        // Digits beyond 64 bits: strtoull overflows, so Slurm reads a type with one GPU, or,
+        // after a type, no valid count at all.
+        assert_eq!(total("gres:gpu:99999999999999999999999"), 1);
+        assert!(gpu_count("gres:gpu:h100:99999999999999999999999").is_err());
+    }
+
+    #[test]
+    fn a_count_is_what_slurm_takes_for_one() {
+        // MIG profiles are types, as Slurm reads them.
+        let c = gpu_count("gres:gpu:1g.5gb").unwrap();
+        assert_eq!((c.total, c.by_type["1g.5gb"]), (1, 1));
+        assert_eq!(total("gres:gpu:1g.5gb:3"), 3);
+        // Spellings Slurm reads as a count are refused rather than guessed at.
+        for odd in [
+            "gres:gpu:+2",
+            "gres:gpu:-2",
+            "gres:gpu:k",
+            "gres:gpu:h100:-1",
+        ] {
+            assert!(gpu_count(odd).is_err(), "{odd}");
+        }
+        // Not a suffix Slurm knows: a type, as Slurm reads it.
+        assert_eq!(gpu_count("gres:gpu:2x").unwrap().by_type["2x"], 1);
+        // `-1` overflows strtoull: Slurm reads a type named `-1`, one GPU.
+        assert_eq!(total("gres:gpu:-1"), 1);
+        // Slurm skips text before `gres:`.
+        assert!(gpu_count("xgres:gpu:5").is_err());
+        assert!(gpu_count("license/x:1,cpu=2gres:gpu:5").is_err());
     }
 
     #[test]

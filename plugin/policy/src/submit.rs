@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::governance::{self, PublishedState};
-use crate::gres::{gpu_count, GpuCount, GresError};
+use crate::gres::{gpu_count, GpuCount, GresError, MAX_GPUS_PER_JOB};
 use crate::priority::{self, INTERNAL_QOS};
-use teamshare_config::{Config, OnStaleState};
+use teamshare_config::{Config, OnStaleState, Team};
 
 /// The parts of a job request that decide how many GPUs it will hold, copied out of Slurm's
 /// `job_desc_msg_t`. `None` stands for Slurm's NO_VAL ("not given").
@@ -55,6 +55,13 @@ pub enum RejectKind {
     LargerThanCluster,
     /// The governor's state is stale and `on_stale_state = "fail-closed"`.
     StaleState,
+    /// `scontrol update` of a job's QOS (or clearing it) by a user: the QOS is teamshare's.
+    QosChange,
+    /// `scontrol update` of a job's priority by a user, other than hold and release.
+    PriorityChange,
+    /// `scontrol update` of what decides a job's GPUs, team or partition, without the whole
+    /// GPU request teamshare needs to judge the job as it will be.
+    IncompleteUpdate,
 }
 
 impl RejectKind {
@@ -70,6 +77,9 @@ impl RejectKind {
             RejectKind::InternalQos => "internal_qos",
             RejectKind::LargerThanCluster => "larger_than_cluster",
             RejectKind::StaleState => "stale_state",
+            RejectKind::QosChange => "qos_change",
+            RejectKind::PriorityChange => "priority_change",
+            RejectKind::IncompleteUpdate => "incomplete_update",
         }
     }
 }
@@ -162,14 +172,18 @@ impl Admitted {
 ///
 /// Counts that depend on placement (per node, per task, per socket) use the smallest placement
 /// the request allows, so a job is refused only when it can never fit.
+///
+/// `None` and an empty string are the same here (nothing asked for); a count of 0 is the same
+/// as no count.
 pub fn gpus_requested(ask: &GpuAsk) -> Result<GpuCount, GresError> {
-    let nodes = u64::from(ask.min_nodes.unwrap_or(1).max(1));
-    let tasks = match (ask.num_tasks, ask.ntasks_per_node) {
+    let given = |v: Option<u32>| v.filter(|&n| n != 0);
+    let nodes = u64::from(given(ask.min_nodes).unwrap_or(1));
+    let tasks = match (given(ask.num_tasks), given(ask.ntasks_per_node)) {
         (Some(n), _) => u64::from(n.max(1)),
         (None, Some(per_node)) => u64::from(per_node.max(1)) * nodes,
         (None, None) => nodes,
     };
-    let sockets = u64::from(ask.sockets_per_node.unwrap_or(1).max(1)) * nodes;
+    let sockets = u64::from(given(ask.sockets_per_node).unwrap_or(1)) * nodes;
 
     let mut total = GpuCount::default();
     let parts: [(&Option<String>, u64); 4] = [
@@ -186,30 +200,93 @@ pub fn gpus_requested(ask: &GpuAsk) -> Result<GpuCount, GresError> {
     Ok(total)
 }
 
-/// Decide whether a new job may be submitted, and how it enters the queue.
-pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -> Verdict {
-    let gpus = match gpus_requested(&req.gpus) {
-        Ok(g) => g,
-        Err(e) => {
-            return Verdict::Reject(Rejection {
-                kind: RejectKind::InvalidGres,
-                message: format!("teamshare: {e}"),
-            })
-        }
+/// Slurm's `ntasks_per_tres` (`--ntasks-per-gpu`): when the request names no GPU, Slurm
+/// derives `num_tasks / ntasks_per_tres` untyped GPUs from it, as if given per job
+/// (`gres_job_state_validate`), and with no task count it implies one GPU per node. Written
+/// into `ask` in exactly that form, so the count is judged like any other.
+pub fn apply_ntasks_per_gpu(ask: &mut GpuAsk, ntasks_per_gpu: Option<u32>) {
+    let Some(per_gpu) = ntasks_per_gpu.filter(|&n| n != 0) else {
+        return;
     };
+    if !matches!(gpus_requested(ask), Ok(c) if c.is_zero()) {
+        // GPUs named already (the task count follows from them), or unreadable (refused).
+        return;
+    }
+    let gpus = match (ask.num_tasks.filter(|&n| n != 0), ask.min_nodes) {
+        (Some(tasks), _) => tasks / per_gpu,
+        (None, nodes) => nodes.unwrap_or(1).max(1),
+    };
+    let derived = format!("gres:gpu:{gpus}");
+    ask.tres_per_job = Some(match ask.tres_per_job.take().filter(|s| !s.is_empty()) {
+        Some(other) => format!("{other},{derived}"),
+        None => derived,
+    });
+}
 
-    let governed = match &req.partition {
+/// Whether `qos` names teamshare's internal QOS. Slurm matches QOS names case-insensitively
+/// (`assoc_mgr_fill_in_qos`), so `--qos=TeamShare` selects it too.
+pub fn is_internal_qos(qos: &str) -> bool {
+    qos.eq_ignore_ascii_case(INTERNAL_QOS)
+}
+
+/// What holds for a request whatever the governor's state says.
+pub(crate) enum Screened<'c> {
+    /// Not teamshare's business (outside the governed partitions, or no GPU and no team).
+    Ungoverned { gpus: u64 },
+    Governed {
+        gpus: GpuCount,
+        team: &'c Team,
+        class: u8,
+    },
+}
+
+fn reject(kind: RejectKind, message: String) -> Rejection {
+    Rejection { kind, message }
+}
+
+/// The checks that need only the configuration and the request: a readable, sane GPU count,
+/// never the internal QOS for a user, a team for GPU jobs in governed partitions, the team's
+/// ceiling (quota + borrow limit), a known priority class.
+pub(crate) fn screen_request<'c>(
+    config: &'c Config,
+    req: &SubmitRequest,
+) -> Result<Screened<'c>, Rejection> {
+    let gpus = gpus_requested(&req.gpus)
+        .map_err(|e| reject(RejectKind::InvalidGres, format!("teamshare: {e}")))?;
+    if gpus.total > MAX_GPUS_PER_JOB {
+        return Err(reject(
+            RejectKind::InvalidGres,
+            format!(
+                "teamshare: this job asks for {} GPUs, more than any job may ({MAX_GPUS_PER_JOB}); a count suffix multiplies (k = 1024, m = 1024^2, g, t, p), so write the count as a plain number",
+                gpus.total
+            ),
+        ));
+    }
+
+    // The internal QOS is never the user's, whatever the job asks for and wherever it runs.
+    if let Some(q) = req.qos.as_deref().filter(|q| is_internal_qos(q)) {
+        if req.submit_uid != 0 {
+            return Err(reject(
+                RejectKind::InternalQos,
+                format!(
+                    "teamshare: QOS {q} is set by teamshare itself; choose a priority class with --qos={}",
+                    class_names(config)
+                ),
+            ));
+        }
+    }
+
+    let governed = match req.partition.as_deref().filter(|p| !p.is_empty()) {
         // No partition: the default one, which teamshare governs when it asks for GPUs.
         None => true,
         Some(p) => p
             .split(',')
             .any(|p| config.cluster.partitions.iter().any(|g| g == p.trim())),
     };
-    if !governed || gpus.is_zero() && req.account.is_none() {
-        return Verdict::Accept(Admission {
-            gpus: gpus.total,
-            ..Admission::default()
-        });
+    // An empty account is Slurm's "the default account", as unknown here as no account.
+    let account = req.account.as_deref().filter(|a| !a.is_empty());
+    if !governed || gpus.is_zero() && account.is_none() {
+        return Ok(Screened::Ungoverned { gpus: gpus.total });
     }
 
     let team_names = || {
@@ -220,65 +297,93 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let Some(account) = req.account.as_deref() else {
-        return Verdict::Reject(Rejection {
-            kind: RejectKind::NoTeam,
-            message: format!(
+    let Some(account) = account else {
+        return Err(reject(
+            RejectKind::NoTeam,
+            format!(
                 "teamshare: GPU jobs must name their team with -A/--account (teams: {})",
                 team_names()
             ),
-        });
+        ));
     };
     let Some(team) = config.team(account) else {
-        return Verdict::Reject(Rejection {
-            kind: RejectKind::UnknownTeam,
-            message: format!(
+        return Err(reject(
+            RejectKind::UnknownTeam,
+            format!(
                 "teamshare: account {account} is not a team on this cluster; use -A with one of: {}",
                 team_names()
             ),
-        });
+        ));
     };
 
     if let Some(borrow) = team.borrow_limit {
         let ceiling = u64::from(team.quota.total) + u64::from(borrow);
         if gpus.total > ceiling {
-            return Verdict::Reject(Rejection {
-                kind: RejectKind::OverTeamLimit,
-                message: format!(
+            return Err(reject(
+                RejectKind::OverTeamLimit,
+                format!(
                     "teamshare: team {} may hold at most {} GPUs (quota {} + borrow limit {}); this job asks for {}",
                     team.name, ceiling, team.quota.total, borrow, gpus.total
                 ),
-            });
+            ));
         }
     }
 
-    // The priority class comes in as --qos=<class>; teamshare's own QOS is not for users.
-    let class = match req.qos.as_deref() {
+    // The priority class comes in as --qos=<class>; an empty QOS is no class.
+    let class = match req.qos.as_deref().filter(|q| !q.is_empty()) {
         None => 0,
-        Some(q) if q == INTERNAL_QOS => {
-            if req.submit_uid != 0 {
-                return Verdict::Reject(Rejection {
-                    kind: RejectKind::InternalQos,
-                    message: format!(
-                        "teamshare: QOS {INTERNAL_QOS} is set by teamshare itself; choose a priority class with --qos={}",
-                        class_names(config)
-                    ),
-                });
-            }
-            0
+        // Only an operator gets this far with it.
+        Some(q) if is_internal_qos(q) => 0,
+        Some(q) => governance::class_index(config, q).ok_or_else(|| {
+            reject(
+                RejectKind::UnknownClass,
+                format!(
+                    "teamshare: {q} is not a priority class; use --qos={} or no --qos",
+                    class_names(config)
+                ),
+            )
+        })?,
+    };
+    Ok(Screened::Governed { gpus, team, class })
+}
+
+pub(crate) fn larger_than_cluster(config: &Config, capacity: u32, gpus: u64) -> Option<Rejection> {
+    (gpus > u64::from(capacity)).then(|| {
+        reject(
+            RejectKind::LargerThanCluster,
+            format!(
+                "teamshare: the governed partitions ({}) have {} usable GPUs; this job asks for {}",
+                config.cluster.partitions.join(","),
+                capacity,
+                gpus
+            ),
+        )
+    })
+}
+
+/// With no valid configuration loaded nothing can be judged: refuse what asks for GPUs (or
+/// whose GPU request cannot be read), let everything else through.
+pub fn check_without_config(req: &SubmitRequest) -> Verdict {
+    match gpus_requested(&req.gpus) {
+        Ok(g) if g.is_zero() => Verdict::Accept(Admission::default()),
+        _ => Verdict::Reject(reject(
+            RejectKind::NoConfiguration,
+            "teamshare: no valid teamshare.toml is loaded, so GPU jobs cannot be checked; ask the administrator (slurmctld log)".to_string(),
+        )),
+    }
+}
+
+/// Decide whether a new job may be submitted, and how it enters the queue.
+pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -> Verdict {
+    let (gpus, team, class) = match screen_request(config, req) {
+        Err(r) => return Verdict::Reject(r),
+        Ok(Screened::Ungoverned { gpus }) => {
+            return Verdict::Accept(Admission {
+                gpus,
+                ..Admission::default()
+            })
         }
-        Some(q) => match governance::class_index(config, q) {
-            Some(i) => i,
-            None => {
-                return Verdict::Reject(Rejection {
-                    kind: RejectKind::UnknownClass,
-                    message: format!(
-                        "teamshare: {q} is not a priority class; use --qos={} or no --qos",
-                        class_names(config)
-                    ),
-                })
-            }
-        },
+        Ok(Screened::Governed { gpus, team, class }) => (gpus, team, class),
     };
 
     // Index 0 is "no class"; configured classes start at 1 (no allocation on the submit path).
@@ -314,16 +419,8 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
         }
     };
 
-    if gpus.total > u64::from(state.capacity) {
-        return Verdict::Reject(Rejection {
-            kind: RejectKind::LargerThanCluster,
-            message: format!(
-                "teamshare: the governed partitions ({}) have {} usable GPUs; this job asks for {}",
-                config.cluster.partitions.join(","),
-                state.capacity,
-                gpus.total
-            ),
-        });
+    if let Some(r) = larger_than_cluster(config, state.capacity, gpus.total) {
+        return Verdict::Reject(r);
     }
 
     let (running, pending) = state
@@ -397,6 +494,7 @@ quota = 2
     fn idle_state() -> PublishedState {
         PublishedState {
             version: governance::STATE_VERSION,
+            config_digest: String::new(),
             generated_at: 100,
             capacity: 8,
             free_gpus: 8,
@@ -542,6 +640,118 @@ quota = 2
         // A CPU-only job without an account is not teamshare's business.
         let v = check_submit(&config(), &req(None, GpuAsk::default()));
         assert_eq!(v.admission().map(|a| (a.gpus, a.qos)), Some((0, None)));
+    }
+
+    fn kind(v: &Verdict) -> Option<RejectKind> {
+        match v {
+            Verdict::Accept(_) => None,
+            Verdict::Reject(r) => Some(r.kind),
+        }
+    }
+
+    #[test]
+    fn absurd_counts_are_refused_whatever_the_state_or_the_team() {
+        let c = config();
+        // research has no borrow limit; with stale state nothing else bounds it.
+        for spec in [
+            "gres:gpu:1t",
+            "gres:gpu:2m",
+            "gres/gpu:h100:1p",
+            "gres:gpu:16777216t",
+        ] {
+            let r = req(Some("research"), per_node(spec, None));
+            for v in [
+                check_submit(&c, &r),
+                super::check_submit(&c, &r, StateView::Stale),
+            ] {
+                let Verdict::Reject(rej) = v else {
+                    panic!("{spec} accepted")
+                };
+                assert_eq!(rej.kind, RejectKind::InvalidGres);
+                assert!(
+                    rej.message.contains("more than any job may (1048576)"),
+                    "{}",
+                    rej.message
+                );
+            }
+        }
+        // Even outside the governed partitions, and without a team.
+        let mut r = req(None, per_node("gres:gpu:1t", None));
+        r.partition = Some("cpu".into());
+        assert_eq!(kind(&check_submit(&c, &r)), Some(RejectKind::InvalidGres));
+        // Per node times nodes, beyond the bound.
+        let r = req(Some("research"), per_node("gres:gpu:1k", Some(1025)));
+        assert_eq!(kind(&check_submit(&c, &r)), Some(RejectKind::InvalidGres));
+    }
+
+    #[test]
+    fn the_internal_qos_is_refused_to_users_in_every_case() {
+        let c = config();
+        let mut cpu_only = req(None, GpuAsk::default());
+        for qos in ["teamshare", "TeamShare"] {
+            cpu_only.qos = Some(qos.into());
+            assert_eq!(
+                kind(&check_submit(&c, &cpu_only)),
+                Some(RejectKind::InternalQos)
+            );
+        }
+        let mut elsewhere = req(Some("nosuch"), per_node("gres:gpu:1", None));
+        elsewhere.partition = Some("cpu".into());
+        elsewhere.qos = Some("teamshare".into());
+        assert_eq!(
+            kind(&check_submit(&c, &elsewhere)),
+            Some(RejectKind::InternalQos)
+        );
+        // An operator may.
+        cpu_only.submit_uid = 0;
+        assert_eq!(kind(&check_submit(&c, &cpu_only)), None);
+        // An empty QOS is no class.
+        let mut none = req(Some("agents"), per_node("gres:gpu:1", None));
+        none.qos = Some(String::new());
+        assert_eq!(kind(&check_submit(&c, &none)), None);
+    }
+
+    #[test]
+    fn without_configuration_only_gpu_jobs_are_refused() {
+        let cpu = req(
+            Some("agents"),
+            GpuAsk {
+                min_nodes: Some(4),
+                num_tasks: Some(64),
+                ..GpuAsk::default()
+            },
+        );
+        assert!(check_without_config(&cpu).admission().is_some());
+        for ask in [
+            per_node("gres:gpu:1", None),
+            per_node("gres:gpu:x:y:z", None),
+        ] {
+            assert_eq!(
+                kind(&check_without_config(&req(None, ask))),
+                Some(RejectKind::NoConfiguration)
+            );
+        }
+    }
+
+    #[test]
+    fn ntasks_per_gpu_counts_like_slurm() {
+        let mut ask = GpuAsk {
+            num_tasks: Some(8),
+            ..GpuAsk::default()
+        };
+        apply_ntasks_per_gpu(&mut ask, Some(2));
+        assert_eq!(gpus_requested(&ask).unwrap().total, 4);
+        // GPUs named: the task count follows from them, nothing is added.
+        let mut ask = per_node("gres:gpu:2", Some(2));
+        apply_ntasks_per_gpu(&mut ask, Some(4));
+        assert_eq!(gpus_requested(&ask).unwrap().total, 4);
+        // No task count: one GPU per node.
+        let mut ask = GpuAsk {
+            min_nodes: Some(3),
+            ..GpuAsk::default()
+        };
+        apply_ntasks_per_gpu(&mut ask, Some(4));
+        assert_eq!(gpus_requested(&ask).unwrap().total, 3);
     }
 
     #[test]

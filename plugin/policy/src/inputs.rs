@@ -1,0 +1,607 @@
+//! What the plugin reads from disk, teamshare.toml and the governor's state.json, and when that
+//! state counts as current.
+//!
+//! The plugin's watcher thread calls these (never the submit path, which only reads the
+//! snapshots they produce). Whatever sits at those paths cannot harm slurmctld:
+//! - only regular files are read (a FIFO would block the thread, `/dev/zero` would never end),
+//!   checked before opening and again on the opened handle, which is opened non-blocking;
+//! - at most [`CONFIG_LIMIT`] / [`STATE_LIMIT`] bytes (plus one, to tell "too large") are read,
+//!   so a huge file costs slurmctld no memory;
+//! - a file is read again only when its stamp (device, inode, size, modification time, kind)
+//!   changes, so each problem is reported once per change of the file, not every poll.
+//!
+//! A state is current only when it was computed from the same teamshare.toml (digest) and is
+//! neither older than `state_max_age` nor from the future (a clock step, or a hand-made file,
+//! must not make it count as fresh forever).
+
+use std::fmt;
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use teamshare_config::Config;
+
+use crate::governance::PublishedState;
+
+/// The most bytes of teamshare.toml read: a real one is a few KiB.
+pub const CONFIG_LIMIT: u64 = 1 << 20;
+/// The most bytes of the governor's state read: a few hundred bytes per running borrowed job,
+/// so tens of thousands of victims fit.
+pub const STATE_LIMIT: u64 = 16 << 20;
+/// A state stamped at most this far ahead of the plugin's clock is still believed (clocks of
+/// the governor's host and slurmctld's may differ slightly).
+pub const FUTURE_TOLERANCE_SECS: i64 = 5;
+
+/// Why a file was not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadError {
+    Missing,
+    /// A FIFO, device, directory or socket (after following symlinks).
+    NotRegular {
+        kind: &'static str,
+    },
+    TooLarge {
+        limit: u64,
+    },
+    NotUtf8,
+    Io(String),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Missing => write!(f, "no such file"),
+            ReadError::NotRegular { kind } => {
+                write!(f, "it is {kind}, not a regular file; not read")
+            }
+            ReadError::TooLarge { limit } => {
+                write!(f, "larger than {limit} bytes; not read")
+            }
+            ReadError::NotUtf8 => write!(f, "not UTF-8 text"),
+            ReadError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+fn kind_of(m: &Metadata) -> &'static str {
+    let t = m.file_type();
+    if t.is_file() {
+        "a regular file"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+fn io_error(e: std::io::Error) -> ReadError {
+    if e.kind() == ErrorKind::NotFound {
+        ReadError::Missing
+    } else {
+        ReadError::Io(e.to_string())
+    }
+}
+
+fn regular(m: &Metadata) -> Result<(), ReadError> {
+    if m.is_file() {
+        Ok(())
+    } else {
+        Err(ReadError::NotRegular { kind: kind_of(m) })
+    }
+}
+
+/// Read a regular file of at most `limit` bytes as text, without ever blocking on it.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<String, ReadError> {
+    // Look before opening: opening some devices has effects of its own.
+    let meta = std::fs::metadata(path).map_err(io_error)?;
+    regular(&meta)?;
+    if meta.len() > limit {
+        return Err(ReadError::TooLarge { limit });
+    }
+    // Non-blocking, so a file swapped for a FIFO between the look and the open cannot hang the
+    // thread; the handle is checked again, and what is read is bounded whatever it claims.
+    let file: File = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io_error)?;
+    regular(&file.metadata().map_err(io_error)?)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io_error)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge { limit });
+    }
+    String::from_utf8(bytes).map_err(|_| ReadError::NotUtf8)
+}
+
+/// What identifies one version of a file without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+    kind: &'static str,
+}
+
+fn stamp(path: &Path) -> Result<Stamp, ReadError> {
+    let m = std::fs::metadata(path).map_err(io_error)?;
+    Ok(Stamp {
+        dev: m.dev(),
+        ino: m.ino(),
+        len: m.len(),
+        mtime: m.mtime(),
+        mtime_nsec: m.mtime_nsec(),
+        kind: kind_of(&m),
+    })
+}
+
+/// One file, read again only when it changes.
+#[derive(Debug)]
+pub struct WatchedFile {
+    path: PathBuf,
+    limit: u64,
+    seen: Option<Result<Stamp, ReadError>>,
+}
+
+impl WatchedFile {
+    pub fn new(path: PathBuf, limit: u64) -> WatchedFile {
+        WatchedFile {
+            path,
+            limit,
+            seen: None,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `None` when the file is as it was at the last poll; otherwise its new text, or why it
+    /// could not be read (a missing or unreadable file is a change too, reported once).
+    pub fn poll(&mut self) -> Option<Result<String, ReadError>> {
+        let now = stamp(&self.path);
+        if self.seen.as_ref() == Some(&now) {
+            return None;
+        }
+        self.seen = Some(now.clone());
+        Some(now.and_then(|_| read_bounded(&self.path, self.limit)))
+    }
+}
+
+/// Parse teamshare.toml's text as `teamshare_config::load` does for a path: relative paths in
+/// `[accountd]` are resolved against the file's directory.
+// TODO(config): teamshare-config could expose this step (load minus the unbounded read), so
+// the resolution lives in one place.
+pub fn parse_config(path: &Path, text: &str) -> Result<Config, String> {
+    let mut config =
+        teamshare_config::parse(text, &path.display().to_string()).map_err(|e| e.to_string())?;
+    let directory = path.parent().unwrap_or_else(|| Path::new(""));
+    let accountd = &mut config.accountd;
+    for file in [
+        &mut accountd.database,
+        &mut accountd.state_file,
+        &mut accountd.sample_spool,
+    ] {
+        if file.is_relative() {
+            *file = directory.join(&*file);
+        }
+    }
+    Ok(config)
+}
+
+/// What a poll of a watched input found.
+#[derive(Debug)]
+pub enum Change<T> {
+    /// A new valid version, now the current one.
+    Loaded(Arc<T>),
+    /// The file changed but is not usable; the previous version is kept. The text is one log
+    /// line's worth: why.
+    Kept(String),
+}
+
+/// teamshare.toml: the last good configuration, and the file it came from.
+#[derive(Debug)]
+pub struct ConfigSource {
+    file: WatchedFile,
+    current: Option<Arc<Config>>,
+}
+
+impl ConfigSource {
+    pub fn new(path: PathBuf) -> ConfigSource {
+        ConfigSource {
+            file: WatchedFile::new(path, CONFIG_LIMIT),
+            current: None,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    pub fn current(&self) -> Option<Arc<Config>> {
+        self.current.clone()
+    }
+
+    /// `None` when nothing changed since the last poll.
+    pub fn poll(&mut self) -> Option<Change<Config>> {
+        let text = self.file.poll()?;
+        match text
+            .map_err(|e| e.to_string())
+            .and_then(|t| parse_config(self.file.path(), &t))
+        {
+            Ok(c) => {
+                let c = Arc::new(c);
+                self.current = Some(c.clone());
+                Some(Change::Loaded(c))
+            }
+            Err(e) => Some(Change::Kept(one_line(&e))),
+        }
+    }
+}
+
+/// The governor's state.json: the last good state read.
+#[derive(Debug)]
+pub struct StateSource {
+    file: WatchedFile,
+    current: Option<Arc<PublishedState>>,
+}
+
+impl StateSource {
+    pub fn new(path: PathBuf) -> StateSource {
+        StateSource {
+            file: WatchedFile::new(path, STATE_LIMIT),
+            current: None,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    pub fn current(&self) -> Option<Arc<PublishedState>> {
+        self.current.clone()
+    }
+
+    /// `None` when nothing changed since the last poll. A bad file keeps the previous state,
+    /// which then ages into staleness.
+    pub fn poll(&mut self) -> Option<Change<PublishedState>> {
+        let text = self.file.poll()?;
+        match text
+            .map_err(|e| e.to_string())
+            .and_then(|t| PublishedState::from_json(&t))
+        {
+            Ok(s) => {
+                let s = Arc::new(s);
+                self.current = Some(s.clone());
+                Some(Change::Loaded(s))
+            }
+            Err(e) => Some(Change::Kept(one_line(&e))),
+        }
+    }
+}
+
+/// slurmctld's log is line-oriented.
+pub fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// Whether the governor's state may be acted on now, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Staleness {
+    Current,
+    /// Nothing published (or nothing readable) yet.
+    Missing,
+    /// Published longer ago than `state_max_age`.
+    Old {
+        age_secs: i64,
+    },
+    /// Stamped further ahead of this clock than [`FUTURE_TOLERANCE_SECS`].
+    Future {
+        ahead_secs: i64,
+    },
+    /// Computed from another teamshare.toml than the one loaded here.
+    OtherConfig {
+        state_digest: String,
+        config_digest: String,
+    },
+}
+
+impl Staleness {
+    pub fn is_current(&self) -> bool {
+        *self == Staleness::Current
+    }
+
+    /// Why the state is not current, for the log.
+    pub fn describe(&self) -> String {
+        match self {
+            Staleness::Current => "current".to_string(),
+            Staleness::Missing => "nothing published yet".to_string(),
+            Staleness::Old { age_secs } => format!("last published {age_secs} s ago"),
+            Staleness::Future { ahead_secs } => format!(
+                "stamped {ahead_secs} s in the future (clock step, or not written by the governor)"
+            ),
+            Staleness::OtherConfig {
+                state_digest,
+                config_digest,
+            } => format!(
+                "state was computed from another teamshare.toml (digest {state_digest}, plugin has {config_digest})"
+            ),
+        }
+    }
+
+    /// The condition, without the values that change every second.
+    fn condition(&self) -> Option<String> {
+        match self {
+            Staleness::Current => None,
+            Staleness::Missing => Some("missing".into()),
+            Staleness::Old { .. } => Some("old".into()),
+            Staleness::Future { .. } => Some("future".into()),
+            Staleness::OtherConfig {
+                state_digest,
+                config_digest,
+            } => Some(format!("digest {state_digest} {config_digest}")),
+        }
+    }
+}
+
+/// Judge the state the plugin holds against its configuration at `now` (unix seconds).
+pub fn judge_state(state: Option<&PublishedState>, config: &Config, now: i64) -> Staleness {
+    let Some(state) = state else {
+        return Staleness::Missing;
+    };
+    if state.config_digest != config.digest {
+        return Staleness::OtherConfig {
+            state_digest: state.config_digest.clone(),
+            config_digest: config.digest.clone(),
+        };
+    }
+    let ahead = state.generated_at.saturating_sub(now);
+    if ahead > FUTURE_TOLERANCE_SECS {
+        return Staleness::Future { ahead_secs: ahead };
+    }
+    let max_age = i64::try_from(config.governance.state_max_age.as_secs()).unwrap_or(i64::MAX);
+    let age = now.saturating_sub(state.generated_at);
+    if age > max_age {
+        return Staleness::Old { age_secs: age };
+    }
+    Staleness::Current
+}
+
+/// Turns a stream of judgements into log lines: one when the condition changes, none while it
+/// holds (submissions and polls come many times a second).
+#[derive(Debug, Default)]
+pub struct StalenessLog {
+    /// `None`: current (or nothing judged yet).
+    last: Option<String>,
+}
+
+/// A line for slurmctld's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogLine {
+    Info(String),
+    Error(String),
+}
+
+impl StalenessLog {
+    pub fn note(&mut self, s: &Staleness) -> Option<LogLine> {
+        let condition = s.condition();
+        if condition == self.last {
+            return None;
+        }
+        let was_stale = self.last.is_some();
+        self.last = condition;
+        match s {
+            Staleness::Current => {
+                was_stale.then(|| LogLine::Info("governance state is current again".into()))
+            }
+            stale => Some(LogLine::Error(format!(
+                "governance state is stale: {}; applying on_stale_state until accountd publishes again",
+                stale.describe()
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::io::Write;
+    use std::time::Duration;
+
+    const CONFIG: &str = "[cluster]\nname = \"t\"\npartitions = [\"gpu\"]\n\n[[team]]\nname = \"agents\"\nquota = 2\n\n[governance]\nstate_max_age = \"30s\"\n";
+
+    fn config() -> Config {
+        teamshare_config::parse(CONFIG, "t.toml").unwrap()
+    }
+
+    fn state(generated_at: i64, digest: &str) -> PublishedState {
+        PublishedState {
+            version: crate::governance::STATE_VERSION,
+            generated_at,
+            config_digest: digest.to_string(),
+            capacity: 8,
+            free_gpus: 8,
+            pending_in_quota_gpus: 0,
+            teams: BTreeMap::new(),
+            victims: vec![],
+        }
+    }
+
+    /// Run `f` on another thread; fail if it blocks.
+    fn within_a_second<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(1))
+            .expect("reading blocked")
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("state.json");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let r = within_a_second(move || read_bounded(&fifo, STATE_LIMIT));
+        assert_eq!(r, Err(ReadError::NotRegular { kind: "a FIFO" }));
+    }
+
+    #[test]
+    fn a_symlink_to_dev_zero_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("state.json");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let r = within_a_second(move || read_bounded(&link, STATE_LIMIT));
+        assert_eq!(
+            r,
+            Err(ReadError::NotRegular {
+                kind: "a character device"
+            })
+        );
+        // A symlink to a regular file is read (configuration management does this).
+        let real = dir.path().join("real.toml");
+        std::fs::write(&real, CONFIG).unwrap();
+        let link = dir.path().join("teamshare.toml");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(read_bounded(&link, CONFIG_LIMIT).as_deref(), Ok(CONFIG));
+    }
+
+    #[test]
+    fn oversize_files_are_refused_and_each_problem_reported_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&vec![b' '; 1025]).unwrap();
+        assert_eq!(
+            read_bounded(&path, 1024),
+            Err(ReadError::TooLarge { limit: 1024 })
+        );
+        // A sparse file claiming 400 MB costs nothing either.
+        f.set_len(400 << 20).unwrap();
+        let mut source = StateSource::new(path.clone());
+        match source.poll() {
+            Some(Change::Kept(why)) => assert!(why.contains("larger than 16777216 bytes"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Unchanged: nothing to report on the next polls.
+        assert!(source.poll().is_none());
+        assert!(source.poll().is_none());
+        // Missing is reported once as well.
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(source.poll(), Some(Change::Kept(_))));
+        assert!(source.poll().is_none());
+    }
+
+    #[test]
+    fn an_invalid_edit_keeps_the_last_good_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("teamshare.toml");
+        std::fs::write(&path, CONFIG).unwrap();
+        let mut source = ConfigSource::new(path.clone());
+        let Some(Change::Loaded(first)) = source.poll() else {
+            panic!("not loaded")
+        };
+        assert_eq!(first.teams.len(), 1);
+        // Relative paths resolve beside the file.
+        assert!(first.accountd.state_file.is_absolute());
+        std::fs::write(&path, format!("{CONFIG}\n[[team]]\nnmae = \"x\"\n")).unwrap();
+        match source.poll() {
+            Some(Change::Kept(why)) => {
+                assert!(
+                    why.contains("teamshare.toml") && !why.contains('\n'),
+                    "{why}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(source.poll().is_none());
+        assert_eq!(source.current().unwrap().digest, first.digest);
+        // Oversize: kept too.
+        std::fs::write(&path, vec![b'#'; CONFIG_LIMIT as usize + 1]).unwrap();
+        assert!(matches!(source.poll(), Some(Change::Kept(_))));
+        assert_eq!(source.current().unwrap().digest, first.digest);
+    }
+
+    #[test]
+    fn a_state_from_the_future_is_stale() {
+        let c = config();
+        let d = c.digest.clone();
+        assert_eq!(
+            judge_state(Some(&state(1_000, &d)), &c, 1_000),
+            Staleness::Current
+        );
+        assert_eq!(
+            judge_state(Some(&state(1_000 + FUTURE_TOLERANCE_SECS, &d)), &c, 1_000),
+            Staleness::Current
+        );
+        assert_eq!(
+            judge_state(Some(&state(1_000_000, &d)), &c, 1_000),
+            Staleness::Future {
+                ahead_secs: 999_000
+            }
+        );
+        assert_eq!(
+            judge_state(Some(&state(1_000, &d)), &c, 1_031),
+            Staleness::Old { age_secs: 31 }
+        );
+        assert_eq!(
+            judge_state(Some(&state(1_000, &d)), &c, 1_030),
+            Staleness::Current
+        );
+        assert_eq!(judge_state(None, &c, 1_000), Staleness::Missing);
+    }
+
+    #[test]
+    fn a_state_from_another_configuration_is_stale_and_logged_once() {
+        let c = config();
+        let s = state(1_000, "0123456789abcdef");
+        let judged = judge_state(Some(&s), &c, 1_000);
+        assert_eq!(
+            judged,
+            Staleness::OtherConfig {
+                state_digest: "0123456789abcdef".into(),
+                config_digest: c.digest.clone()
+            }
+        );
+        let mut log = StalenessLog::default();
+        let Some(LogLine::Error(line)) = log.note(&judged) else {
+            panic!("not logged")
+        };
+        assert_eq!(
+            line,
+            format!("governance state is stale: state was computed from another teamshare.toml (digest 0123456789abcdef, plugin has {}); applying on_stale_state until accountd publishes again", c.digest)
+        );
+        assert_eq!(log.note(&judged), None);
+        // Ageing does not log again; a new condition does, and so does recovery.
+        assert!(log.note(&Staleness::Old { age_secs: 40 }).is_some());
+        assert_eq!(log.note(&Staleness::Old { age_secs: 41 }), None);
+        assert_eq!(
+            log.note(&Staleness::Current),
+            Some(LogLine::Info("governance state is current again".into()))
+        );
+        assert_eq!(log.note(&Staleness::Current), None);
+    }
+}

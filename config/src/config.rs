@@ -19,6 +19,9 @@ pub struct Config {
     pub priority_classes: Vec<PriorityClass>,
     pub governance: Governance,
     pub accountd: AccountdSettings,
+    /// A digest of the file's text ([`crate::digest`]): the plugin and the governor compare it
+    /// so that they never act on different versions of the rules.
+    pub digest: String,
 }
 
 /// `[cluster]`

@@ -80,9 +80,29 @@ pub fn parse(source: &str, origin: &str) -> Result<Config, ConfigError> {
     validate::validate(source, origin).map_err(ConfigError::Invalid)
 }
 
+/// The digest of a configuration's text: 64-bit FNV-1a, in hex. Not a security measure (the file
+/// is the administrator's); it only tells two readers whether they loaded the same text.
+pub fn digest(source: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in source.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digest_tells_texts_apart() {
+        assert_eq!(digest(""), "cbf29ce484222325");
+        assert_eq!(digest("a"), "af63dc4c8601ec8c");
+        assert_ne!(digest("quota = 2\n"), digest("quota = 3\n"));
+        let text = "[cluster]\nname = \"x\"\n[[team]]\nname = \"a\"\nquota = 1\n";
+        assert_eq!(parse(text, "t.toml").unwrap().digest, digest(text));
+    }
 
     #[test]
     fn default_path_is_beside_slurm_conf() {

@@ -105,6 +105,7 @@ fn design_example_parses_to_the_expected_values() {
             on_stale_state: OnStaleState::FailOpen,
         },
         accountd: AccountdSettings::default(),
+        digest: teamshare_config::digest(DESIGN_EXAMPLE),
     };
     assert_eq!(valid(DESIGN_EXAMPLE), expected);
 }

@@ -71,7 +71,8 @@ pub(crate) fn validate(source: &str, origin: &str) -> Result<Config, Diagnostics
         map,
         problems: Vec::new(),
     };
-    let config = checker.config(document.as_table());
+    let mut config = checker.config(document.as_table());
+    config.digest = crate::digest(source);
     if checker.problems.is_empty() {
         Ok(config)
     } else {
@@ -213,6 +214,7 @@ impl Checker<'_> {
             priority_classes,
             governance,
             accountd,
+            digest: String::new(),
         }
     }
 

@@ -1,5 +1,6 @@
 //! The governor's plan: from what runs and waits now, the priority of every governed job, the
-//! GPU ceiling of every team, the within-team displacements, and the state the plugin reads.
+//! GPU ceiling of every team, the jobs the governor must act on itself, and the state the
+//! plugin reads.
 //!
 //! DESIGN §4, rule by rule:
 //! 1. ceiling: each team's Slurm account carries `GrpTRES=gres/gpu=<limit>`, never above
@@ -7,20 +8,25 @@
 //! 2. guarantee: running jobs inside their team's quota get the protected band, above any
 //!    pending job, so nothing preempts them;
 //! 3. reclaim: running borrowed jobs get victim levels in reclaim order, and a pending job that
-//!    fits its team's unused quota gets the level just above the victims it needs;
+//!    fits its team's unused quota gets the level above every victim: Slurm preempts the
+//!    lowest first, only as many as the job needs, on nodes where it then fits;
 //! 4. borrowing only on lendable capacity: a team's limit exceeds its quota only by the share
 //!    of lendable idle capacity it is given;
 //! 5. idle sharing: that share goes to waiting teams by fair-share factor or by age (fifo);
 //! 6. classes: higher classes rank first inside a team; a pending higher-class job at quota
 //!    displaces the team's lowest-class job (the governor requeues it); non-preemptible classes
-//!    are always protected.
+//!    run only inside the quota: parked while they do not fit, requeued if found beyond it.
+//!
+//! Only a job that can start now (not waiting for a begin time, a dependency or a hold)
+//! reclaims, displaces or reserves quota. Jobs in a governed partition that hold or ask for
+//! GPUs outside any team are listed for the governor to hold.
 //!
 //! Pure: the caller reads Slurm and applies the plan.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use teamshare_config::{Config, IdleSharing, WithinTeam};
+use teamshare_config::{Config, IdleSharing, Team, WithinTeam};
 
 use crate::priority::{self, encode};
 
@@ -70,12 +76,18 @@ pub enum Phase {
     Running,
 }
 
-/// A governed job as squeue shows it.
+/// GPUs of a job whose request could not be read: it is treated as never fitting anywhere
+/// (never in quota, never given an allowance), so no value a user writes can widen a limit.
+pub const UNREADABLE_GPUS: u32 = u32::MAX;
+
+/// A job in a governed partition as squeue shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterJob {
     pub id: u64,
+    /// The job's account (a team when it is one of the configuration's).
     pub team: String,
     pub phase: Phase,
+    /// GPUs held (running) or asked for (pending); [`UNREADABLE_GPUS`] when unreadable.
     pub gpus: u32,
     /// Slurm's current priority: carries the class; 0 means held.
     pub priority: u32,
@@ -86,6 +98,17 @@ pub struct ClusterJob {
     pub eligible: bool,
     /// A pending job's begin time when teamshare parked it (see [`PARK_SECS`]).
     pub parked: bool,
+    /// A batch job (requeue works); interactive allocations (salloc, srun) can only be
+    /// cancelled.
+    pub batch: bool,
+}
+
+impl ClusterJob {
+    /// Whether GPUs given to its team would start it now: eligible, or parked by teamshare
+    /// (the governor releases it when it fits).
+    fn startable(&self) -> bool {
+        self.phase == Phase::Pending && self.priority != 0 && (self.eligible || self.parked)
+    }
 }
 
 /// A non-preemptible job that does not fit its team's quota is parked: its begin time is set
@@ -100,6 +123,7 @@ pub struct GovernInput<'a> {
     pub config: &'a Config,
     /// C: GPUs of usable nodes in the governed partitions.
     pub capacity: u32,
+    /// Every job in the governed partitions (teams' and others').
     pub jobs: &'a [ClusterJob],
     /// Fair-share factor per team (missing: 1.0).
     pub fairshare: &'a BTreeMap<String, f64>,
@@ -107,10 +131,13 @@ pub struct GovernInput<'a> {
 }
 
 /// What the plugin reads (published atomically by the governor as JSON).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishedState {
     pub version: u32,
     pub generated_at: i64,
+    /// The digest of the teamshare.toml the plan was made from (`Config::digest`): a plugin
+    /// holding another version treats the state as stale rather than mixing two sets of rules.
+    pub config_digest: String,
     pub capacity: u32,
     pub free_gpus: u32,
     /// Σ GPUs of pending jobs that fit their team's unused quota.
@@ -120,10 +147,7 @@ pub struct PublishedState {
     pub victims: Vec<Victim>,
 }
 
-pub const STATE_VERSION: u32 = 1;
-
-/// How long an in-quota job may wait before every victim is opened to it.
-pub const ESCALATE_AFTER_SECS: i64 = 5;
+pub const STATE_VERSION: u32 = 2;
 
 /// How long an in-quota job may wait with victims available before the governor requeues
 /// them itself. Slurm's scheduler normally preempts within a second of submission; when
@@ -165,29 +189,18 @@ impl PublishedState {
         serde_json::to_string_pretty(self).expect("state serialises")
     }
 
-    /// The reclaim level for a pending in-quota job when `k` victims' GPUs are needed in all:
-    /// just above the k-th victim Slurm may still preempt (younger ones are exempt and
-    /// skipped).
-    pub fn reclaim_level(&self, k: u32, now: i64) -> u32 {
-        if k == 0 {
-            return priority::reclaim_level(0);
-        }
-        let mut needed = k;
-        let mut last = None;
-        for (rank, v) in self.victims.iter().enumerate() {
-            last = Some(rank);
-            if v.exempt_until > now {
-                continue;
-            }
-            needed = needed.saturating_sub(v.gpus.max(1));
-            if needed == 0 {
-                return priority::reclaim_level(rank + 1);
-            }
-        }
-        match last {
-            Some(rank) => priority::reclaim_level(rank + 1),
-            None => priority::reclaim_level(0),
-        }
+    /// The level of a pending in-quota job: above every victim. Slurm's preemption takes the
+    /// lowest-priority candidates first and only as many as the job needs, among the
+    /// placements where it then fits, and PreemptExemptTime keeps young victims out; so each
+    /// in-quota job reclaims on its own, whatever other in-quota jobs do.
+    pub fn in_quota_level(&self) -> u32 {
+        priority::reclaim_level(self.victims.len())
+    }
+
+    /// The level for a pending in-quota job; kept for callers written before
+    /// [`PublishedState::in_quota_level`] (the arguments no longer matter).
+    pub fn reclaim_level(&self, _k: u32, _now: i64) -> u32 {
+        self.in_quota_level()
     }
 }
 
@@ -202,166 +215,236 @@ pub struct Plan {
     /// Borrowed jobs to requeue for in-quota jobs Slurm has not started within
     /// [`RECLAIM_FALLBACK_SECS`].
     pub reclaim: Vec<u64>,
+    /// Running non-preemptible jobs found beyond their team's quota (released from parking
+    /// by their owner, or a quota lowered under them): requeued, then parked until they fit.
+    pub violations: Vec<u64>,
+    /// Jobs in a governed partition that hold or ask for GPUs outside any team (their
+    /// account is not a team): held (pending) or requeued and held (running).
+    pub outside: Vec<u64>,
     /// Pending non-preemptible jobs to park (begin time far ahead) or release (begin now).
     pub park: Vec<u64>,
     pub release: Vec<u64>,
     pub state: PublishedState,
 }
 
-pub fn plan(input: &GovernInput<'_>) -> Plan {
-    let config = input.config;
-    let table = classes(config);
-    let class_of = |j: &ClusterJob| -> &Class {
-        let i = usize::from(priority::class_index(j.priority));
-        table.get(i).unwrap_or(&table[0])
-    };
-    let class_idx = |j: &ClusterJob| -> u8 {
+/// What the phases of [`plan`] share: the configuration read once.
+struct Rules<'a> {
+    config: &'a Config,
+    table: Vec<Class>,
+    within: bool,
+    exempt_secs: i64,
+}
+
+impl<'a> Rules<'a> {
+    fn new(config: &'a Config) -> Rules<'a> {
+        Rules {
+            config,
+            table: classes(config),
+            within: config.governance.preempt_within_team == WithinTeam::LowerPriority,
+            exempt_secs: i64::try_from(config.governance.min_runtime_before_reclaim.as_secs())
+                .unwrap_or(i64::MAX),
+        }
+    }
+
+    fn class_idx(&self, j: &ClusterJob) -> u8 {
         let i = priority::class_index(j.priority);
-        if usize::from(i) < table.len() {
+        if usize::from(i) < self.table.len() {
             i
         } else {
             0
         }
+    }
+
+    fn class(&self, j: &ClusterJob) -> &Class {
+        &self.table[usize::from(self.class_idx(j))]
+    }
+
+    fn value(&self, j: &ClusterJob) -> u32 {
+        self.class(j).value
+    }
+
+    fn preemptible(&self, j: &ClusterJob) -> bool {
+        self.class(j).preemptible
+    }
+}
+
+/// Running jobs sorted into the protected (inside the quota), victims and violations.
+struct Running<'a> {
+    usage: BTreeMap<&'a str, u32>,
+    /// Victims with how far their team is over its quota for its weight.
+    victims: Vec<(&'a ClusterJob, f64)>,
+    protected_by_team: BTreeMap<&'a str, Vec<&'a ClusterJob>>,
+    violations: Vec<u64>,
+}
+
+/// Phase 1: each team's running jobs fill its quota, non-preemptible classes first (they may
+/// only run inside it), then higher classes, then the oldest; the rest is borrowed.
+fn sort_running<'a>(
+    rules: &Rules<'a>,
+    jobs: &'a [ClusterJob],
+    priorities: &mut BTreeMap<u64, u32>,
+) -> Running<'a> {
+    let mut out = Running {
+        usage: BTreeMap::new(),
+        victims: Vec::new(),
+        protected_by_team: BTreeMap::new(),
+        violations: Vec::new(),
     };
-    let within = config.governance.preempt_within_team == WithinTeam::LowerPriority;
-    let exempt =
-        i64::try_from(config.governance.min_runtime_before_reclaim.as_secs()).unwrap_or(i64::MAX);
-
-    let mut priorities = BTreeMap::new();
-    let mut victims: Vec<(&ClusterJob, f64)> = Vec::new();
-    let mut usage: BTreeMap<&str, u32> = BTreeMap::new();
-    let mut protected_by_team: BTreeMap<&str, Vec<&ClusterJob>> = BTreeMap::new();
-
-    // Running jobs: inside the quota (higher classes first, then oldest) or borrowed.
-    for team in &config.teams {
-        let mut running: Vec<&ClusterJob> = input
-            .jobs
+    for team in &rules.config.teams {
+        let mut running: Vec<&ClusterJob> = jobs
             .iter()
             .filter(|j| j.team == team.name && j.phase == Phase::Running)
             .collect();
         running.sort_by(|a, b| {
-            class_of(b)
-                .value
-                .cmp(&class_of(a).value)
+            rules
+                .preemptible(a)
+                .cmp(&rules.preemptible(b))
+                .then(rules.value(b).cmp(&rules.value(a)))
                 .then(a.start.cmp(&b.start))
                 .then(a.id.cmp(&b.id))
         });
-        let used: u32 = running.iter().map(|j| j.gpus).sum();
-        usage.insert(team.name.as_str(), used);
+        let used = running.iter().fold(0u32, |s, j| s.saturating_add(j.gpus));
+        out.usage.insert(team.name.as_str(), used);
         let over = (f64::from(used) - f64::from(team.quota.total)) / f64::from(team.weight.max(1));
         let mut inside = 0u32;
         for j in running {
-            let c = class_of(j);
-            if inside + j.gpus <= team.quota.total || !c.preemptible {
-                inside += j.gpus;
+            let fits = inside.saturating_add(j.gpus) <= team.quota.total;
+            if fits || !rules.preemptible(j) {
+                if fits {
+                    inside += j.gpus;
+                } else {
+                    // Rule 6: a non-preemptible job never borrows. It keeps the protected
+                    // level (Slurm must not pick it) until the governor requeues it.
+                    out.violations.push(j.id);
+                }
                 priorities.insert(
                     j.id,
-                    encode(priority::protected_level(c.value), class_idx(j)),
+                    encode(
+                        priority::protected_level(rules.value(j)),
+                        rules.class_idx(j),
+                    ),
                 );
-                protected_by_team
-                    .entry(team.name.as_str())
-                    .or_default()
-                    .push(j);
+                if fits {
+                    out.protected_by_team
+                        .entry(team.name.as_str())
+                        .or_default()
+                        .push(j);
+                }
             } else {
-                victims.push((j, over));
+                out.victims.push((j, over));
             }
         }
     }
-    // Reclaim order: most over quota for its weight, lowest class, most recently started.
+    out
+}
+
+/// Phase 2: reclaim order (most over quota for its weight, lowest class, most recently
+/// started) and each victim's level.
+fn order_victims(
+    rules: &Rules<'_>,
+    mut victims: Vec<(&ClusterJob, f64)>,
+    now: i64,
+    priorities: &mut BTreeMap<u64, u32>,
+) -> Vec<Victim> {
     victims.sort_by(|(a, oa), (b, ob)| {
         ob.partial_cmp(oa)
             .unwrap_or(std::cmp::Ordering::Equal)
-            .then(class_of(a).value.cmp(&class_of(b).value))
+            .then(rules.value(a).cmp(&rules.value(b)))
             .then(b.start.cmp(&a.start))
             .then(b.id.cmp(&a.id))
     });
-    let victim_states: Vec<Victim> = victims
+    victims
         .iter()
         .enumerate()
         .map(|(rank, (j, _))| {
             let level = priority::victim_level(rank);
-            priorities.insert(j.id, encode(level, class_idx(j)));
+            priorities.insert(j.id, encode(level, rules.class_idx(j)));
             Victim {
                 job_id: j.id,
                 team: j.team.clone(),
                 gpus: j.gpus,
                 level,
-                exempt_until: j.start.unwrap_or(input.now).saturating_add(exempt),
+                exempt_until: j.start.unwrap_or(now).saturating_add(rules.exempt_secs),
             }
         })
-        .collect();
+        .collect()
+}
 
-    let total_used: u32 = usage.values().sum();
-    let free = input.capacity.saturating_sub(total_used);
+/// Pending jobs sorted by what they may do now.
+struct Pending<'a> {
+    /// Fit their team's unused quota.
+    in_quota: Vec<&'a ClusterJob>,
+    /// At quota, but a higher class than some of the team's running jobs.
+    displacing: Vec<&'a ClusterJob>,
+    /// Beyond the quota, per team, in the team's own order.
+    borrowers: BTreeMap<&'a str, Vec<&'a ClusterJob>>,
+    /// Cannot start now (begin time, dependency): they reserve nothing.
+    waiting: Vec<&'a ClusterJob>,
+    /// Running jobs to requeue for the displacing ones.
+    displace: Vec<u64>,
+    /// Unused quota per team left after its in-quota jobs.
+    room: BTreeMap<&'a str, u32>,
+    team_states: BTreeMap<String, TeamState>,
+}
 
-    // Pending jobs: in quota, displacing a lower class of the same team, or borrowing.
-    let mut in_quota: Vec<&ClusterJob> = Vec::new();
-    let mut displacing: Vec<&ClusterJob> = Vec::new();
-    let mut borrowers: BTreeMap<&str, Vec<&ClusterJob>> = BTreeMap::new();
-    let mut displace: Vec<u64> = Vec::new();
-    let mut team_states = BTreeMap::new();
+/// Phase 3: each team's pending jobs, higher classes then oldest first, take its unused quota;
+/// a job that does not fit displaces lower classes of its team or waits to borrow.
+fn sort_pending<'a>(
+    rules: &Rules<'a>,
+    jobs: &'a [ClusterJob],
+    running: &Running<'a>,
+) -> Pending<'a> {
+    let mut out = Pending {
+        in_quota: Vec::new(),
+        displacing: Vec::new(),
+        borrowers: BTreeMap::new(),
+        waiting: Vec::new(),
+        displace: Vec::new(),
+        room: BTreeMap::new(),
+        team_states: BTreeMap::new(),
+    };
     let mut targeted: BTreeSet<u64> = BTreeSet::new();
-    for team in &config.teams {
-        let mut pending: Vec<&ClusterJob> = input
-            .jobs
+    for team in &rules.config.teams {
+        let mut pending: Vec<&ClusterJob> = jobs
             .iter()
             .filter(|j| j.team == team.name && j.phase == Phase::Pending && j.priority != 0)
             .collect();
         pending.sort_by(|a, b| {
-            class_of(b)
-                .value
-                .cmp(&class_of(a).value)
+            rules
+                .value(b)
+                .cmp(&rules.value(a))
                 .then(a.submit.cmp(&b.submit))
                 .then(a.id.cmp(&b.id))
         });
-        let used = usage.get(team.name.as_str()).copied().unwrap_or(0);
+        let used = running.usage.get(team.name.as_str()).copied().unwrap_or(0);
         let mut room = team.quota.total.saturating_sub(used);
-        let mut pending_in_quota = 0;
+        let mut pending_in_quota = 0u32;
         for j in pending {
+            if !j.startable() {
+                out.waiting.push(j);
+                continue;
+            }
             if j.gpus <= room {
                 room -= j.gpus;
                 pending_in_quota += j.gpus;
-                in_quota.push(j);
+                out.in_quota.push(j);
                 continue;
             }
-            if within {
-                // The team's own protected jobs of a lower class, lowest class and youngest
-                // first, until enough GPUs would be freed.
-                let mut lower: Vec<&&ClusterJob> = protected_by_team
-                    .get(team.name.as_str())
-                    .map(|v| v.iter().collect())
-                    .unwrap_or_default();
-                lower.retain(|r| {
-                    class_of(r).preemptible
-                        && class_of(r).value < class_of(j).value
-                        && !targeted.contains(&r.id)
-                });
-                lower.sort_by(|a, b| {
-                    class_of(a)
-                        .value
-                        .cmp(&class_of(b).value)
-                        .then(b.start.cmp(&a.start))
-                });
-                let mut freed = room;
-                let mut chosen = Vec::new();
-                for r in lower {
-                    if freed >= j.gpus {
-                        break;
-                    }
-                    freed += r.gpus;
-                    chosen.push(r.id);
-                }
-                if freed >= j.gpus && !chosen.is_empty() {
+            if rules.within {
+                if let Some((chosen, freed)) =
+                    lower_classes_to_displace(rules, running, team, j, room, &targeted)
+                {
                     room = freed - j.gpus;
                     targeted.extend(chosen.iter().copied());
-                    displace.extend(chosen);
-                    displacing.push(j);
+                    out.displace.extend(chosen);
+                    out.displacing.push(j);
                     continue;
                 }
             }
-            borrowers.entry(team.name.as_str()).or_default().push(j);
+            out.borrowers.entry(team.name.as_str()).or_default().push(j);
         }
-        team_states.insert(
+        out.room.insert(team.name.as_str(), room);
+        out.team_states.insert(
             team.name.clone(),
             TeamState {
                 running_gpus: used,
@@ -370,93 +453,126 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
             },
         );
     }
+    out
+}
 
-    // In-quota pending jobs share one level: above exactly the victims they need together.
-    let pending_in_quota_gpus: u32 = in_quota.iter().map(|j| j.gpus).sum();
-    let mut state = PublishedState {
-        version: STATE_VERSION,
-        generated_at: input.now,
-        capacity: input.capacity,
-        free_gpus: free,
-        pending_in_quota_gpus,
-        teams: BTreeMap::new(),
-        victims: victim_states,
-    };
-    let mut k = pending_in_quota_gpus.saturating_sub(free);
-    // A job that still waits after a few passes could not be placed on the victims (or free
-    // GPUs) counted for it, e.g. a multi-GPU job whose victims sit on different nodes: open
-    // every victim to it and let Slurm choose where it fits.
-    if in_quota
-        .iter()
-        .any(|j| input.now.saturating_sub(j.submit) >= ESCALATE_AFTER_SECS)
-    {
-        k = state
-            .victims
-            .iter()
-            .map(|v| v.gpus.max(1))
-            .sum::<u32>()
-            .max(k);
+/// The team's own protected jobs of a lower, preemptible class, lowest class and youngest
+/// first, until `j` would fit; `None` when they cannot free enough.
+fn lower_classes_to_displace(
+    rules: &Rules<'_>,
+    running: &Running<'_>,
+    team: &Team,
+    j: &ClusterJob,
+    room: u32,
+    targeted: &BTreeSet<u64>,
+) -> Option<(Vec<u64>, u32)> {
+    let mut lower: Vec<&ClusterJob> = running
+        .protected_by_team
+        .get(team.name.as_str())
+        .map(|v| v.to_vec())
+        .unwrap_or_default();
+    lower.retain(|r| {
+        rules.preemptible(r) && rules.value(r) < rules.value(j) && !targeted.contains(&r.id)
+    });
+    lower.sort_by(|a, b| {
+        rules
+            .value(a)
+            .cmp(&rules.value(b))
+            .then(b.start.cmp(&a.start))
+    });
+    let mut freed = room;
+    let mut chosen = Vec::new();
+    for r in lower {
+        if freed >= j.gpus {
+            break;
+        }
+        freed = freed.saturating_add(r.gpus);
+        chosen.push(r.id);
     }
-    let reclaim = state.reclaim_level(k, input.now);
+    (freed >= j.gpus && !chosen.is_empty()).then_some((chosen, freed))
+}
 
-    // Fallback reclaim: in-quota jobs still waiting are given the victims they need directly.
+/// Phase 4: borrowed jobs the governor requeues itself for in-quota jobs that still wait
+/// after [`RECLAIM_FALLBACK_SECS`], first victims first, skipping exempt and displaced ones.
+fn fallback_reclaim(
+    in_quota: &[&ClusterJob],
+    victims: &[Victim],
+    displace: &[u64],
+    free: u32,
+    now: i64,
+) -> Vec<u64> {
     let waiting: u32 = in_quota
         .iter()
-        .filter(|j| j.eligible && input.now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS)
-        .map(|j| j.gpus)
-        .sum();
+        .filter(|j| j.eligible && now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS)
+        .fold(0u32, |s, j| s.saturating_add(j.gpus));
     let mut needed = waiting.saturating_sub(free);
-    let mut reclaim_now = Vec::new();
-    for v in &state.victims {
+    let mut chosen = Vec::new();
+    for v in victims {
         if needed == 0 {
             break;
         }
-        if v.exempt_until > input.now || displace.contains(&v.job_id) {
+        if v.exempt_until > now || displace.contains(&v.job_id) {
             continue;
         }
-        reclaim_now.push(v.job_id);
+        chosen.push(v.job_id);
         needed = needed.saturating_sub(v.gpus.max(1));
     }
-    let mut park = Vec::new();
-    let mut release = Vec::new();
-    for j in &in_quota {
-        priorities.insert(j.id, encode(reclaim, class_idx(j)));
-        if j.parked {
-            release.push(j.id);
+    chosen
+}
+
+/// What one team's waiting borrowers ask of the lendable capacity.
+struct Ask<'a> {
+    job: &'a ClusterJob,
+    /// The part beyond what is left of the team's own quota (the job straddles it).
+    beyond: u32,
+    /// The team's own idle quota the job would use.
+    own: u32,
+}
+
+/// Phase 5: lendable idle capacity shared out by `idle_sharing`; returns each team's
+/// allowance beyond its quota and the borrowers in the order they are served.
+fn share_idle_capacity<'a>(
+    rules: &Rules<'_>,
+    input: &GovernInput<'_>,
+    running: &Running<'_>,
+    pending: &Pending<'a>,
+) -> (BTreeMap<String, u32>, Vec<&'a ClusterJob>) {
+    let config = rules.config;
+    // Each team's first borrower that can start and may borrow straddles its unused quota:
+    // it uses that quota and borrows only the rest (a 3-GPU job of a team with 2 idle GPUs of
+    // quota borrows 1). That quota is then not lent to others.
+    let mut first_ask: BTreeMap<&str, Ask<'a>> = BTreeMap::new();
+    for (team, jobs) in &pending.borrowers {
+        let room = pending.room.get(team).copied().unwrap_or(0);
+        if let Some(j) = jobs.iter().find(|j| rules.preemptible(j) && j.eligible) {
+            let own = room.min(j.gpus);
+            first_ask.insert(
+                team,
+                Ask {
+                    job: j,
+                    beyond: j.gpus - own,
+                    own,
+                },
+            );
         }
-    }
-    for j in &displacing {
-        if j.parked {
-            release.push(j.id);
-        }
-    }
-    for jobs in borrowers.values() {
-        for j in jobs {
-            if !class_of(j).preemptible && !j.parked && j.eligible {
-                park.push(j.id);
-            }
-        }
-    }
-    // Displacing jobs wait for the governor's requeue: they preempt nobody themselves.
-    for j in &displacing {
-        priorities.insert(j.id, encode(priority::reclaim_level(0), class_idx(j)));
     }
 
-    // Borrowing: lendable idle capacity, shared by idle_sharing.
     // Unallocated capacity counts negative when quotas exceed what is usable (a drained
     // node): the missing GPUs come out of what others may borrow.
     let total_quota: i64 = config.teams.iter().map(|t| i64::from(t.quota.total)).sum();
     let mut lendable = i64::from(input.capacity) - total_quota;
     let mut borrowed_now = 0i64;
-    // What each team lends: its idle quota not claimed by its own waiting in-quota jobs, up to
-    // its lend limit.
+    // What each team lends: its idle quota not claimed by its own in-quota or straddling
+    // jobs, up to its lend limit.
     let mut lends: BTreeMap<&str, i64> = BTreeMap::new();
     for t in &config.teams {
-        let used = usage.get(t.name.as_str()).copied().unwrap_or(0);
-        let claimed = team_states
+        let used = running.usage.get(t.name.as_str()).copied().unwrap_or(0);
+        let claimed = pending
+            .team_states
             .get(&t.name)
             .map(|s| s.pending_in_quota_gpus)
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .saturating_add(first_ask.get(t.name.as_str()).map_or(0, |a| a.own));
         let idle = t.quota.total.saturating_sub(used).saturating_sub(claimed);
         let lend = i64::from(t.lend_limit.min(t.quota.total).min(idle));
         lends.insert(t.name.as_str(), lend);
@@ -466,7 +582,7 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
     // Shared by all borrowers; a team never borrows its own idle quota.
     let mut remaining = lendable - borrowed_now;
 
-    let mut order: Vec<&str> = borrowers.keys().copied().collect();
+    let mut order: Vec<&str> = pending.borrowers.keys().copied().collect();
     match config.cluster.idle_sharing {
         IdleSharing::FairShare => order.sort_by(|a, b| {
             let fa = input.fairshare.get(*a).copied().unwrap_or(1.0);
@@ -476,20 +592,21 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
                 .then(a.cmp(b))
         }),
         IdleSharing::Fifo => order.sort_by_key(|t| {
-            borrowers[*t]
+            pending.borrowers[*t]
                 .iter()
-                .filter(|j| class_of(j).preemptible)
+                .filter(|j| rules.preemptible(j) && j.eligible)
                 .map(|j| (j.submit, j.id))
                 .min()
                 .unwrap_or((i64::MAX, u64::MAX))
         }),
     }
-    let mut allowance: BTreeMap<&str, u32> = BTreeMap::new();
-    let mut rank = 0usize;
-    let mut borrow_jobs: Vec<&ClusterJob> = Vec::new();
+    let mut allowance: BTreeMap<String, u32> = BTreeMap::new();
+    let mut served: Vec<&ClusterJob> = Vec::new();
     for name in &order {
-        let team = config.team(name).expect("borrowers are configured teams");
-        let used = usage.get(*name).copied().unwrap_or(0);
+        let Some(team) = config.team(name) else {
+            continue;
+        };
+        let used = running.usage.get(*name).copied().unwrap_or(0);
         let borrowed = used.saturating_sub(team.quota.total);
         let headroom = team
             .borrow_limit
@@ -498,44 +615,118 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
         let own = lends.get(*name).copied().unwrap_or(0);
         let mut available = u32::try_from((remaining - own).max(0)).unwrap_or(u32::MAX);
         let mut given = 0u32;
-        for j in &borrowers[*name] {
+        let ask = first_ask.get(*name);
+        for j in &pending.borrowers[*name] {
             // A non-preemptible class may never borrow; a job that could not start anyway
             // (begin time, dependency) must not open the door for one that may not borrow.
-            if !class_of(j).preemptible || !j.eligible {
+            if !rules.preemptible(j) || !j.eligible {
                 continue;
             }
-            if j.gpus <= available.min(headroom.saturating_sub(given)) {
-                available -= j.gpus;
-                given += j.gpus;
+            let beyond = match ask {
+                Some(a) if a.job.id == j.id => a.beyond,
+                _ => j.gpus,
+            };
+            if beyond <= available.min(headroom.saturating_sub(given)) {
+                available -= beyond;
+                given += beyond;
             }
         }
         remaining -= i64::from(given);
-        allowance.insert(name, given);
-        // Everyone waiting to borrow, in the order they are served.
-        for j in &borrowers[*name] {
-            borrow_jobs.push(j);
-        }
+        allowance.insert(name.to_string(), given);
+        served.extend(pending.borrowers[*name].iter().copied());
     }
     if config.cluster.idle_sharing == IdleSharing::Fifo {
-        borrow_jobs.sort_by_key(|j| (j.submit, j.id));
+        served.sort_by_key(|j| (j.submit, j.id));
     }
-    for j in borrow_jobs {
-        let level = if class_of(j).preemptible {
+    (allowance, served)
+}
+
+pub fn plan(input: &GovernInput<'_>) -> Plan {
+    let config = input.config;
+    let rules = Rules::new(config);
+    let mut priorities = BTreeMap::new();
+
+    let running = sort_running(&rules, input.jobs, &mut priorities);
+    let victims = order_victims(&rules, running.victims.clone(), input.now, &mut priorities);
+    let total_used = running
+        .usage
+        .values()
+        .fold(0u32, |s, u| s.saturating_add(*u));
+    let free = input.capacity.saturating_sub(total_used);
+
+    let pending = sort_pending(&rules, input.jobs, &running);
+    let pending_in_quota_gpus = pending
+        .in_quota
+        .iter()
+        .fold(0u32, |s, j| s.saturating_add(j.gpus));
+    let mut state = PublishedState {
+        version: STATE_VERSION,
+        generated_at: input.now,
+        config_digest: config.digest.clone(),
+        capacity: input.capacity,
+        free_gpus: free,
+        pending_in_quota_gpus,
+        teams: BTreeMap::new(),
+        victims,
+    };
+
+    let reclaim = fallback_reclaim(
+        &pending.in_quota,
+        &state.victims,
+        &pending.displace,
+        free,
+        input.now,
+    );
+    let in_quota_level = state.in_quota_level();
+    let mut park = Vec::new();
+    let mut release = Vec::new();
+    for j in &pending.in_quota {
+        priorities.insert(j.id, encode(in_quota_level, rules.class_idx(j)));
+        if j.parked {
+            release.push(j.id);
+        }
+    }
+    // Displacing jobs wait for the governor's requeue: they preempt nobody themselves.
+    for j in &pending.displacing {
+        priorities.insert(j.id, encode(priority::reclaim_level(0), rules.class_idx(j)));
+        if j.parked {
+            release.push(j.id);
+        }
+    }
+    for jobs in pending.borrowers.values() {
+        for j in jobs {
+            if !rules.preemptible(j) && !j.parked && j.eligible {
+                park.push(j.id);
+            }
+        }
+    }
+
+    let (allowance, served) = share_idle_capacity(&rules, input, &running, &pending);
+    for (rank, j) in served.iter().enumerate() {
+        let level = if rules.preemptible(j) {
             priority::borrow_level(rank)
         } else {
             priority::BORROW_BASE
         };
-        rank += 1;
-        priorities.insert(j.id, encode(level, class_idx(j)));
+        priorities.insert(j.id, encode(level, rules.class_idx(j)));
+    }
+    // Jobs that cannot start now sit at the bottom; the pass after they become eligible
+    // ranks them.
+    for j in &pending.waiting {
+        priorities.insert(j.id, encode(priority::BORROW_BASE, rules.class_idx(j)));
     }
 
     let mut gpu_limits = BTreeMap::new();
+    let mut team_states = pending.team_states;
     for t in &config.teams {
-        let used = usage.get(t.name.as_str()).copied().unwrap_or(0);
-        let mut limit =
-            t.quota.total.max(used) + allowance.get(t.name.as_str()).copied().unwrap_or(0);
+        let used = running.usage.get(t.name.as_str()).copied().unwrap_or(0);
+        let mut limit = t
+            .quota
+            .total
+            .max(used)
+            .saturating_add(allowance.get(&t.name).copied().unwrap_or(0));
         if let Some(b) = t.borrow_limit {
-            limit = limit.min(t.quota.total + b);
+            limit = limit.min(t.quota.total.saturating_add(b));
         }
         gpu_limits.insert(t.name.clone(), limit);
         if let Some(ts) = team_states.get_mut(&t.name) {
@@ -544,11 +735,23 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
     }
     state.teams = team_states;
 
+    // GPUs in a governed partition outside every team: nothing governs them, so the governor
+    // holds them (an administrator may release them into a team's account).
+    let outside = input
+        .jobs
+        .iter()
+        .filter(|j| config.team(&j.team).is_none() && j.gpus > 0)
+        .filter(|j| j.phase == Phase::Running || j.priority != 0)
+        .map(|j| j.id)
+        .collect();
+
     Plan {
         priorities,
         gpu_limits,
-        displace,
-        reclaim: reclaim_now,
+        displace: pending.displace,
+        reclaim,
+        violations: running.violations,
+        outside,
         park,
         release,
         state,
@@ -612,6 +815,7 @@ min_runtime_before_reclaim = "0s"
             start: Some(start),
             eligible: true,
             parked: false,
+            batch: true,
         }
     }
 
@@ -626,6 +830,7 @@ min_runtime_before_reclaim = "0s"
             start: None,
             eligible: true,
             parked: false,
+            batch: true,
         }
     }
 
@@ -662,7 +867,7 @@ min_runtime_before_reclaim = "0s"
     }
 
     #[test]
-    fn pending_in_quota_jobs_sit_just_above_the_victims_they_need() {
+    fn pending_in_quota_jobs_sit_above_every_victim_and_below_the_protected() {
         let c = config("");
         let mut jobs: Vec<_> = (1..=8)
             .map(|i| running(i, "training", 100 + i as i64))
@@ -672,8 +877,12 @@ min_runtime_before_reclaim = "0s"
         let p = plan_for(&c, &jobs, &[]);
         let l = level(p.priorities[&20]);
         assert_eq!(l, level(p.priorities[&21]));
-        // Above victims 8 and 7, below 6 and 5.
-        assert!(l > level(p.priorities[&7]) && l < level(p.priorities[&6]));
+        // Slurm preempts the lowest victims first and only as many as each job needs: each
+        // in-quota job can reclaim on its own, whatever the other does.
+        for v in 5..=8 {
+            assert!(l > level(p.priorities[&v]), "victim {v}");
+        }
+        assert!(l < priority::PROTECTED_BASE);
         assert_eq!(p.state.pending_in_quota_gpus, 2);
     }
 
@@ -689,21 +898,6 @@ min_runtime_before_reclaim = "0s"
         // Only the job waiting past the fallback delay, only one victim, the first in order.
         assert_eq!(p.reclaim, [8]);
         assert!(p.displace.is_empty());
-    }
-
-    #[test]
-    fn an_in_quota_job_that_keeps_waiting_is_opened_to_every_victim() {
-        let c = config("");
-        let mut jobs: Vec<_> = (1..=8)
-            .map(|i| running(i, "training", 100 + i as i64))
-            .collect();
-        let mut two = pending(20, "agents", 1_000 - ESCALATE_AFTER_SECS);
-        two.gpus = 2;
-        jobs.push(two);
-        let p = plan_for(&c, &jobs, &[]);
-        // Above all four victims, still below every protected job.
-        assert!(level(p.priorities[&20]) > level(p.priorities[&5]));
-        assert!(level(p.priorities[&20]) < priority::PROTECTED_BASE);
     }
 
     #[test]
@@ -840,29 +1034,125 @@ min_runtime_before_reclaim = "0s"
     }
 
     #[test]
-    fn young_victims_are_skipped_when_counting_what_a_reclaim_needs() {
+    fn finding5_a_job_that_cannot_start_neither_displaces_nor_reserves_quota() {
+        let c = config("");
+        let experiment = |mut j: ClusterJob| {
+            j.priority = encode(priority::protected_level(10), 3);
+            j
+        };
+        let mut jobs = vec![
+            experiment(running(1, "agents", 100)),
+            experiment(running(2, "agents", 101)),
+        ];
+        // A higher class waiting for its begin time (or a dependency): not startable.
+        let mut later = pending(9, "agents", 300);
+        later.priority = encode(priority::BORROW_BASE, 2);
+        later.eligible = false;
+        jobs.push(later);
+        // research's in-quota job that waits for a dependency keeps nothing back.
+        let mut dep = pending(10, "research", 300);
+        dep.eligible = false;
+        jobs.push(dep);
+        jobs.extend((11..=14).map(|i| pending(i, "training", 400 + i as i64)));
+        jobs.extend((15..=20).map(|i| pending(i, "training", 400 + i as i64)));
+        let p = plan_for(&c, &jobs, &[]);
+        assert!(p.displace.is_empty(), "displaced {:?}", p.displace);
+        assert_eq!(p.state.teams["research"].pending_in_quota_gpus, 0);
+        assert_eq!(p.state.pending_in_quota_gpus, 4);
+        // research's idle 2 are lent: training may hold 4 + 2.
+        assert_eq!(p.gpu_limits["training"], 6);
+        assert!(level(p.priorities[&9]) < VICTIM_BASE);
+    }
+
+    #[test]
+    fn finding9_a_job_larger_than_the_borrow_headroom_borrows_only_its_part_beyond_quota() {
+        let c = config("");
+        // Idle cluster; agents (quota 2, borrow limit 2) asks for 3 at once.
+        let mut three = pending(1, "agents", 100);
+        three.gpus = 3;
+        let p = plan_for(&c, &[three.clone()], &[]);
+        assert_eq!(p.gpu_limits["agents"], 3);
+        // 5 can never fit (4 at most), and gets nothing beyond the ceiling.
+        three.gpus = 5;
+        let p = plan_for(&c, &[three], &[]);
+        assert!(p.gpu_limits["agents"] <= 4);
+    }
+
+    #[test]
+    fn finding4_a_non_preemptible_job_running_beyond_quota_is_a_violation() {
+        let c = config("");
+        let jobs: Vec<_> = (1..=3)
+            .map(|i| {
+                let mut j = running(i, "agents", 100 + i as i64);
+                j.priority = encode(priority::protected_level(100), 1);
+                j
+            })
+            .collect();
+        let p = plan_for(&c, &jobs, &[]);
+        // agents' quota is 2: the youngest inference job runs beyond it.
+        assert_eq!(p.violations, [3]);
+        assert!(p.state.victims.is_empty());
+        // A preemptible job of the team is the one beyond quota when it is younger.
+        let mut jobs = jobs[..2].to_vec();
+        jobs.insert(0, running(4, "agents", 50));
+        let p = plan_for(&c, &jobs, &[]);
+        assert!(p.violations.is_empty());
+        let victims: Vec<u64> = p.state.victims.iter().map(|v| v.job_id).collect();
+        assert_eq!(victims, [4]);
+    }
+
+    #[test]
+    fn finding3_gpus_outside_every_team_are_listed_to_hold() {
+        let c = config("");
+        let mut outsider = running(1, "physics", 100);
+        outsider.gpus = 8;
+        let mut cpu_only = pending(2, "physics", 100);
+        cpu_only.gpus = 0;
+        let mut held = pending(3, "physics", 100);
+        held.priority = 0;
+        let p = plan_for(
+            &c,
+            &[outsider, cpu_only, held, pending(4, "physics", 100)],
+            &[],
+        );
+        assert_eq!(p.outside, [1, 4]);
+        assert!(!p.priorities.contains_key(&1));
+    }
+
+    #[test]
+    fn unreadable_requests_never_widen_a_limit() {
+        let c = config("");
+        let mut odd = pending(1, "research", 100);
+        odd.gpus = UNREADABLE_GPUS;
+        let p = plan_for(&c, &[odd], &[]);
+        assert_eq!(p.state.pending_in_quota_gpus, 0);
+        assert_eq!(p.gpu_limits["research"], 2);
+    }
+
+    #[test]
+    fn the_in_quota_level_is_above_every_victim_and_the_state_round_trips() {
         let mut s = PublishedState {
             version: STATE_VERSION,
             generated_at: 0,
+            config_digest: "abc".into(),
             capacity: 8,
             free_gpus: 0,
             pending_in_quota_gpus: 0,
             teams: BTreeMap::new(),
             victims: vec![],
         };
-        for (rank, exempt_until) in [(0usize, 50i64), (1, 0), (2, 0)] {
+        assert_eq!(s.in_quota_level(), priority::reclaim_level(0));
+        for rank in 0..3usize {
             s.victims.push(Victim {
                 job_id: rank as u64,
                 team: "t".into(),
                 gpus: 1,
                 level: priority::victim_level(rank),
-                exempt_until,
+                exempt_until: 0,
             });
         }
-        // At t=10 the first victim is exempt: one GPU needs the level above the second.
-        assert_eq!(s.reclaim_level(1, 10), priority::reclaim_level(2));
-        assert_eq!(s.reclaim_level(1, 60), priority::reclaim_level(1));
-        assert_eq!(s.reclaim_level(0, 60), priority::reclaim_level(0));
+        assert!(s.in_quota_level() > priority::victim_level(2));
+        assert!(s.in_quota_level() < priority::victim_level(3));
         let json = s.to_json();
         assert_eq!(PublishedState::from_json(&json).unwrap(), s);
         assert!(PublishedState::from_json("{\"version\": 99}").is_err());

@@ -119,6 +119,7 @@ pub fn state() -> PublishedState {
         .collect();
     PublishedState {
         version: STATE_VERSION,
+        config_digest: String::new(),
         generated_at: NOW - 1,
         capacity: CAPACITY,
         free_gpus: 0,
@@ -224,6 +225,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
                 start: Some(start),
                 eligible: true,
                 parked: false,
+                batch: true,
             });
             id += 1;
         }
@@ -247,6 +249,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
             start: None,
             eligible: i % 13 != 0,
             parked: false,
+            batch: true,
         });
         id += 1;
     }

@@ -34,12 +34,6 @@ pub enum GovernError {
     Slurm(#[from] SlurmCommandError),
     #[error("capacity: {0}")]
     Capacity(#[from] capacity::CapacityError),
-    #[error("squeue line {line}: {reason}: {text:?}")]
-    Squeue {
-        line: usize,
-        reason: String,
-        text: String,
-    },
     #[error("cannot write the state file {path}: {source}")]
     StateFile {
         path: PathBuf,
@@ -59,52 +53,105 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
             "-t".into(),
             "PD,R,CG,S".into(),
             "-O".into(),
-            "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|".into(),
+            SQUEUE_FIELDS.into(),
         ],
         SQUEUE_TIMEOUT,
     )
 }
+
+const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|";
+const SQUEUE_FIELD_COUNT: usize = 14;
 
 fn na(s: &str) -> Option<String> {
     let s = s.trim();
     (!s.is_empty() && s != "N/A" && s != "(null)").then(|| s.to_string())
 }
 
+/// A squeue line the governor could not read, and what it did with its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub line: usize,
+    pub reason: String,
+    pub text: String,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "squeue line {}: {}: {:?}",
+            self.line, self.reason, self.text
+        )
+    }
+}
+
 /// Read squeue's output (times are UTC: Slurm clients run with TZ=UTC).
-pub fn parse_squeue(text: &str) -> Result<Vec<ClusterJob>, GovernError> {
-    let mut jobs = Vec::new();
+///
+/// No line fails the pass: users write most of what squeue prints (any value Slurm accepts,
+/// at submit or by `scontrol update`), and one job must not stop governance for everyone. A
+/// line that cannot be read is returned apart; a pending job whose GPU request cannot be read
+/// is kept with [`governance::UNREADABLE_GPUS`] (never in quota, never given an allowance).
+pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unreadable>) {
+    let mut jobs: Vec<ClusterJob> = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut pending_ids = std::collections::BTreeSet::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let bad = |reason: &str| GovernError::Squeue {
-            line: i + 1,
-            reason: reason.to_string(),
-            text: line.to_string(),
+        let mut bad = |reason: &str| {
+            unreadable.push(Unreadable {
+                line: i + 1,
+                reason: reason.to_string(),
+                text: line.chars().take(300).collect(),
+            })
         };
         let f: Vec<&str> = line.split('|').collect();
-        if f.len() < 13 {
-            return Err(bad("expected 13 fields"));
+        if f.len() < SQUEUE_FIELD_COUNT {
+            bad(&format!("expected {SQUEUE_FIELD_COUNT} fields"));
+            continue;
         }
-        // Array jobs print 12_3 for a task and 12_[4-9] for pending tasks; both are one job
-        // record in Slurm, and updates address it by its id.
-        let id_text = f[0].trim();
-        let id: u64 = id_text
+        // Running array tasks print their own job id; pending tasks of an array share one
+        // record (12_[4-9] in other formats), addressed by its id.
+        let Some(id) = f[0]
+            .trim()
             .split(['_', '+'])
             .next()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| bad("bad job id"))?;
+            .and_then(|s| s.parse::<u64>().ok())
+        else {
+            bad("bad job id");
+            continue;
+        };
         let phase = match f[2].trim() {
             "PENDING" => Phase::Pending,
             // Completing and suspended jobs still hold their GPUs.
             "RUNNING" | "COMPLETING" | "SUSPENDED" => Phase::Running,
             _ => continue,
         };
-        let priority: u32 = f[3].trim().parse().map_err(|_| bad("bad priority"))?;
-        let submit = parse_utc(f[4]).ok_or_else(|| bad("bad submit time"))?;
+        let priority: u32 = match f[3].trim().parse() {
+            Ok(p) => p,
+            Err(_) => {
+                bad("bad priority (ranked as no class)");
+                1
+            }
+        };
+        let submit = match parse_utc(f[4]) {
+            Some(t) => t,
+            None => {
+                bad("bad submit time (taken as now)");
+                now
+            }
+        };
         let start = parse_utc(f[5]);
         let gpus = if phase == Phase::Running {
-            gpu_count(f[6]).map_err(|e| bad(&e.to_string()))?.total
+            match gpu_count(f[6]) {
+                Ok(c) => u32::try_from(c.total).unwrap_or(u32::MAX),
+                Err(e) => {
+                    // Slurm writes the allocation itself; counted as none rather than stop.
+                    bad(&format!("{e} (running job counted without GPUs)"));
+                    0
+                }
+            }
         } else {
             let ask = GpuAsk {
                 tres_per_job: na(f[7]),
@@ -116,21 +163,23 @@ pub fn parse_squeue(text: &str) -> Result<Vec<ClusterJob>, GovernError> {
                 ntasks_per_node: None,
                 sockets_per_node: None,
             };
-            gpus_requested(&ask).map_err(|e| bad(&e.to_string()))?.total
+            match gpus_requested(&ask) {
+                Ok(c) => u32::try_from(c.total).unwrap_or(governance::UNREADABLE_GPUS),
+                Err(e) => {
+                    bad(&format!("{e} (job treated as never fitting)"));
+                    governance::UNREADABLE_GPUS
+                }
+            }
         };
-        // Pending array tasks share one record: counted once (the scheduler starts one at a
-        // time), which is what the reclaim arithmetic needs.
-        if jobs
-            .iter()
-            .any(|j: &ClusterJob| j.id == id && phase == Phase::Pending)
-        {
+        // Pending array tasks share one record: counted once here.
+        if phase == Phase::Pending && !pending_ids.insert(id) {
             continue;
         }
         jobs.push(ClusterJob {
             id,
             team: f[1].trim().to_string(),
             phase,
-            gpus: u32::try_from(gpus).unwrap_or(u32::MAX),
+            gpus,
             priority,
             submit,
             start: if phase == Phase::Running { start } else { None },
@@ -138,10 +187,11 @@ pub fn parse_squeue(text: &str) -> Result<Vec<ClusterJob>, GovernError> {
             // squeue's StartTime of a job waiting for its begin time is that begin time.
             parked: phase == Phase::Pending
                 && f[12].trim() == "BeginTime"
-                && start.is_some_and(|b| b - period::now() >= governance::PARKED_AFTER_SECS),
+                && start.is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
+            batch: f[13].trim() != "0",
         });
     }
-    Ok(jobs)
+    (jobs, unreadable)
 }
 
 /// Whether a pending job waits only for resources or limits (so GPUs given to its team would
@@ -172,7 +222,22 @@ pub struct PassReport {
     pub displaced: Vec<u64>,
     /// Borrowed jobs the governor requeued itself for in-quota jobs Slurm left waiting.
     pub reclaimed: Vec<u64>,
+    /// Non-preemptible jobs found running beyond their team's quota, requeued (or cancelled).
+    pub violations: Vec<u64>,
+    /// Jobs holding or asking for GPUs outside every team: held (pending) or requeued and
+    /// held (running batch) or cancelled (running interactive).
+    pub held: Vec<u64>,
+    /// Jobs the plan named that had changed before the act (ended, requeued, restarted): left
+    /// alone.
+    pub skipped: Vec<u64>,
+    /// Slurm commands that failed (tried again next pass when still needed).
+    pub failures: Vec<String>,
     pub capacity: u32,
+    /// The state the pass published (so its readers need not read the file back).
+    pub state: Option<PublishedState>,
+    /// squeue lines the pass could not read (logged once each, counted in metrics); their jobs
+    /// were treated as never in quota.
+    pub unreadable: Vec<String>,
 }
 
 pub struct Governor {
@@ -243,16 +308,18 @@ impl Governor {
             fairshare::factors(&weights, &usage, self.config.accountd.fairshare_dampening);
     }
 
-    /// One pass: read Slurm, plan, apply, publish.
+    /// One pass: read Slurm, plan, publish, apply.
+    ///
+    /// The state is published as soon as the plan exists, so the plugin always judges
+    /// submissions by the newest view. Actions on running jobs come next and are conditional
+    /// (see [`Governor::act_on_running`]); priorities, park/release and holds are harmless on
+    /// a job that changed meanwhile (Slurm refuses them or the next pass corrects them).
     pub fn pass(&mut self) -> Result<PassReport, GovernError> {
         let now = period::now();
         self.refresh_fairshare(now);
         let cap = capacity::measure(&self.config.cluster.partitions)?;
         let out = squeue_command(&self.config.cluster.partitions).run()?;
-        let jobs: Vec<ClusterJob> = parse_squeue(&out.stdout)?
-            .into_iter()
-            .filter(|j| self.config.team(&j.team).is_some())
-            .collect();
+        let (jobs, unreadable) = parse_squeue(&out.stdout, now);
         let plan = governance::plan(&GovernInput {
             config: &self.config,
             capacity: cap.total,
@@ -260,27 +327,31 @@ impl Governor {
             fairshare: &self.fairshare,
             now,
         });
+        write_state(self.state_file(), &plan.state)?;
         let mut report = PassReport {
             jobs: jobs.len(),
             capacity: cap.total,
+            unreadable: unreadable.iter().map(ToString::to_string).collect(),
             ..PassReport::default()
         };
         // Limits first: a tighter ceiling must hold before priorities let anything start.
-        self.apply_limits(&plan, &mut report)?;
+        self.apply_limits(&plan, &mut report);
+        self.act_on_running(&plan, &jobs, &mut report)?;
         report.priority_updates = apply_priorities(&plan, &jobs)?;
-        self.displace(&plan, &mut report)?;
         park_and_release(&plan)?;
-        write_state(self.state_file(), &plan.state)?;
+        let held = hold_outside(&plan, &jobs)?;
+        report.held.extend(held);
+        report.state = Some(plan.state);
         Ok(report)
     }
 
-    fn apply_limits(&mut self, plan: &Plan, report: &mut PassReport) -> Result<(), GovernError> {
+    fn apply_limits(&mut self, plan: &Plan, report: &mut PassReport) {
         let cluster = slurm_name(&self.config.cluster.name);
         for (team, limit) in &plan.gpu_limits {
             if self.limits.get(team) == Some(limit) {
                 continue;
             }
-            SlurmCommand::new(
+            let result = SlurmCommand::new(
                 "sacctmgr",
                 vec![
                     "-i".into(),
@@ -294,36 +365,173 @@ impl Governor {
                 ],
                 UPDATE_TIMEOUT,
             )
-            .run_unchecked()?;
-            self.limits.insert(team.clone(), *limit);
-            report.limit_updates.push((team.clone(), *limit));
+            .run();
+            match result {
+                Ok(_) => {
+                    self.limits.insert(team.clone(), *limit);
+                    report.limit_updates.push((team.clone(), *limit));
+                }
+                // Not remembered as set: tried again next pass.
+                Err(e) => report.failures.push(e.to_string()),
+            }
         }
-        Ok(())
     }
 
-    fn displace(&self, plan: &Plan, report: &mut PassReport) -> Result<(), GovernError> {
-        for (ids, done) in [
-            (&plan.displace, &mut report.displaced),
-            (&plan.reclaim, &mut report.reclaimed),
-        ] {
-            for id in ids {
-                let cmd = match self.config.governance.reclaim_mode {
-                    teamshare_config::ReclaimMode::Requeue => SlurmCommand::new(
-                        "scontrol",
-                        vec!["requeue".into(), id.to_string()],
-                        UPDATE_TIMEOUT,
-                    ),
-                    teamshare_config::ReclaimMode::Cancel => {
-                        SlurmCommand::new("scancel", vec![id.to_string()], UPDATE_TIMEOUT)
-                    }
+    /// Requeue or cancel the running jobs the plan names, only if each is still the run the
+    /// plan saw: one squeue call re-reads them just before acting, and a job that ended, was
+    /// requeued or restarted since is left alone. Requeues use `scontrol requeue Incomplete`,
+    /// which slurmctld itself refuses for a job that has finished (a plain requeue of a
+    /// finished batch job runs it again). Interactive allocations cannot be requeued: they
+    /// are cancelled (`scancel --state=RUNNING`).
+    fn act_on_running(
+        &self,
+        plan: &Plan,
+        jobs: &[ClusterJob],
+        report: &mut PassReport,
+    ) -> Result<(), GovernError> {
+        let targets: Vec<(u64, Act)> = plan
+            .displace
+            .iter()
+            .map(|id| (*id, Act::Displace))
+            .chain(plan.reclaim.iter().map(|id| (*id, Act::Reclaim)))
+            .chain(plan.violations.iter().map(|id| (*id, Act::Violation)))
+            .chain(
+                plan.outside
+                    .iter()
+                    .filter(|id| {
+                        jobs.iter()
+                            .any(|j| j.id == **id && j.phase == governance::Phase::Running)
+                    })
+                    .map(|id| (*id, Act::Outside)),
+            )
+            .collect();
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let seen: BTreeMap<u64, Option<i64>> = jobs
+            .iter()
+            .filter(|j| j.phase == governance::Phase::Running)
+            .map(|j| (j.id, j.start))
+            .collect();
+        let ids: Vec<String> = targets.iter().map(|(id, _)| id.to_string()).collect();
+        let now_running = still_running(&ids)?;
+        for (id, act) in targets {
+            let current = now_running.get(&id);
+            let same_run = matches!(current, Some((start, _)) if seen.get(&id) == Some(start));
+            if !same_run {
+                report.skipped.push(id);
+                continue;
+            }
+            let batch = current.is_some_and(|(_, batch)| *batch);
+            let cancel = !batch
+                || (act != Act::Outside
+                    && self.config.governance.reclaim_mode
+                        == teamshare_config::ReclaimMode::Cancel);
+            let cmd = if cancel {
+                SlurmCommand::new(
+                    "scancel",
+                    vec!["--state=RUNNING".into(), id.to_string()],
+                    UPDATE_TIMEOUT,
+                )
+            } else {
+                let verb = if act == Act::Outside {
+                    "requeuehold"
+                } else {
+                    "requeue"
                 };
-                // A job that ended meanwhile is not an error.
-                let _ = cmd.run_unchecked()?;
-                done.push(*id);
+                SlurmCommand::new(
+                    "scontrol",
+                    vec![verb.into(), "Incomplete".into(), id.to_string()],
+                    UPDATE_TIMEOUT,
+                )
+            };
+            match cmd.run() {
+                Ok(_) => match act {
+                    Act::Displace => report.displaced.push(id),
+                    Act::Reclaim => report.reclaimed.push(id),
+                    Act::Violation => report.violations.push(id),
+                    Act::Outside => report.held.push(id),
+                },
+                Err(e) => report.failures.push(e.to_string()),
             }
         }
         Ok(())
     }
+}
+
+/// Why the governor acts on a running job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Act {
+    Displace,
+    Reclaim,
+    Violation,
+    Outside,
+}
+
+/// The jobs among `ids` that are running now, with their start time and whether they are
+/// batch jobs. One squeue call however many ids; a job squeue no longer knows is absent.
+fn still_running(ids: &[String]) -> Result<BTreeMap<u64, (Option<i64>, bool)>, GovernError> {
+    let (_, out) = SlurmCommand::new(
+        "squeue",
+        vec![
+            "-h".into(),
+            "-a".into(),
+            "-t".into(),
+            "R".into(),
+            "-j".into(),
+            ids.join(","),
+            "-O".into(),
+            "JobID:|,StartTime:|,BatchFlag:|".into(),
+        ],
+        SQUEUE_TIMEOUT,
+    )
+    // squeue exits 1 when none of the ids is known any more: that is an answer too.
+    .run_unchecked()?;
+    Ok(out
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            let id = f.first()?.trim().parse().ok()?;
+            Some((id, (parse_utc(f.get(1)?), f.get(2)?.trim() != "0")))
+        })
+        .collect())
+}
+
+/// Hold pending jobs that ask for GPUs in a governed partition outside every team (an
+/// administrator's hold, which their owner cannot release), with the reason in their
+/// AdminComment. Returns the held ids.
+fn hold_outside(plan: &Plan, jobs: &[ClusterJob]) -> Result<Vec<u64>, GovernError> {
+    let ids: Vec<String> = plan
+        .outside
+        .iter()
+        .filter(|id| {
+            jobs.iter()
+                .any(|j| j.id == **id && j.phase == governance::Phase::Pending)
+        })
+        .map(u64::to_string)
+        .collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list = ids.join(",");
+    let _ = SlurmCommand::new(
+        "scontrol",
+        vec![
+            "update".into(),
+            format!("jobid={list}"),
+            "AdminComment=teamshare: held: GPU jobs in governed partitions must run in a team account (-A <team>)".into(),
+        ],
+        UPDATE_TIMEOUT,
+    )
+    .run_unchecked()?;
+    let (status, _) =
+        SlurmCommand::new("scontrol", vec!["hold".into(), list], UPDATE_TIMEOUT).run_unchecked()?;
+    Ok(if status.success() {
+        ids.iter().filter_map(|i| i.parse().ok()).collect()
+    } else {
+        Vec::new()
+    })
 }
 
 /// Set the priority of every job whose priority differs from the plan: one scontrol call per
@@ -404,19 +612,23 @@ mod tests {
     use super::*;
 
     const SQUEUE: &str = "\
-6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|
-10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|
-11_[1-3]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|
-11_[4-5]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|
-12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|
+6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|
+10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|
+11_[1-3]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|
+11_[4-5]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|
+12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|
+13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|
 ";
 
     #[test]
     fn squeue_lines_become_jobs_with_their_gpus() {
-        let jobs = parse_squeue(SQUEUE).unwrap();
+        let (jobs, unreadable) = parse_squeue(SQUEUE, 0);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
         let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
-        assert_eq!(ids, [6, 9, 10, 11]);
+        assert_eq!(ids, [6, 9, 10, 11, 13]);
+        // salloc/srun allocations are not batch jobs: they can only be cancelled.
+        assert!(jobs[0].batch && !jobs[4].batch);
         assert_eq!(jobs[0].phase, Phase::Running);
         assert_eq!(jobs[0].start, Some(1_796_008_504));
         assert_eq!(jobs[1].gpus, 2);
@@ -427,12 +639,27 @@ mod tests {
     }
 
     #[test]
-    fn malformed_squeue_is_an_error_naming_the_line() {
-        let e =
-            parse_squeue("6|training|RUNNING|x|2026-11-30T03:13:02|N/A|N/A|N/A|N/A|N/A|1|1|None|")
-                .unwrap_err();
-        assert!(e.to_string().contains("line 1: bad priority"), "{e}");
-        assert!(parse_squeue("1|2|3").is_err());
+    fn finding2_no_line_a_user_can_write_fails_the_pass() {
+        let text = "\
+6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|
+7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|
+8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|
+1|2|3
+x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priority|1|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|
+";
+        let (jobs, unreadable) = parse_squeue(text, 0);
+        let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
+        assert_eq!(ids, [6, 7, 8, 9]);
+        // The running job is kept (its priority is unreadable, not its GPUs).
+        assert_eq!((jobs[0].gpus, jobs[0].priority), (1, 1));
+        // 1t is 2^40 GPUs: far beyond any team; a malformed type cannot be read: never fitting.
+        assert_eq!(jobs[1].gpus, governance::UNREADABLE_GPUS);
+        assert_eq!(jobs[2].gpus, governance::UNREADABLE_GPUS);
+        assert_eq!(jobs[3].gpus, 1);
+        let lines: Vec<usize> = unreadable.iter().map(|u| u.line).collect();
+        assert_eq!(lines, [1, 3, 4, 5], "{unreadable:?}");
+        assert!(unreadable[0].to_string().contains("line 1: bad priority"));
     }
 
     #[test]
@@ -441,6 +668,7 @@ mod tests {
         let path = dir.path().join("sub/state.json");
         let state = PublishedState {
             version: governance::STATE_VERSION,
+            config_digest: String::new(),
             generated_at: 5,
             capacity: 8,
             free_gpus: 8,

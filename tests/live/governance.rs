@@ -42,7 +42,7 @@ const MINUTE: Duration = Duration::from_secs(60);
 const LONG: u32 = 3600;
 
 /// Run a scenario between two resets, restoring the configuration whatever happened.
-fn isolated(c: &Cluster, f: impl FnOnce(&Cluster) -> TestResult) -> TestResult {
+pub fn isolated(c: &Cluster, f: impl FnOnce(&Cluster) -> TestResult) -> TestResult {
     c.reset()?;
     let r = f(c);
     let restored = c.restore_config();
@@ -51,7 +51,7 @@ fn isolated(c: &Cluster, f: impl FnOnce(&Cluster) -> TestResult) -> TestResult {
 }
 
 /// Fill `team` with `n` long jobs and wait until they all run.
-fn fill(c: &Cluster, team: &str, n: usize, extra: &[&str]) -> Result<Vec<String>, String> {
+pub fn fill(c: &Cluster, team: &str, n: usize, extra: &[&str]) -> Result<Vec<String>, String> {
     let before = c.count(team, "RUNNING")?;
     let ids = c.submit_sleeps(team, n, LONG, extra)?;
     c.wait_running(team, before + n, 2 * MINUTE)?;
@@ -59,7 +59,7 @@ fn fill(c: &Cluster, team: &str, n: usize, extra: &[&str]) -> Result<Vec<String>
 }
 
 /// Wait until the governor has ranked `n` running borrowed jobs as reclaim victims.
-fn wait_victims(c: &Cluster, n: usize) -> TestResult {
+pub fn wait_victims(c: &Cluster, n: usize) -> TestResult {
     c.wait_for(&format!("{n} reclaim victims in the state"), MINUTE, || {
         let s = c.state()?;
         Ok((s["victims"].as_array().map(|v| v.len()) == Some(n)).then_some(()))

@@ -426,6 +426,25 @@ impl Cluster {
         Ok(id)
     }
 
+    /// Any Slurm client as the unprivileged test user (`runuser -u tsuser -- program args`).
+    pub fn run_as_user(&self, program: &str, args: &[&str]) -> Result<Output, String> {
+        let mut full: Vec<&str> = vec!["-u", PLAIN_USER, "--", program];
+        full.extend_from_slice(args);
+        self.run("runuser", &full)
+    }
+
+    /// The last lines of the governor's log (for failure messages).
+    pub fn governor_log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.dir.join("log/governor.log")).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The governor's whole log.
+    pub fn governor_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log/governor.log")).unwrap_or_default()
+    }
+
     /// Cancel every job the tests submitted that may still be queued or running.
     pub fn cancel_submitted(&self) {
         let ids: Vec<String> =

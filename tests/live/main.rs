@@ -11,6 +11,7 @@ use teamshare_live_tests::Cluster;
 
 mod accounting;
 mod governance;
+mod hostile;
 mod skeleton;
 
 type Scenario = fn(&Cluster) -> Result<(), String>;
@@ -23,6 +24,7 @@ fn main() -> std::process::ExitCode {
     let mut scenarios: Vec<(&str, Scenario)> = skeleton::SCENARIOS.to_vec();
     scenarios.extend_from_slice(governance::SCENARIOS);
     scenarios.extend_from_slice(accounting::SCENARIOS);
+    scenarios.extend_from_slice(hostile::SCENARIOS);
 
     let listing = args.list;
     let cluster: Result<Arc<Cluster>, String> = if listing {

@@ -7,8 +7,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use slurm_sys::slurm_err_t as err;
 use slurm_sys::{job_desc_msg_t, NO_VAL, NO_VAL16};
-use teamshare_policy::submit::{Admission, StateView};
-use teamshare_policy::{check_submit, GpuAsk, RejectKind, SubmitRequest, Verdict};
+use teamshare_policy::inputs::judge_state;
+use teamshare_policy::submit::{apply_ntasks_per_gpu, Admission, StateView};
+use teamshare_policy::{
+    check_modify, check_submit, check_without_config, GpuAsk, ModifyRequest, RejectKind,
+    SubmitRequest, Verdict,
+};
 
 use crate::{log, state};
 
@@ -42,6 +46,25 @@ pub fn guard_submit(err_msg: *mut *mut c_char, f: impl FnOnce() -> c_int) -> c_i
     err::ESLURM_ACCOUNTING_POLICY as c_int
 }
 
+/// Send panic messages to slurmctld's log, with where they happened, instead of Rust's default
+/// hook writing them to slurmctld's stderr. The guards still catch the panic and log what it
+/// interrupted. Installed once, by `init`.
+pub fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let place = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()))
+                .unwrap_or_else(|| "unknown place".to_string());
+            log::error(&format!(
+                "panic at {place}: {}",
+                panic_message(info.payload())
+            ));
+        }));
+    });
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
@@ -65,7 +88,8 @@ pub unsafe fn job_submit(
     // SAFETY: non-null, and slurmctld keeps it valid (under its locks) for this call.
     let desc = unsafe { &*job_desc };
     // SAFETY: as above; the strings are NUL-terminated C strings or NULL.
-    let request = unsafe { copy_request(desc, submit_uid) };
+    let mut request = unsafe { copy_request(desc, submit_uid) };
+    apply_ntasks_per_gpu(&mut request.gpus, u16_given(desc.ntasks_per_tres));
 
     #[cfg(feature = "test-panic")]
     {
@@ -75,28 +99,22 @@ pub unsafe fn job_submit(
         }
     }
 
-    let Some(snapshot) = state::current() else {
-        let msg = "teamshare: no valid teamshare.toml is loaded, so GPU jobs cannot be checked; ask the administrator (slurmctld log)";
-        if request.gpus != GpuAsk::default() || request.account.is_some() {
-            log::info(&format!(
-                "reject uid={submit_uid} account={} reason=no_configuration",
-                request.account.as_deref().unwrap_or("-")
-            ));
-            set_err_msg(err_msg, msg);
-            return slurm_sys::SLURM_ERROR;
-        }
-        return SUCCESS;
+    let Some(config) = state::current() else {
+        return match check_without_config(&request) {
+            Verdict::Accept(_) => SUCCESS,
+            Verdict::Reject(r) => refuse(submit_uid, &request.account, &r, err_msg),
+        };
     };
 
     let governor = state::governor();
     let now = unix_now();
-    let max_age =
-        i64::try_from(snapshot.config.governance.state_max_age.as_secs()).unwrap_or(i64::MAX);
+    let staleness = judge_state(governor.as_deref(), &config, now);
     let verdict = match governor.as_deref() {
-        Some(gs) if now.saturating_sub(gs.generated_at) <= max_age => {
+        Some(gs) if staleness.is_current() => {
+            state::note_staleness(&staleness);
             state::with_admitted(gs.generated_at, |admitted| {
                 let v = check_submit(
-                    &snapshot.config,
+                    &config,
                     &request,
                     StateView::Fresh {
                         state: gs,
@@ -110,26 +128,17 @@ pub unsafe fn job_submit(
                 v
             })
         }
-        other => {
-            let v = check_submit(&snapshot.config, &request, StateView::Stale);
+        _ => {
+            let v = check_submit(&config, &request, StateView::Stale);
+            // Logged when it matters: a governed job decided without current state.
             if v.admission().is_some_and(|a| a.team.is_some())
                 || matches!(&v, Verdict::Reject(r) if r.kind == RejectKind::StaleState)
             {
-                let why = match other {
-                    Some(gs) => format!(
-                        "last published {} s ago",
-                        now.saturating_sub(gs.generated_at)
-                    ),
-                    None => "nothing published yet".to_string(),
-                };
-                state::note_staleness(true, &why);
+                state::note_staleness(&staleness);
             }
             v
         }
     };
-    if governor.is_some_and(|gs| now.saturating_sub(gs.generated_at) <= max_age) {
-        state::note_staleness(false, "");
-    }
 
     match verdict {
         Verdict::Accept(admission) => {
@@ -138,17 +147,25 @@ pub unsafe fn job_submit(
             unsafe { apply(job_desc, &admission) };
             SUCCESS
         }
-        Verdict::Reject(r) => {
-            log::info(&format!(
-                "reject uid={submit_uid} account={} reason={} msg=\"{}\"",
-                request.account.as_deref().unwrap_or("-"),
-                r.kind.key(),
-                r.message
-            ));
-            set_err_msg(err_msg, &r.message);
-            error_code(r.kind)
-        }
+        Verdict::Reject(r) => refuse(submit_uid, &request.account, &r, err_msg),
     }
+}
+
+/// Log a refusal at info with uid, account and reason, and hand the message to the user.
+fn refuse(
+    submit_uid: u32,
+    account: &Option<String>,
+    r: &teamshare_policy::Rejection,
+    err_msg: *mut *mut c_char,
+) -> c_int {
+    log::info(&format!(
+        "reject uid={submit_uid} account={} reason={} msg=\"{}\"",
+        account.as_deref().unwrap_or("-"),
+        r.kind.key(),
+        r.message
+    ));
+    set_err_msg(err_msg, &r.message);
+    error_code(r.kind)
 }
 
 fn unix_now() -> i64 {
@@ -166,16 +183,7 @@ unsafe fn apply(job_desc: *mut job_desc_msg_t, admission: &Admission) {
     // SAFETY: per this function's contract.
     let desc = unsafe { &mut *job_desc };
     if let Some(qos) = admission.qos {
-        if let Ok(c) = CString::new(qos) {
-            // SAFETY: the old string (if any) came from Slurm's allocator and is freed with
-            // it; the new one is allocated by Slurm, which frees it with the request.
-            unsafe {
-                if !desc.qos.is_null() {
-                    slurm_sys::slurm_xfree((&mut desc.qos as *mut *mut c_char).cast());
-                }
-                desc.qos = slurm_sys::slurm_xstrdup(c.as_ptr());
-            }
-        }
+        set_qos(desc, qos);
     }
     // A priority of 0 is the user's `--hold`: keep it (the governor ranks the job once it is
     // released).
@@ -190,9 +198,24 @@ unsafe fn apply(job_desc: *mut job_desc_msg_t, admission: &Admission) {
     }
 }
 
+/// Replace the request's QOS with a Slurm-allocated copy of `qos`.
+fn set_qos(desc: &mut job_desc_msg_t, qos: &str) {
+    if let Ok(c) = CString::new(qos) {
+        // SAFETY: the old string (if any) came from Slurm's allocator and is freed with it; the
+        // new one is allocated by Slurm, which frees it with the request.
+        unsafe {
+            if !desc.qos.is_null() {
+                slurm_sys::slurm_xfree((&mut desc.qos as *mut *mut c_char).cast());
+            }
+            desc.qos = slurm_sys::slurm_xstrdup(c.as_ptr());
+        }
+    }
+}
+
 /// `scontrol update` on a job. The request holds only the changed fields; the job record is
-/// never read (its layout is internal to slurmctld), so only what the update itself says is
-/// checked. 22.05 passes no err_msg here: the refusal reaches the user as the error code.
+/// never read (its layout is internal to slurmctld), so the rules of
+/// `teamshare_policy::modify` decide from what the update itself says. 22.05 passes no err_msg
+/// here: the refusal reaches the user as the error code, the message goes to the log.
 ///
 /// # Safety
 /// `job_desc` is slurmctld's request for the duration of the call.
@@ -201,39 +224,34 @@ pub unsafe fn job_modify(job_desc: *mut job_desc_msg_t, submit_uid: u32) -> c_in
         return SUCCESS;
     }
     // SAFETY: non-null and valid for this call.
-    let desc = unsafe { &*job_desc };
-    // SAFETY: as above.
-    let request = unsafe { copy_request(desc, submit_uid) };
-    let Some(snapshot) = state::current() else {
+    let desc = unsafe { &mut *job_desc };
+    // SAFETY: as above; the strings are NUL-terminated C strings or NULL.
+    let copied = unsafe { copy_request(desc, submit_uid) };
+    let Some(config) = state::current() else {
         return SUCCESS;
     };
-    // teamshare owns the QOS and the priority of governed jobs: users may hold (priority 0)
-    // and release (INFINITE) their jobs, nothing else.
-    if submit_uid != 0 {
-        let priority_change =
-            desc.priority != NO_VAL && desc.priority != 0 && desc.priority != slurm_sys::INFINITE;
-        if request.qos.is_some() || priority_change {
-            log::info(&format!(
-                "reject modify uid={submit_uid} reason=internal_lever qos={} priority={}",
-                request.qos.as_deref().unwrap_or("-"),
-                if priority_change {
-                    desc.priority.to_string()
-                } else {
-                    "-".into()
-                }
-            ));
-            return err::ESLURM_ACCESS_DENIED as c_int;
+    let request = ModifyRequest {
+        submit_uid,
+        account: copied.account,
+        partition: copied.partition,
+        qos: copied.qos,
+        priority: (desc.priority != NO_VAL).then_some(desc.priority),
+        gpus: copied.gpus,
+        ntasks_per_gpu: u16_given(desc.ntasks_per_tres),
+    };
+    // The cluster's size only from a current state; the rest needs no state.
+    let governor = state::governor();
+    let capacity = governor
+        .as_deref()
+        .filter(|gs| judge_state(Some(gs), &config, unix_now()).is_current())
+        .map(|gs| gs.capacity);
+    match check_modify(&config, &request, capacity) {
+        Verdict::Accept(admission) => {
+            if let Some(qos) = admission.qos {
+                set_qos(desc, qos);
+            }
+            SUCCESS
         }
-    }
-    // Without the account in the update the team is unknown here; Slurm's association limits
-    // (GrpTRES set by `accountd setup-slurm`) still bound the team.
-    if request.account.is_none() {
-        return SUCCESS;
-    }
-    match check_submit(&snapshot.config, &request, StateView::Stale) {
-        Verdict::Accept(_) => SUCCESS,
-        // An update is judged on what it says, not on current usage.
-        Verdict::Reject(r) if r.kind == RejectKind::StaleState => SUCCESS,
         Verdict::Reject(r) => {
             log::info(&format!(
                 "reject modify uid={submit_uid} account={} reason={} msg=\"{}\"",
@@ -254,14 +272,18 @@ fn error_code(kind: RejectKind) -> c_int {
         RejectKind::NoConfiguration | RejectKind::StaleState => err::ESLURM_ACCOUNTING_POLICY,
         RejectKind::UnknownClass | RejectKind::InternalQos => err::ESLURM_INVALID_QOS,
         RejectKind::LargerThanCluster => err::ESLURM_INVALID_GRES,
+        // job_modify: 22.05 shows only the code's text, so the code carries the gist.
+        RejectKind::QosChange | RejectKind::PriorityChange => err::ESLURM_ACCESS_DENIED,
+        RejectKind::IncompleteUpdate => err::ESLURM_INVALID_GRES,
     }) as c_int
 }
 
 /// # Safety
 /// Every `char *` of `desc` is NULL or a valid NUL-terminated string.
 unsafe fn copy_request(desc: &job_desc_msg_t, submit_uid: u32) -> SubmitRequest {
-    let u32_opt = |v: u32| (v != NO_VAL && v != 0).then_some(v);
-    let u16_opt = |v: u16| (v != NO_VAL16 as u16 && v != 0).then_some(u32::from(v));
+    // NO_VAL is "not given"; 0 is given (the policy reads 0 as no count where that is
+    // Slurm's meaning).
+    let u32_opt = |v: u32| (v != NO_VAL).then_some(v);
     // SAFETY (all opt_string calls): guaranteed by this function's contract.
     unsafe {
         SubmitRequest {
@@ -281,13 +303,21 @@ unsafe fn copy_request(desc: &job_desc_msg_t, submit_uid: u32) -> SubmitRequest 
                 tres_per_socket: opt_string(desc.tres_per_socket),
                 min_nodes: u32_opt(desc.min_nodes),
                 num_tasks: u32_opt(desc.num_tasks),
-                ntasks_per_node: u16_opt(desc.ntasks_per_node),
-                sockets_per_node: u16_opt(desc.sockets_per_node),
+                ntasks_per_node: u16_given(desc.ntasks_per_node),
+                sockets_per_node: u16_given(desc.sockets_per_node),
             },
         }
     }
 }
 
+/// A 16-bit count, `None` for NO_VAL16 (not given).
+fn u16_given(v: u16) -> Option<u32> {
+    (v != NO_VAL16 as u16).then_some(u32::from(v))
+}
+
+/// NULL is "not given"; an empty string is a value (`qos=` asks for no QOS, `TresPerNode=`
+/// clears), so it is kept.
+///
 /// # Safety
 /// `p` is NULL or a valid NUL-terminated string.
 unsafe fn opt_string(p: *const c_char) -> Option<String> {
@@ -295,8 +325,7 @@ unsafe fn opt_string(p: *const c_char) -> Option<String> {
         return None;
     }
     // SAFETY: non-null and NUL-terminated per the contract.
-    let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
-    (!s.is_empty()).then_some(s)
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
 /// Hand a message to slurmctld, which frees it with `xfree`: it must come from Slurm's

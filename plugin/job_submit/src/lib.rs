@@ -29,7 +29,10 @@ pub static plugin_version: u32 = slurm_sys::VERSION_NUMBER;
 /// Called once when slurmctld loads the plugin: load teamshare.toml and start the reloader.
 #[no_mangle]
 pub extern "C" fn init() -> c_int {
-    ffi::guard("init", slurm_sys::SLURM_SUCCESS as c_int, state::init)
+    ffi::guard("init", slurm_sys::SLURM_SUCCESS as c_int, || {
+        ffi::install_panic_hook();
+        state::init()
+    })
 }
 
 /// Not called on a normal slurmctld shutdown in 22.05; stops the reloader when it is.

@@ -1,27 +1,26 @@
 //! What the plugin knows, held in memory so the submit path never touches a file.
 //!
-//! `init` loads teamshare.toml once; a background thread then watches it and swaps in each new
-//! valid version. An invalid new file keeps the last good one, with one log line per change of
-//! the file saying why (job_submit/lua does the same with its script).
+//! `init` loads teamshare.toml once; a background thread then watches it and the governor's
+//! state, and swaps in each new valid version. Reading is `teamshare_policy::inputs` (bounded,
+//! regular files only, never blocking); an invalid new file keeps the last good one, with one
+//! log line per change of the file saying why (job_submit/lua does the same with its script).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant};
 
 use teamshare_config::Config;
 use teamshare_policy::governance::PublishedState;
+use teamshare_policy::inputs::{
+    Change, ConfigSource, LogLine, Staleness, StalenessLog, StateSource,
+};
 use teamshare_policy::submit::Admitted;
 
 use crate::log;
 
-/// An immutable view the submit path works on.
-pub struct Snapshot {
-    pub config: Config,
-}
-
-static CURRENT: RwLock<Option<Arc<Snapshot>>> = RwLock::new(None);
+static CURRENT: RwLock<Option<Arc<Config>>> = RwLock::new(None);
 /// The governor's last published state, as read by the watcher.
 static GOVERNOR: RwLock<Option<Arc<PublishedState>>> = RwLock::new(None);
 /// In-quota admissions since that state (job_submit calls are serialised by slurmctld, the
@@ -31,31 +30,39 @@ static ADMITTED: Mutex<Admitted> = Mutex::new(Admitted {
     by_team: std::collections::BTreeMap::new(),
     total: 0,
 });
-/// Whether the last submit saw stale state, so the change is logged once, not per job.
-static STALE_LOGGED: AtomicBool = AtomicBool::new(false);
+/// The staleness condition last logged, so each change is logged once, not per job.
+static STALE_LOG: Mutex<StalenessLog> = Mutex::new(StalenessLog::new());
 static STOP: AtomicBool = AtomicBool::new(false);
 static RELOADER: Mutex<Option<JoinHandle<()>>> = Mutex::new(None);
 
-/// How often the reloader looks at the configuration's modification time.
+/// How often the reloader looks at the configuration's stamp.
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 /// How often it looks at the governor's state file (rewritten every governor pass).
 const STATE_INTERVAL: Duration = Duration::from_millis(250);
 
-/// The snapshot to judge a request with; `None` when no valid configuration was ever loaded.
-pub fn current() -> Option<Arc<Snapshot>> {
-    // A poisoned lock only means a writer panicked mid-swap; the Option inside is still whole.
-    match CURRENT.read() {
+fn read<T: Clone>(lock: &RwLock<T>) -> T {
+    // A poisoned lock only means a writer panicked mid-swap; the value inside is still whole.
+    match lock.read() {
         Ok(g) => g.clone(),
         Err(p) => p.into_inner().clone(),
     }
 }
 
+fn write<T>(lock: &RwLock<T>, value: T) {
+    match lock.write() {
+        Ok(mut g) => *g = value,
+        Err(p) => *p.into_inner() = value,
+    }
+}
+
+/// The configuration to judge a request with; `None` when no valid one was ever loaded.
+pub fn current() -> Option<Arc<Config>> {
+    read(&CURRENT)
+}
+
 /// The governor's state, if any was read.
 pub fn governor() -> Option<Arc<PublishedState>> {
-    match GOVERNOR.read() {
-        Ok(g) => g.clone(),
-        Err(p) => p.into_inner().clone(),
-    }
+    read(&GOVERNOR)
 }
 
 /// Run `f` with the admissions counted since `state` was generated.
@@ -68,22 +75,18 @@ pub fn with_admitted<T>(generated_at: i64, f: impl FnOnce(&mut Admitted) -> T) -
     f(&mut g)
 }
 
-/// Log the first submit that finds the state stale, and the first that finds it fresh again.
-pub fn note_staleness(stale: bool, why: &str) {
-    let was = STALE_LOGGED.swap(stale, Ordering::SeqCst);
-    if stale && !was {
-        log::error(&format!("governance state is stale: {why}; applying on_stale_state until accountd publishes again"));
-    } else if !stale && was {
-        log::info("governance state is current again");
-    }
-}
-
-fn publish(snapshot: Snapshot) {
-    let mut g = match CURRENT.write() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
+/// Log the first decision that finds the state stale (for each reason), and the first that
+/// finds it current again.
+pub fn note_staleness(s: &Staleness) {
+    let line = match STALE_LOG.lock() {
+        Ok(mut g) => g.note(s),
+        Err(p) => p.into_inner().note(s),
     };
-    *g = Some(Arc::new(snapshot));
+    match line {
+        Some(LogLine::Error(l)) => log::error(&l),
+        Some(LogLine::Info(l)) => log::info(&l),
+        None => {}
+    }
 }
 
 /// teamshare.toml beside slurm.conf, or `TEAMSHARE_CONFIG` when set (tests, odd layouts).
@@ -94,42 +97,35 @@ fn config_path() -> PathBuf {
     }
 }
 
-/// File identity used to notice a change without reading the file.
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
-}
-
-fn load(path: &Path) -> Result<Config, String> {
-    teamshare_config::load(path).map_err(|e| e.to_string())
-}
-
 pub fn init() -> i32 {
-    let path = config_path();
-    match load(&path) {
-        Ok(config) => {
+    let mut config = ConfigSource::new(config_path());
+    match config.poll() {
+        Some(Change::Loaded(c)) => {
             log::info(&format!(
-                "loaded {} cluster={} teams={} version={}",
-                path.display(),
-                config.cluster.name,
-                config.teams.len(),
+                "loaded {} cluster={} teams={} digest={} version={}",
+                config.path().display(),
+                c.cluster.name,
+                c.teams.len(),
+                c.digest,
                 env!("CARGO_PKG_VERSION")
             ));
-            let state_file = config.accountd.state_file.clone();
-            publish(Snapshot { config });
-            read_state(&state_file, &mut None);
+            write(&CURRENT, Some(c));
         }
-        Err(e) => {
-            // Refusing to start would take slurmctld down with it; refuse GPU jobs instead,
-            // loudly, until a valid file appears.
-            log::error(&format!(
-                "no valid configuration at {}; GPU jobs are refused until it is fixed: {}",
-                path.display(),
-                one_line(&e)
-            ));
-        }
+        // Refusing to start would take slurmctld down with it; refuse GPU jobs instead,
+        // loudly, until a valid file appears.
+        Some(Change::Kept(why)) => log::error(&format!(
+            "no valid configuration at {}; GPU jobs are refused until it is fixed: {why}",
+            config.path().display()
+        )),
+        None => {}
     }
-    start_reloader(path);
+    let mut state = config
+        .current()
+        .map(|c| StateSource::new(c.accountd.state_file.clone()));
+    if let Some(s) = state.as_mut() {
+        poll_state(s);
+    }
+    start_reloader(config, state);
     slurm_sys::SLURM_SUCCESS as i32
 }
 
@@ -148,13 +144,13 @@ pub fn fini() -> i32 {
     slurm_sys::SLURM_SUCCESS as i32
 }
 
-fn start_reloader(path: PathBuf) {
+fn start_reloader(config: ConfigSource, state: Option<StateSource>) {
     STOP.store(false, Ordering::SeqCst);
     let spawned = std::thread::Builder::new()
         .name("teamshare-watch".into())
         .spawn(move || {
             // Never let a panic end the watcher silently.
-            let r = std::panic::catch_unwind(|| watch(path));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| watch(config, state)));
             if r.is_err() {
                 log::error("configuration watcher stopped after an internal error; restart slurmctld to resume reloads");
             }
@@ -169,79 +165,53 @@ fn start_reloader(path: PathBuf) {
     }
 }
 
-fn watch(path: PathBuf) {
-    let mut seen = stamp(&path);
-    let mut state_seen = None;
-    let mut last_config_check = std::time::Instant::now();
+fn watch(mut config: ConfigSource, mut state: Option<StateSource>) {
+    let mut last_config_check = Instant::now();
     while !STOP.load(Ordering::SeqCst) {
         std::thread::park_timeout(STATE_INTERVAL);
         if STOP.load(Ordering::SeqCst) {
             break;
         }
-        if let Some(snapshot) = current() {
-            read_state(&snapshot.config.accountd.state_file, &mut state_seen);
+        if let Some(s) = state.as_mut() {
+            poll_state(s);
         }
         if last_config_check.elapsed() < WATCH_INTERVAL {
             continue;
         }
-        last_config_check = std::time::Instant::now();
-        let now = stamp(&path);
-        if now == seen {
-            continue;
-        }
-        seen = now;
-        match load(&path) {
-            Ok(config) => {
+        last_config_check = Instant::now();
+        match config.poll() {
+            Some(Change::Loaded(c)) => {
                 log::info(&format!(
-                    "reloaded {} teams={}",
-                    path.display(),
-                    config.teams.len()
+                    "reloaded {} teams={} digest={}",
+                    config.path().display(),
+                    c.teams.len(),
+                    c.digest
                 ));
-                publish(Snapshot { config });
+                // A new state file path starts a new watch (and a read at the next poll).
+                if state.as_ref().map(|s| s.path()) != Some(c.accountd.state_file.as_path()) {
+                    state = Some(StateSource::new(c.accountd.state_file.clone()));
+                    write(&GOVERNOR, None);
+                }
+                write(&CURRENT, Some(c));
             }
-            Err(e) => log::error(&format!(
-                "{} changed but is invalid; keeping the last good configuration: {}",
-                path.display(),
-                one_line(&e)
+            Some(Change::Kept(why)) => log::error(&format!(
+                "{} changed but is not usable; keeping the last good configuration: {why}",
+                config.path().display()
             )),
+            None => {}
         }
     }
 }
 
 /// Read the governor's state when the file changed; a bad file keeps the previous state (which
 /// then ages into staleness) and is logged once per change.
-fn read_state(path: &Path, seen: &mut Option<(SystemTime, u64)>) {
-    let now = stamp(path);
-    if now.is_none() || now == *seen {
-        return;
-    }
-    *seen = now;
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => {
-            log::error(&format!(
-                "cannot read governance state {}: {e}",
-                path.display()
-            ));
-            return;
-        }
-    };
-    match PublishedState::from_json(&text) {
-        Ok(state) => {
-            let mut g = match GOVERNOR.write() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            *g = Some(Arc::new(state));
-        }
-        Err(e) => log::error(&format!(
-            "ignoring governance state {}: {e}",
-            path.display()
+fn poll_state(source: &mut StateSource) {
+    match source.poll() {
+        Some(Change::Loaded(s)) => write(&GOVERNOR, Some(s)),
+        Some(Change::Kept(why)) => log::error(&format!(
+            "ignoring governance state {}: {why}",
+            source.path().display()
         )),
+        None => {}
     }
-}
-
-/// slurmctld's log is line-oriented.
-fn one_line(s: &str) -> String {
-    s.lines().map(str::trim).collect::<Vec<_>>().join(" | ")
 }

@@ -85,6 +85,7 @@ pub const MAX_GPUS_PER_JOB: u64 = 1 << 20;
 pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
     let mut untyped: Option<u64> = None;
     let mut typed: BTreeMap<String, u64> = BTreeMap::new();
+    let mut accounting = false;
     for raw in spec.split([',', ';']) {
         let entry = raw.trim();
         if entry.is_empty() {
@@ -101,7 +102,10 @@ pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
         }
         // Accounting form `name=count`, request form `name:count` (or no count).
         let (name, count) = match entry.split_once('=') {
-            Some((name, count)) => (name, Some(count)),
+            Some((name, count)) => {
+                accounting = true;
+                (name, Some(count))
+            }
             None => split_request_count(entry),
         };
         let rest = if let Some(r) = name.strip_prefix("gres/gpu") {
@@ -133,10 +137,11 @@ pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
         }
     }
     let typed_sum: u64 = typed.values().fold(0u64, |a, b| a.saturating_add(*b));
-    // Accounting strings give both the total and its breakdown: the total wins. A request
-    // naming only types sums them.
+    // Accounting strings (`name=count`) give both the total and its breakdown: the total wins.
+    // In a request every entry is its own request (`gres:gpu:4,gres:gpu:h100:2` is 6 GPUs to
+    // Slurm), so they add up.
     let total = match untyped {
-        Some(u) if u >= typed_sum => u,
+        Some(u) if accounting && u >= typed_sum => u,
         Some(u) => u.saturating_add(typed_sum),
         None => typed_sum,
     };
@@ -244,6 +249,8 @@ mod tests {
         assert_eq!(total("gres:gpu:h100:2"), 2);
         assert_eq!(gpu_count("gres/gpu:h100:2").unwrap().by_type["h100"], 2);
         assert_eq!(total("gres:gpu:a100:1,gres:gpu:h100:2"), 3);
+        // Untyped and typed requests are separate requests to Slurm.
+        assert_eq!(total("gres:gpu:4,gres:gpu:h100:2"), 6);
         assert_eq!(total("gres:shard:2;gres:gpu:3;license/matlab:1"), 3);
         assert_eq!(total(""), 0);
         assert_eq!(total("gres:gpumem:40G"), 0);

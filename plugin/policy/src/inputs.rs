@@ -401,6 +401,11 @@ pub enum LogLine {
 }
 
 impl StalenessLog {
+    /// Nothing logged yet (usable in a `static`).
+    pub const fn new() -> StalenessLog {
+        StalenessLog { last: None }
+    }
+
     pub fn note(&mut self, s: &Staleness) -> Option<LogLine> {
         let condition = s.condition();
         if condition == self.last {

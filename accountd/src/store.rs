@@ -6,14 +6,20 @@
 //!   most the last transactions, never consistency.
 //! - Every write is an upsert on a natural key, one transaction per batch, so that reading the
 //!   same sacct output twice, or overlapping windows, changes nothing.
+//! - Who may read it (DESIGN 7): the file holds every team's jobs and costs. A new database (and
+//!   so its `-wal` and `-shm`, which SQLite creates with the database's mode and owner) is made
+//!   0600, or 0640 with its directory's group where that directory is open to its group and
+//!   closed to others (`install -d -m 0750 -g teamshare-admins`); directories made for it are
+//!   0700. Reports open it read-only ([`Store::open_read_only`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{
-    params, Connection, OptionalExtension, Statement, Transaction, TransactionBehavior,
+    params, Connection, OpenFlags, OptionalExtension, Statement, Transaction, TransactionBehavior,
 };
 
 use crate::period::UnixSeconds;
@@ -181,6 +187,21 @@ INSERT INTO run_bounds (cluster, longest_run)
     WHERE end_time IS NOT NULL GROUP BY cluster;
 "#,
     },
+    // 5 (2026-11-30): runaway runs. A job slurmctld lost stays RUNNING in sacct for ever, and
+    // reports and fair-share counted its GPUs without end. The ingest now asks squeue which jobs
+    // slurmctld knows; a run sacct says is running whose job squeue no longer lists is clipped:
+    // `end_time` becomes the last instant it was known running and `runaway` is set, until sacct
+    // itself gives an end (an administrator's `sacctmgr show runaway` fix), which then wins.
+    // `squeue_checked_at` is when that list was last read, the "last known running" instant of
+    // the jobs it listed.
+    Migration {
+        version: 5,
+        sql: r#"
+ALTER TABLE job_runs ADD COLUMN runaway INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX job_runs_runaway ON job_runs (cluster, start_time) WHERE runaway;
+ALTER TABLE ingest_state ADD COLUMN squeue_checked_at INTEGER;
+"#,
+    },
 ];
 
 /// How often an unchanged capacity is written again, so that a report can see that it was
@@ -227,6 +248,26 @@ pub enum StoreError {
         path: String,
         source: rusqlite::Error,
     },
+    #[error("cannot create the database {path}: {source}")]
+    CreateFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no database at {path}")]
+    Missing { path: PathBuf },
+    // One line that says who may read it and what to do, never SQLite's "unable to open".
+    #[error("cannot read the database {path}: permission denied; it holds every team's jobs and costs and is readable only by {readers} ({hint})")]
+    NotReadable {
+        path: PathBuf,
+        readers: String,
+        hint: String,
+    },
+    #[error("the database {path} has schema version {found}, older than this accountd ({known}); `accountd run` or `accountd ingest`, as the user that owns it, upgrades it")]
+    Outdated {
+        path: String,
+        found: i64,
+        known: i64,
+    },
 }
 
 /// What one batch did to the database.
@@ -254,6 +295,18 @@ pub struct CapacitySample {
     pub gpus: u32,
     /// The typed part; GPUs without a type are `gpus` minus their sum.
     pub by_type: BTreeMap<String, u32>,
+}
+
+/// A run sacct says is running whose job slurmctld no longer knows, clipped at `end`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunawayRun {
+    pub job_id_raw: u64,
+    /// As users see it (`123_4`).
+    pub job_id: String,
+    pub account: String,
+    pub start: UnixSeconds,
+    /// The last instant it was known running: where its usage now ends.
+    pub end: UnixSeconds,
 }
 
 /// A run that started in a period, for admission waits.
@@ -312,17 +365,186 @@ pub struct Store {
     conn: Connection,
     /// For messages: the file, or `:memory:`.
     path: String,
+    /// Set when the database is read as immutable ([`Store::open_read_only`]): the file as it was
+    /// when opened, to tell whether it changed under the reader.
+    immutable_since: Option<FileStamp>,
+}
+
+/// What tells that a file's content may have changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    ino: u64,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> std::io::Result<FileStamp> {
+        let m = std::fs::metadata(path)?;
+        Ok(FileStamp {
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+            ino: m.ino(),
+        })
+    }
+}
+
+/// The mode of a new database file, and the group to give it: 0600, or 0640 with the directory's
+/// group where the directory lets its group in (g+rx) and keeps others out (o-rwx), which is how
+/// an administrator says "this group may read the accounting" (README, "Who can read what").
+fn new_database_mode(dir: &std::fs::Metadata) -> (u32, Option<u32>) {
+    let mode = dir.mode() & 0o777;
+    if mode & 0o050 == 0o050 && mode & 0o007 == 0 {
+        (0o640, Some(dir.gid()))
+    } else {
+        (0o600, None)
+    }
+}
+
+/// Create the database file, empty, with its mode and group, unless it exists. SQLite creates
+/// the `-wal` and `-shm` files with the database's mode and owner, so they follow.
+fn create_database_file(path: &Path) -> Result<(), StoreError> {
+    let err = |source| StoreError::CreateFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(d) => d.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    let (mode, group) = new_database_mode(&std::fs::metadata(&dir).map_err(err)?);
+    let file = match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(err(e)),
+    };
+    // Without a setgid directory a new file takes the process's group, not the directory's.
+    if let Some(gid) = group {
+        let current = file.metadata().map_err(err)?.gid();
+        if current != gid {
+            if let Err(e) = std::os::unix::fs::fchown(&file, None, Some(gid)) {
+                drop(file);
+                let _ = std::fs::remove_file(path);
+                return Err(err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot give it the group of its directory (gid {gid}): {e}; make the directory setgid (chmod g+s) or run accountd as a member of that group"),
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A warning when the database (or its `-wal`/`-shm`) is readable by every local user: files made
+/// by an older accountd were 0644.
+pub fn exposure_warning(path: &Path) -> Option<String> {
+    let exposed: Vec<String> = ["", "-wal", "-shm"]
+        .iter()
+        .filter_map(|suffix| {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            let m = std::fs::metadata(&p).ok()?;
+            (m.mode() & 0o004 != 0).then(|| {
+                format!(
+                    "{} (mode {:04o})",
+                    PathBuf::from(p).display(),
+                    m.mode() & 0o7777
+                )
+            })
+        })
+        .collect();
+    if exposed.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} readable by every local user, yet the database holds every team's jobs and costs: `chmod o-rwx {}*` keeps it to its owner and group",
+        exposed.join(", "),
+        path.display()
+    ))
+}
+
+/// `name` of `id` in an `/etc/passwd`-style file (`name:x:id:...`), else the number.
+fn name_of(file: &str, id: u32) -> String {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?;
+                (f.nth(1)?.parse::<u32>().ok()? == id).then(|| name.to_string())
+            })
+        })
+        .unwrap_or_else(|| id.to_string())
+}
+
+/// Who may read `path`, and what to do about it, for [`StoreError::NotReadable`].
+fn readers_of(path: &Path) -> (String, String) {
+    // The file itself may be out of sight (a closed directory): say what is known.
+    let Ok(m) = std::fs::metadata(path)
+        .or_else(|_| std::fs::metadata(path.parent().unwrap_or_else(|| Path::new("."))))
+    else {
+        return (
+            "its owner".into(),
+            "run the report as the user accountd runs as".into(),
+        );
+    };
+    let user = name_of("/etc/passwd", m.uid());
+    if m.mode() & 0o040 != 0 {
+        let group = name_of("/etc/group", m.gid());
+        (
+            format!("user {user} and group {group}"),
+            format!("run it as {user} or ask an administrator to add you to group {group}"),
+        )
+    } else {
+        (
+            format!("user {user}"),
+            format!("run it as {user}; to let a group read reports, see \"Who can read what\" in the README"),
+        )
+    }
+}
+
+/// `path` as an SQLite URI filename (`file:` + percent-encoded path).
+fn uri_of(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for b in path.as_os_str().as_encoded_bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => {
+                uri.push(char::from(*b))
+            }
+            _ => uri.push_str(&format!("%{b:02X}")),
+        }
+    }
+    uri
+}
+
+fn wal_of(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push("-wal");
+    PathBuf::from(p)
 }
 
 impl Store {
     /// Open (creating the file and its parent directories) and bring the schema up to date.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
-                path: parent.to_path_buf(),
-                source,
-            })?;
+            // Only the directories made here are 0700; an existing one keeps its mode.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|source| StoreError::CreateDir {
+                    path: parent.to_path_buf(),
+                    source,
+                })?;
         }
+        create_database_file(path)?;
         let display = path.display().to_string();
         let conn = Connection::open(path).map_err(|source| StoreError::Open {
             path: display.clone(),
@@ -338,6 +560,93 @@ impl Store {
             source,
         })?;
         Store::init(conn, ":memory:".into())
+    }
+
+    /// Open an existing database for reading only (reports): never created, migrated or written,
+    /// so that a user who may read the file but not write its directory can read it.
+    ///
+    /// A WAL database is read through its `-shm` and `-wal`, which exist while `accountd run`
+    /// has it open. When it is closed they are gone and a reader that cannot create them cannot
+    /// open it read-only; the database file then holds every committed transaction (the last
+    /// connection checkpointed into it), so it is read as `immutable`. A writer that opens it
+    /// meanwhile writes to a new `-wal`, not to the file, until a checkpoint: the file's stamp is
+    /// kept and [`Store::changed_while_read`] tells the caller to read again if it moved.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        let display = path.display().to_string();
+        // Asked first, so that a user who may not read it gets a plain answer, not SQLite's.
+        if let Err(e) = std::fs::File::open(path) {
+            return Err(match e.kind() {
+                std::io::ErrorKind::NotFound => StoreError::Missing {
+                    path: path.to_path_buf(),
+                },
+                std::io::ErrorKind::PermissionDenied => {
+                    let (readers, hint) = readers_of(path);
+                    StoreError::NotReadable {
+                        path: path.to_path_buf(),
+                        readers,
+                        hint,
+                    }
+                }
+                _ => StoreError::CreateFile {
+                    path: path.to_path_buf(),
+                    source: e,
+                },
+            });
+        }
+        let open_err = |source| StoreError::Open {
+            path: display.clone(),
+            source,
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(uri_of(path), flags).map_err(open_err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
+        let (conn, immutable_since) = match user_version(&conn) {
+            Ok(_) => (conn, None),
+            Err(e) if cannot_open_wal(&e) && !wal_of(path).exists() => {
+                drop(conn);
+                let stamp = FileStamp::of(path).map_err(|source| StoreError::CreateFile {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                let conn =
+                    Connection::open_with_flags(format!("{}?immutable=1", uri_of(path)), flags)
+                        .map_err(open_err)?;
+                (conn, Some(stamp))
+            }
+            Err(e) => return Err(open_err(e)),
+        };
+        let found = user_version(&conn).map_err(open_err)?;
+        check_not_newer(&display, found)?;
+        if found < SCHEMA_VERSION {
+            return Err(StoreError::Outdated {
+                path: display,
+                found,
+                known: SCHEMA_VERSION,
+            });
+        }
+        conn.execute_batch("PRAGMA foreign_keys = ON;")
+            .map_err(open_err)?;
+        Ok(Store {
+            conn,
+            path: display,
+            immutable_since,
+        })
+    }
+
+    /// Whether a database read as immutable changed since it was opened (what was read may then
+    /// mix two states: read again). Always false for an ordinary connection.
+    pub fn changed_while_read(&self) -> bool {
+        match &self.immutable_since {
+            None => false,
+            Some(stamp) => FileStamp::of(Path::new(&self.path)).ok().as_ref() != Some(stamp),
+        }
+    }
+
+    /// Whether the database is read as immutable (closed, and its directory not writable).
+    pub fn is_immutable(&self) -> bool {
+        self.immutable_since.is_some()
     }
 
     fn init(conn: Connection, path: String) -> Result<Store, StoreError> {
@@ -357,7 +666,11 @@ impl Store {
             .map_err(open_err)?;
         conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
             .map_err(open_err)?;
-        let mut store = Store { conn, path };
+        let mut store = Store {
+            conn,
+            path,
+            immutable_since: None,
+        };
         // Only a database that needs it is written to: an up-to-date one can be read by a
         // report without taking the write lock.
         if found < SCHEMA_VERSION {
@@ -690,6 +1003,121 @@ impl Store {
             .map_err(|e| self.sql_err(e))
     }
 
+    /// Clip the runaway runs of `cluster`: runs stored as running (sacct has no end for them)
+    /// whose job is not in `known`, the jobs slurmctld listed at `checked_at`, and that started
+    /// before then. Each ends at the last instant it was known running: the previous list's
+    /// time, which listed it (or its start, if it started after that list); without a previous
+    /// list, `checked_at`. Records `checked_at` for the next call. One transaction.
+    pub fn clip_runaways(
+        &mut self,
+        cluster: &str,
+        known: &BTreeSet<u64>,
+        checked_at: UnixSeconds,
+    ) -> Result<Vec<RunawayRun>, StoreError> {
+        let (tx, err) = self.immediate()?;
+        let previous: Option<UnixSeconds> = tx
+            .query_row(
+                "SELECT squeue_checked_at FROM ingest_state WHERE cluster = ?1",
+                [cluster],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(&err)?
+            .flatten();
+        let mut clipped = Vec::new();
+        {
+            let mut running = tx
+                .prepare(
+                    "SELECT id, job_id_raw, job_id, account, start_time
+                     FROM job_runs INDEXED BY job_runs_running
+                     WHERE cluster = ?1 AND end_time IS NULL AND start_time < ?2",
+                )
+                .map_err(&err)?;
+            let rows = running
+                .query_map(params![cluster, checked_at], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, i64>(4)?,
+                    ))
+                })
+                .map_err(&err)?;
+            let mut clip = tx
+                .prepare(
+                    "UPDATE job_runs SET end_time = ?2, elapsed = ?2 - start_time, runaway = 1,
+                         updated_at = ?3
+                     WHERE id = ?1",
+                )
+                .map_err(&err)?;
+            let mut longest = 0;
+            for row in rows {
+                let (id, job, job_id, account, start) = row.map_err(&err)?;
+                let job = u64::try_from(job).unwrap_or(0);
+                if known.contains(&job) {
+                    continue;
+                }
+                let end = previous.unwrap_or(checked_at).clamp(start, checked_at);
+                clip.execute(params![id, end, checked_at]).map_err(&err)?;
+                longest = longest.max(end - start);
+                clipped.push(RunawayRun {
+                    job_id_raw: job,
+                    job_id,
+                    account,
+                    start,
+                    end,
+                });
+            }
+            // A clipped run is a finished run: reports find it through the longest one.
+            if !clipped.is_empty() {
+                tx.execute(
+                    "INSERT INTO run_bounds (cluster, longest_run) VALUES (?1, ?2)
+                     ON CONFLICT (cluster) DO UPDATE SET
+                         longest_run = max(longest_run, excluded.longest_run)",
+                    params![cluster, longest],
+                )
+                .map_err(&err)?;
+            }
+        }
+        tx.execute(
+            "UPDATE ingest_state SET squeue_checked_at = ?2 WHERE cluster = ?1",
+            params![cluster, checked_at],
+        )
+        .map_err(&err)?;
+        tx.commit().map_err(&err)?;
+        Ok(clipped)
+    }
+
+    /// The runaway runs of `cluster` (clipped, see [`Store::clip_runaways`]) that overlap
+    /// `[since, until)`, by start.
+    pub fn runaway_runs(
+        &self,
+        cluster: &str,
+        since: UnixSeconds,
+        until: UnixSeconds,
+    ) -> Result<Vec<RunawayRun>, StoreError> {
+        let read = || -> rusqlite::Result<Vec<RunawayRun>> {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT job_id_raw, job_id, account, start_time, end_time
+                 FROM job_runs INDEXED BY job_runs_runaway
+                 WHERE cluster = ?1 AND runaway AND start_time < ?3 AND end_time > ?2
+                 ORDER BY start_time, job_id_raw",
+            )?;
+            let rows = stmt.query_map(params![cluster, since, until], |r| {
+                Ok(RunawayRun {
+                    job_id_raw: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+                    job_id: r.get(1)?,
+                    account: r.get(2)?,
+                    start: r.get(3)?,
+                    end: r.get(4)?,
+                })
+            })?;
+            rows.collect()
+        };
+        read().map_err(|e| self.sql_err(e))
+    }
+
     /// The connection, for reads that have no method yet (and tests).
     pub fn connection(&self) -> &Connection {
         &self.conn
@@ -719,6 +1147,15 @@ fn last_capacity_before(
         .query_map(params![cluster, ts], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<BTreeMap<String, u32>>>()?;
     Ok(Some(CapacitySample { ts, gpus, by_type }))
+}
+
+/// The errors of a read-only connection that needed to create the `-wal` or `-shm` of a WAL
+/// database in a directory it cannot write.
+fn cannot_open_wal(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+    )
 }
 
 fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
@@ -894,7 +1331,9 @@ impl Drop for RunWriter<'_> {
 }
 
 /// Insert a run, or update the stored one where any recorded fact differs; a stored run that is
-/// identical is not written (no row changes).
+/// identical is not written (no row changes). A runaway run (clipped, see [`Store::clip_runaways`])
+/// keeps its clipped end while sacct still has none; once sacct gives an end, sacct wins and the
+/// flag goes.
 const UPSERT_RUN: &str = "
 INSERT INTO job_runs (cluster, job_id_raw, start_time, job_id, account, user, partition, qos,
                       state, submit_time, end_time, elapsed, gpus, alloc_tres, gpu_types,
@@ -903,14 +1342,21 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?
 ON CONFLICT (cluster, job_id_raw, start_time) DO UPDATE SET
     job_id = excluded.job_id, account = excluded.account, user = excluded.user,
     partition = excluded.partition, qos = excluded.qos, state = excluded.state,
-    submit_time = excluded.submit_time, end_time = excluded.end_time,
-    elapsed = excluded.elapsed, gpus = excluded.gpus, alloc_tres = excluded.alloc_tres,
+    submit_time = excluded.submit_time,
+    end_time = CASE WHEN runaway AND excluded.end_time IS NULL THEN end_time
+                    ELSE excluded.end_time END,
+    elapsed = CASE WHEN runaway AND excluded.end_time IS NULL THEN elapsed
+                   ELSE excluded.elapsed END,
+    runaway = runaway AND excluded.end_time IS NULL,
+    gpus = excluded.gpus, alloc_tres = excluded.alloc_tres,
     gpu_types = excluded.gpu_types, updated_at = max(updated_at, excluded.updated_at)
 WHERE job_id IS NOT excluded.job_id OR account IS NOT excluded.account
    OR user IS NOT excluded.user OR partition IS NOT excluded.partition
    OR qos IS NOT excluded.qos OR state IS NOT excluded.state
-   OR submit_time IS NOT excluded.submit_time OR end_time IS NOT excluded.end_time
-   OR elapsed IS NOT excluded.elapsed OR gpus IS NOT excluded.gpus
+   OR submit_time IS NOT excluded.submit_time
+   OR ((end_time IS NOT excluded.end_time OR elapsed IS NOT excluded.elapsed)
+       AND NOT (runaway AND excluded.end_time IS NULL))
+   OR gpus IS NOT excluded.gpus
    OR alloc_tres IS NOT excluded.alloc_tres OR gpu_types IS NOT excluded.gpu_types";
 
 /// The typed GPUs as stored in `job_runs.gpu_types`: `a100=2,h100=4` in type order; None when
@@ -1000,6 +1446,7 @@ pub(crate) mod tests {
         let mut store = Store {
             conn,
             path: ":memory:".into(),
+            immutable_since: None,
         };
         store.migrate(&MIGRATIONS[..1]).unwrap();
         assert_eq!(store.schema_version().unwrap(), 1);
@@ -1273,6 +1720,7 @@ pub(crate) mod tests {
             let mut old = Store {
                 conn,
                 path: "v2".into(),
+                immutable_since: None,
             };
             old.migrate(&MIGRATIONS[..2]).unwrap();
             // As version 2's ingest wrote them.
@@ -1352,5 +1800,187 @@ pub(crate) mod tests {
         assert_eq!(waits, [("a", 60), ("b", 0)]);
         assert_eq!(store.account_of_job("c", 4).unwrap().as_deref(), Some("b"));
         assert_eq!(store.account_of_job("c", 99).unwrap(), None);
+    }
+
+    #[test]
+    fn a_new_database_and_its_wal_are_for_its_owner_only() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new/sub/accountd.db");
+        let mut store = Store::open(&path).unwrap();
+        store
+            .record_runs(&[run(1, "a", 100, Some(200), 1)], 1, None)
+            .unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&path), 0o600);
+        for suffix in ["-wal", "-shm"] {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            assert_eq!(mode(Path::new(&p)), 0o600, "{suffix}");
+        }
+        assert_eq!(mode(&dir.path().join("new")), 0o700);
+        assert_eq!(mode(&dir.path().join("new/sub")), 0o700);
+        assert!(exposure_warning(&path).is_none());
+    }
+
+    #[test]
+    fn a_database_in_a_directory_shared_with_a_group_is_group_readable() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let path = shared.join("accountd.db");
+        drop(Store::open(&path).unwrap());
+        let m = std::fs::metadata(&path).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o640);
+        assert_eq!(m.gid(), std::fs::metadata(&shared).unwrap().gid());
+        // Open to everyone: not a statement about a group, so the owner's only.
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        drop(Store::open(&open.join("accountd.db")).unwrap());
+        let m = std::fs::metadata(open.join("accountd.db")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn an_old_world_readable_database_is_warned_about_and_kept() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        drop(Connection::open(&path).unwrap());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        drop(Store::open(&path).unwrap());
+        let warning = exposure_warning(&path).expect("warned");
+        assert!(warning.contains("(mode 0644)"), "{warning}");
+        assert!(warning.contains("chmod o-rwx"), "{warning}");
+    }
+
+    #[test]
+    fn a_read_only_store_reads_and_never_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("accountd.db");
+        assert!(matches!(
+            Store::open_read_only(&path),
+            Err(StoreError::Missing { .. })
+        ));
+        assert!(!path.exists());
+        let mut store = Store::open(&path).unwrap();
+        store
+            .record_runs(&[run(1, "a", 100, Some(200), 1)], 1, None)
+            .unwrap();
+        drop(store);
+        let reader = Store::open_read_only(&path).unwrap();
+        assert_eq!(reader.runs_overlapping("c", 0, 1000).unwrap().len(), 1);
+        assert!(!reader.changed_while_read());
+        let err = reader
+            .connection()
+            .execute("DELETE FROM job_runs", [])
+            .unwrap_err();
+        assert_eq!(err.sqlite_error_code(), Some(rusqlite::ErrorCode::ReadOnly));
+        // An old schema is not upgraded by a reader.
+        let old = dir.path().join("v1.db");
+        {
+            let mut s = Store {
+                conn: Connection::open(&old).unwrap(),
+                path: "v1".into(),
+                immutable_since: None,
+            };
+            s.migrate(&MIGRATIONS[..1]).unwrap();
+        }
+        let err = Store::open_read_only(&old).err().expect("refused");
+        assert!(
+            matches!(err, StoreError::Outdated { found: 1, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn sqlite_uris_escape_what_is_not_a_plain_path() {
+        assert_eq!(uri_of(Path::new("/var/lib/a.db")), "file:/var/lib/a.db");
+        assert_eq!(
+            uri_of(Path::new("/x y/a?b#c%.db")),
+            "file:/x%20y/a%3Fb%23c%25.db"
+        );
+    }
+
+    fn runaway_flags(store: &Store) -> Vec<(i64, Option<i64>, bool)> {
+        store
+            .connection()
+            .prepare("SELECT job_id_raw, end_time, runaway FROM job_runs ORDER BY job_id_raw")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn runs_slurm_lost_are_clipped_at_the_last_check_that_saw_them() {
+        let mut store = Store::open_in_memory().unwrap();
+        let adv = WatermarkAdvance {
+            cluster: "c".into(),
+            to: 1000,
+        };
+        let sacct = [
+            run(1, "a", 100, None, 2),      // running, slurmctld knows it
+            run(2, "a", 100, None, 4),      // running in sacct, lost by slurmctld
+            run(3, "b", 100, Some(200), 1), // finished
+            run(4, "b", 1500, None, 1),     // started after the first list was read
+        ];
+        store.record_runs(&sacct[..3], 1000, Some(&adv)).unwrap();
+        // The first list: nothing known before it, so a lost job ends at the list's time.
+        let first = store
+            .clip_runaways("c", &BTreeSet::from([1, 7]), 1000)
+            .unwrap();
+        assert_eq!(
+            first,
+            [RunawayRun {
+                job_id_raw: 2,
+                job_id: "2".into(),
+                account: "a".into(),
+                start: 100,
+                end: 1000
+            }]
+        );
+        assert_eq!(
+            runaway_flags(&store),
+            [
+                (1, None, false),
+                (2, Some(1000), true),
+                (3, Some(200), false)
+            ]
+        );
+        // Clipped runs count as finished runs for the reports' range.
+        assert_eq!(store.longest_run("c").unwrap(), 900);
+        // sacct still says job 2 runs: the clip stays, and nothing is rewritten.
+        let o = store.record_runs(&sacct[1..2], 1100, None).unwrap();
+        assert_eq!(o.unchanged, 1);
+        assert_eq!(runaway_flags(&store)[1], (2, Some(1000), true));
+        // Job 1 is lost after the list at 1000 that had it: it ends there. Job 4 started after
+        // that list and is lost too: it ends at its start (no time known running).
+        store.record_runs(&sacct[3..], 1600, None).unwrap();
+        let second = store.clip_runaways("c", &BTreeSet::new(), 2000).unwrap();
+        let ends: Vec<(u64, i64)> = second.iter().map(|r| (r.job_id_raw, r.end)).collect();
+        assert_eq!(ends, [(1, 1000), (4, 1500)]);
+        // The administrator's `sacctmgr show runaway` fix gives sacct an end: sacct wins.
+        let fixed = run(2, "a", 100, Some(150), 4);
+        let o = store.record_runs(&[fixed], 3000, None).unwrap();
+        assert_eq!(o.updated, 1);
+        assert_eq!(runaway_flags(&store)[1], (2, Some(150), false));
+        let listed: Vec<u64> = store
+            .runaway_runs("c", 0, 5000)
+            .unwrap()
+            .iter()
+            .map(|r| r.job_id_raw)
+            .collect();
+        assert_eq!(listed, [1, 4]);
+        assert!(store.runaway_runs("c", 1600, 5000).unwrap().is_empty());
+        assert!(store.runaway_runs("other", 0, 5000).unwrap().is_empty());
+        // A report ends job 1 at its clip.
+        let runs = store.runs_overlapping("c", 0, 5000).unwrap();
+        let one = runs.iter().find(|r| r.start == 100 && r.gpus == 2).unwrap();
+        assert_eq!(one.end, Some(1000));
     }
 }

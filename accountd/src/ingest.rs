@@ -5,16 +5,22 @@
 //! sacct selects the jobs eligible or running at some moment of the window, so a job that was
 //! running when the last window closed is read again in the next one and updated when it ends.
 //! Because every write is an upsert on the run's natural key, overlap costs nothing but time.
+//!
+//! Runaway runs: a job slurmctld lost stays RUNNING in sacct for ever. After an ingest,
+//! [`check_runaways`] asks squeue once for every job slurmctld knows and clips the stored running
+//! runs whose job it no longer lists ([`Store::clip_runaways`]).
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::io::BufRead;
+use std::time::Duration;
 
 use chrono::TimeZone;
 
 use crate::period::{Period, UnixSeconds};
 use crate::sacct::{self, MalformedLine, SacctQuery};
-use crate::slurm_cli::SlurmCommandError;
-use crate::store::{BatchOutcome, RunWriter, Store, StoreError, WatermarkAdvance};
+use crate::slurm_cli::{SlurmCommand, SlurmCommandError};
+use crate::store::{BatchOutcome, RunWriter, RunawayRun, Store, StoreError, WatermarkAdvance};
 
 /// How far before the watermark the next window starts.
 pub const OVERLAP_SECONDS: i64 = 3600;
@@ -31,6 +37,88 @@ pub enum IngestError {
     Store(#[from] StoreError),
     #[error("cannot read sacct's output: {0}")]
     Read(std::io::Error),
+    #[error("cannot tell runaway runs: {0}")]
+    Squeue(SlurmCommandError),
+    // A list that cannot be read whole cannot say which jobs are missing from it.
+    #[error("runaway runs not checked: squeue printed a line that is not a job id: `{line}`")]
+    SqueueLine { line: String },
+    #[error("runaway runs not checked: squeue lists no job at all while {running} runs are running in sacct (is slurmctld up, and may this user see every job?)")]
+    SqueueEmpty { running: usize },
+}
+
+/// How long the squeue of the runaway check may take.
+const SQUEUE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Every job slurmctld knows, in any state (`-t all`: a job that ended since sacct was read is
+/// still listed for MinJobAge), by its unique id (`%A`, sacct's JobIDRaw; `%i` would print
+/// `123_4` for array tasks). One call, whatever the number of jobs.
+pub fn squeue_all_jobs() -> SlurmCommand {
+    SlurmCommand::new(
+        "squeue",
+        ["-h", "-a", "-t", "all", "-o", "%A"]
+            .map(String::from)
+            .to_vec(),
+        SQUEUE_TIMEOUT,
+    )
+}
+
+/// The job ids of `squeue -o %A` output; an error names the first line that is not one.
+pub fn parse_job_ids(text: &str) -> Result<BTreeSet<u64>, IngestError> {
+    let mut ids = BTreeSet::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        match line.parse::<u64>() {
+            Ok(id) => {
+                ids.insert(id);
+            }
+            Err(_) => {
+                return Err(IngestError::SqueueLine {
+                    line: line.chars().take(200).collect(),
+                })
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// Clip the stored running runs of `cluster` whose job slurmctld no longer knows, given the
+/// jobs `known` to it at `checked_at` (after the ingest, so that a run sacct still says runs is
+/// one it said so just before). An empty list while runs are running is not believed.
+pub fn clip_runaways_known(
+    store: &mut Store,
+    cluster: &str,
+    known: &BTreeSet<u64>,
+    checked_at: crate::period::UnixSeconds,
+) -> Result<Vec<RunawayRun>, IngestError> {
+    if known.is_empty() {
+        let running = store
+            .runs_overlapping(cluster, checked_at, checked_at.saturating_add(1))?
+            .iter()
+            .filter(|r| r.end.is_none())
+            .count();
+        if running > 0 {
+            return Err(IngestError::SqueueEmpty { running });
+        }
+    }
+    Ok(store.clip_runaways(cluster, known, checked_at)?)
+}
+
+/// [`clip_runaways_known`] with the list squeue prints now.
+pub fn check_runaways(store: &mut Store, cluster: &str) -> Result<Vec<RunawayRun>, IngestError> {
+    let checked_at = crate::period::now();
+    let out = squeue_all_jobs().run().map_err(IngestError::Squeue)?;
+    let known = parse_job_ids(&out.stdout)?;
+    clip_runaways_known(store, cluster, &known, checked_at)
+}
+
+/// One line for a clipped run, for logs and `accountd ingest`.
+pub fn describe_runaway(run: &RunawayRun) -> String {
+    format!(
+        "job {} of {} is RUNNING in sacct but slurmctld no longer knows it (a runaway job): its run from {} is counted as ended at {}; `sacctmgr show runaway` lists and fixes such jobs in Slurm's accounting",
+        run.job_id,
+        run.account,
+        crate::period::format_rfc3339(run.start),
+        crate::period::format_rfc3339(run.end)
+    )
 }
 
 /// The window to read and whether reading it moves the watermark.
@@ -340,6 +428,58 @@ mod tests {
 
     fn plan_for(store: &Store) -> IngestPlan {
         plan(store, "c", None, None, NOW).unwrap()
+    }
+
+    #[test]
+    fn squeue_job_ids_are_read_whole_or_not_at_all() {
+        let ids = parse_job_ids("12\n 7 \n\n123456789\n").unwrap();
+        assert_eq!(ids.into_iter().collect::<Vec<_>>(), [7, 12, 123_456_789]);
+        assert!(parse_job_ids("").unwrap().is_empty());
+        let e = parse_job_ids("12\n13_[1-4]\n").unwrap_err();
+        assert!(e.to_string().contains("`13_[1-4]`"), "{e}");
+        assert_eq!(squeue_all_jobs().display(), "squeue -h -a -t all -o %A");
+    }
+
+    #[test]
+    fn a_run_sacct_says_runs_and_squeue_does_not_list_is_clipped() {
+        let mut store = Store::open_in_memory().unwrap();
+        let text = [
+            line(1, "2024-05-14T01:00:00", "Unknown", "RUNNING", 2),
+            line(2, "2024-05-14T02:00:00", "Unknown", "RUNNING", 1),
+            line(
+                3,
+                "2024-05-14T01:00:00",
+                "2024-05-14T02:00:00",
+                "COMPLETED",
+                1,
+            ),
+        ]
+        .concat();
+        let p = plan_for(&store);
+        store_output(&mut store, &p, &text, &Utc, NOW).unwrap();
+        // squeue (after the ingest) knows job 1 and others, not job 2.
+        let known = parse_job_ids("1\n40\n41\n").unwrap();
+        let clipped = clip_runaways_known(&mut store, "c", &known, NOW + 5).unwrap();
+        assert_eq!(clipped.len(), 1);
+        assert_eq!((clipped[0].job_id_raw, clipped[0].end), (2, NOW + 5));
+        assert!(describe_runaway(&clipped[0]).contains("sacctmgr show runaway"));
+        // A report no longer counts job 2 beyond its clip.
+        let runs = store.runs_overlapping("c", NOW + 5, NOW + 3600).unwrap();
+        assert_eq!(runs.len(), 1);
+        // An empty list while runs are running is not believed: nothing is clipped.
+        let e = clip_runaways_known(&mut store, "c", &BTreeSet::new(), NOW + 10).unwrap_err();
+        assert!(matches!(e, IngestError::SqueueEmpty { running: 1 }), "{e}");
+        assert_eq!(
+            store
+                .runs_overlapping("c", NOW + 10, NOW + 11)
+                .unwrap()
+                .len(),
+            1
+        );
+        // The next ingest reads job 2 still RUNNING: it stays clipped.
+        let again = store_output(&mut store, &p, &text, &Utc, NOW + 60).unwrap();
+        assert_eq!(again.stored.updated, 0);
+        assert_eq!(store.runaway_runs("c", 0, NOW + 100).unwrap().len(), 1);
     }
 
     #[test]

@@ -1,25 +1,41 @@
-//! `accountd run`: the daemon (DESIGN 6). One process, one loop, until a stop is asked for:
+//! `accountd run`: the daemon (DESIGN 6). Three threads, until a stop is asked for:
 //!
-//! - a governor pass every `govern_interval` (one [`Governor`] for the life of the process);
-//! - every `ingest_interval`: sacct into the database, the nodes' GPU samples collected from the
-//!   spool, the governed capacity measured and recorded (`capacity_samples`);
-//! - `/metrics` served from a thread of its own ([`crate::metrics`]).
+//! - governance: a governor pass every `govern_interval`, one [`Governor`] per configuration in
+//!   force (made again when teamshare.toml is reloaded);
+//! - ingest: every `ingest_interval`, sacct into the database and the runaway check, the nodes'
+//!   GPU samples collected from the spool, the governed capacity measured and recorded
+//!   (`capacity_samples`);
+//! - `/metrics`, served from a thread of its own ([`crate::metrics`]).
+//!
+//! Governance never waits on the others: sacct may take minutes (or hang until its timeout), the
+//! database may be locked by a backfill, a scrape may compute a month of figures, and the state
+//! the plugin reads is still published every pass. Each thread has its own database connection
+//! (the governor's only reads, which WAL never blocks); what the governor measures for the
+//! database (a capacity change) is handed to the ingest thread to write.
+//!
+//! The main thread follows teamshare.toml ([`crate::config_watch`]): every 2 s and on SIGHUP; a
+//! valid new file replaces the configuration of every step, an invalid one is said once and the
+//! last good configuration stays.
 //!
 //! Each step fails alone: its error is logged (once per distinct message, with a timestamp) and
 //! the other steps go on; the step is tried again at its next turn. A stop (SIGTERM, SIGINT) is
-//! seen between steps: the step under way finishes, and the loop ends.
+//! seen between steps: the governor's pass under way finishes; the ingest thread's step is waited
+//! for [`STOP_GRACE`] at most (a hung sacct would hold the stop for its whole timeout): past it,
+//! accountd exits without it, its uncommitted transaction discarded as after a crash.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use teamshare_config::Config;
-use teamshare_policy::governance::PublishedState;
 
 use crate::capacity;
+use crate::config_watch::{self, ConfigWatch, Reload};
 use crate::governor::Governor;
 use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
@@ -27,33 +43,42 @@ use crate::period;
 use crate::report::format_duration;
 use crate::sample::collect;
 use crate::slurm_cli::slurm_name;
-use crate::store::{CapacitySample, Store};
+use crate::store::{self, CapacitySample, Store};
 
 /// The steps, as they are named in the log.
 pub const STEP_GOVERN: &str = "govern";
 pub const STEP_INGEST: &str = "ingest";
+pub const STEP_RUNAWAY: &str = "runaway-check";
 pub const STEP_COLLECT: &str = "collect-samples";
 pub const STEP_CAPACITY: &str = "capacity";
 pub const STEP_METRICS: &str = "metrics";
 
 /// The team of a displaced job that has not been ingested yet.
 const UNKNOWN_TEAM: &str = "(unknown)";
-/// How long the loop sleeps at most before it looks at the stop flag again.
+/// How long a thread sleeps at most before it looks at the stop flag again.
 const STOP_POLL: Duration = Duration::from_millis(100);
+/// How long a stop waits for the ingest thread's step under way.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Distinct warnings remembered (so that each is said once); beyond, the oldest are forgotten.
 const WARNINGS_REMEMBERED: usize = 10_000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonOptions {
     pub database: PathBuf,
-    pub spool: PathBuf,
+    /// The spool root given on the command line; None: `[accountd] sample_spool` of the
+    /// configuration in force.
+    pub spool: Option<PathBuf>,
     pub govern_interval: Duration,
-    pub ingest_interval: Duration,
     pub govern: bool,
     pub ingest: bool,
     /// One of each step, then return.
     pub once: bool,
     pub metrics_listen: SocketAddr,
+    /// The teamshare.toml to follow (reloaded when it changes and on `reload`); None: the
+    /// configuration given is kept.
+    pub config_path: Option<PathBuf>,
+    /// How long a stop waits for the ingest thread's step under way ([`STOP_GRACE`]).
+    pub stop_grace: Duration,
 }
 
 /// The daemon's log: stderr lines with a UTC timestamp. A step's error is said when it differs
@@ -80,7 +105,10 @@ impl DaemonLog {
 
     /// Lines to stderr.
     pub fn stderr() -> DaemonLog {
-        DaemonLog::new(Box::new(|line| eprintln!("{line}")))
+        // Not eprintln!: a closed stderr must not panic the daemon.
+        DaemonLog::new(Box::new(|line| {
+            let _ = writeln!(std::io::stderr().lock(), "{line}");
+        }))
     }
 
     fn say(&self, text: &str) {
@@ -140,19 +168,6 @@ pub struct Outcome {
     pub metrics_addr: Option<SocketAddr>,
 }
 
-struct Daemon {
-    config: Config,
-    opts: DaemonOptions,
-    cluster: String,
-    governor: Option<Governor>,
-    store: Option<Store>,
-    exporter: Arc<Exporter>,
-    log: Arc<DaemonLog>,
-    /// Jobs the governor displaced or reclaimed whose team is not known yet (not ingested).
-    unresolved: Vec<(u64, Requeue)>,
-    failed_steps: usize,
-}
-
 /// Why the governor requeued a job (its reason in `teamshare_preemptions_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Requeue {
@@ -172,145 +187,423 @@ fn count_requeued(live: &mut crate::metrics::Live, requeued: BTreeMap<(String, R
     }
 }
 
-/// Run the daemon until `stop` is set (or once, with `opts.once`).
-pub fn run(
-    config: Config,
+/// What the threads share.
+struct Shared {
     opts: DaemonOptions,
-    stop: Arc<AtomicBool>,
+    /// The configuration in force and its generation (bumped at each reload).
+    config: Mutex<(u64, Arc<Config>)>,
+    exporter: Arc<Exporter>,
     log: Arc<DaemonLog>,
-) -> Outcome {
-    let exporter = Arc::new(Exporter::new(config.clone(), opts.database.clone()));
-    let governor = opts
-        .govern
-        .then(|| Governor::new(config.clone(), Some(opts.database.clone())));
-    let mut d = Daemon {
-        cluster: slurm_name(&config.cluster.name),
-        config,
-        opts,
-        governor,
-        store: None,
-        exporter,
-        log,
-        unresolved: Vec::new(),
-        failed_steps: 0,
-    };
-    let mut server = d.start_metrics();
-    let metrics_addr = server.as_ref().map(MetricsServer::local_addr);
-    d.log.info(&format!(
-        "started: {}, ingest and sample collection every {}, metrics on {}, database {}",
-        if d.governor.is_some() {
-            format!(
-                "governing every {}",
-                format_duration(d.opts.govern_interval)
-            )
-        } else {
-            "not governing".to_string()
-        },
-        format_duration(d.opts.ingest_interval),
-        match metrics_addr {
-            Some(a) => format!("http://{a}/metrics"),
-            None => "(not bound yet)".to_string(),
-        },
-        d.opts.database.display()
-    ));
-
-    let mut next_govern = Instant::now();
-    let mut next_ingest = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        if d.governor.is_some() && Instant::now() >= next_govern {
-            let started = Instant::now();
-            d.govern();
-            next_govern = started + d.opts.govern_interval;
-        }
-        if !stop.load(Ordering::Relaxed) && Instant::now() >= next_ingest {
-            let started = Instant::now();
-            d.ingest_round(&stop);
-            next_ingest = started + d.opts.ingest_interval;
-            if server.is_none() && !d.opts.once {
-                server = d.start_metrics();
-                if let Some(s) = &server {
-                    d.log
-                        .info(&format!("metrics on http://{}/metrics", s.local_addr()));
-                }
-            }
-        }
-        if d.opts.once {
-            // One scrape: the database's figures are computed once, their errors logged.
-            let (_, error) = d.exporter.scrape();
-            d.step_result(STEP_METRICS, error.map_or(Ok(()), Err));
-            break;
-        }
-        let next = if d.governor.is_some() {
-            next_govern.min(next_ingest)
-        } else {
-            next_ingest
-        };
-        while !stop.load(Ordering::Relaxed) {
-            let now = Instant::now();
-            if now >= next {
-                break;
-            }
-            std::thread::sleep((next - now).min(STOP_POLL));
-        }
-    }
-    if let Some(s) = server {
-        s.stop();
-    }
-    if stop.load(Ordering::Relaxed) {
-        d.log
-            .info("stopping: signal received, the step under way finished");
-    }
-    Outcome {
-        failed_steps: d.failed_steps,
-        metrics_addr,
-    }
+    stop: Arc<AtomicBool>,
+    failed_steps: AtomicUsize,
+    /// Jobs the governor displaced or reclaimed whose team is not known yet (not ingested).
+    unresolved: Mutex<Vec<(u64, Requeue)>>,
 }
 
-impl Daemon {
-    fn start_metrics(&mut self) -> Option<MetricsServer> {
-        let exporter = Arc::clone(&self.exporter);
-        let log = Arc::clone(&self.log);
-        let body: Body = Arc::new(move || {
-            let (text, error) = exporter.scrape();
-            match error {
-                Some(e) => log.failed(STEP_METRICS, &format!("database figures: {e}")),
-                None => log.succeeded(STEP_METRICS),
-            }
-            text
-        });
-        match MetricsServer::start(self.opts.metrics_listen, body) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                self.step_result(
-                    STEP_METRICS,
-                    Err(format!(
-                        "cannot listen on {}: {e} (tried again every ingest interval)",
-                        self.opts.metrics_listen
-                    )),
-                );
-                None
-            }
-        }
+impl Shared {
+    fn config(&self) -> (u64, Arc<Config>) {
+        let c = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        (c.0, Arc::clone(&c.1))
     }
 
-    fn step_result(&mut self, step: &'static str, result: Result<(), String>) {
+    fn set_config(&self, config: Config) {
+        let mut c = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        *c = (c.0 + 1, Arc::new(config));
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Sleep until `deadline`; false when a stop was asked for meanwhile.
+    fn sleep_until(&self, deadline: Instant) -> bool {
+        while !self.stopping() {
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            std::thread::sleep((deadline - now).min(STOP_POLL));
+        }
+        false
+    }
+
+    fn step_result(&self, step: &'static str, result: Result<(), String>) {
         match result {
             Ok(()) => self.log.succeeded(step),
             Err(e) => {
-                self.failed_steps += 1;
+                self.failed_steps.fetch_add(1, Ordering::Relaxed);
                 self.log.failed(step, &e);
             }
         }
     }
 
-    /// Run `f` on the database, opened on first use and again after an error.
+    fn cluster(&self) -> String {
+        slurm_name(&self.config().1.cluster.name)
+    }
+}
+
+/// Run the daemon until `stop` is set (or once, with `opts.once`). `reload` set (SIGHUP) reads
+/// the configuration file again.
+pub fn run(
+    config: Config,
+    opts: DaemonOptions,
+    stop: Arc<AtomicBool>,
+    reload: Arc<AtomicBool>,
+    log: Arc<DaemonLog>,
+) -> Outcome {
+    let exporter = Arc::new(Exporter::new(config.clone(), opts.database.clone()));
+    let mut watch = opts
+        .config_path
+        .as_deref()
+        .filter(|_| !opts.once)
+        .map(|p| ConfigWatch::new(p, &config));
+    let shared = Arc::new(Shared {
+        config: Mutex::new((0, Arc::new(config))),
+        opts,
+        exporter,
+        log,
+        stop,
+        failed_steps: AtomicUsize::new(0),
+        unresolved: Mutex::new(Vec::new()),
+    });
+    let opts = &shared.opts;
+    let mut server = start_metrics(&shared);
+    let metrics_addr = server.as_ref().map(MetricsServer::local_addr);
+    let (_, config) = shared.config();
+    shared.log.info(&format!(
+        "started: {}, ingest and sample collection every {}, metrics on {}, database {}, configuration {} (digest {})",
+        if opts.govern {
+            format!("governing every {}", format_duration(opts.govern_interval))
+        } else {
+            "not governing".to_string()
+        },
+        format_duration(config.accountd.ingest_interval),
+        match metrics_addr {
+            Some(a) => format!("http://{a}/metrics"),
+            None => "(not bound yet)".to_string(),
+        },
+        opts.database.display(),
+        opts.config_path
+            .as_ref()
+            .map_or_else(|| "(given)".to_string(), |p| p.display().to_string()),
+        config.digest
+    ));
+    if let Some(warning) = store::exposure_warning(&opts.database) {
+        shared.log.warn_once(&warning);
+    }
+
+    // The governor's capacity samples go to the ingest thread, which writes to the database.
+    let (capacity_tx, capacity_rx) = mpsc::channel::<CapacitySample>();
+    let governor_done = Arc::new(AtomicBool::new(!opts.govern));
+    let governor = opts.govern.then(|| {
+        let shared = Arc::clone(&shared);
+        let done = Arc::clone(&governor_done);
+        spawn("governor", move || {
+            govern_loop(&shared, &capacity_tx);
+            done.store(true, Ordering::Relaxed);
+        })
+    });
+    let (worker_done, worker_ended) = mpsc::channel::<()>();
+    let worker = {
+        let shared = Arc::clone(&shared);
+        let governor_done = Arc::clone(&governor_done);
+        spawn("ingest", move || {
+            ingest_loop(&shared, &capacity_rx, &governor_done);
+            let _ = worker_done.send(());
+        })
+    };
+
+    if opts.once {
+        join(governor);
+        join(Some(worker));
+        // One scrape: the database's figures are computed once, their errors logged.
+        let (_, error) = shared.exporter.scrape();
+        shared.step_result(STEP_METRICS, error.map_or(Ok(()), Err));
+        if let Some(s) = server {
+            s.stop();
+        }
+        return Outcome {
+            failed_steps: shared.failed_steps.load(Ordering::Relaxed),
+            metrics_addr,
+        };
+    }
+
+    let mut next_look = Instant::now() + config_watch::POLL;
+    let mut next_bind = Instant::now() + config.accountd.ingest_interval;
+    while !shared.stopping() {
+        let asked = reload.swap(false, Ordering::Relaxed);
+        if let Some(w) = watch.as_mut() {
+            if asked || Instant::now() >= next_look {
+                next_look = Instant::now() + config_watch::POLL;
+                let found = w.check(asked);
+                apply_reload(&shared, w.path(), found, asked);
+            }
+        }
+        if server.is_none() && Instant::now() >= next_bind {
+            next_bind = Instant::now() + shared.config().1.accountd.ingest_interval;
+            server = start_metrics(&shared);
+            if let Some(s) = &server {
+                shared
+                    .log
+                    .info(&format!("metrics on http://{}/metrics", s.local_addr()));
+            }
+        }
+        std::thread::sleep(STOP_POLL);
+    }
+    // The governor's pass under way is short (Slurm's commands have timeouts): waited for.
+    join(governor);
+    let abandoned = match worker_ended.recv_timeout(opts.stop_grace) {
+        Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+            join(Some(worker));
+            false
+        }
+        Err(RecvTimeoutError::Timeout) => true,
+    };
+    if let Some(s) = server {
+        s.stop();
+    }
+    if abandoned {
+        shared.log.info(&format!(
+            "stopping: signal received; governance finished its pass; the ingest thread's step (sacct, or the database) did not finish within {}: left behind, its uncommitted transaction is discarded and the next start reads the window again",
+            format_duration(opts.stop_grace)
+        ));
+    } else {
+        shared
+            .log
+            .info("stopping: signal received, the steps under way finished");
+    }
+    Outcome {
+        failed_steps: shared.failed_steps.load(Ordering::Relaxed),
+        metrics_addr,
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .expect("a thread can be started")
+}
+
+fn join(handle: Option<std::thread::JoinHandle<()>>) {
+    if let Some(h) = handle {
+        // A panic in a step is a bug; it ends that thread, not the daemon's exit.
+        let _ = h.join();
+    }
+}
+
+/// Say what a look at the configuration file found, and put a valid new file in force.
+fn apply_reload(shared: &Shared, path: &std::path::Path, found: Reload, asked: bool) {
+    match found {
+        Reload::Unchanged => {}
+        Reload::Same { digest } => {
+            if asked {
+                shared.log.info(&format!(
+                    "SIGHUP: configuration {} unchanged (digest {digest})",
+                    path.display()
+                ));
+            }
+        }
+        Reload::Reloaded { config, from } => {
+            let (_, old) = shared.config();
+            // Read once at start: the listener and the open database stay until a restart.
+            let mut at_restart = Vec::new();
+            if old.accountd.database != config.accountd.database {
+                at_restart.push("[accountd] database");
+            }
+            if old.accountd.metrics_listen != config.accountd.metrics_listen {
+                at_restart.push("[accountd] metrics_listen");
+            }
+            let digest = config.digest.clone();
+            shared.exporter.set_config((*config).clone());
+            shared.set_config(*config);
+            shared.log.info(&format!(
+                "configuration {} reloaded{}: digest {from} -> {digest}{}",
+                path.display(),
+                if asked { " on SIGHUP" } else { "" },
+                if at_restart.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({} changed: in force when accountd run restarts)",
+                        at_restart.join(", ")
+                    )
+                }
+            ));
+        }
+        Reload::Rejected { why, kept } => shared.log.info(&format!(
+            "warning: configuration {} not reloaded, the last good one stays in force (digest {kept}): {why}",
+            path.display()
+        )),
+    }
+}
+
+fn start_metrics(shared: &Arc<Shared>) -> Option<MetricsServer> {
+    let exporter = Arc::clone(&shared.exporter);
+    let log = Arc::clone(&shared.log);
+    let body: Body = Arc::new(move || {
+        let (text, error) = exporter.scrape();
+        match error {
+            Some(e) => log.failed(STEP_METRICS, &format!("database figures: {e}")),
+            None => log.succeeded(STEP_METRICS),
+        }
+        text
+    });
+    match MetricsServer::start(shared.opts.metrics_listen, body) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            shared.step_result(
+                STEP_METRICS,
+                Err(format!(
+                    "cannot listen on {}: {e} (tried again every ingest interval)",
+                    shared.opts.metrics_listen
+                )),
+            );
+            None
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Governance
+
+fn govern_loop(shared: &Shared, capacity_tx: &Sender<CapacitySample>) {
+    let (mut generation, config) = shared.config();
+    let database = Some(shared.opts.database.clone());
+    let mut governor = Governor::new((*config).clone(), database.clone());
+    while !shared.stopping() {
+        let started = Instant::now();
+        let (now_generation, config) = shared.config();
+        if now_generation != generation {
+            // The limits it remembers were set under the old rules: a new governor sets them
+            // again under the new ones.
+            governor = Governor::new((*config).clone(), database.clone());
+            generation = now_generation;
+        }
+        govern(shared, &mut governor, &config, capacity_tx);
+        if shared.opts.once || !shared.sleep_until(started + shared.opts.govern_interval) {
+            break;
+        }
+    }
+}
+
+/// A job's team, from the database as the ingest left it (read-only: never waits on a writer).
+fn team_of_job(shared: &Shared, store: &mut Option<Option<Store>>, id: u64) -> Option<String> {
+    let store = store.get_or_insert_with(|| Store::open_read_only(&shared.opts.database).ok());
+    store
+        .as_ref()?
+        .account_of_job(&shared.cluster(), id)
+        .ok()
+        .flatten()
+}
+
+fn govern(
+    shared: &Shared,
+    governor: &mut Governor,
+    config: &Config,
+    capacity_tx: &Sender<CapacitySample>,
+) {
+    let report = match governor.pass() {
+        Ok(r) => r,
+        Err(e) => return shared.step_result(STEP_GOVERN, Err(e.to_string())),
+    };
+    let log = &shared.log;
+    for (team, limit) in &report.limit_updates {
+        log.info(&format!("team {team} GPU limit -> {limit}"));
+    }
+    for line in &report.unreadable {
+        log.warn_once(&format!(
+            "governor: cannot read squeue line `{line}`: its job is treated as never in quota"
+        ));
+    }
+    let mut store = None;
+    let mut requeued: BTreeMap<(String, Requeue), u64> = BTreeMap::new();
+    let mut unresolved = Vec::new();
+    for id in &report.reclaimed {
+        log.info(&format!(
+            "job {id} requeued by the governor: an in-quota job waited {} s without Slurm preempting for it",
+            teamshare_policy::governance::RECLAIM_FALLBACK_SECS
+        ));
+        match team_of_job(shared, &mut store, *id) {
+            Some(team) => *requeued.entry((team, Requeue::Reclaimed)).or_default() += 1,
+            None => unresolved.push((*id, Requeue::Reclaimed)),
+        }
+    }
+    for id in &report.displaced {
+        log.info(&format!("job {id} displaced by a higher class of its team"));
+        match team_of_job(shared, &mut store, *id) {
+            Some(team) => *requeued.entry((team, Requeue::Displaced)).or_default() += 1,
+            None => unresolved.push((*id, Requeue::Displaced)),
+        }
+    }
+    shared
+        .unresolved
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(unresolved);
+    let now = period::now();
+    let capacity_changed = shared.exporter.live().capacity != Some(report.capacity);
+    // The plan's limits and the GPUs in use, as the pass published them for the plugin.
+    shared.exporter.update_live(|live| {
+        live.governor_last_pass = Some(now);
+        // With the pass's own figures, so that a scrape never sees them without it.
+        live.capacity = Some(report.capacity);
+        count_requeued(live, requeued);
+        if let Some(state) = &report.state {
+            live.teams = state
+                .teams
+                .iter()
+                .map(|(team, t)| {
+                    (
+                        team.clone(),
+                        LiveTeam {
+                            gpu_limit: t.gpu_limit,
+                            running_gpus: t.running_gpus,
+                        },
+                    )
+                })
+                .collect();
+        }
+    });
+    shared.exporter.update_counters(|c| {
+        c.governor_unreadable_jobs += u64::try_from(report.unreadable.len()).unwrap_or(u64::MAX);
+    });
+    shared.step_result(STEP_GOVERN, Ok(()));
+    // A capacity change is recorded within one pass, not one ingest interval.
+    if capacity_changed {
+        match capacity::measure(&config.cluster.partitions) {
+            Ok(measured) => {
+                shared
+                    .exporter
+                    .update_live(|live| live.capacity = Some(measured.total));
+                let _ = capacity_tx.send(CapacitySample {
+                    ts: period::now(),
+                    gpus: measured.total,
+                    by_type: measured.by_type,
+                });
+            }
+            Err(e) => shared.step_result(STEP_CAPACITY, Err(e.to_string())),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ingest, sample collection, capacity
+
+/// The ingest thread's database: opened on first use and again after an error.
+struct Worker<'a> {
+    shared: &'a Shared,
+    store: Option<Store>,
+}
+
+impl Worker<'_> {
     fn with_store<T>(
         &mut self,
         f: impl FnOnce(&mut Store) -> Result<T, String>,
     ) -> Result<T, String> {
         let mut store = match self.store.take() {
             Some(s) => s,
-            None => Store::open(&self.opts.database).map_err(|e| e.to_string())?,
+            None => Store::open(&self.shared.opts.database).map_err(|e| e.to_string())?,
         };
         let result = f(&mut store);
         // After an error the connection is opened again next time (a replaced file, a lock).
@@ -320,150 +613,100 @@ impl Daemon {
         result
     }
 
-    fn govern(&mut self) {
-        let Some(governor) = self.governor.as_mut() else {
-            return;
-        };
-        let result = governor.pass();
-        let state_file = governor.state_file().to_path_buf();
-        let report = match result {
-            Ok(r) => r,
-            Err(e) => return self.step_result(STEP_GOVERN, Err(e.to_string())),
-        };
-        for (team, limit) in &report.limit_updates {
-            self.log.info(&format!("team {team} GPU limit -> {limit}"));
-        }
-        let mut requeued: BTreeMap<(String, Requeue), u64> = BTreeMap::new();
-        for id in &report.reclaimed {
-            self.log.info(&format!(
-                "job {id} requeued by the governor: an in-quota job waited {} s without Slurm preempting for it",
-                teamshare_policy::governance::RECLAIM_FALLBACK_SECS
-            ));
-            match self.team_of_job(*id) {
-                Some(team) => *requeued.entry((team, Requeue::Reclaimed)).or_default() += 1,
-                None => self.unresolved.push((*id, Requeue::Reclaimed)),
-            }
-        }
-        for id in &report.displaced {
-            self.log
-                .info(&format!("job {id} displaced by a higher class of its team"));
-            match self.team_of_job(*id) {
-                Some(team) => *requeued.entry((team, Requeue::Displaced)).or_default() += 1,
-                None => self.unresolved.push((*id, Requeue::Displaced)),
-            }
-        }
-        // The plan's limits and the GPUs in use, as published for the plugin.
-        let state = std::fs::read_to_string(&state_file)
-            .map_err(|e| e.to_string())
-            .and_then(|text| PublishedState::from_json(&text));
-        let now = period::now();
-        let capacity_changed = self.exporter.live().capacity != Some(report.capacity);
-        self.exporter.update_live(|live| {
-            live.governor_last_pass = Some(now);
-            // With the pass's own figures, so that a scrape never sees them without it (the
-            // capacity step below measures it again for the database).
-            live.capacity = Some(report.capacity);
-            count_requeued(live, requeued);
-            if let Ok(state) = &state {
-                live.teams = state
-                    .teams
-                    .iter()
-                    .map(|(team, t)| {
-                        (
-                            team.clone(),
-                            LiveTeam {
-                                gpu_limit: t.gpu_limit,
-                                running_gpus: t.running_gpus,
-                            },
-                        )
-                    })
-                    .collect();
-            }
-        });
-        self.step_result(
-            STEP_GOVERN,
-            state.map(|_| ()).map_err(|e| {
-                format!(
-                    "the pass succeeded but its state {} cannot be read back: {e}",
-                    state_file.display()
-                )
-            }),
-        );
-        // A capacity change is recorded within one pass, not one ingest interval.
-        if capacity_changed {
-            self.capacity();
-        }
-    }
-
-    fn team_of_job(&mut self, id: u64) -> Option<String> {
-        let cluster = self.cluster.clone();
-        self.with_store(|s| s.account_of_job(&cluster, id).map_err(|e| e.to_string()))
-            .ok()
-            .flatten()
-    }
-
     /// Ingest, sample collection and capacity, in that order.
-    fn ingest_round(&mut self, stop: &AtomicBool) {
-        if self.opts.ingest {
-            self.ingest();
+    fn round(&mut self, config: &Config, capacity_rx: &Receiver<CapacitySample>) {
+        let shared = self.shared;
+        if shared.opts.ingest {
+            self.ingest(config);
         }
-        if !stop.load(Ordering::Relaxed) {
-            self.collect();
+        if !shared.stopping() {
+            self.collect(config);
         }
-        if !stop.load(Ordering::Relaxed) {
-            self.capacity();
+        if !shared.stopping() {
+            // The governor's samples first: they were measured earlier.
+            self.record_pending(capacity_rx);
+            self.capacity(config);
         }
     }
 
-    fn ingest(&mut self) {
+    fn ingest(&mut self, config: &Config) {
         let now = period::now();
-        let cluster = self.cluster.clone();
+        let cluster = slurm_name(&config.cluster.name);
         let result = self.with_store(|store| {
             let plan = ingest::plan(store, &cluster, None, None, now).map_err(|e| e.to_string())?;
             ingest::ingest(store, &plan, now).map_err(|e| e.to_string())
         });
+        let shared = self.shared;
         match result {
             Ok(summary) => {
                 for line in &summary.malformed {
-                    self.log.warn_once(&format!("ingest skipped {line}"));
+                    shared.log.warn_once(&format!("ingest skipped {line}"));
                 }
-                self.exporter
+                shared
+                    .exporter
                     .update_live(|live| live.ingest_last_success = Some(period::now()));
-                self.resolve_displaced();
-                self.step_result(STEP_INGEST, Ok(()));
+                shared.step_result(STEP_INGEST, Ok(()));
+                self.runaways(&cluster);
+                self.resolve_displaced(&cluster);
             }
-            Err(e) => self.step_result(STEP_INGEST, Err(e)),
+            Err(e) => shared.step_result(STEP_INGEST, Err(e)),
+        }
+    }
+
+    /// After a successful ingest: runs sacct says are running whose job slurmctld lost.
+    fn runaways(&mut self, cluster: &str) {
+        let result = self
+            .with_store(|store| ingest::check_runaways(store, cluster).map_err(|e| e.to_string()));
+        let shared = self.shared;
+        match result {
+            Ok(clipped) => {
+                for run in &clipped {
+                    shared.log.warn_once(&ingest::describe_runaway(run));
+                }
+                shared.step_result(STEP_RUNAWAY, Ok(()));
+            }
+            Err(e) => shared.step_result(STEP_RUNAWAY, Err(e)),
         }
     }
 
     /// Displaced and reclaimed jobs ingested since: counted under their team now.
-    fn resolve_displaced(&mut self) {
-        let pending = std::mem::take(&mut self.unresolved);
+    fn resolve_displaced(&mut self, cluster: &str) {
+        let shared = self.shared;
+        let pending =
+            std::mem::take(&mut *shared.unresolved.lock().unwrap_or_else(|e| e.into_inner()));
         let mut resolved: BTreeMap<(String, Requeue), u64> = BTreeMap::new();
         for (id, why) in pending {
             // Never ingested (e.g. another cluster's job): counted apart after one ingest.
             let team = self
-                .team_of_job(id)
+                .with_store(|s| s.account_of_job(cluster, id).map_err(|e| e.to_string()))
+                .ok()
+                .flatten()
                 .unwrap_or_else(|| UNKNOWN_TEAM.to_string());
             *resolved.entry((team, why)).or_default() += 1;
         }
         if !resolved.is_empty() {
-            self.exporter
+            shared
+                .exporter
                 .update_live(|live| count_requeued(live, resolved));
         }
     }
 
-    fn collect(&mut self) {
-        let root = self.opts.spool.clone();
+    fn collect(&mut self, config: &Config) {
+        let shared = self.shared;
+        let root = shared
+            .opts
+            .spool
+            .clone()
+            .unwrap_or_else(|| config.accountd.sample_spool.clone());
         if !root.exists() {
-            self.log.warn_once(&format!(
+            shared.log.warn_once(&format!(
                 "no sample spool at {}: no GPU samples to collect (run `accountd sample` on the GPU nodes, writing there)",
                 root.display()
             ));
             return;
         }
-        let cluster = self.cluster.clone();
-        let threshold = self.config.accountd.idle_threshold_percent;
+        let cluster = slurm_name(&config.cluster.name);
+        let threshold = config.accountd.idle_threshold_percent;
         let result = self.with_store(|store| {
             collect::collect(store, &root, &cluster, threshold, period::now())
                 .map_err(|e| e.to_string())
@@ -471,40 +714,104 @@ impl Daemon {
         match result {
             Ok(summary) => {
                 for line in &summary.malformed {
-                    self.log.warn_once(&format!(
+                    shared.log.warn_once(&format!(
                         "skipped malformed sample {line} (the file is kept in rejected/)"
                     ));
                 }
                 for line in summary.unreadable.iter().chain(&summary.unsettled) {
-                    self.log
+                    shared
+                        .log
                         .warn_once(&format!("{line} (left in the spool; read again next time)"));
                 }
-                self.step_result(STEP_COLLECT, Ok(()));
+                shared.step_result(STEP_COLLECT, Ok(()));
             }
-            Err(e) => self.step_result(STEP_COLLECT, Err(e)),
+            Err(e) => shared.step_result(STEP_COLLECT, Err(e)),
         }
     }
 
-    fn capacity(&mut self) {
-        let measured = match capacity::measure(&self.config.cluster.partitions) {
+    fn capacity(&mut self, config: &Config) {
+        let shared = self.shared;
+        let measured = match capacity::measure(&config.cluster.partitions) {
             Ok(c) => c,
-            Err(e) => return self.step_result(STEP_CAPACITY, Err(e.to_string())),
+            Err(e) => return shared.step_result(STEP_CAPACITY, Err(e.to_string())),
         };
-        let sample = CapacitySample {
-            ts: period::now(),
-            gpus: measured.total,
-            by_type: measured.by_type.clone(),
-        };
-        self.exporter
+        shared
+            .exporter
             .update_live(|live| live.capacity = Some(measured.total));
-        let cluster = self.cluster.clone();
+        self.record(
+            config,
+            CapacitySample {
+                ts: period::now(),
+                gpus: measured.total,
+                by_type: measured.by_type,
+            },
+        );
+    }
+
+    fn record(&mut self, config: &Config, sample: CapacitySample) {
+        let cluster = slurm_name(&config.cluster.name);
         let result = self.with_store(|store| {
             store
                 .record_capacity(&cluster, &sample)
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         });
-        self.step_result(STEP_CAPACITY, result);
+        self.shared.step_result(STEP_CAPACITY, result);
+    }
+
+    /// The capacity samples the governor measured, written now.
+    fn record_pending(&mut self, capacity_rx: &Receiver<CapacitySample>) {
+        while let Ok(sample) = capacity_rx.try_recv() {
+            let (_, config) = self.shared.config();
+            self.record(&config, sample);
+        }
+    }
+}
+
+fn ingest_loop(
+    shared: &Shared,
+    capacity_rx: &Receiver<CapacitySample>,
+    governor_done: &AtomicBool,
+) {
+    let mut worker = Worker {
+        shared,
+        store: None,
+    };
+    while !shared.stopping() {
+        let started = Instant::now();
+        let (_, config) = shared.config();
+        worker.round(&config, capacity_rx);
+        if shared.opts.once {
+            // What the governor's one pass left for the database: its capacity sample, the
+            // teams of the jobs it requeued.
+            while !governor_done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            worker.record_pending(capacity_rx);
+            if shared.opts.ingest {
+                worker.resolve_displaced(&slurm_name(&config.cluster.name));
+            }
+            return;
+        }
+        // Until the next round, the governor's capacity samples are written as they come.
+        let next = started + config.accountd.ingest_interval;
+        loop {
+            if shared.stopping() {
+                return;
+            }
+            let now = Instant::now();
+            if now >= next {
+                break;
+            }
+            match capacity_rx.recv_timeout((next - now).min(STOP_POLL)) {
+                Ok(sample) => worker.record(&config, sample),
+                Err(RecvTimeoutError::Timeout) => {}
+                // No governor: nothing will come.
+                Err(RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep((next - now).min(STOP_POLL))
+                }
+            }
+        }
     }
 }
 
@@ -563,15 +870,22 @@ mod tests {
         let (log, lines) = captured();
         let opts = DaemonOptions {
             database: dir.path().join("db.sqlite"),
-            spool: dir.path().join("no-spool"),
+            spool: Some(dir.path().join("no-spool")),
             govern_interval: Duration::from_secs(1),
-            ingest_interval: Duration::from_secs(60),
             govern: true,
             ingest: true,
             once: false,
             metrics_listen: "127.0.0.1:0".parse().unwrap(),
+            config_path: None,
+            stop_grace: STOP_GRACE,
         };
-        let outcome = run(config, opts, Arc::new(AtomicBool::new(true)), log);
+        let outcome = run(
+            config,
+            opts,
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(false)),
+            log,
+        );
         assert_eq!(outcome.failed_steps, 0);
         assert!(outcome.metrics_addr.is_some());
         let lines = lines.lock().unwrap();

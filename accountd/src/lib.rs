@@ -12,13 +12,16 @@
 //! - `slurm_cli`: running Slurm's client commands; `period`: instants and periods;
 //! - `sample`: NVML GPU samples on the nodes, their collection, utilisation and idle GPU-hours;
 //! - `governor`: Slurm's priorities and limits kept matching the governance rules;
-//! - `daemon`: `accountd run`, the loop of governor, ingest, sample collection and capacity;
+//! - `daemon`: `accountd run`: the governor's thread, the ingest thread (sacct, runaway runs,
+//!   samples, capacity), the configuration followed;
+//! - `config_watch`: teamshare.toml followed while the daemon runs (changes, SIGHUP);
 //! - `metrics`: the Prometheus exposition and the HTTP server of `/metrics`.
 //!
 //! The command line (`src/main.rs`, `src/cli.rs`) is a thin layer over these.
 #![forbid(unsafe_code)]
 
 pub mod capacity;
+pub mod config_watch;
 pub mod daemon;
 pub mod governor;
 pub mod ingest;

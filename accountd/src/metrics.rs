@@ -423,11 +423,34 @@ struct MonthCache {
     computed_at: Option<Instant>,
 }
 
+/// Counters of the daemon's life kept apart from [`Live`] (whose fields tests build whole).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// squeue lines the governor could not read, since the daemon started (each such job was
+    /// treated as never in quota).
+    pub governor_unreadable_jobs: u64,
+}
+
+/// The exposition of `counters` (always present: a counter at 0 says "none yet").
+pub fn render_counters(counters: &Counters) -> String {
+    let mut out = String::new();
+    let mut f = family(
+        &mut out,
+        "teamshare_governor_unreadable_jobs_total",
+        Kind::Counter,
+        "squeue lines the governor could not read since the daemon started; their jobs were treated as never in quota (each line is logged once).",
+    );
+    f.sample(&[], counters.governor_unreadable_jobs as f64);
+    out
+}
+
 /// The daemon's metrics: it updates [`Live`]; scrapes read both sources.
 pub struct Exporter {
-    config: Config,
+    /// Replaced when the daemon reloads teamshare.toml.
+    config: Mutex<Config>,
     database: PathBuf,
     live: Mutex<Live>,
+    counters: Mutex<Counters>,
     month: Mutex<MonthCache>,
 }
 
@@ -439,11 +462,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Exporter {
     pub fn new(config: Config, database: PathBuf) -> Exporter {
         Exporter {
-            config,
+            config: Mutex::new(config),
             database,
             live: Mutex::new(Live::default()),
+            counters: Mutex::new(Counters::default()),
             month: Mutex::new(MonthCache::default()),
         }
+    }
+
+    /// A reloaded configuration: quotas, rates and teams from now on, and the month's figures
+    /// computed again at the next scrape.
+    pub fn set_config(&self, config: Config) {
+        *lock(&self.config) = config;
+        lock(&self.month).computed_at = None;
     }
 
     pub fn update_live(&self, f: impl FnOnce(&mut Live)) {
@@ -454,11 +485,20 @@ impl Exporter {
         lock(&self.live).clone()
     }
 
+    pub fn update_counters(&self, f: impl FnOnce(&mut Counters)) {
+        f(&mut lock(&self.counters));
+    }
+
+    pub fn counters(&self) -> Counters {
+        *lock(&self.counters)
+    }
+
     /// The exposition now. The month's figures are computed again when older than
     /// [`MONTH_REFRESH`]; when that fails, the last figures are served and the error returned
     /// beside the text (retried after the same delay).
     pub fn scrape(&self) -> (String, Option<String>) {
         let mut error = None;
+        let config = lock(&self.config).clone();
         let mut cache = lock(&self.month);
         if cache
             .computed_at
@@ -467,16 +507,16 @@ impl Exporter {
             cache.computed_at = Some(Instant::now());
             let figures = Store::open(&self.database)
                 .map_err(MetricsError::from)
-                .and_then(|store| {
-                    month_figures(&store, &self.config, period::now(), &chrono::Local)
-                });
+                .and_then(|store| month_figures(&store, &config, period::now(), &chrono::Local));
             match figures {
                 Ok(f) => cache.figures = Some(f),
                 Err(e) => error = Some(format!("{e}")),
             }
         }
         let live = self.live();
-        (render(&self.config, &live, cache.figures.as_ref()), error)
+        let mut text = render(&config, &live, cache.figures.as_ref());
+        text.push_str(&render_counters(&self.counters()));
+        (text, error)
     }
 }
 
@@ -735,6 +775,39 @@ weight = 1
         // No samples, no family: neither the ingest timestamp nor the database's figures.
         assert!(!text.contains("teamshare_ingest_last_success"), "{text}");
         assert!(!text.contains("teamshare_gpu_hours_total"), "{text}");
+    }
+
+    #[test]
+    fn the_unreadable_jobs_counter_is_always_exposed() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = dir.path().join("accountd.db");
+        std::fs::write(
+            &database,
+            "not a database, and long enough to have a header",
+        )
+        .unwrap();
+        let exporter = Exporter::new(config(), database);
+        let (text, error) = exporter.scrape();
+        assert!(error.is_some());
+        assert!(
+            text.contains("# TYPE teamshare_governor_unreadable_jobs_total counter\nteamshare_governor_unreadable_jobs_total 0\n"),
+            "{text}"
+        );
+        exporter.update_counters(|c| c.governor_unreadable_jobs += 3);
+        assert!(exporter
+            .scrape()
+            .0
+            .contains("teamshare_governor_unreadable_jobs_total 3\n"));
+        // A reloaded configuration shows at the next scrape.
+        let mut fewer = config();
+        fewer.teams.truncate(1);
+        exporter.set_config(fewer);
+        let (text, _) = exporter.scrape();
+        assert!(
+            text.contains("teamshare_quota_gpus{team=\"agents\"}"),
+            "{text}"
+        );
+        assert!(!text.contains("team=\"training\""), "{text}");
     }
 
     #[test]

@@ -1,0 +1,176 @@
+//! Following `teamshare.toml` while `accountd run` runs, as the plugin does: the plugin reloads
+//! an edited file within 2 s, so a daemon that kept the old rules would govern by other rules
+//! than the plugin enforces. The file is looked at every [`POLL`] (its modification time, size
+//! and inode: a rename over it or an edit in place both change them) and again on SIGHUP. A valid
+//! new file replaces the configuration; an invalid one keeps the last good configuration and is
+//! said once per change (every error on one line).
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use teamshare_config::{Config, ConfigError};
+
+/// How often the file is looked at (the plugin's own interval).
+pub const POLL: Duration = Duration::from_secs(2);
+
+/// What tells that the file changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    ino: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        modified: m.modified().ok(),
+        len: m.len(),
+        ino: m.ino(),
+    })
+}
+
+/// What a look at the file found.
+#[derive(Debug)]
+pub enum Reload {
+    /// Not changed since the last look (and not asked for).
+    Unchanged,
+    /// Read again (changed, or asked for with SIGHUP) and the same text as the configuration in
+    /// force.
+    Same { digest: String },
+    /// A valid new configuration: it replaces the one in force.
+    Reloaded { config: Box<Config>, from: String },
+    /// Not a valid configuration, or unreadable: the one in force stays. One line.
+    Rejected { why: String, kept: String },
+}
+
+/// The followed file and the digest of the configuration in force.
+#[derive(Debug)]
+pub struct ConfigWatch {
+    path: PathBuf,
+    stamp: Option<Stamp>,
+    digest: String,
+}
+
+impl ConfigWatch {
+    /// Follow `path`, whose configuration in force is `current` (as loaded at start).
+    pub fn new(path: &Path, current: &Config) -> ConfigWatch {
+        ConfigWatch {
+            path: path.to_path_buf(),
+            stamp: stamp(path),
+            digest: current.digest.clone(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Look at the file: read it again when it changed, or always with `asked` (SIGHUP).
+    pub fn check(&mut self, asked: bool) -> Reload {
+        let now = stamp(&self.path);
+        if !asked && now == self.stamp {
+            return Reload::Unchanged;
+        }
+        // Remembered before reading, so that the same broken file is said once, not every poll.
+        self.stamp = now;
+        match teamshare_config::load(&self.path) {
+            Ok(config) if config.digest == self.digest => Reload::Same {
+                digest: config.digest,
+            },
+            Ok(config) => {
+                let from = std::mem::replace(&mut self.digest, config.digest.clone());
+                Reload::Reloaded {
+                    config: Box::new(config),
+                    from,
+                }
+            }
+            Err(e) => Reload::Rejected {
+                why: one_line(&e),
+                kept: self.digest.clone(),
+            },
+        }
+    }
+}
+
+/// Every problem of an invalid file on one line: `file:line:col: error: message (hint: ...); ...`.
+pub fn one_line(e: &ConfigError) -> String {
+    match e.diagnostics() {
+        Some(diagnostics) => {
+            let each: Vec<String> = diagnostics
+                .iter()
+                .map(|d| {
+                    let mut s = format!("{}:{}:{}: error: {}", d.file, d.line, d.column, d.message);
+                    if let Some(hint) = &d.hint {
+                        s.push_str(&format!(" (hint: {hint})"));
+                    }
+                    s
+                })
+                .collect();
+            format!(
+                "{} {}: {}",
+                each.len(),
+                if each.len() == 1 { "error" } else { "errors" },
+                each.join("; ")
+            )
+        }
+        None => e.to_string().replace('\n', " "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID: &str =
+        "[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\n\n[[team]]\nname = \"a\"\nquota = 1\n";
+
+    #[test]
+    fn a_valid_edit_reloads_an_invalid_one_is_said_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("teamshare.toml");
+        std::fs::write(&path, VALID).unwrap();
+        let start = teamshare_config::load(&path).unwrap();
+        let mut watch = ConfigWatch::new(&path, &start);
+        assert!(matches!(watch.check(false), Reload::Unchanged));
+        // Asked for (SIGHUP), unchanged text: the same digest.
+        assert!(matches!(watch.check(true), Reload::Same { digest } if digest == start.digest));
+
+        let edited = VALID.replace("quota = 1", "quota = 2");
+        std::fs::write(&path, &edited).unwrap();
+        match watch.check(false) {
+            Reload::Reloaded { config, from } => {
+                assert_eq!(from, start.digest);
+                assert_eq!(config.digest, teamshare_config::digest(&edited));
+                assert_eq!(config.teams[0].quota.total, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+
+        let broken = format!("{edited}quotaa = 3\nweight = 0\n");
+        std::fs::write(&path, broken).unwrap();
+        match watch.check(false) {
+            Reload::Rejected { why, kept } => {
+                assert_eq!(kept, teamshare_config::digest(&edited));
+                assert!(!why.contains('\n'), "{why}");
+                assert!(why.starts_with("2 errors: "), "{why}");
+                assert!(why.contains("teamshare.toml:8:1: error: "), "{why}");
+                assert!(why.contains("(hint: "), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Said once: the same broken file is not read again until it changes or is asked for.
+        assert!(matches!(watch.check(false), Reload::Unchanged));
+        assert!(matches!(watch.check(true), Reload::Rejected { .. }));
+
+        std::fs::remove_file(&path).unwrap();
+        match watch.check(false) {
+            Reload::Rejected { why, .. } => assert!(why.contains("cannot read"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // Back to the text in force: nothing to reload.
+        std::fs::write(&path, &edited).unwrap();
+        assert!(matches!(watch.check(false), Reload::Same { .. }));
+    }
+}

@@ -2,7 +2,7 @@
 //! library. Everything that prints lives here.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal as _, Write as _};
+use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -20,7 +20,21 @@ use accountd::report::{self, CapacitySource, FairshareParams, Format, RowKind, U
 use accountd::sample::{self, collect, gpu, jobs, sampler, utilisation};
 use accountd::slurm_cli::{self, SlurmCommandError};
 use accountd::slurm_setup::{self, Applied, Associations};
-use accountd::store::Store;
+use accountd::store::{RunawayRun, Store, StoreError};
+
+/// A line on stderr; a closed stderr is not worth a panic (`eprintln!` would).
+macro_rules! say_err {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
+/// [`say_err!`] without the line end (the progress bar).
+macro_rules! say_err_inline {
+    ($($arg:tt)*) => {{
+        let _ = write!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
 
 /// Success.
 pub const EXIT_OK: u8 = 0;
@@ -126,13 +140,16 @@ struct SampleArgs {
 }
 
 const RUN_AFTER_HELP: &str = "\
-Every --govern-interval: one governor pass (as `accountd govern`). Every [accountd]
-ingest_interval: sacct into the database (as `accountd ingest`), the nodes' GPU samples from
-[accountd] sample_spool (as `accountd collect-samples`), and the governed capacity (sinfo) into
-capacity_samples. /metrics is served on [accountd] metrics_listen (127.0.0.1:9477 by default).
-A failing step is logged to stderr (once per distinct error, with a timestamp) and tried again
-at its next turn; the other steps go on. SIGTERM or SIGINT: the step under way finishes, then
-accountd exits 0; a second signal exits at once (1).
+Every --govern-interval, on a thread of its own: one governor pass (as `accountd govern`). Every
+[accountd] ingest_interval, on another: sacct into the database (as `accountd ingest`, with the
+runaway check), the nodes' GPU samples from [accountd] sample_spool (as `accountd
+collect-samples`), and the governed capacity (sinfo) into capacity_samples; a slow sacct never
+delays governance. /metrics is served on [accountd] metrics_listen (127.0.0.1:9477 by default).
+teamshare.toml is followed: looked at every 2 s and on SIGHUP; a valid new file is in force at
+once, an invalid one is logged once and the last good one stays. A failing step is logged to
+stderr (once per distinct error, with a timestamp) and tried again at its next turn; the other
+steps go on. SIGTERM or SIGINT: the governor's pass under way finishes, the ingest thread's step
+is waited for 5 s at most, then accountd exits 0; a second signal exits at once (1).
 
 Exit codes:
   0  stopped by SIGTERM/SIGINT; with --once, every step succeeded
@@ -278,6 +295,16 @@ struct SetupSlurmArgs {
 #[error("{0}")]
 pub struct UsageError(String);
 
+/// Whether `err` is a write to a reader that went away (`accountd ... | head`): the command
+/// then ends quietly with success.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// The exit code an error ends the program with.
 pub fn exit_code_for(err: &anyhow::Error) -> u8 {
     let invalid = err.chain().any(|cause| {
@@ -327,7 +354,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Run(args) => {
             let config = load_config(&config_path)?;
             let database = database_path(&cli, &config);
-            run_cmd(config, database, args)
+            run_cmd(config, &config_path, database, args)
         }
         Command::Govern(args) => {
             let config = load_config(&config_path)?;
@@ -348,7 +375,7 @@ fn load_config(path: &Path) -> anyhow::Result<Config> {
     match teamshare_config::load(path) {
         Ok(config) => Ok(config),
         Err(ConfigError::Invalid(diagnostics)) => {
-            eprintln!("{diagnostics}");
+            say_err!("{diagnostics}");
             Err(UsageError(format!(
                 "{} is not a valid configuration ({} {})",
                 path.display(),
@@ -386,8 +413,8 @@ fn check_config(path: &Path, args: &CheckConfigArgs) -> anyhow::Result<ExitCode>
     let config = match teamshare_config::load(path) {
         Ok(config) => config,
         Err(ConfigError::Invalid(diagnostics)) => {
-            eprintln!("{diagnostics}");
-            eprintln!(
+            say_err!("{diagnostics}");
+            say_err!(
                 "{}: {} {}",
                 path.display(),
                 diagnostics.len(),
@@ -397,7 +424,8 @@ fn check_config(path: &Path, args: &CheckConfigArgs) -> anyhow::Result<ExitCode>
         }
         Err(e) => return Err(e.into()),
     };
-    println!("{}", summary(path, &config));
+    let mut out = Stdout::new();
+    out.line(&summary(path, &config))?;
 
     // The capacity: given, measured, or not checked (said in one line).
     let measured: Option<(u32, BTreeMap<String, u32>, String)> = match args.capacity {
@@ -421,7 +449,7 @@ fn check_config(path: &Path, args: &CheckConfigArgs) -> anyhow::Result<ExitCode>
             ))
         }
         None if slurm_cli::slurm_conf().is_none() => {
-            eprintln!("capacity: not checked (SLURM_CONF is not set, so sinfo cannot be asked; use --capacity N)");
+            say_err!("capacity: not checked (SLURM_CONF is not set, so sinfo cannot be asked; use --capacity N)");
             None
         }
         None => match capacity::measure(&config.cluster.partitions) {
@@ -430,19 +458,19 @@ fn check_config(path: &Path, args: &CheckConfigArgs) -> anyhow::Result<ExitCode>
                 Some((c.total, c.by_type, line))
             }
             Err(e) => {
-                eprintln!("capacity: not checked (sinfo unavailable: {e})");
+                say_err!("capacity: not checked (sinfo unavailable: {e})");
                 None
             }
         },
     };
     if let Some((total, by_type, line)) = measured {
-        println!("{line}");
+        out.line(&line)?;
         let problems = config.check_capacity(total, &by_type);
         if !problems.is_empty() {
             for d in &problems {
-                eprintln!("{d}");
+                say_err!("{d}");
             }
-            eprintln!(
+            say_err!(
                 "{}: {} {}",
                 path.display(),
                 problems.len(),
@@ -574,7 +602,7 @@ fn ingest_cmd(config: &Config, database: PathBuf, args: &IngestArgs) -> anyhow::
     let mut store = Store::open(&database)?;
     let cluster = slurm_cli::slurm_name(&config.cluster.name);
     let plan = ingest::plan(&store, &cluster, since, until, now)?;
-    eprintln!(
+    say_err!(
         "reading sacct of cluster {cluster} from {} to {} ...",
         period::format_rfc3339(plan.window.since),
         period::format_rfc3339(plan.window.until)
@@ -588,9 +616,18 @@ fn ingest_cmd(config: &Config, database: PathBuf, args: &IngestArgs) -> anyhow::
         ingest::ingest(&mut store, &plan, now)?
     };
     for line in &summary.malformed {
-        eprintln!("accountd: warning: skipped {line}");
+        say_err!("accountd: warning: skipped {line}");
     }
-    eprintln!("{summary}");
+    say_err!("{summary}");
+    // The ingest is done and kept whatever squeue says; without it, runaways wait for the next.
+    match ingest::check_runaways(&mut store, &cluster) {
+        Ok(clipped) => {
+            for run in &clipped {
+                say_err!("accountd: warning: {}", ingest::describe_runaway(run));
+            }
+        }
+        Err(e) => say_err!("accountd: warning: {e}"),
+    }
     Ok(ExitCode::from(EXIT_OK))
 }
 
@@ -621,7 +658,7 @@ impl ProgressBar {
         self.drawn = Some(std::time::Instant::now());
         let filled = ((p.fraction * Self::WIDTH as f64).round() as usize).min(Self::WIDTH);
         let rate = p.records as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
-        eprint!(
+        say_err_inline!(
             "\r[{}{}] {:3.0} %  {} records  {:.0}/s ",
             "#".repeat(filled),
             " ".repeat(Self::WIDTH - filled),
@@ -633,7 +670,7 @@ impl ProgressBar {
 
     fn clear(&self) {
         if self.drawn.is_some() {
-            eprint!("\r{}\r", " ".repeat(Self::WIDTH + 60));
+            say_err_inline!("\r{}\r", " ".repeat(Self::WIDTH + 60));
         }
     }
 }
@@ -668,41 +705,134 @@ fn report_period(args: &ReportArgs, now: UnixSeconds) -> anyhow::Result<Period> 
     Ok(Period { since, until })
 }
 
-/// The database of a report, which must exist (a report never creates one).
-fn report_store(database: &Path, fill_with: &str) -> anyhow::Result<Store> {
-    if !database.exists() {
-        anyhow::bail!(
-            "no database at {}: run `accountd {fill_with}` first (or give --database)",
-            database.display()
-        );
+/// How often a report is read again from a database that changed under it.
+const REPORT_READS: usize = 3;
+
+/// Compute a report from the database, opened read-only (a report never creates, upgrades or
+/// writes one, so a user who may only read it can run reports). A database read as immutable
+/// (closed, in a directory this user cannot write) that a checkpoint changed while it was read
+/// is read again.
+fn with_report_store<T>(
+    database: &Path,
+    fill_with: &str,
+    read: impl Fn(&Store) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    for _ in 0..REPORT_READS {
+        let store = match Store::open_read_only(database) {
+            Ok(s) => s,
+            Err(StoreError::Missing { .. }) => anyhow::bail!(
+                "no database at {}: run `accountd {fill_with}` first (or give --database)",
+                database.display()
+            ),
+            Err(e) => return Err(e.into()),
+        };
+        let result = read(&store);
+        if !store.changed_while_read() {
+            return result;
+        }
     }
-    Ok(Store::open(database)?)
+    anyhow::bail!(
+        "the database {} changed while it was read, {REPORT_READS} times (accountd run writing it back): run the report again",
+        database.display()
+    )
 }
 
+/// Runaway runs in the period, said on stderr (every format: CSV and JSON stay data only).
+fn note_runaways(runs: &[RunawayRun]) {
+    if runs.is_empty() {
+        return;
+    }
+    const SHOWN: usize = 10;
+    let mut jobs: Vec<String> = runs.iter().take(SHOWN).map(|r| r.job_id.clone()).collect();
+    if runs.len() > SHOWN {
+        jobs.push(format!("and {} more", runs.len() - SHOWN));
+    }
+    say_err!(
+        "accountd: note: {} runaway {} clipped (job {}): sacct says {} still running but slurmctld no longer knows {}, so {} GPUs count only until last known running; `sacctmgr show runaway` lists such jobs and fixes Slurm's accounting",
+        runs.len(),
+        plural(runs.len(), "run was", "runs were"),
+        jobs.join(", "),
+        plural(runs.len(), "it is", "they are"),
+        plural(runs.len(), "it", "them"),
+        plural(runs.len(), "its", "their"),
+    );
+}
+
+/// Print a whole report. A reader that goes away early (`accountd report | head`) is a
+/// success: the rest is not written.
 fn print(text: &str) -> anyhow::Result<ExitCode> {
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes())?;
-    stdout.flush()?;
+    Stdout::new().text(text)?;
     Ok(ExitCode::from(EXIT_OK))
+}
+
+/// Standard output that goes quiet when its reader has gone: a write that meets a closed pipe
+/// (EPIPE; Rust ignores SIGPIPE) is taken as the end of the reader's interest, not an error, and
+/// nothing more is written. `println!` would panic there (exit 101).
+struct Stdout<W: Write = std::io::Stdout> {
+    out: W,
+    closed: bool,
+}
+
+impl Stdout {
+    fn new() -> Self {
+        Stdout::to(std::io::stdout())
+    }
+}
+
+impl<W: Write> Stdout<W> {
+    fn to(out: W) -> Self {
+        Stdout { out, closed: false }
+    }
+
+    fn text(&mut self, text: &str) -> std::io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match self
+            .out
+            .write_all(text.as_bytes())
+            .and_then(|()| self.out.flush())
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    fn line(&mut self, line: &str) -> std::io::Result<()> {
+        self.text(&format!("{line}\n"))
+    }
 }
 
 fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let now = period::now();
     let period = report_period(args, now)?;
-    let store = report_store(&database, "ingest")?;
     let params = UsageParams::from_config(config, period, now, args.teams.clone());
+    let cluster = slurm_cli::slurm_name(&config.cluster.name);
+    let runaways = |store: &Store| store.runaway_runs(&cluster, period.since, period.until);
     if args.by_day {
-        let days = report::usage_report_by_day(&store, &params, &chrono::Local)?;
+        let (days, runaway) = with_report_store(&database, "ingest", |store| {
+            Ok((
+                report::usage_report_by_day(store, &params, &chrono::Local)?,
+                runaways(store)?,
+            ))
+        })?;
+        note_runaways(&runaway);
         return print(&report::render_teams_by_day(
             &days,
             args.format.into(),
             &chrono::Local,
         ));
     }
-    let usage = report::usage_report(&store, &params)?;
+    let (usage, runaway) = with_report_store(&database, "ingest", |store| {
+        Ok((report::usage_report(store, &params)?, runaways(store)?))
+    })?;
+    note_runaways(&runaway);
     for row in &usage.rows {
         if row.kind == RowKind::Account && row.quota.is_none() && row.jobs == 0 {
-            eprintln!(
+            say_err!(
                 "accountd: note: `{}` is not a team of the configuration and has no GPU usage in the period",
                 row.team
             );
@@ -710,18 +840,18 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
     }
     match usage.capacity_source {
         CapacitySource::Samples => {}
-        CapacitySource::Quotas => eprintln!(
+        CapacitySource::Quotas => say_err!(
             "accountd: note: no capacity samples for the period (`accountd run` records them): the capacity is taken as the sum of quotas, {} GPUs",
             usage.quota_sum
         ),
-        CapacitySource::QuotasUntil(first) => eprintln!(
+        CapacitySource::QuotasUntil(first) => say_err!(
             "accountd: note: no capacity samples before {} (`accountd run` records them): until then the capacity is taken as the sum of quotas, {} GPUs",
             format_local(first, &chrono::Local),
             usage.quota_sum
         ),
     }
     if usage.allocated_gpu_seconds > usage.capacity_gpu_seconds {
-        eprintln!(
+        say_err!(
             "accountd: warning: more GPU-hours were used ({:.4}) than the capacity holds ({:.4}), so the idle cost is negative: {}",
             usage.allocated_gpu_seconds / 3600.0,
             usage.capacity_gpu_seconds / 3600.0,
@@ -755,8 +885,14 @@ fn fairshare_report(
         ))
         .into());
     }
-    let store = report_store(&database, "ingest")?;
-    let fairshare = report::fairshare_report(&store, &params)?;
+    let cluster = slurm_cli::slurm_name(&config.cluster.name);
+    let (fairshare, runaway) = with_report_store(&database, "ingest", |store| {
+        Ok((
+            report::fairshare_report(store, &params)?,
+            store.runaway_runs(&cluster, params.since, as_of)?,
+        ))
+    })?;
+    note_runaways(&runaway);
     print(&report::render_fairshare(
         &fairshare,
         args.format.into(),
@@ -767,7 +903,12 @@ fn fairshare_report(
 // ---------------------------------------------------------------------------------------------
 // run
 
-fn run_cmd(config: Config, database: PathBuf, args: &RunArgs) -> anyhow::Result<ExitCode> {
+fn run_cmd(
+    config: Config,
+    config_path: &Path,
+    database: PathBuf,
+    args: &RunArgs,
+) -> anyhow::Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // The first signal asks for a stop after the step under way; a second one, while
@@ -777,25 +918,27 @@ fn run_cmd(config: Config, database: PathBuf, args: &RunArgs) -> anyhow::Result<
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .context("cannot install the signal handlers")?;
     }
+    // SIGHUP: read teamshare.toml again now (it is also looked at every 2 s).
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload))
+        .context("cannot install the signal handlers")?;
     let opts = DaemonOptions {
         database,
-        spool: args
-            .spool
-            .clone()
-            .unwrap_or_else(|| config.accountd.sample_spool.clone()),
+        spool: args.spool.clone(),
         govern_interval: args.govern_interval,
-        ingest_interval: config.accountd.ingest_interval,
         govern: !args.no_govern,
         ingest: !args.no_ingest,
         once: args.once,
         metrics_listen: args
             .metrics_listen
             .unwrap_or(config.accountd.metrics_listen),
+        config_path: Some(config_path.to_path_buf()),
+        stop_grace: daemon::STOP_GRACE,
     };
-    let outcome = daemon::run(config, opts, stop, Arc::new(DaemonLog::stderr()));
+    let outcome = daemon::run(config, opts, stop, reload, Arc::new(DaemonLog::stderr()));
     let _ = std::io::stderr().flush();
     if args.once && outcome.failed_steps > 0 {
-        eprintln!(
+        say_err!(
             "accountd run: {} {} failed",
             outcome.failed_steps,
             plural(outcome.failed_steps, "step", "steps")
@@ -844,7 +987,7 @@ fn sample_cmd(
     let view: Option<Box<dyn jobs::SlurmView>> = if args.no_jobs {
         None
     } else if slurm_cli::slurm_conf().is_none() {
-        eprintln!("accountd sample: warning: SLURM_CONF is not set, so the jobs holding the GPUs cannot be looked up: samples carry no job (export SLURM_CONF, or pass --no-jobs to say so)");
+        say_err!("accountd sample: warning: SLURM_CONF is not set, so the jobs holding the GPUs cannot be looked up: samples carry no job (export SLURM_CONF, or pass --no-jobs to say so)");
         None
     } else {
         Some(Box::new(jobs::SlurmCommands))
@@ -859,7 +1002,7 @@ fn sample_cmd(
     };
     let log: sampler::Log = std::sync::Arc::new(|line: &str| {
         for l in line.lines() {
-            eprintln!("accountd sample: {l}");
+            say_err!("accountd sample: {l}");
         }
     });
     sampler::run(&settings, view, log)?;
@@ -884,14 +1027,14 @@ fn collect_samples_cmd(
         period::now(),
     )?;
     for line in &summary.malformed {
-        eprintln!(
+        say_err!(
             "accountd: warning: skipped malformed sample {line} (the file is kept in rejected/)"
         );
     }
     for line in summary.unreadable.iter().chain(&summary.unsettled) {
-        eprintln!("accountd: warning: {line} (left in the spool; read again next time)");
+        say_err!("accountd: warning: {line} (left in the spool; read again next time)");
     }
-    eprintln!("{summary}");
+    say_err!("{summary}");
     Ok(ExitCode::from(EXIT_OK))
 }
 
@@ -903,14 +1046,15 @@ fn samples_report(
 ) -> anyhow::Result<ExitCode> {
     let now = period::now();
     let Period { since, until } = report_period(args, now)?;
-    let store = report_store(&database, "collect-samples")?;
     let params = utilisation::UtilisationParams {
         cluster: slurm_cli::slurm_name(&config.cluster.name),
         period: Period { since, until },
         idle_threshold: config.accountd.idle_threshold_percent,
         now,
     };
-    let mut r = utilisation::utilisation_report(&store, &params)?;
+    let mut r = with_report_store(&database, "collect-samples", |store| {
+        Ok(utilisation::utilisation_report(store, &params)?)
+    })?;
     if !args.teams.is_empty() {
         let wanted: Vec<String> = args
             .teams
@@ -923,7 +1067,7 @@ fn samples_report(
         r.teams.retain(|t| keep(Some(&t.team)));
     }
     if r.from_samples {
-        eprintln!("accountd: note: the hourly rollup was built with another idle threshold; read from the samples (`accountd collect-samples` rebuilds it)");
+        say_err!("accountd: note: the hourly rollup was built with another idle threshold; read from the samples (`accountd collect-samples` rebuilds it)");
     }
     let format: Format = args.format.into();
     let text = match args.kind {
@@ -938,7 +1082,7 @@ fn samples_report(
 
 fn govern(config: Config, database: PathBuf, args: &GovernArgs) -> anyhow::Result<ExitCode> {
     let mut governor = accountd::governor::Governor::new(config, Some(database));
-    eprintln!(
+    say_err!(
         "accountd govern: publishing {} every {:?}",
         governor.state_file().display(),
         args.interval
@@ -949,18 +1093,18 @@ fn govern(config: Config, database: PathBuf, args: &GovernArgs) -> anyhow::Resul
         match governor.pass() {
             Ok(report) => {
                 if last_error.take().is_some() {
-                    eprintln!("accountd govern: passes succeed again");
+                    say_err!("accountd govern: passes succeed again");
                 }
                 for (team, limit) in &report.limit_updates {
-                    eprintln!("accountd govern: team {team} GPU limit -> {limit}");
+                    say_err!("accountd govern: team {team} GPU limit -> {limit}");
                 }
                 for id in &report.reclaimed {
-                    eprintln!(
+                    say_err!(
                         "accountd govern: job {id} requeued for an in-quota job Slurm left waiting"
                     );
                 }
                 for id in &report.displaced {
-                    eprintln!("accountd govern: job {id} displaced by a higher class of its team");
+                    say_err!("accountd govern: job {id} displaced by a higher class of its team");
                 }
             }
             Err(e) => {
@@ -970,7 +1114,7 @@ fn govern(config: Config, database: PathBuf, args: &GovernArgs) -> anyhow::Resul
                 // Log each new failure once; keep trying (the plugin sees the state age).
                 let text = e.to_string();
                 if last_error.as_deref() != Some(&text) {
-                    eprintln!("accountd govern: pass failed: {text}");
+                    say_err!("accountd govern: pass failed: {text}");
                     last_error = Some(text);
                 }
             }
@@ -1001,7 +1145,7 @@ fn setup_slurm(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow::R
     {
         Ok(current) => current,
         Err(e) if args.dry_run => {
-            eprintln!(
+            say_err!(
                 "accountd: warning: cannot read the current associations ({e}); showing the commands for a cluster that has none of them"
             );
             Associations::default()
@@ -1009,26 +1153,28 @@ fn setup_slurm(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow::R
         Err(e) => return Err(e).context("cannot read Slurm's associations"),
     };
     let changes = slurm_setup::plan(&want, &args.users, &current);
+    // A reader that goes away stops the printing, never the changes.
+    let mut out = Stdout::new();
     if changes.is_empty() {
-        println!(
+        out.line(&format!(
             "Slurm's associations on cluster {cluster} already match {}",
             path.display()
-        );
+        ))?;
     }
     for change in &changes {
         if args.dry_run {
-            println!("{}", change.command(cluster).display());
+            out.line(&change.command(cluster).display())?;
             continue;
         }
         match slurm_setup::apply(change, cluster)? {
-            Applied::Done => println!("{change}"),
-            Applied::AlreadyThere => println!("{change}: already there"),
+            Applied::Done => out.line(&change.to_string())?,
+            Applied::AlreadyThere => out.line(&format!("{change}: already there"))?,
         }
     }
     // The governed jobs' QOS, and the teams' access to it (idempotent).
     for cmd in slurm_setup::qos_commands(config, cluster) {
         if args.dry_run {
-            println!("{}", cmd.display());
+            out.line(&cmd.display())?;
             continue;
         }
         let (status, out) = cmd.run_unchecked()?;
@@ -1042,7 +1188,7 @@ fn setup_slurm(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow::R
         }
     }
     if !args.dry_run {
-        println!(
+        out.line(&format!(
             "QOS {} ready (PreemptMode within,{}, GraceTime {} s, PreemptExemptTime {} s) for every team",
             teamshare_policy::priority::INTERNAL_QOS,
             match config.governance.reclaim_mode {
@@ -1051,7 +1197,7 @@ fn setup_slurm(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow::R
             },
             config.governance.reclaim_grace.as_secs(),
             config.governance.min_runtime_before_reclaim.as_secs()
-        );
+        ))?;
     }
     Ok(ExitCode::from(EXIT_OK))
 }
@@ -1064,6 +1210,48 @@ mod tests {
     fn the_cli_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// A reader that took what it wanted and went away.
+    struct ClosedAfter(usize);
+
+    impl Write for ClosedAfter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0 == 0 {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            }
+            let n = buf.len().min(self.0);
+            self.0 -= n;
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_stdout_ends_the_printing_not_the_command() {
+        let mut out = Stdout::to(ClosedAfter(5));
+        out.line("first line").unwrap();
+        assert!(out.closed);
+        out.line("second line").unwrap();
+        // Another error is still one.
+        struct Full;
+        impl Write for Full {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("disk full"))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        assert!(Stdout::to(Full).line("x").is_err());
+        let pipe: anyhow::Error =
+            anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+                .context("printing");
+        assert!(is_broken_pipe(&pipe));
+        assert!(!is_broken_pipe(&anyhow::anyhow!("other")));
     }
 
     #[test]

@@ -74,6 +74,27 @@ impl Site {
         fs::write(self.path(&format!("{name}.out")), stdout).unwrap();
     }
 
+    /// squeue answering the governor (`squeue.out`) and the runaway check (`-o %A`:
+    /// `squeue.ids`, the jobs slurmctld knows).
+    fn fake_squeue(&self, governor_out: &str, job_ids: &str) {
+        let dir = self.dir.path().display();
+        self.script(
+            "squeue",
+            &format!(
+                "printf '%s\\n' \"$@\" >> '{dir}/squeue.args'\necho '--' >> '{dir}/squeue.args'\ncase \"$*\" in *%A*) cat '{dir}/squeue.ids' ;; *) cat '{dir}/squeue.out' ;; esac\n"
+            ),
+        );
+        fs::write(self.path("squeue.out"), governor_out).unwrap();
+        fs::write(self.path("squeue.ids"), job_ids).unwrap();
+    }
+
+    /// A stand-in for a command: `body` as a shell script.
+    fn script(&self, name: &str, body: &str) {
+        let bin = self.path("bin").join(name);
+        fs::write(&bin, format!("#!/bin/sh\n{body}")).unwrap();
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
     fn args_of(&self, name: &str) -> Vec<String> {
         fs::read_to_string(self.path(&format!("{name}.args")))
             .unwrap_or_default()
@@ -684,7 +705,8 @@ fn daemon_site() -> Site {
     );
     let site = Site::new(&config);
     site.fake("sinfo", SINFO_OUT);
-    site.fake("squeue", SQUEUE_OUT);
+    // Job 2 runs in the sacct fixture, 6 in the governor's queue: slurmctld knows both.
+    site.fake_squeue(SQUEUE_OUT, "2\n6\n");
     site.fake("sacct", SACCT_FIXTURE);
     site.fake("sacctmgr", "");
     site.fake("scontrol", "");
@@ -1065,4 +1087,369 @@ fn setup_slurm_when_everything_matches() {
     let o = site.run(true, &["setup-slurm"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(stdout(&o).contains("already match"));
+}
+
+// ---- the daemon's threads and its configuration ---------------------------------------------
+
+/// A running `accountd run` whose stderr lines are collected.
+struct Daemon {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    log: Vec<String>,
+}
+
+impl Daemon {
+    fn start(site: &Site, args: &[&str]) -> Daemon {
+        let mut child = site
+            .command(true, &[&["run"][..], args].concat())
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = std::sync::mpsc::channel::<String>();
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Daemon {
+            child,
+            lines,
+            log: Vec::new(),
+        }
+    }
+
+    fn drain(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.log.push(line);
+        }
+    }
+
+    /// Wait until `cond` holds (checked every 20 ms), at most `secs`.
+    fn wait_for(&mut self, secs: u64, what: &str, mut cond: impl FnMut(&[String]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            self.drain();
+            if cond(&self.log) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {:#?}", self.log);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// SIGTERM, and the exit status within `secs`.
+    fn stop(&mut self, secs: u64) -> std::process::ExitStatus {
+        self.signal("TERM");
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "still running {secs} s after SIGTERM: {:#?}",
+                self.log
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.log.push(line);
+        }
+        status
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Our own child, by its handle, when a test failed before stopping it.
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The state file as published: (its identity, which each atomic rewrite changes; the digest).
+fn published(site: &Site) -> Option<((u64, i64, i64), String)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let path = site.path("state.json");
+    let m = fs::metadata(&path).ok()?;
+    let text = fs::read_to_string(&path).ok()?;
+    let state: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some((
+        (m.ino(), m.mtime(), m.mtime_nsec()),
+        state["config_digest"].as_str()?.to_string(),
+    ))
+}
+
+/// How many times the state file is rewritten within `window`.
+fn rewrites_within(site: &Site, window: Duration) -> usize {
+    let mut seen = published(site).map(|p| p.0);
+    let mut n = 0;
+    let until = Instant::now() + window;
+    while Instant::now() < until {
+        let now = published(site).map(|p| p.0);
+        if now.is_some() && now != seen {
+            n += 1;
+            seen = now;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    n
+}
+
+#[test]
+fn governance_keeps_its_cadence_while_sacct_hangs() {
+    let site = daemon_site();
+    let dir = site.dir.path().display().to_string();
+    site.script(
+        "sacct",
+        &format!("touch '{dir}/sacct.started'\nsleep 30\ntouch '{dir}/sacct.finished'\n"),
+    );
+    let mut daemon = Daemon::start(&site, &["--govern-interval", "200ms"]);
+    daemon.wait_for(30, "sacct never started", |_| {
+        site.path("sacct.started").exists()
+    });
+    // The ingest thread is stuck in sacct; the governor publishes every 200 ms all the same.
+    let rewrites = rewrites_within(&site, Duration::from_secs(3));
+    assert!(
+        !site.path("sacct.finished").exists(),
+        "sacct finished: the test proves nothing"
+    );
+    assert!(
+        rewrites >= 5,
+        "the state was rewritten {rewrites} times in 3 s while sacct hung: {:#?}",
+        daemon.log
+    );
+    // A stop does not wait for sacct's timeout: the ingest step is left after the grace.
+    let status = daemon.stop(20);
+    assert_eq!(status.code(), Some(0), "{:#?}", daemon.log);
+    let last = daemon.log.last().unwrap();
+    assert!(last.contains("stopping"), "{:#?}", daemon.log);
+    assert!(
+        last.contains("did not finish within 5s"),
+        "{:#?}",
+        daemon.log
+    );
+    assert!(!site.path("sacct.finished").exists());
+}
+
+#[test]
+fn run_follows_teamshare_toml_edits_and_sighup() {
+    let site = daemon_site();
+    let toml = site.path("teamshare.toml");
+    let original = fs::read_to_string(&toml).unwrap();
+    let digest = teamshare_config::digest;
+    // Same length, so that one edit can be hidden from the poll (below).
+    let valid = original.replace("weight = 40", "weight = 41");
+    let invalid = original.replace("weight = 40", "weight = -1");
+    let hidden = original.replace("weight = 40", "weight = 42");
+    assert!(valid.len() == invalid.len() && invalid.len() == hidden.len());
+
+    let mut daemon = Daemon::start(&site, &["--govern-interval", "200ms", "--no-ingest"]);
+    daemon.wait_for(30, "no state with the first digest", |_| {
+        published(&site).is_some_and(|p| p.1 == digest(&original))
+    });
+    assert!(
+        daemon.log[0].contains(&format!("(digest {})", digest(&original))),
+        "{:#?}",
+        daemon.log
+    );
+
+    // A valid edit: in force within a poll, for the governor too.
+    fs::write(&toml, &valid).unwrap();
+    daemon.wait_for(10, "the valid edit was not followed", |log| {
+        log.iter().any(|l| l.contains("reloaded"))
+            && published(&site).is_some_and(|p| p.1 == digest(&valid))
+    });
+    let reloaded: Vec<&String> = daemon
+        .log
+        .iter()
+        .filter(|l| l.contains("reloaded"))
+        .collect();
+    assert!(
+        reloaded[0].contains(&format!(
+            "digest {} -> {}",
+            digest(&original),
+            digest(&valid)
+        )),
+        "{reloaded:?}"
+    );
+
+    // An invalid edit: said once, on one line, and the last good configuration stays.
+    fs::write(&toml, &invalid).unwrap();
+    daemon.wait_for(10, "the invalid edit was not said", |log| {
+        log.iter().any(|l| l.contains("not reloaded"))
+    });
+    assert!(rewrites_within(&site, Duration::from_millis(4500)) >= 5);
+    assert_eq!(published(&site).unwrap().1, digest(&valid));
+    daemon.drain();
+    let rejected: Vec<&String> = daemon
+        .log
+        .iter()
+        .filter(|l| l.contains("not reloaded"))
+        .collect();
+    assert_eq!(rejected.len(), 1, "said once per change: {:#?}", daemon.log);
+    assert!(rejected[0].contains("teamshare.toml:"), "{}", rejected[0]);
+    assert!(rejected[0].contains(": error: "), "{}", rejected[0]);
+    assert!(
+        rejected[0].contains(&format!("(digest {})", digest(&valid))),
+        "{}",
+        rejected[0]
+    );
+    assert!(
+        !daemon
+            .log
+            .iter()
+            .any(|l| l.trim_start().starts_with("hint:")),
+        "{:#?}",
+        daemon.log
+    );
+
+    // An edit the poll cannot see (same size, same inode, the time put back): SIGHUP reads it.
+    let before = fs::metadata(&toml).unwrap().modified().unwrap();
+    {
+        let mut f = fs::OpenOptions::new().write(true).open(&toml).unwrap();
+        f.write_all(hidden.as_bytes()).unwrap();
+        f.set_modified(before).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(published(&site).unwrap().1, digest(&valid));
+    daemon.signal("HUP");
+    daemon.wait_for(10, "SIGHUP did not reload", |log| {
+        log.iter().any(|l| l.contains("reloaded on SIGHUP"))
+            && published(&site).is_some_and(|p| p.1 == digest(&hidden))
+    });
+
+    let status = daemon.stop(20);
+    assert_eq!(status.code(), Some(0), "{:#?}", daemon.log);
+}
+
+// ---- runaway runs ---------------------------------------------------------------------------
+
+#[test]
+fn ingest_clips_a_run_slurmctld_lost_and_the_report_says_so() {
+    let site = Site::new(CONFIG);
+    site.fake("sacct", SACCT_FIXTURE);
+    // Job 2 is RUNNING in the fixture; slurmctld knows only others.
+    site.fake_squeue("", "1\n3\n99\n");
+    let o = site.run(
+        true,
+        &["ingest", "--since", "2024-04-30", "--until", "2024-05-02"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "warning: job 2 of agents is RUNNING in sacct but slurmctld no longer knows it"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("sacctmgr show runaway"), "{err}");
+    let runaway: Vec<String> = site
+        .args_of("squeue")
+        .into_iter()
+        .take_while(|a| a != "--")
+        .collect();
+    assert_eq!(runaway, ["-h", "-a", "-t", "all", "-o", "%A"]);
+    assert_eq!(
+        count_rows(
+            &site,
+            "SELECT count(*) FROM job_runs WHERE runaway AND job_id_raw = 2 AND end_time IS NOT NULL"
+        ),
+        1
+    );
+    // The report says so, on stderr, whatever the format.
+    let o = site.run(
+        false,
+        &[&["report", "--format", "csv", "--since", "2024-04-30"][..]].concat(),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("note: 1 runaway run was clipped (job 2)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("`sacctmgr show runaway`"));
+    assert!(!stdout(&o).contains("runaway"));
+    // A squeue that fails leaves the ingest done, and says why.
+    site.script(
+        "squeue",
+        "echo 'squeue: error: slurmctld down' >&2\nexit 1\n",
+    );
+    let o = site.run(
+        true,
+        &["ingest", "--since", "2024-04-30", "--until", "2024-05-02"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot tell runaway runs"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+// ---- stdout closed early ----------------------------------------------------------------------
+
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    let site = prepared_site();
+    // A year day by day: far more than a pipe holds (64 KiB), so the report meets the closed
+    // pipe mid-way.
+    let mut child = site
+        .command(
+            false,
+            &[
+                "report",
+                "teams",
+                "--by-day",
+                "--since",
+                "2024-01-01",
+                "--until",
+                "2025-01-01",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    {
+        let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+        reader.read_line(&mut first).unwrap();
+    } // the pipe is closed here, as `| head -1` does
+    assert!(first.starts_with("GPU usage on testcluster"), "{first}");
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("Broken pipe"), "{}", stderr(&o));
+
+    // Commands that print little: the pipe is closed before they write at all.
+    site.fake("sacctmgr", ASSOCIATIONS);
+    for args in [
+        &["check-config", "--capacity", "8"][..],
+        &["setup-slurm", "--dry-run"][..],
+        &["report", "fairshare"][..],
+    ] {
+        let mut child = site
+            .command(true, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
+    }
 }

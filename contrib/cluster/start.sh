@@ -88,7 +88,8 @@ touch "$DIR/$MARKER_NAME"
 
 ETC=$DIR/etc RUN=$DIR/run LOG=$DIR/log PIDS=$DIR/pids STATE=$DIR/state DB=$DIR/db
 MUNGE_SOCKET=$RUN/munge/munge.socket.2
-MARIADB_SOCKET=$RUN/mariadb.sock
+# In a directory of its own, 0700: only root (the user mariadbd runs as) reaches the socket.
+MARIADB_SOCKET=$RUN/mariadb/mariadb.sock
 SLURM_CONF=$ETC/slurm.conf
 ((${#MUNGE_SOCKET} < 100)) || die_early "DIR is too long: the munge socket path must stay under 100 characters"
 
@@ -255,8 +256,9 @@ if ((${#old_logs[@]})); then
     mkdir -p "$LOG/prev"
     mv -- "${old_logs[@]}" "$LOG/prev/"
 fi
-mkdir -p "$ETC" "$RUN/munge" "$PIDS" "$STATE/ctld" "$DB" "$DIR/tmp" "$DIR/plugins"
+mkdir -p "$ETC" "$RUN/munge" "$RUN/mariadb" "$PIDS" "$STATE/ctld" "$DB" "$DIR/tmp" "$DIR/plugins"
 chmod 755 "$DIR" "$RUN" "$RUN/munge"
+chmod 700 "$RUN/mariadb"
 chmod 1777 "$DIR/tmp"
 export TEAMSHARE_CLUSTER_DIR=$DIR
 export SLURM_CONF
@@ -505,8 +507,12 @@ step "initialising MariaDB in $DB" "$LOG/mariadb-install.log"
 MARIADB_OPTS=(--innodb-log-file-size=64M --innodb-buffer-pool-size=1G --innodb-doublewrite=0
     --innodb-flush-method=nosync --innodb-flush-log-at-trx-commit=0 --skip-log-bin
     --skip-name-resolve --tmpdir="$DIR/tmp")
-mariadb-install-db --no-defaults --datadir="$DB" --user=root --auth-root-authentication-method=normal \
-    --skip-test-db "${MARIADB_OPTS[@]}" >"$LOG/mariadb-install.log" 2>&1 ||
+# MariaDB's root is the OS root only, through the socket (unix_socket): with the `normal` method
+# mariadb-install-db also made root@127.0.0.1, root@::1 and root@<host> without a password, and
+# any local user could take the accounting database over TCP. slurmdbd has its own user
+# (below), with a generated password kept in the 0600 slurmdbd.conf.
+mariadb-install-db --no-defaults --datadir="$DB" --user=root --auth-root-authentication-method=socket \
+    --auth-root-socket-user=root --skip-test-db "${MARIADB_OPTS[@]}" >"$LOG/mariadb-install.log" 2>&1 ||
     fail "mariadb-install-db failed"
 
 step "starting mariadbd (port $MARIADB_PORT)" "$LOG/mariadb.log" "$LOG/mariadbd.out"

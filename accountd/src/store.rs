@@ -8,9 +8,9 @@
 //!   same sacct output twice, or overlapping windows, changes nothing.
 //! - Who may read it (DESIGN 7): the file holds every team's jobs and costs. A new database (and
 //!   so its `-wal` and `-shm`, which SQLite creates with the database's mode and owner) is made
-//!   0600, or 0640 with its directory's group where that directory is open to its group and
-//!   closed to others (`install -d -m 0750 -g teamshare-admins`); directories made for it are
-//!   0700. Reports open it read-only ([`Store::open_read_only`]).
+//!   0600, or 0640 with its directory's group where that directory is open to its group and not
+//!   listable by others (`install -d -m 0750 -g teamshare-admins`, or 0751); directories made for
+//!   it are 0700. Reports open it read-only ([`Store::open_read_only`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
@@ -392,11 +392,13 @@ impl FileStamp {
 }
 
 /// The mode of a new database file, and the group to give it: 0600, or 0640 with the directory's
-/// group where the directory lets its group in (g+rx) and keeps others out (o-rwx), which is how
-/// an administrator says "this group may read the accounting" (README, "Who can read what").
+/// group where the directory lets its group list and enter it (g+rx) and does not let others list
+/// it (o-r; o+x stays possible, so that slurmctld can reach a state.json beside it): that is how
+/// an administrator says "this group may read the accounting" (README, "Who can read what"). A
+/// world-listable directory (0755, a current directory) says nothing about its group.
 fn new_database_mode(dir: &std::fs::Metadata) -> (u32, Option<u32>) {
     let mode = dir.mode() & 0o777;
-    if mode & 0o050 == 0o050 && mode & 0o007 == 0 {
+    if mode & 0o050 == 0o050 && mode & 0o004 == 0 {
         (0o640, Some(dir.gid()))
     } else {
         (0o600, None)
@@ -1835,6 +1837,13 @@ pub(crate) mod tests {
         let m = std::fs::metadata(&path).unwrap();
         assert_eq!(m.permissions().mode() & 0o777, 0o640);
         assert_eq!(m.gid(), std::fs::metadata(&shared).unwrap().gid());
+        // Others may pass through (to a state.json beside it) but not list: still the group's.
+        let passable = dir.path().join("passable");
+        std::fs::create_dir(&passable).unwrap();
+        std::fs::set_permissions(&passable, std::fs::Permissions::from_mode(0o751)).unwrap();
+        drop(Store::open(&passable.join("accountd.db")).unwrap());
+        let m = std::fs::metadata(passable.join("accountd.db")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o640);
         // Open to everyone: not a statement about a group, so the owner's only.
         let open = dir.path().join("open");
         std::fs::create_dir(&open).unwrap();

@@ -36,7 +36,7 @@ macro_rules! say_err_inline {
     }};
 }
 
-/// Success.
+/// Success; also a command whose stdout reader went away early (`accountd report | head`).
 pub const EXIT_OK: u8 = 0;
 /// A runtime error: I/O, sacct/sinfo/sacctmgr failure, database.
 pub const EXIT_RUNTIME: u8 = 1;
@@ -45,7 +45,7 @@ pub const EXIT_INVALID: u8 = 2;
 
 const AFTER_HELP: &str = "\
 Exit codes:
-  0  success
+  0  success (also when stdout's reader goes away early, as with `| head`)
   1  runtime error (I/O, sacct/sinfo/sacctmgr failure, database)
   2  invalid configuration or usage
 

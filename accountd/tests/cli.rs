@@ -1266,8 +1266,14 @@ fn run_follows_teamshare_toml_edits_and_sighup() {
         daemon.log
     );
 
+    // Edits land whole (as an editor's rename does), so that no poll sees half a file.
+    let replace = |text: &str| {
+        let tmp = site.path("teamshare.toml.new");
+        fs::write(&tmp, text).unwrap();
+        fs::rename(&tmp, &toml).unwrap();
+    };
     // A valid edit: in force within a poll, for the governor too.
-    fs::write(&toml, &valid).unwrap();
+    replace(&valid);
     daemon.wait_for(10, "the valid edit was not followed", |log| {
         log.iter().any(|l| l.contains("reloaded"))
             && published(&site).is_some_and(|p| p.1 == digest(&valid))
@@ -1287,7 +1293,7 @@ fn run_follows_teamshare_toml_edits_and_sighup() {
     );
 
     // An invalid edit: said once, on one line, and the last good configuration stays.
-    fs::write(&toml, &invalid).unwrap();
+    replace(&invalid);
     daemon.wait_for(10, "the invalid edit was not said", |log| {
         log.iter().any(|l| l.contains("not reloaded"))
     });

@@ -5,8 +5,8 @@
 //! `accountd run` has it open (its `-wal` and `-shm` exist) or not (they do not, and the reader
 //! cannot create them); a user outside the group gets one plain line, not SQLite's message.
 //!
-//! Needs root (to run commands as other users) and the user `tsuser` (`useradd -M tsuser`); the
-//! test says so and passes without them.
+//! Needs root (to run commands as other users); as root it creates the user `tsuser`
+//! (`useradd -M tsuser`) if missing. Without them the test says so and passes.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
@@ -68,6 +68,11 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn a_group_member_reads_reports_and_others_get_a_plain_refusal() {
+    let root = id("-u", &whoami()) == Some(0);
+    if root && id("-u", "tsuser").is_none() {
+        // An unprivileged user without a home, as the test needs it.
+        let _ = Command::new("useradd").args(["-M", "tsuser"]).status();
+    }
     let (Some(0), Some(ts_uid), Some(ts_gid), Some(nobody_uid), Some(nobody_gid)) = (
         id("-u", "root").filter(|_| id("-u", &whoami()) == Some(0)),
         id("-u", "tsuser"),

@@ -153,7 +153,8 @@ is waited for 5 s at most, then accountd exits 0; a second signal exits at once 
 
 Exit codes:
   0  stopped by SIGTERM/SIGINT; with --once, every step succeeded
-  1  with --once, a step failed (see stderr); a runtime error before the loop started
+  1  with --once, a step failed (see stderr); a runtime error before the loop started; a thread
+     of the daemon ended unexpectedly (a bug: the service manager should start it again)
   2  invalid configuration or usage";
 
 #[derive(Debug, Args)]
@@ -937,6 +938,9 @@ fn run_cmd(
     };
     let outcome = daemon::run(config, opts, stop, reload, Arc::new(DaemonLog::stderr()));
     let _ = std::io::stderr().flush();
+    if let Some(thread) = outcome.thread_ended {
+        anyhow::bail!("accountd run stopped: its {thread} thread ended unexpectedly");
+    }
     if args.once && outcome.failed_steps > 0 {
         say_err!(
             "accountd run: {} {} failed",

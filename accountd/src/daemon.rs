@@ -166,6 +166,18 @@ pub struct Outcome {
     pub failed_steps: usize,
     /// The address metrics were served on, if the listener could be bound.
     pub metrics_addr: Option<SocketAddr>,
+    /// A thread that ended while no stop was asked for (a panic, a bug): the daemon stopped so
+    /// that its service manager starts it again, rather than run on without governance.
+    pub thread_ended: Option<&'static str>,
+}
+
+/// Sets its flag when dropped: when its thread ends, panicking or not.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Why the governor requeued a job (its reason in `teamshare_preemptions_total`).
@@ -299,8 +311,8 @@ pub fn run(
         let shared = Arc::clone(&shared);
         let done = Arc::clone(&governor_done);
         spawn("governor", move || {
+            let _done = SetOnDrop(done);
             govern_loop(&shared, &capacity_tx);
-            done.store(true, Ordering::Relaxed);
         })
     });
     let (worker_done, worker_ended) = mpsc::channel::<()>();
@@ -325,12 +337,29 @@ pub fn run(
         return Outcome {
             failed_steps: shared.failed_steps.load(Ordering::Relaxed),
             metrics_addr,
+            thread_ended: None,
         };
     }
 
     let mut next_look = Instant::now() + config_watch::POLL;
     let mut next_bind = Instant::now() + config.accountd.ingest_interval;
+    let mut thread_ended = None;
     while !shared.stopping() {
+        let ended = if governor.as_ref().is_some_and(|h| h.is_finished()) {
+            Some("governor")
+        } else if worker.is_finished() {
+            Some("ingest")
+        } else {
+            None
+        };
+        if let Some(name) = ended {
+            shared.log.info(&format!(
+                "the {name} thread ended unexpectedly (see above): stopping, so that the service manager starts accountd again"
+            ));
+            thread_ended = Some(name);
+            shared.stop.store(true, Ordering::Relaxed);
+            break;
+        }
         let asked = reload.swap(false, Ordering::Relaxed);
         if let Some(w) = watch.as_mut() {
             if asked || Instant::now() >= next_look {
@@ -362,19 +391,25 @@ pub fn run(
     if let Some(s) = server {
         s.stop();
     }
+    let why = if thread_ended.is_some() {
+        "a thread ended"
+    } else {
+        "signal received"
+    };
     if abandoned {
         shared.log.info(&format!(
-            "stopping: signal received; governance finished its pass; the ingest thread's step (sacct, or the database) did not finish within {}: left behind, its uncommitted transaction is discarded and the next start reads the window again",
+            "stopping: {why}; governance finished its pass; the ingest thread's step (sacct, or the database) did not finish within {}: left behind, its uncommitted transaction is discarded and the next start reads the window again",
             format_duration(opts.stop_grace)
         ));
     } else {
         shared
             .log
-            .info("stopping: signal received, the steps under way finished");
+            .info(&format!("stopping: {why}, the steps under way finished"));
     }
     Outcome {
         failed_steps: shared.failed_steps.load(Ordering::Relaxed),
         metrics_addr,
+        thread_ended,
     }
 }
 

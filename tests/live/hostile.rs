@@ -1,0 +1,616 @@
+//! Issue 8 on the live cluster: what a hostile user or a busy queue did to governance, each
+//! finding a scenario named after it (`hostile::fNN_...`). Same cluster and configuration as
+//! governance.rs: agents quota 2 + 2, training 4 + 4, research 2 + 6; classes inference
+//! (non-preemptible), standard, experiment.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use teamshare_live_tests::{ensure, Cluster, Scenario, TestResult};
+
+use crate::governance::{fill, isolated, wait_victims};
+
+pub const SCENARIOS: &[Scenario] = &[
+    (
+        "hostile::f01_finished_jobs_never_run_again",
+        finished_jobs_never_run_again,
+    ),
+    (
+        "hostile::f02_absurd_gpu_counts_are_refused_and_governance_goes_on",
+        absurd_gpu_counts,
+    ),
+    (
+        "hostile::f03_gpus_outside_every_team_are_held",
+        gpus_outside_every_team,
+    ),
+    (
+        "hostile::f04_a_released_non_preemptible_job_never_runs_beyond_quota",
+        released_non_preemptible,
+    ),
+    (
+        "hostile::f05_only_a_job_that_can_start_displaces_or_reserves",
+        only_startable_jobs_act,
+    ),
+    (
+        "hostile::f06_config_edits_reach_the_governor",
+        config_edits_reach_the_governor,
+    ),
+    (
+        "hostile::f07_users_cannot_clear_or_name_the_internal_qos",
+        internal_qos,
+    ),
+    (
+        "hostile::f08_borrowed_interactive_allocations_are_reclaimed",
+        interactive_reclaim,
+    ),
+    (
+        "hostile::f09_a_job_larger_than_the_borrow_headroom_starts",
+        larger_than_headroom,
+    ),
+    (
+        "hostile::f10_multi_gpu_reclaim_with_victims_on_every_node",
+        spread_victims,
+    ),
+    (
+        "hostile::f11_two_in_quota_jobs_reclaim_without_the_governor",
+        two_in_quota_without_governor,
+    ),
+    (
+        "hostile::f13_a_fifo_state_file_does_not_block_the_plugin",
+        fifo_state_file,
+    ),
+];
+
+const MINUTE: Duration = Duration::from_secs(60);
+const LONG: u32 = 3600;
+
+fn running(c: &Cluster, ids: &[String]) -> usize {
+    ids.iter()
+        .filter(|id| c.job_state(id).ok().as_deref() == Some("RUNNING"))
+        .count()
+}
+
+/// f01: a burst of short jobs with a higher class arriving every 1.5 s (the governor displaces
+/// lower classes all the time): a job that finished a run is never queued again. Each job
+/// appends its id to a file when its run completes, so a run that completed and was requeued
+/// shows as a marked job back in the queue.
+fn finished_jobs_never_run_again(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let marks = c.dir.join("f01-completed");
+        let _ = std::fs::remove_file(&marks);
+        // `&&`: a run killed by a requeue does not mark itself.
+        let script = format!("sleep 2 && echo $SLURM_JOB_ID >> {}", marks.display());
+        let mut ids = Vec::new();
+        let started = Instant::now();
+        let mut round = 0;
+        while started.elapsed() < Duration::from_secs(24) {
+            for _ in 0..2 {
+                ids.push(c.sbatch(&[
+                    "-A",
+                    "agents",
+                    "-p",
+                    "gpu",
+                    "--gres=gpu:1",
+                    "--qos=experiment",
+                    "--wrap",
+                    &script,
+                ])?);
+            }
+            if round % 2 == 0 {
+                ids.push(c.sbatch(&[
+                    "-A",
+                    "agents",
+                    "-p",
+                    "gpu",
+                    "--gres=gpu:1",
+                    "--qos=standard",
+                    "--wrap",
+                    &script,
+                ])?);
+            }
+            round += 1;
+            std::thread::sleep(Duration::from_millis(750));
+        }
+        // Let what runs finish; requeued jobs wait for Slurm's requeue delay meanwhile.
+        c.wait_for("the burst's running jobs to end", 2 * MINUTE, || {
+            Ok((running(c, &ids) == 0).then_some(()))
+        })?;
+        let text = std::fs::read_to_string(&marks).unwrap_or_default();
+        let mut completed: BTreeMap<&str, usize> = BTreeMap::new();
+        for id in text.lines() {
+            *completed.entry(id.trim()).or_default() += 1;
+        }
+        ensure(completed.len() >= 10, || {
+            format!(
+                "only {} of {} jobs completed a run",
+                completed.len(),
+                ids.len()
+            )
+        })?;
+        let twice: Vec<&&str> = completed
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, _)| id)
+            .collect();
+        ensure(twice.is_empty(), || {
+            format!("jobs that ran twice: {twice:?}")
+        })?;
+        let requeued_after_finishing: Vec<&&str> = completed
+            .keys()
+            .filter(|id| c.job_state(id).ok().as_deref() == Some("PENDING"))
+            .collect();
+        ensure(requeued_after_finishing.is_empty(), || {
+            format!(
+                "jobs queued again after completing: {requeued_after_finishing:?}\n{}",
+                c.governor_log_tail(30)
+            )
+        })?;
+        eprintln!(
+            "f01: {} jobs submitted, {} completed a run, none queued again",
+            ids.len(),
+            completed.len()
+        );
+        Ok(())
+    })
+}
+
+/// f02: `TresPerNode=gres:gpu:1t` (2^40 GPUs, as Slurm reads it) is refused at modify, and
+/// the governor keeps publishing whatever squeue shows.
+fn absurd_gpu_counts(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let id = c.sbatch_as_user(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "--hold",
+            "--wrap",
+            "true",
+        ])?;
+        for value in ["gres:gpu:1t", "gres:gpu:2p", "gres:gpu:99999999"] {
+            let out = c.run_as_user(
+                "scontrol",
+                &[
+                    "update",
+                    &format!("jobid={id}"),
+                    &format!("TresPerNode={value}"),
+                ],
+            )?;
+            ensure(!out.status.success(), || {
+                format!("TresPerNode={value} was accepted")
+            })?;
+        }
+        let tres = c.ok("squeue", &["-h", "-j", &id, "-O", "tres-per-node"])?;
+        ensure(tres.trim() == "gres:gpu:1", || {
+            format!("the job's request changed to {tres:?}")
+        })?;
+        c.wait_governor_pass()?;
+        ensure(!c.governor_log().contains("govern failed"), || {
+            format!("a governor pass failed:\n{}", c.governor_log_tail(20))
+        })
+    })
+}
+
+/// f03: a CPU-only job of a non-team account may not be turned into a GPU job by its owner
+/// (refused at modify); and when an operator does it, the governor holds the job instead of
+/// letting it run outside every team.
+fn gpus_outside_every_team(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        c.ok("sacctmgr", &["-i", "add", "account", "physics"])?;
+        c.ok(
+            "sacctmgr",
+            &["-i", "add", "user", "root", "account=physics"],
+        )?;
+        c.ok(
+            "sacctmgr",
+            &[
+                "-i",
+                "add",
+                "user",
+                teamshare_live_tests::PLAIN_USER,
+                "account=physics",
+            ],
+        )?;
+        let user = teamshare_live_tests::PLAIN_USER;
+        let default = c
+            .ok(
+                "sacctmgr",
+                &["-n", "-P", "show", "user", user, "format=DefaultAccount"],
+            )?
+            .trim()
+            .to_string();
+        c.ok(
+            "sacctmgr",
+            &[
+                "-i",
+                "modify",
+                "user",
+                user,
+                "set",
+                "defaultaccount=physics",
+            ],
+        )?;
+        let r = (|| -> TestResult {
+            // No -A, no GPUs: not teamshare's business at submit.
+            let id =
+                c.sbatch_as_user(&["-p", "gpu", "--begin=now+1hour", "--wrap", "sleep 600"])?;
+            let out = c.run_as_user(
+                "scontrol",
+                &[
+                    "update",
+                    &format!("jobid={id}"),
+                    "TresPerNode=gres:gpu:4",
+                    "NumNodes=2",
+                ],
+            )?;
+            ensure(!out.status.success(), || {
+                "the owner gave a non-team job 8 GPUs".into()
+            })?;
+            // An operator can; the governor then holds it.
+            c.ok(
+                "scontrol",
+                &["update", &format!("jobid={id}"), "TresPerNode=gres:gpu:4"],
+            )?;
+            c.wait_for("the governor to hold the non-team GPU job", MINUTE, || {
+                Ok((c.reason(&id)? == "JobHeldAdmin").then_some(()))
+            })?;
+            for _ in 0..3 {
+                ensure(c.job_state(&id)? == "PENDING", || {
+                    "the non-team GPU job ran".into()
+                })?;
+                c.wait_governor_pass()?;
+            }
+            Ok(())
+        })();
+        if !default.is_empty() {
+            let _ = c.run(
+                "sacctmgr",
+                &[
+                    "-i",
+                    "modify",
+                    "user",
+                    user,
+                    "set",
+                    &format!("defaultaccount={default}"),
+                ],
+            );
+        }
+        let _ = c.run("scancel", &["-A", "physics"]);
+        c.wait_for("physics jobs to leave", MINUTE, || {
+            Ok(c.ok("squeue", &["-h", "-A", "physics"])?
+                .trim()
+                .is_empty()
+                .then_some(()))
+        })?;
+        let _ = c.run("sacctmgr", &["-i", "delete", "account", "physics"]);
+        r
+    })
+}
+
+/// f04: a parked (non-preemptible, beyond quota) job its owner releases with
+/// `StartTime=now` while the team's limit is raised for another borrower does not stay
+/// running beyond the quota: the governor requeues it.
+fn released_non_preemptible(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        // research's quota (2) is held by two inference jobs on n1; training fills n1's rest.
+        fill(c, "research", 2, &["--qos=inference", "-w", "n1"])?;
+        fill(c, "training", 2, &["-w", "n1"])?;
+        // A borrower research may start only on n1 (busy): research's limit is raised for it.
+        c.sbatch(&[
+            "-A",
+            "research",
+            "-p",
+            "gpu",
+            "-w",
+            "n1",
+            "--gres=gpu:4",
+            "--wrap",
+            "sleep 600",
+        ])?;
+        let id = c.sbatch_as_user(&[
+            "-A",
+            "research",
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "--qos=inference",
+            "--wrap",
+            "sleep 600",
+        ])?;
+        c.wait_for("the inference job to be parked", MINUTE, || {
+            Ok((c.reason(&id)? == "BeginTime").then_some(()))
+        })?;
+        let out = c.run_as_user(
+            "scontrol",
+            &["update", &format!("jobid={id}"), "StartTime=now"],
+        )?;
+        eprintln!(
+            "f04: owner's release: {}",
+            if out.status.success() {
+                "accepted"
+            } else {
+                "refused"
+            }
+        );
+        // Whatever the owner did, it may not keep running beyond research's quota.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut ran_for = 0u32;
+        while Instant::now() < deadline {
+            if c.job_state(&id)? == "RUNNING" {
+                ran_for += 1;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        c.wait_for("the job not to run beyond the quota", MINUTE, || {
+            Ok((c.job_state(&id)? != "RUNNING").then_some(()))
+        })?;
+        ensure(ran_for <= 6, || {
+            format!("ran beyond quota for {ran_for} samples of 0.5 s")
+        })
+    })
+}
+
+/// f05: a higher-class job waiting for its begin time displaces nobody, and an in-quota job
+/// waiting for its begin time keeps no quota back from borrowers.
+fn only_startable_jobs_act(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let exp = fill(c, "agents", 2, &["--qos=experiment"])?;
+        let before = c.jobs("agents", "RUNNING")?;
+        c.submit_sleeps("agents", 1, LONG, &["--qos=standard", "--begin=now+1hour"])?;
+        for _ in 0..3 {
+            c.wait_governor_pass()?;
+        }
+        ensure(
+            running(c, &exp) == 2 && c.jobs("agents", "RUNNING")? == before,
+            || "a job waiting for its begin time displaced its teammates".into(),
+        )?;
+        c.reset()?;
+        // research's only job waits an hour: its quota is lent; training takes all 8.
+        c.submit_sleeps("research", 1, LONG, &["--begin=now+1hour"])?;
+        c.submit_sleeps("training", 8, LONG, &[])?;
+        c.wait_running("training", 8, 2 * MINUTE)
+    })
+}
+
+/// f06: lowering a borrow limit in teamshare.toml reaches the running governor (no restart).
+fn config_edits_reach_the_governor(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let text = c.original_config().replacen(
+            "quota = 2\nborrow_limit = 2",
+            "quota = 2\nborrow_limit = 0",
+            1,
+        );
+        ensure(text != c.original_config(), || {
+            "the edit did not apply".into()
+        })?;
+        std::fs::write(c.dir.join("etc/teamshare.toml"), &text).map_err(|e| e.to_string())?;
+        c.wait_for("agents' limit to follow the file", MINUTE, || {
+            let out = c.ok(
+                "sacctmgr",
+                &[
+                    "-n",
+                    "-P",
+                    "show",
+                    "assoc",
+                    "where",
+                    "account=agents",
+                    "format=User,GrpTRES",
+                ],
+            )?;
+            // The account's own association has no user.
+            Ok(out.lines().any(|l| l.trim() == "|gres/gpu=2").then_some(()))
+        })?;
+        let ids = c.submit_sleeps("agents", 4, LONG, &[])?;
+        c.wait_running("agents", 2, MINUTE)?;
+        for _ in 0..3 {
+            c.wait_governor_pass()?;
+        }
+        ensure(running(c, &ids) == 2, || {
+            format!("{} agents jobs run with borrow_limit 0", running(c, &ids))
+        })
+    })
+}
+
+/// f07: `scontrol update qos=` (no QOS) and naming the internal QOS are refused.
+fn internal_qos(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let id = c.sbatch_as_user(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "--hold",
+            "--wrap",
+            "true",
+        ])?;
+        let out = c.run_as_user("scontrol", &["update", &format!("jobid={id}"), "qos="])?;
+        ensure(!out.status.success(), || "qos= was accepted".into())?;
+        let qos = c.ok("squeue", &["-h", "-j", &id, "-o", "%q"])?;
+        ensure(qos.trim() == "teamshare", || format!("QOS became {qos:?}"))?;
+        let r = c.sbatch_as_user(&["-p", "gpu", "--qos=teamshare", "--wrap", "true"]);
+        ensure(r.is_err(), || {
+            "a CPU-only job named the internal QOS".into()
+        })
+    })
+}
+
+/// Start `n` interactive allocations (`salloc --no-shell`) for `team`; returns their ids.
+fn salloc(c: &Cluster, team: &str, n: usize) -> Result<Vec<String>, String> {
+    let before: Vec<String> = c
+        .jobs(team, "RUNNING,PENDING")?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    for _ in 0..n {
+        c.cmd("salloc")
+            .args(["-A", team, "-p", "gpu", "--gres=gpu:1", "--no-shell", "-Q"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("salloc: {e}"))?;
+    }
+    c.wait_for(
+        &format!("{n} {team} allocations to be queued"),
+        MINUTE,
+        || {
+            let ids: Vec<String> = c
+                .jobs(team, "RUNNING,PENDING")?
+                .into_iter()
+                .map(|(id, _)| id)
+                .filter(|id| !before.contains(id))
+                .collect();
+            Ok((ids.len() >= n).then_some(ids))
+        },
+    )
+}
+
+/// f08: borrowed interactive allocations cannot be requeued; they are reclaimed all the same
+/// (cancelled), and only what happened is counted.
+fn interactive_reclaim(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let allocs = salloc(c, "research", 6)?;
+        c.wait_for("research's 6 allocations to run", 2 * MINUTE, || {
+            Ok((running(c, &allocs) == 6).then_some(()))
+        })?;
+        wait_victims(c, 4)?;
+        let log_before = c.governor_log().len();
+        let training = c.submit_sleeps("training", 4, LONG, &[])?;
+        let t0 = Instant::now();
+        c.wait_for("training's in-quota jobs to reclaim", MINUTE, || {
+            Ok((running(c, &training) == 4).then_some(()))
+        })?;
+        eprintln!(
+            "f08: interactive reclaim in {:.2} s",
+            t0.elapsed().as_secs_f64()
+        );
+        ensure(running(c, &allocs) == 2, || {
+            format!(
+                "{} research allocations left, expected 2",
+                running(c, &allocs)
+            )
+        })?;
+        for _ in 0..3 {
+            c.wait_governor_pass()?;
+        }
+        let log = c.governor_log();
+        let new = &log[log_before.min(log.len())..];
+        ensure(!new.contains("Only batch jobs"), || {
+            format!("the governor tried to requeue an interactive job:\n{new}")
+        })
+    })
+}
+
+/// f09: agents (quota 2, borrow limit 2) asking for 3 GPUs on an idle cluster runs.
+fn larger_than_headroom(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let id = c.sbatch(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:3",
+            "--wrap",
+            "sleep 600",
+        ])?;
+        c.wait_for("the 3-GPU agents job to run", MINUTE, || {
+            Ok((c.job_state(&id)? == "RUNNING").then_some(()))
+        })
+    })
+}
+
+/// f10: research borrows 6 of 8 GPUs (one-GPU jobs on both nodes); training's in-quota 3-GPU
+/// job reclaims exactly 3, on a node where it then fits.
+fn spread_victims(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let research = fill(c, "research", 8, &[])?;
+        wait_victims(c, 6)?;
+        let t0 = Instant::now();
+        let id = c.sbatch(&[
+            "-A",
+            "training",
+            "-p",
+            "gpu",
+            "--gres=gpu:3",
+            "--wrap",
+            "sleep 600",
+        ])?;
+        c.wait_for("the 3-GPU training job to run", MINUTE, || {
+            Ok((c.job_state(&id)? == "RUNNING").then_some(()))
+        })?;
+        eprintln!("f10: 3-GPU reclaim in {:.2} s", t0.elapsed().as_secs_f64());
+        c.wait_governor_pass()?;
+        ensure(running(c, &research) == 5, || {
+            format!(
+                "{} research jobs left running, expected 5",
+                running(c, &research)
+            )
+        })
+    })
+}
+
+/// f11: with the governor stopped (its last state still fresh), two in-quota jobs submitted
+/// together both reclaim.
+fn two_in_quota_without_governor(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        fill(c, "training", 8, &[])?;
+        wait_victims(c, 4)?;
+        c.stop_governor();
+        let ids = c.submit_sleeps("agents", 2, LONG, &[])?;
+        let r = c.wait_for(
+            "both agents jobs to run without the governor",
+            MINUTE,
+            || Ok((running(c, &ids) == 2).then_some(())),
+        );
+        c.start_governor()?;
+        r
+    })
+}
+
+/// f13: a FIFO where the state file should be neither blocks the plugin's watcher nor keeps
+/// it from reading the governor's next state.
+fn fifo_state_file(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        c.stop_governor();
+        let state = c.dir.join("etc/state.json");
+        let _ = std::fs::remove_file(&state);
+        let st = std::process::Command::new("mkfifo")
+            .arg(&state)
+            .status()
+            .map_err(|e| e.to_string())?;
+        ensure(st.success(), || "mkfifo failed".into())?;
+        std::thread::sleep(Duration::from_secs(2));
+        ensure(c.slurmctld_alive(), || "slurmctld died".into())?;
+        let _ = std::fs::remove_file(&state);
+        c.start_governor()?;
+        c.wait_governor_pass()?;
+        // A fresh state reaches the plugin again: an in-quota job is ranked in quota (above
+        // the borrow band), not as a stale-state borrower.
+        c.wait_for(
+            "the plugin to read fresh state after the FIFO",
+            MINUTE,
+            || {
+                let id = c.sbatch(&[
+                    "-A",
+                    "agents",
+                    "-p",
+                    "gpu",
+                    "--gres=gpu:1",
+                    "--begin=now+1hour",
+                    "--wrap",
+                    "true",
+                ])?;
+                let p: u64 = c
+                    .ok("squeue", &["-h", "-j", &id, "-o", "%Q"])?
+                    .trim()
+                    .parse()
+                    .unwrap_or(0);
+                let _ = c.run("scancel", &[&id]);
+                // Levels are priority >> 6; the borrow band is below 10,000,000.
+                Ok(((p >> 6) >= 9_999_999).then_some(()))
+            },
+        )
+    })
+}

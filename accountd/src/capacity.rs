@@ -28,6 +28,8 @@ pub struct Capacity {
     pub total: u32,
     pub by_type: BTreeMap<String, u32>,
     pub usable_nodes: usize,
+    /// GPUs per usable node (where a waiting job can be placed).
+    pub per_node: BTreeMap<String, u32>,
     /// Nodes left out, with their state (down, drained...).
     pub unusable_nodes: Vec<(String, String)>,
 }
@@ -118,6 +120,7 @@ pub fn parse_sinfo(text: &str) -> Result<Capacity, CapacityError> {
         let gpus = node_gpus(gres).map_err(|e| malformed(e.to_string()))?;
         cap.usable_nodes += 1;
         cap.total = cap.total.saturating_add(saturate(gpus.total));
+        cap.per_node.insert(name.to_string(), saturate(gpus.total));
         for (t, n) in gpus.by_type {
             let e = cap.by_type.entry(t).or_insert(0);
             *e = e.saturating_add(saturate(n));
@@ -165,6 +168,8 @@ n6|gpu:4|idle*
         assert_eq!(c.by_type.get("h100"), Some(&4));
         assert_eq!(c.by_type.get("a100"), Some(&2));
         assert_eq!(c.usable_nodes, 3);
+        assert_eq!(c.per_node["n2"], 6);
+        assert_eq!(c.per_node.get("n4"), None);
         let down: Vec<_> = c.unusable_nodes.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(down, ["n3", "n4", "n6"]);
     }

@@ -59,8 +59,8 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
     )
 }
 
-const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|";
-const SQUEUE_FIELD_COUNT: usize = 14;
+const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|";
+const SQUEUE_FIELD_COUNT: usize = 15;
 
 fn na(s: &str) -> Option<String> {
     let s = s.trim();
@@ -189,9 +189,66 @@ pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unrea
                 && f[12].trim() == "BeginTime"
                 && start.is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
             batch: f[13].trim() != "0",
+            nodes: if phase == Phase::Running {
+                expand_hostlist(f[14].trim()).unwrap_or_default()
+            } else {
+                Vec::new()
+            },
+            node_count: f[10].trim().parse().unwrap_or(0),
         });
     }
     (jobs, unreadable)
+}
+
+/// Slurm's compressed host list (`n1`, `n[1-3,7]`, `gpu-[01-02],cpu1`) as node names; `None`
+/// when it is not one (the job's placement is then unknown, which only costs the fallback
+/// reclaim its choice of node).
+pub fn expand_hostlist(list: &str) -> Option<Vec<String>> {
+    const MAX_NODES: usize = 100_000;
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0usize;
+    let mut parts = Vec::new();
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.checked_sub(1)?,
+            ',' if depth == 0 => {
+                parts.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&list[start..]);
+    for part in parts.into_iter().filter(|p| !p.is_empty()) {
+        let Some(open) = part.find('[') else {
+            if part.contains(']') || part.contains(' ') {
+                return None;
+            }
+            out.push(part.to_string());
+            continue;
+        };
+        let close = part.rfind(']')?;
+        let (prefix, ranges, suffix) = (&part[..open], &part[open + 1..close], &part[close + 1..]);
+        if ranges.contains('[') || !suffix.is_empty() {
+            return None;
+        }
+        for range in ranges.split(',') {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            let (lo, hi): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
+            if hi < lo || hi - lo > MAX_NODES as u64 {
+                return None;
+            }
+            for n in lo..=hi {
+                out.push(format!("{prefix}{n:0width$}", width = a.len()));
+                if out.len() > MAX_NODES {
+                    return None;
+                }
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Whether a pending job waits only for resources or limits (so GPUs given to its team would
@@ -326,6 +383,7 @@ impl Governor {
             jobs: &jobs,
             fairshare: &self.fairshare,
             now,
+            node_gpus: &cap.per_node,
         });
         write_state(self.state_file(), &plan.state)?;
         let mut report = PassReport {
@@ -337,6 +395,19 @@ impl Governor {
         // Limits first: a tighter ceiling must hold before priorities let anything start.
         self.apply_limits(&plan, &mut report);
         self.act_on_running(&plan, &jobs, &mut report)?;
+        // A job just requeued is pending now: the priority planned for its run is not for it.
+        let acted: std::collections::BTreeSet<u64> = report
+            .displaced
+            .iter()
+            .chain(&report.reclaimed)
+            .chain(&report.violations)
+            .chain(&report.held)
+            .copied()
+            .collect();
+        let jobs: Vec<ClusterJob> = jobs
+            .into_iter()
+            .filter(|j| !acted.contains(&j.id))
+            .collect();
         report.priority_updates = apply_priorities(&plan, &jobs)?;
         park_and_release(&plan)?;
         let held = hold_outside(&plan, &jobs)?;
@@ -612,13 +683,13 @@ mod tests {
     use super::*;
 
     const SQUEUE: &str = "\
-6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|
-10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|
-11_[1-3]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|
-11_[4-5]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|
-12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|
-13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|
+6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|
+10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|
+11_[1-3]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|
+11_[4-5]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|
+12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|
+13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|
 ";
 
     #[test]
@@ -641,12 +712,12 @@ mod tests {
     #[test]
     fn finding2_no_line_a_user_can_write_fails_the_pass() {
         let text = "\
-6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|
-7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|
-8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|
+6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|
+7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|
+8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|
 1|2|3
-x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priority|1|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|
+x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priority|1|n1|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|
 ";
         let (jobs, unreadable) = parse_squeue(text, 0);
         let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
@@ -660,6 +731,19 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         let lines: Vec<usize> = unreadable.iter().map(|u| u.line).collect();
         assert_eq!(lines, [1, 3, 4, 5], "{unreadable:?}");
         assert!(unreadable[0].to_string().contains("line 1: bad priority"));
+    }
+
+    #[test]
+    fn host_lists_expand() {
+        assert_eq!(expand_hostlist("n1").unwrap(), ["n1"]);
+        assert_eq!(
+            expand_hostlist("n[1-3,7],gpu-[08-10]").unwrap(),
+            ["n1", "n2", "n3", "n7", "gpu-08", "gpu-09", "gpu-10"]
+        );
+        assert_eq!(expand_hostlist("").unwrap(), Vec::<String>::new());
+        for bad in ["n[1-", "n[3-1]", "n[a-b]", "n]", "n[1-2]x"] {
+            assert_eq!(expand_hostlist(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -101,6 +101,10 @@ pub struct ClusterJob {
     /// A batch job (requeue works); interactive allocations (salloc, srun) can only be
     /// cancelled.
     pub batch: bool,
+    /// The nodes a running job holds (empty when unknown or pending).
+    pub nodes: Vec<String>,
+    /// Nodes the job runs on or asks for at least (squeue's NumNodes).
+    pub node_count: u32,
 }
 
 impl ClusterJob {
@@ -128,6 +132,8 @@ pub struct GovernInput<'a> {
     /// Fair-share factor per team (missing: 1.0).
     pub fairshare: &'a BTreeMap<String, f64>,
     pub now: i64,
+    /// GPUs per usable node of the governed partitions (empty: placement unknown).
+    pub node_gpus: &'a BTreeMap<String, u32>,
 }
 
 /// What the plugin reads (published atomically by the governor as JSON).
@@ -493,31 +499,115 @@ fn lower_classes_to_displace(
 }
 
 /// Phase 4: borrowed jobs the governor requeues itself for in-quota jobs that still wait
-/// after [`RECLAIM_FALLBACK_SECS`], first victims first, skipping exempt and displaced ones.
+/// after [`RECLAIM_FALLBACK_SECS`] (Slurm normally preempts for them within a second).
+///
+/// Victims are chosen where the waiting job can then run: for a one-node job, on the node
+/// where the fewest, earliest-ranked victims (with that node's free GPUs) make room; a job
+/// that no set of victims would let in gets none. Exempt victims and jobs already displaced
+/// are skipped. Without per-node figures, or for multi-node jobs, the victims are taken in
+/// reclaim order until the GPUs needed beyond the free ones are covered.
 fn fallback_reclaim(
+    input: &GovernInput<'_>,
     in_quota: &[&ClusterJob],
     victims: &[Victim],
     displace: &[u64],
     free: u32,
-    now: i64,
 ) -> Vec<u64> {
-    let waiting: u32 = in_quota
+    let now = input.now;
+    let mut waiting: Vec<&ClusterJob> = in_quota
         .iter()
+        .copied()
         .filter(|j| j.eligible && now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS)
-        .fold(0u32, |s, j| s.saturating_add(j.gpus));
-    let mut needed = waiting.saturating_sub(free);
+        .collect();
+    if waiting.is_empty() {
+        return Vec::new();
+    }
+    waiting.sort_by_key(|j| (j.submit, j.id));
+    let by_id: BTreeMap<u64, &ClusterJob> = input.jobs.iter().map(|j| (j.id, j)).collect();
+    // Candidates in reclaim order, with their node when they hold exactly one.
+    let mut candidates: Vec<(u64, u32, Option<&str>)> = victims
+        .iter()
+        .filter(|v| v.exempt_until <= now && !displace.contains(&v.job_id))
+        .map(|v| {
+            let node = by_id
+                .get(&v.job_id)
+                .and_then(|j| (j.nodes.len() == 1).then(|| j.nodes[0].as_str()));
+            (v.job_id, v.gpus.max(1), node)
+        })
+        .collect();
+    let mut node_free = node_free(input);
+    let mut pool = free;
     let mut chosen = Vec::new();
-    for v in victims {
-        if needed == 0 {
-            break;
-        }
-        if v.exempt_until > now || displace.contains(&v.job_id) {
+    for j in waiting {
+        if j.node_count == 1 && !node_free.is_empty() {
+            if let Some(free) = node_free.values_mut().find(|f| **f >= j.gpus) {
+                *free -= j.gpus;
+                continue;
+            }
+            // On each node, the victims there in order until the job fits; the best node
+            // needs the earliest-ranked last victim, then the fewest victims.
+            let mut best: Option<(usize, usize, &str, Vec<usize>)> = None;
+            for (node, free) in &node_free {
+                let mut room = *free;
+                let mut picked = Vec::new();
+                for (i, (_, gpus, at)) in candidates.iter().enumerate() {
+                    if room >= j.gpus {
+                        break;
+                    }
+                    if *at == Some(node.as_str()) {
+                        room = room.saturating_add(*gpus);
+                        picked.push(i);
+                    }
+                }
+                if room < j.gpus || picked.is_empty() {
+                    continue;
+                }
+                let key = (picked[picked.len() - 1], picked.len());
+                if best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
+                    best = Some((key.0, key.1, node.as_str(), picked));
+                }
+            }
+            if let Some((_, _, node, picked)) = best {
+                let node = node.to_string();
+                let freed: u32 = picked.iter().map(|i| candidates[*i].1).sum();
+                if let Some(f) = node_free.get_mut(&node) {
+                    *f = f.saturating_add(freed).saturating_sub(j.gpus);
+                }
+                for i in picked.iter().rev() {
+                    chosen.push(candidates.remove(*i).0);
+                }
+            }
             continue;
         }
-        chosen.push(v.job_id);
-        needed = needed.saturating_sub(v.gpus.max(1));
+        // Multi-node or no placement known: count GPUs across the cluster (what a victim
+        // frees beyond one job's need serves the next).
+        while pool < j.gpus && !candidates.is_empty() {
+            let (id, gpus, _) = candidates.remove(0);
+            chosen.push(id);
+            pool = pool.saturating_add(gpus);
+        }
+        pool = pool.saturating_sub(j.gpus);
     }
     chosen
+}
+
+/// Free GPUs per usable node: its GPUs less those of the running jobs on it (a multi-node
+/// job counted evenly over its nodes).
+fn node_free(input: &GovernInput<'_>) -> BTreeMap<String, u32> {
+    let mut free = input.node_gpus.clone();
+    for j in input.jobs.iter().filter(|j| j.phase == Phase::Running) {
+        if j.nodes.is_empty() {
+            continue;
+        }
+        let n = u32::try_from(j.nodes.len()).unwrap_or(u32::MAX);
+        let share = j.gpus.div_ceil(n);
+        for node in &j.nodes {
+            if let Some(f) = free.get_mut(node) {
+                *f = f.saturating_sub(share);
+            }
+        }
+    }
+    free
 }
 
 /// What one team's waiting borrowers ask of the lendable capacity.
@@ -671,11 +761,11 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
     };
 
     let reclaim = fallback_reclaim(
+        input,
         &pending.in_quota,
         &state.victims,
         &pending.displace,
         free,
-        input.now,
     );
     let in_quota_level = state.in_quota_level();
     let mut park = Vec::new();
@@ -816,6 +906,8 @@ min_runtime_before_reclaim = "0s"
             eligible: true,
             parked: false,
             batch: true,
+            nodes: Vec::new(),
+            node_count: 1,
         }
     }
 
@@ -831,6 +923,8 @@ min_runtime_before_reclaim = "0s"
             eligible: true,
             parked: false,
             batch: true,
+            nodes: Vec::new(),
+            node_count: 1,
         }
     }
 
@@ -842,6 +936,7 @@ min_runtime_before_reclaim = "0s"
             jobs,
             fairshare: &fairshare,
             now: 1_000,
+            node_gpus: &BTreeMap::new(),
         })
     }
 
@@ -1013,6 +1108,7 @@ min_runtime_before_reclaim = "0s"
             jobs: &jobs,
             fairshare: &fairshare,
             now: 1_000,
+            node_gpus: &BTreeMap::new(),
         });
         assert_eq!(p.gpu_limits["training"], 4);
     }
@@ -1127,6 +1223,48 @@ min_runtime_before_reclaim = "0s"
         let p = plan_for(&c, &[odd], &[]);
         assert_eq!(p.state.pending_in_quota_gpus, 0);
         assert_eq!(p.gpu_limits["research"], 2);
+    }
+
+    #[test]
+    fn finding10_the_fallback_reclaims_where_the_waiting_job_then_fits() {
+        let c = config("");
+        // research holds all 8 GPUs with one-GPU jobs: odd ids on n2, even on n1; 1 and 2
+        // (the oldest) are inside its quota. Reclaim order: 8 7 6 5 4 3.
+        let mut jobs: Vec<_> = (1..=8)
+            .map(|i| {
+                let mut j = running(i, "research", 100 + i as i64);
+                j.nodes = vec![if i % 2 == 0 { "n1" } else { "n2" }.to_string()];
+                j
+            })
+            .collect();
+        let mut three = pending(20, "training", 1_000 - RECLAIM_FALLBACK_SECS);
+        three.gpus = 3;
+        jobs.push(three.clone());
+        let nodes: BTreeMap<String, u32> = [("n1".to_string(), 4), ("n2".to_string(), 4)].into();
+        let fairshare = BTreeMap::new();
+        let input = |jobs: &[ClusterJob]| {
+            plan(&GovernInput {
+                config: &c,
+                capacity: 8,
+                jobs,
+                fairshare: &fairshare,
+                now: 1_000,
+                node_gpus: &nodes,
+            })
+        };
+        let mut p = input(&jobs);
+        p.reclaim.sort_unstable();
+        // The first three in order (8, 7, 6) sit on two nodes and would not let it in; on n1
+        // the victims 8, 6, 4 do.
+        assert_eq!(p.reclaim, [4, 6, 8]);
+        // A 4-GPU job fits nowhere whatever is requeued (each node keeps a protected job):
+        // nobody is requeued for it.
+        jobs.last_mut().unwrap().gpus = 4;
+        assert!(input(&jobs).reclaim.is_empty());
+        // Free GPUs on one node are used before any victim.
+        jobs.retain(|j| j.id != 4 && j.id != 6 && j.id != 8);
+        jobs.last_mut().unwrap().gpus = 3;
+        assert!(input(&jobs).reclaim.is_empty());
     }
 
     #[test]

@@ -136,6 +136,8 @@ fn jobs(specs: &[JobSpec]) -> Vec<ClusterJob> {
             eligible: s.running || s.eligible,
             parked: false,
             batch: true,
+            nodes: Vec::new(),
+            node_count: 1,
         })
         .collect()
 }
@@ -178,6 +180,7 @@ fn case() -> impl Strategy<Value = Case> {
                 jobs: &jobs,
                 fairshare: &fairshare,
                 now: NOW,
+                node_gpus: &BTreeMap::new(),
             });
             Case {
                 config,
@@ -268,6 +271,7 @@ proptest! {
         let fairshare = BTreeMap::new();
         let p = plan(&GovernInput {
             config: &c.config, capacity: c.capacity, jobs: &c.jobs, fairshare: &fairshare, now: NOW,
+            node_gpus: &BTreeMap::new(),
         });
         prop_assert!(p.displace.is_empty());
         prop_assert!(p.reclaim.is_empty());

@@ -226,6 +226,8 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
                 eligible: true,
                 parked: false,
                 batch: true,
+                nodes: Vec::new(),
+                node_count: 1,
             });
             id += 1;
         }
@@ -250,6 +252,8 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
             eligible: i % 13 != 0,
             parked: false,
             batch: true,
+            nodes: Vec::new(),
+            node_count: 1,
         });
         id += 1;
     }
@@ -275,5 +279,9 @@ pub fn govern_input<'a>(
         jobs,
         fairshare,
         now: NOW,
+        node_gpus: &NO_PLACEMENT,
     }
 }
+
+/// The benchmark's plan without per-node figures (as before they existed).
+static NO_PLACEMENT: BTreeMap<String, u32> = BTreeMap::new();

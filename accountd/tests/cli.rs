@@ -696,7 +696,7 @@ fn a_database_from_a_newer_accountd_is_refused() {
 /// Two nodes: 4 untyped GPUs and 4 h100.
 const SINFO_OUT: &str = "n1|gpu:4|idle\nn2|gpu:h100:4(S:0-1)|mix\n";
 /// training runs 5 GPUs (its quota is 4: one borrowed).
-const SQUEUE_OUT: &str = "6|training|RUNNING|64000|2024-05-01T10:00:00|2024-05-01T10:00:00|cpu=1,node=1,billing=1,gres/gpu=5|N/A|gres:gpu:5|N/A|1|1|None|\n";
+const SQUEUE_OUT: &str = "6|training|RUNNING|64000|2024-05-01T10:00:00|2024-05-01T10:00:00|cpu=1,node=1,billing=1,gres/gpu=5|N/A|gres:gpu:5|N/A|1|1|None|1|n1|\n";
 
 /// A site for the daemon: state and spool beside the configuration, every Slurm command faked.
 fn daemon_site() -> Site {
@@ -1458,4 +1458,54 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
         assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
         assert!(!stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
     }
+}
+
+#[test]
+fn squeue_lines_the_governor_cannot_read_are_counted_and_said_once() {
+    let site = daemon_site();
+    site.fake_squeue(
+        &format!("{SQUEUE_OUT}77|agents|RUNNING|not-a-priority|x\n"),
+        "2\n6\n77\n",
+    );
+    let mut daemon = Daemon::start(&site, &["--govern-interval", "200ms", "--no-ingest"]);
+    daemon.wait_for(30, "no metrics address", |log| {
+        log.iter().any(|l| l.contains("metrics on http://"))
+    });
+    let addr = daemon
+        .log
+        .iter()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|rest| rest.split("/metrics").next())
+        .unwrap()
+        .to_string();
+    // Several passes, each meeting the line: counted at each, said once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let body = http_get(&addr, "/metrics");
+        let n: f64 = body
+            .lines()
+            .find_map(|l| l.strip_prefix("teamshare_governor_unreadable_jobs_total "))
+            .unwrap_or_else(|| panic!("{body}"))
+            .parse()
+            .unwrap();
+        if n >= 3.0 {
+            assert!(body.contains("# TYPE teamshare_governor_unreadable_jobs_total counter"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    daemon.drain();
+    let said: Vec<&String> = daemon
+        .log
+        .iter()
+        .filter(|l| l.contains("cannot read squeue line"))
+        .collect();
+    assert_eq!(said.len(), 1, "{:#?}", daemon.log);
+    assert!(said[0].contains("not-a-priority"), "{}", said[0]);
+    // The readable job is still governed.
+    let state = fs::read_to_string(site.path("state.json")).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["teams"]["training"]["running_gpus"], 5);
+    assert_eq!(daemon.stop(20).code(), Some(0));
 }

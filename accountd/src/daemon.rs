@@ -571,6 +571,24 @@ fn govern(
             None => unresolved.push((*id, Requeue::Displaced)),
         }
     }
+    for id in &report.violations {
+        log.info(&format!(
+            "job {id} requeued by the governor: a non-preemptible job ran beyond its team's quota (it waits, parked, until it fits)"
+        ));
+    }
+    for id in &report.held {
+        log.info(&format!(
+            "job {id} held by the governor: it holds or asks for GPUs in a governed partition outside every team"
+        ));
+    }
+    for id in &report.skipped {
+        log.info(&format!(
+            "job {id} left alone: it ended, was requeued or restarted between the governor's snapshot and its action"
+        ));
+    }
+    for failure in &report.failures {
+        log.warn_once(&format!("governor: {failure}"));
+    }
     shared
         .unresolved
         .lock()

@@ -59,8 +59,8 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
     )
 }
 
-const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|";
-const SQUEUE_FIELD_COUNT: usize = 15;
+const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|";
+const SQUEUE_FIELD_COUNT: usize = 16;
 
 fn na(s: &str) -> Option<String> {
     let s = s.trim();
@@ -183,11 +183,15 @@ pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unrea
             priority,
             submit,
             start: if phase == Phase::Running { start } else { None },
-            eligible: phase == Phase::Running || eligible_reason(f[12]),
-            // squeue's StartTime of a job waiting for its begin time is that begin time.
+            // A pending job can start now when its eligible time has come (squeue shows the
+            // begin time there, N/A while a dependency is unmet) and its reason says nothing
+            // else. The reason alone is not enough: Slurm resets it to None when a job's
+            // priority is updated, until its scheduler looks at the job again.
+            eligible: phase == Phase::Running
+                || (eligible_reason(f[12]) && parse_utc(f[15]).is_some_and(|t| t <= now)),
+            // A begin time this far ahead is teamshare's parking.
             parked: phase == Phase::Pending
-                && f[12].trim() == "BeginTime"
-                && start.is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
+                && parse_utc(f[15]).is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
             batch: f[13].trim() != "0",
             nodes: if phase == Phase::Running {
                 expand_hostlist(f[14].trim()).unwrap_or_default()
@@ -322,22 +326,26 @@ impl Governor {
     }
 
     /// Fair-share factors from the usage accountd has ingested (decayed by the half-life).
-    fn refresh_fairshare(&mut self, now: UnixSeconds) {
+    /// An error is returned for the pass's report; the previous factors stay in use.
+    fn refresh_fairshare(&mut self, now: UnixSeconds) -> Result<(), String> {
         if self
             .fairshare_at
             .is_some_and(|t| t.elapsed() < FAIRSHARE_REFRESH)
         {
-            return;
+            return Ok(());
         }
         self.fairshare_at = Some(Instant::now());
-        let Some(db) = &self.database else { return };
+        let Some(db) = &self.database else {
+            return Ok(());
+        };
         if !db.exists() {
-            return;
+            return Ok(());
         }
         let half_life = self.config.accountd.fairshare_half_life;
         // Usage older than ten half-lives weighs under 0.1 %.
         let horizon = i64::try_from(half_life.as_secs().saturating_mul(10)).unwrap_or(i64::MAX);
-        let runs = match Store::open(db).and_then(|s| {
+        // Read-only: the daemon's ingest is the database's only writer.
+        let runs = match Store::open_read_only(db).and_then(|s| {
             s.runs_overlapping(
                 &slurm_name(&self.config.cluster.name),
                 now.saturating_sub(horizon),
@@ -345,10 +353,7 @@ impl Governor {
             )
         }) {
             Ok(r) => r,
-            Err(e) => {
-                eprintln!("accountd govern: fair-share not refreshed: {e}");
-                return;
-            }
+            Err(e) => return Err(format!("fair-share not refreshed: {e}")),
         };
         let runs: Vec<Run> = runs
             .into_iter()
@@ -363,6 +368,7 @@ impl Governor {
         let weights = fairshare::weights_from_config(&self.config);
         self.fairshare =
             fairshare::factors(&weights, &usage, self.config.accountd.fairshare_dampening);
+        Ok(())
     }
 
     /// One pass: read Slurm, plan, publish, apply.
@@ -373,7 +379,7 @@ impl Governor {
     /// a job that changed meanwhile (Slurm refuses them or the next pass corrects them).
     pub fn pass(&mut self) -> Result<PassReport, GovernError> {
         let now = period::now();
-        self.refresh_fairshare(now);
+        let fairshare = self.refresh_fairshare(now);
         let cap = capacity::measure(&self.config.cluster.partitions)?;
         let out = squeue_command(&self.config.cluster.partitions).run()?;
         let (jobs, unreadable) = parse_squeue(&out.stdout, now);
@@ -390,6 +396,7 @@ impl Governor {
             jobs: jobs.len(),
             capacity: cap.total,
             unreadable: unreadable.iter().map(ToString::to_string).collect(),
+            failures: fairshare.err().into_iter().collect(),
             ..PassReport::default()
         };
         // Limits first: a tighter ceiling must hold before priorities let anything start.
@@ -683,18 +690,19 @@ mod tests {
     use super::*;
 
     const SQUEUE: &str = "\
-6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|
-10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|
-11_[1-3]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|
-11_[4-5]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|
-12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|
-13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|
+6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|
+10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|
+11_[1-3]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|
+11_[4-5]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|
+12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|
+13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|
 ";
 
     #[test]
     fn squeue_lines_become_jobs_with_their_gpus() {
-        let (jobs, unreadable) = parse_squeue(SQUEUE, 0);
+        // 03:17:00 UTC on the day of the sample.
+        let (jobs, unreadable) = parse_squeue(SQUEUE, 1_796_008_620);
         assert!(unreadable.is_empty(), "{unreadable:?}");
         let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
         assert_eq!(ids, [6, 9, 10, 11, 13]);
@@ -712,12 +720,12 @@ mod tests {
     #[test]
     fn finding2_no_line_a_user_can_write_fails_the_pass() {
         let text = "\
-6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|
-7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|
-8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|
+6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|
+7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|
+8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|
 1|2|3
 x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priority|1|n1|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|
 ";
         let (jobs, unreadable) = parse_squeue(text, 0);
         let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
@@ -731,6 +739,24 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         let lines: Vec<usize> = unreadable.iter().map(|u| u.line).collect();
         assert_eq!(lines, [1, 3, 4, 5], "{unreadable:?}");
         assert!(unreadable[0].to_string().contains("line 1: bad priority"));
+    }
+
+    #[test]
+    fn finding5_a_job_whose_eligible_time_has_not_come_cannot_start_whatever_its_reason() {
+        // Slurm resets the reason to None when the governor updates a job's priority: the
+        // eligible time decides (the begin time, N/A while a dependency is unmet).
+        let text = "\
+20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|
+21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|
+22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|
+23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|
+";
+        let (jobs, _) = parse_squeue(text, 1_796_008_620);
+        let eligible: Vec<bool> = jobs.iter().map(|j| j.eligible).collect();
+        assert_eq!(eligible, [false, false, true, false]);
+        // A year ahead is teamshare's parking.
+        let parked: Vec<bool> = jobs.iter().map(|j| j.parked).collect();
+        assert_eq!(parked, [false, false, false, true]);
     }
 
     #[test]

@@ -356,13 +356,17 @@ fn released_non_preemptible(c: &Cluster) -> TestResult {
 fn only_startable_jobs_act(c: &Cluster) -> TestResult {
     isolated(c, |c| {
         let exp = fill(c, "agents", 2, &["--qos=experiment"])?;
-        let before = c.jobs("agents", "RUNNING")?;
+        let sorted = |mut v: Vec<(String, String)>| {
+            v.sort();
+            v
+        };
+        let before = sorted(c.jobs("agents", "RUNNING")?);
         c.submit_sleeps("agents", 1, LONG, &["--qos=standard", "--begin=now+1hour"])?;
         for _ in 0..3 {
             c.wait_governor_pass()?;
         }
         ensure(
-            running(c, &exp) == 2 && c.jobs("agents", "RUNNING")? == before,
+            running(c, &exp) == 2 && sorted(c.jobs("agents", "RUNNING")?) == before,
             || "a job waiting for its begin time displaced its teammates".into(),
         )?;
         c.reset()?;
@@ -486,9 +490,10 @@ fn interactive_reclaim(c: &Cluster) -> TestResult {
             "f08: interactive reclaim in {:.2} s",
             t0.elapsed().as_secs_f64()
         );
-        ensure(running(c, &allocs) == 2, || {
+        // 2 GPUs were free (research may borrow only 4): 2 allocations are reclaimed.
+        ensure(running(c, &allocs) == 4, || {
             format!(
-                "{} research allocations left, expected 2",
+                "{} research allocations left, expected 4",
                 running(c, &allocs)
             )
         })?;

@@ -522,7 +522,34 @@ fn larger_than_headroom(c: &Cluster) -> TestResult {
         ])?;
         c.wait_for("the 3-GPU agents job to run", MINUTE, || {
             Ok((c.job_state(&id)? == "RUNNING").then_some(()))
-        })
+        })?;
+        // Heterogeneous: 3 + 3 GPUs of agents in one job can never run (at most 4), though
+        // each component alone could: refused at submit with the sum.
+        let script = c.dir.join("f09-het.sh");
+        std::fs::write(&script, "#!/bin/sh\nsleep 60\n").map_err(|e| e.to_string())?;
+        let script = script.to_string_lossy().into_owned();
+        let het = c.sbatch_as_user(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:3",
+            ":",
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:3",
+            &script,
+        ]);
+        match het {
+            Ok(id) => Err(format!(
+                "heterogeneous job {id} asking agents for 6 GPUs was accepted"
+            )),
+            Err(e) => ensure(e.contains("ask for 6 together"), || {
+                format!("heterogeneous refusal without the sum: {e}")
+            }),
+        }
     })
 }
 

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use slurm_sys::slurm_err_t as err;
 use slurm_sys::{job_desc_msg_t, NO_VAL, NO_VAL16};
 use teamshare_policy::inputs::judge_state;
-use teamshare_policy::submit::{apply_ntasks_per_gpu, Admission, StateView};
+use teamshare_policy::submit::{apply_ntasks_per_gpu, Admission, HetJobTally, StateView};
 use teamshare_policy::{
     check_modify, check_submit, check_without_config, GpuAsk, ModifyRequest, RejectKind,
     SubmitRequest, Verdict,
@@ -140,6 +140,23 @@ pub unsafe fn job_submit(
         }
     };
 
+    // The components of a heterogeneous job come one call each, in order, in one RPC on one
+    // thread: their sum per team is checked against the team's ceiling.
+    let het_offset = (desc.het_job_offset != NO_VAL).then_some(desc.het_job_offset);
+    let verdict = match verdict {
+        Verdict::Accept(admission) => {
+            match HET_JOB.with(|t| t.borrow_mut().add(&config, het_offset, &admission)) {
+                Some(r) => Verdict::Reject(r),
+                None => Verdict::Accept(admission),
+            }
+        }
+        other => {
+            // A refused component ends its heterogeneous job.
+            HET_JOB.with(|t| *t.borrow_mut() = HetJobTally::default());
+            other
+        }
+    };
+
     match verdict {
         Verdict::Accept(admission) => {
             // SAFETY: `job_desc` is valid and exclusively ours for this call (slurmctld holds
@@ -149,6 +166,12 @@ pub unsafe fn job_submit(
         }
         Verdict::Reject(r) => refuse(submit_uid, &request.account, &r, err_msg),
     }
+}
+
+thread_local! {
+    /// The heterogeneous job being submitted on this thread (see [`HetJobTally`]).
+    static HET_JOB: std::cell::RefCell<HetJobTally> =
+        std::cell::RefCell::new(HetJobTally::default());
 }
 
 /// Log a refusal at info with uid, account and reason, and hand the message to the user.

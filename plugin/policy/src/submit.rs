@@ -168,6 +168,47 @@ impl Admitted {
     }
 }
 
+/// The components of one heterogeneous job seen so far. slurmctld calls job_submit once per
+/// component, in order (`het_job_offset` 0, 1, ...), within the one submission RPC; each
+/// component alone may fit its team while their sum never could.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HetJobTally {
+    by_team: BTreeMap<String, u64>,
+}
+
+impl HetJobTally {
+    /// Count an accepted component (`offset`: its `het_job_offset`, `None` for a job that is
+    /// not heterogeneous). Returns the refusal when its team's components together ask for
+    /// more than the team may ever hold (quota + borrow limit).
+    pub fn add(
+        &mut self,
+        config: &Config,
+        offset: Option<u32>,
+        admission: &Admission,
+    ) -> Option<Rejection> {
+        match offset {
+            None => {
+                self.by_team.clear();
+                return None;
+            }
+            Some(0) => self.by_team.clear(),
+            Some(_) => {}
+        }
+        let team = config.team(admission.team.as_deref()?)?;
+        let sum = self.by_team.entry(team.name.clone()).or_insert(0);
+        *sum = sum.saturating_add(admission.gpus);
+        let borrow = team.borrow_limit?;
+        let ceiling = u64::from(team.quota.total) + u64::from(borrow);
+        (*sum > ceiling).then(|| Rejection {
+            kind: RejectKind::OverTeamLimit,
+            message: format!(
+                "teamshare: team {} may hold at most {} GPUs (quota {} + borrow limit {}); the components of this heterogeneous job ask for {} together",
+                team.name, ceiling, team.quota.total, borrow, sum
+            ),
+        })
+    }
+}
+
 /// The fewest GPUs the request can end up holding.
 ///
 /// Counts that depend on placement (per node, per task, per socket) use the smallest placement
@@ -575,6 +616,29 @@ quota = 2
         };
         let c = gpus_requested(&per_job).unwrap();
         assert_eq!((c.total, c.by_type["h100"]), (6, 6));
+    }
+
+    #[test]
+    fn heterogeneous_components_are_summed_per_team() {
+        let c = config();
+        let three = |team: &str| Admission {
+            gpus: 3,
+            team: Some(team.to_string()),
+            ..Admission::default()
+        };
+        let mut tally = HetJobTally::default();
+        // agents may hold 4: 3 + 3 in one heterogeneous job never fits.
+        assert_eq!(tally.add(&c, Some(0), &three("agents")), None);
+        let r = tally.add(&c, Some(1), &three("agents")).expect("refused");
+        assert_eq!(r.kind, RejectKind::OverTeamLimit);
+        assert!(r.message.contains("ask for 6 together"), "{}", r.message);
+        // A new heterogeneous job (offset 0) or an ordinary one starts afresh.
+        assert_eq!(tally.add(&c, Some(0), &three("agents")), None);
+        assert_eq!(tally.add(&c, None, &three("agents")), None);
+        assert_eq!(tally.add(&c, Some(1), &three("agents")), None);
+        // research has no borrow limit; other teams' components count apart.
+        assert_eq!(tally.add(&c, Some(0), &three("research")), None);
+        assert_eq!(tally.add(&c, Some(1), &three("research")), None);
     }
 
     #[test]

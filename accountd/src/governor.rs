@@ -199,6 +199,7 @@ pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unrea
                 Vec::new()
             },
             node_count: f[10].trim().parse().unwrap_or(0),
+            completing: f[2].trim() == "COMPLETING",
         });
     }
     (jobs, unreadable)

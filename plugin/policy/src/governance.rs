@@ -8,8 +8,9 @@
 //! 2. guarantee: running jobs inside their team's quota get the protected band, above any
 //!    pending job, so nothing preempts them;
 //! 3. reclaim: running borrowed jobs get victim levels in reclaim order, and a pending job that
-//!    fits its team's unused quota gets the level above every victim: Slurm preempts the
-//!    lowest first, only as many as the job needs, on nodes where it then fits;
+//!    fits its team's unused quota gets the level just above the victims it needs, so those
+//!    are the only candidates Slurm may preempt; when they cannot make room where the job
+//!    fits, the governor requeues victims itself where it does (the fallback);
 //! 4. borrowing only on lendable capacity: a team's limit exceeds its quota only by the share
 //!    of lendable idle capacity it is given;
 //! 5. idle sharing: that share goes to waiting teams by fair-share factor or by age (fifo);
@@ -105,6 +106,8 @@ pub struct ClusterJob {
     pub nodes: Vec<String>,
     /// Nodes the job runs on or asks for at least (squeue's NumNodes).
     pub node_count: u32,
+    /// A running job that is ending (squeue CG): its GPUs are about to be free.
+    pub completing: bool,
 }
 
 impl ClusterJob {
@@ -156,10 +159,12 @@ pub struct PublishedState {
 pub const STATE_VERSION: u32 = 2;
 
 /// How long an in-quota job may wait with victims available before the governor requeues
-/// them itself. Slurm's scheduler normally preempts within a second of submission; when
-/// several reclaiming jobs arrive together, one can take the GPUs another's preemption freed,
-/// and Slurm was seen waiting 15 s before preempting again for the other.
-pub const RECLAIM_FALLBACK_SECS: i64 = 2;
+/// them itself. Slurm's scheduler normally preempts within a second of submission (0.2-0.9 s
+/// measured) when the job's candidate victims let it in; when they do not (a multi-GPU job
+/// whose first victims sit on different nodes), or when several reclaiming jobs arrive
+/// together and one takes the GPUs another's preemption freed (Slurm was seen waiting 15 s
+/// before preempting again), the governor acts. Victims already completing count as freeing.
+pub const RECLAIM_FALLBACK_SECS: i64 = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TeamState {
@@ -195,18 +200,34 @@ impl PublishedState {
         serde_json::to_string_pretty(self).expect("state serialises")
     }
 
-    /// The level of a pending in-quota job: above every victim. Slurm's preemption takes the
-    /// lowest-priority candidates first and only as many as the job needs, among the
-    /// placements where it then fits, and PreemptExemptTime keeps young victims out; so each
-    /// in-quota job reclaims on its own, whatever other in-quota jobs do.
-    pub fn in_quota_level(&self) -> u32 {
-        priority::reclaim_level(self.victims.len())
-    }
-
-    /// The level for a pending in-quota job; kept for callers written before
-    /// [`PublishedState::in_quota_level`] (the arguments no longer matter).
-    pub fn reclaim_level(&self, _k: u32, _now: i64) -> u32 {
-        self.in_quota_level()
+    /// The reclaim level for pending in-quota jobs when `k` victims' GPUs are needed in all:
+    /// just above the k-th victim Slurm may still preempt (younger ones are exempt and
+    /// skipped). Only those victims have a lower priority than the job, so only they are
+    /// preemption candidates: preempt/qos orders its candidates by QOS priority and node count
+    /// only (read in Slurm 22.05.8's preempt_qos.c), so a level above every victim would let
+    /// Slurm pick the oldest-submitted borrowed job instead of rule 3's first victim (seen
+    /// live: victim 8 planned, 5 preempted). Placement the prefix cannot satisfy is the
+    /// governor's fallback's job ([`RECLAIM_FALLBACK_SECS`]).
+    pub fn reclaim_level(&self, k: u32, now: i64) -> u32 {
+        if k == 0 {
+            return priority::reclaim_level(0);
+        }
+        let mut needed = k;
+        let mut last = None;
+        for (rank, v) in self.victims.iter().enumerate() {
+            last = Some(rank);
+            if v.exempt_until > now {
+                continue;
+            }
+            needed = needed.saturating_sub(v.gpus.max(1));
+            if needed == 0 {
+                return priority::reclaim_level(rank + 1);
+            }
+        }
+        match last {
+            Some(rank) => priority::reclaim_level(rank + 1),
+            None => priority::reclaim_level(0),
+        }
     }
 }
 
@@ -525,9 +546,16 @@ fn fallback_reclaim(
     waiting.sort_by_key(|j| (j.submit, j.id));
     let by_id: BTreeMap<u64, &ClusterJob> = input.jobs.iter().map(|j| (j.id, j)).collect();
     // Candidates in reclaim order, with their node when they hold exactly one.
+    // Victims already ending (preempted by Slurm a moment ago) free their GPUs without help:
+    // counted as free, never requeued again.
+    let ending: u32 = victims
+        .iter()
+        .filter(|v| by_id.get(&v.job_id).is_some_and(|j| j.completing))
+        .fold(0u32, |s, v| s.saturating_add(v.gpus));
     let mut candidates: Vec<(u64, u32, Option<&str>)> = victims
         .iter()
         .filter(|v| v.exempt_until <= now && !displace.contains(&v.job_id))
+        .filter(|v| !by_id.get(&v.job_id).is_some_and(|j| j.completing))
         .map(|v| {
             let node = by_id
                 .get(&v.job_id)
@@ -536,7 +564,7 @@ fn fallback_reclaim(
         })
         .collect();
     let mut node_free = node_free(input);
-    let mut pool = free;
+    let mut pool = free.saturating_add(ending);
     let mut chosen = Vec::new();
     for j in waiting {
         if j.node_count == 1 && !node_free.is_empty() {
@@ -595,7 +623,11 @@ fn fallback_reclaim(
 /// job counted evenly over its nodes).
 fn node_free(input: &GovernInput<'_>) -> BTreeMap<String, u32> {
     let mut free = input.node_gpus.clone();
-    for j in input.jobs.iter().filter(|j| j.phase == Phase::Running) {
+    for j in input
+        .jobs
+        .iter()
+        .filter(|j| j.phase == Phase::Running && !j.completing)
+    {
         if j.nodes.is_empty() {
             continue;
         }
@@ -767,7 +799,8 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
         &pending.displace,
         free,
     );
-    let in_quota_level = state.in_quota_level();
+    // In-quota pending jobs share one level: above exactly the victims they need together.
+    let in_quota_level = state.reclaim_level(pending_in_quota_gpus.saturating_sub(free), input.now);
     let mut park = Vec::new();
     let mut release = Vec::new();
     for j in &pending.in_quota {
@@ -908,6 +941,7 @@ min_runtime_before_reclaim = "0s"
             batch: true,
             nodes: Vec::new(),
             node_count: 1,
+            completing: false,
         }
     }
 
@@ -925,6 +959,7 @@ min_runtime_before_reclaim = "0s"
             batch: true,
             nodes: Vec::new(),
             node_count: 1,
+            completing: false,
         }
     }
 
@@ -962,7 +997,7 @@ min_runtime_before_reclaim = "0s"
     }
 
     #[test]
-    fn pending_in_quota_jobs_sit_above_every_victim_and_below_the_protected() {
+    fn pending_in_quota_jobs_sit_just_above_the_victims_they_need() {
         let c = config("");
         let mut jobs: Vec<_> = (1..=8)
             .map(|i| running(i, "training", 100 + i as i64))
@@ -972,12 +1007,8 @@ min_runtime_before_reclaim = "0s"
         let p = plan_for(&c, &jobs, &[]);
         let l = level(p.priorities[&20]);
         assert_eq!(l, level(p.priorities[&21]));
-        // Slurm preempts the lowest victims first and only as many as each job needs: each
-        // in-quota job can reclaim on its own, whatever the other does.
-        for v in 5..=8 {
-            assert!(l > level(p.priorities[&v]), "victim {v}");
-        }
-        assert!(l < priority::PROTECTED_BASE);
+        // Above victims 8 and 7, below 6 and 5: Slurm may preempt those two only.
+        assert!(l > level(p.priorities[&7]) && l < level(p.priorities[&6]));
         assert_eq!(p.state.pending_in_quota_gpus, 2);
     }
 
@@ -988,7 +1019,7 @@ min_runtime_before_reclaim = "0s"
             .map(|i| running(i, "training", 100 + i as i64))
             .collect();
         jobs.push(pending(20, "agents", 1_000 - RECLAIM_FALLBACK_SECS));
-        jobs.push(pending(21, "agents", 999));
+        jobs.push(pending(21, "agents", 1_000));
         let p = plan_for(&c, &jobs, &[]);
         // Only the job waiting past the fallback delay, only one victim, the first in order.
         assert_eq!(p.reclaim, [8]);
@@ -1268,7 +1299,7 @@ min_runtime_before_reclaim = "0s"
     }
 
     #[test]
-    fn the_in_quota_level_is_above_every_victim_and_the_state_round_trips() {
+    fn young_victims_are_skipped_when_counting_what_a_reclaim_needs() {
         let mut s = PublishedState {
             version: STATE_VERSION,
             generated_at: 0,
@@ -1279,18 +1310,19 @@ min_runtime_before_reclaim = "0s"
             teams: BTreeMap::new(),
             victims: vec![],
         };
-        assert_eq!(s.in_quota_level(), priority::reclaim_level(0));
-        for rank in 0..3usize {
+        for (rank, exempt_until) in [(0usize, 50i64), (1, 0), (2, 0)] {
             s.victims.push(Victim {
                 job_id: rank as u64,
                 team: "t".into(),
                 gpus: 1,
                 level: priority::victim_level(rank),
-                exempt_until: 0,
+                exempt_until,
             });
         }
-        assert!(s.in_quota_level() > priority::victim_level(2));
-        assert!(s.in_quota_level() < priority::victim_level(3));
+        // At t=10 the first victim is exempt: one GPU needs the level above the second.
+        assert_eq!(s.reclaim_level(1, 10), priority::reclaim_level(2));
+        assert_eq!(s.reclaim_level(1, 60), priority::reclaim_level(1));
+        assert_eq!(s.reclaim_level(0, 60), priority::reclaim_level(0));
         let json = s.to_json();
         assert_eq!(PublishedState::from_json(&json).unwrap(), s);
         assert!(PublishedState::from_json("{\"version\": 99}").is_err());

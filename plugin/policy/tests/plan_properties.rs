@@ -138,6 +138,7 @@ fn jobs(specs: &[JobSpec]) -> Vec<ClusterJob> {
             batch: true,
             nodes: Vec::new(),
             node_count: 1,
+            completing: false,
         })
         .collect()
 }
@@ -291,12 +292,15 @@ proptest! {
         }
         let total_used: u32 = c.config.teams.iter().map(|t| used(&c, &t.name)).sum();
         let free = c.capacity.saturating_sub(total_used);
-        // Waiting in-quota jobs: every pending job the plan ranked at the in-quota level that
-        // has waited past the fallback delay.
-        let level = c.plan.state.in_quota_level();
+        // Waiting in-quota jobs: every pending job the plan ranked in the reclaim band (above
+        // the borrowers, not displacing) that has waited past the fallback delay.
+        let in_quota = |p: u32| {
+            let l = priority::level(p);
+            l > priority::reclaim_level(0) && l < priority::PROTECTED_BASE
+        };
         let waiting: u32 = c.jobs.iter()
             .filter(|j| j.phase == Phase::Pending && j.eligible)
-            .filter(|j| c.plan.priorities.get(&j.id).map(|p| priority::level(*p)) == Some(level))
+            .filter(|j| c.plan.priorities.get(&j.id).is_some_and(|p| in_quota(*p)))
             .filter(|j| NOW - j.submit >= RECLAIM_FALLBACK_SECS)
             .map(|j| j.gpus)
             .sum();

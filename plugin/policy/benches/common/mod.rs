@@ -228,6 +228,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
                 batch: true,
                 nodes: Vec::new(),
                 node_count: 1,
+                completing: false,
             });
             id += 1;
         }
@@ -254,6 +255,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
             batch: true,
             nodes: Vec::new(),
             node_count: 1,
+            completing: false,
         });
         id += 1;
     }

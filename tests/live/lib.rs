@@ -536,6 +536,35 @@ impl Cluster {
             .output()
             .map_err(|e| format!("cannot run accountd: {e}"))
     }
+
+    /// The pid in slurmctld's pid file (a different pid later means slurmctld restarted).
+    pub fn slurmctld_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.dir.join("pids/slurmctld.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+    }
+
+    /// When the governor last published its state: the governor rewrites (renames over)
+    /// DIR/etc/state.json on every pass, so its modification time is the time of the last
+    /// pass, to the nanosecond (`generated_at` inside has whole seconds only).
+    pub fn state_modified(&self) -> Option<std::time::SystemTime> {
+        std::fs::metadata(self.dir.join("etc/state.json"))
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
+    /// Start a Slurm client as the unprivileged test user without waiting for it (salloc):
+    /// no terminal, output discarded; the caller reaps the child.
+    pub fn spawn_as_user(&self, program: &str, args: &[&str]) -> Result<Child, String> {
+        self.cmd("runuser")
+            .args(["-u", PLAIN_USER, "--", program])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start {program} as {PLAIN_USER}: {e}"))
+    }
 }
 
 pub fn unix_now() -> i64 {

@@ -10,6 +10,7 @@ use libtest_mimic::{Arguments, Failed, Trial};
 use teamshare_live_tests::Cluster;
 
 mod accounting;
+mod adversarial;
 mod governance;
 mod hostile;
 mod skeleton;
@@ -25,6 +26,7 @@ fn main() -> std::process::ExitCode {
     scenarios.extend_from_slice(governance::SCENARIOS);
     scenarios.extend_from_slice(accounting::SCENARIOS);
     scenarios.extend_from_slice(hostile::SCENARIOS);
+    scenarios.extend_from_slice(adversarial::SCENARIOS);
 
     let listing = args.list;
     let cluster: Result<Arc<Cluster>, String> = if listing {

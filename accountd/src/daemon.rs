@@ -586,6 +586,11 @@ fn govern(
             "job {id} left alone: it ended, was requeued or restarted between the governor's snapshot and its action"
         ));
     }
+    for id in &report.requeue_held {
+        log.info(&format!(
+            "job {id} held by the governor: its run had ended by itself just before the governor's requeue reached slurmctld, so it must not run twice (its owner may release it)"
+        ));
+    }
     for failure in &report.failures {
         log.warn_once(&format!("governor: {failure}"));
     }

@@ -294,6 +294,9 @@ pub struct PassReport {
     pub skipped: Vec<u64>,
     /// Slurm commands that failed (tried again next pass when still needed).
     pub failures: Vec<String>,
+    /// Jobs the governor requeued whose run had in fact ended by itself: held so that they do
+    /// not run twice.
+    pub requeue_held: Vec<u64>,
     pub capacity: u32,
     /// The state the pass published (so its readers need not read the file back).
     pub state: Option<PublishedState>,
@@ -309,7 +312,27 @@ pub struct Governor {
     limits: BTreeMap<String, u32>,
     fairshare: BTreeMap<String, f64>,
     fairshare_at: Option<Instant>,
+    /// Requeues this governor made whose run's end is not yet known from accounting.
+    requeues: Vec<RequeueCheck>,
+    requeues_checked_at: Option<Instant>,
 }
+
+/// A requeue to check: did the run end by itself just before the requeue reached slurmctld?
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RequeueCheck {
+    id: u64,
+    /// The start of the run that was requeued.
+    start: i64,
+    at: Instant,
+}
+
+/// How long after a requeue its batch step is looked for in accounting (slurmdbd writes
+/// asynchronously), and for how long: well inside Slurm's requeue delay (the job may not start
+/// again for 121 s), so a held job never ran twice.
+const REQUEUE_CHECK_AFTER: Duration = Duration::from_secs(2);
+const REQUEUE_CHECK_FOR: Duration = Duration::from_secs(90);
+const REQUEUE_CHECK_EVERY: Duration = Duration::from_secs(3);
+const SACCT_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Governor {
     pub fn new(config: Config, database: Option<PathBuf>) -> Governor {
@@ -319,6 +342,8 @@ impl Governor {
             limits: BTreeMap::new(),
             fairshare: BTreeMap::new(),
             fairshare_at: None,
+            requeues: Vec::new(),
+            requeues_checked_at: None,
         }
     }
 
@@ -420,6 +445,7 @@ impl Governor {
         park_and_release(&plan)?;
         let held = hold_outside(&plan, &jobs)?;
         report.held.extend(held);
+        self.check_requeues(&mut report);
         report.state = Some(plan.state);
         Ok(report)
     }
@@ -463,7 +489,7 @@ impl Governor {
     /// finished batch job runs it again). Interactive allocations cannot be requeued: they
     /// are cancelled (`scancel --state=RUNNING`).
     fn act_on_running(
-        &self,
+        &mut self,
         plan: &Plan,
         jobs: &[ClusterJob],
         report: &mut PassReport,
@@ -525,17 +551,143 @@ impl Governor {
                 )
             };
             match cmd.run() {
-                Ok(_) => match act {
-                    Act::Displace => report.displaced.push(id),
-                    Act::Reclaim => report.reclaimed.push(id),
-                    Act::Violation => report.violations.push(id),
-                    Act::Outside => report.held.push(id),
-                },
+                Ok(_) => {
+                    // A requeued run may have ended by itself a moment before: checked later.
+                    if let (false, Some(start)) = (cancel, current.and_then(|(start, _)| *start)) {
+                        self.requeues.push(RequeueCheck {
+                            id,
+                            start,
+                            at: Instant::now(),
+                        });
+                    }
+                    match act {
+                        Act::Displace => report.displaced.push(id),
+                        Act::Reclaim => report.reclaimed.push(id),
+                        Act::Violation => report.violations.push(id),
+                        Act::Outside => report.held.push(id),
+                    }
+                }
                 Err(e) => report.failures.push(e.to_string()),
             }
         }
         Ok(())
     }
+}
+
+impl Governor {
+    /// The one race `requeue Incomplete` cannot close: a batch script that ends on its node
+    /// in the milliseconds before slurmctld hears of it is still RUNNING to slurmctld, so the
+    /// requeue is accepted and the job would run again (seen once in the adversarial test:
+    /// "done with job" on slurmd at .284, "Requeuing" at .285). Accounting tells afterwards:
+    /// the requeued run's batch step is CANCELLED when the requeue killed it, COMPLETED (or
+    /// FAILED...) when it had ended by itself. Such a job is held before Slurm's requeue delay
+    /// lets it start again (its owner may release it), with the reason in its AdminComment.
+    /// One sacct call every few seconds, only while requeues are unsettled.
+    fn check_requeues(&mut self, report: &mut PassReport) {
+        self.requeues.retain(|r| r.at.elapsed() < REQUEUE_CHECK_FOR);
+        let due: Vec<&RequeueCheck> = self
+            .requeues
+            .iter()
+            .filter(|r| r.at.elapsed() >= REQUEUE_CHECK_AFTER)
+            .collect();
+        if due.is_empty()
+            || self
+                .requeues_checked_at
+                .is_some_and(|t| t.elapsed() < REQUEUE_CHECK_EVERY)
+        {
+            return;
+        }
+        self.requeues_checked_at = Some(Instant::now());
+        let ids: Vec<String> = due.iter().map(|r| r.id.to_string()).collect();
+        let out = SlurmCommand::new(
+            "sacct",
+            vec![
+                "-n".into(),
+                "-P".into(),
+                "-D".into(),
+                "-j".into(),
+                ids.join(","),
+                "-o".into(),
+                "JobIDRaw,State,Start".into(),
+            ],
+            SACCT_CHECK_TIMEOUT,
+        )
+        .run();
+        let text = match out {
+            Ok(o) => o.stdout,
+            Err(e) => return report.failures.push(format!("checking requeues: {e}")),
+        };
+        let mut settled = Vec::new();
+        let mut finished = Vec::new();
+        for r in &due {
+            match requeued_run_end(&text, r.id, r.start) {
+                Some(RunEnd::Killed) => settled.push(r.id),
+                Some(RunEnd::ByItself) => {
+                    settled.push(r.id);
+                    finished.push(r.id);
+                }
+                None => {}
+            }
+        }
+        self.requeues.retain(|r| !settled.contains(&r.id));
+        if finished.is_empty() {
+            return;
+        }
+        let list: Vec<String> = finished.iter().map(u64::to_string).collect();
+        let list = list.join(",");
+        let held = SlurmCommand::new(
+            "scontrol",
+            vec!["uhold".into(), list.clone()],
+            UPDATE_TIMEOUT,
+        )
+        .run();
+        match held {
+            Ok(_) => {
+                let _ = SlurmCommand::new(
+                    "scontrol",
+                    vec![
+                        "update".into(),
+                        format!("jobid={list}"),
+                        "AdminComment=teamshare: requeued as its run ended by itself; held so it does not run twice (scontrol release to run it again)".into(),
+                    ],
+                    UPDATE_TIMEOUT,
+                )
+                .run_unchecked();
+                report.requeue_held.extend(finished);
+            }
+            Err(e) => report.failures.push(e.to_string()),
+        }
+    }
+}
+
+/// How a requeued run ended, from accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunEnd {
+    /// Its batch step was cancelled: the requeue killed it.
+    Killed,
+    /// Its batch step completed or failed on its own before the requeue.
+    ByItself,
+}
+
+/// The end of job `id`'s run that started at `start`, read from `sacct -n -P -D -o
+/// JobIDRaw,State,Start` (its batch step `id.batch` with that start); `None` while accounting
+/// does not have it yet.
+fn requeued_run_end(sacct: &str, id: u64, start: i64) -> Option<RunEnd> {
+    let step = format!("{id}.batch");
+    sacct.lines().find_map(|l| {
+        let f: Vec<&str> = l.split('|').collect();
+        if f.len() < 3 || f[0].trim() != step || parse_utc(f[2]) != Some(start) {
+            return None;
+        }
+        match f[1].split_whitespace().next().unwrap_or("") {
+            "CANCELLED" | "PREEMPTED" | "REQUEUED" => Some(RunEnd::Killed),
+            "COMPLETED" | "FAILED" | "OUT_OF_MEMORY" | "TIMEOUT" | "NODE_FAIL" => {
+                Some(RunEnd::ByItself)
+            }
+            // RUNNING, PENDING...: not settled yet.
+            _ => None,
+        }
+    })
 }
 
 /// Why the governor acts on a running job.
@@ -758,6 +910,26 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // A year ahead is teamshare's parking.
         let parked: Vec<bool> = jobs.iter().map(|j| j.parked).collect();
         assert_eq!(parked, [false, false, false, true]);
+    }
+
+    #[test]
+    fn a_requeued_run_that_had_ended_by_itself_is_told_apart() {
+        // 03:15:04 UTC, the runs' start.
+        let start = 1_796_008_504;
+        let sacct = "\
+174|REQUEUED|2026-11-30T03:15:04
+174.batch|COMPLETED|2026-11-30T03:15:04
+174|PENDING|Unknown
+175|REQUEUED|2026-11-30T03:15:04
+175.batch|CANCELLED by 0|2026-11-30T03:15:04
+175|PENDING|Unknown
+176|REQUEUED|2026-11-30T03:15:04
+";
+        assert_eq!(requeued_run_end(sacct, 174, start), Some(RunEnd::ByItself));
+        assert_eq!(requeued_run_end(sacct, 175, start), Some(RunEnd::Killed));
+        // Not in accounting yet; or another run of the job.
+        assert_eq!(requeued_run_end(sacct, 176, start), None);
+        assert_eq!(requeued_run_end(sacct, 174, start + 60), None);
     }
 
     #[test]

@@ -1142,13 +1142,43 @@ fn queued_again_candidates(
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .collect();
-    let out = c.ok("squeue", &["-h", "-o", "%A|%T"])?;
-    Ok(out
-        .lines()
-        .filter_map(|l| l.split_once('|'))
-        .filter_map(|(id, st)| Some((id.trim().parse::<u64>().ok()?, st.trim().to_string())))
-        .filter(|(id, st)| marked.contains(id) && st != "COMPLETING" && st != "COMPLETED")
-        .collect())
+    let candidates = |c: &Cluster| -> Result<Vec<(u64, String, String)>, String> {
+        let out = c.ok("squeue", &["-h", "-o", "%A|%T|%r"])?;
+        Ok(out
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split('|').collect();
+                Some((
+                    f.first()?.trim().parse::<u64>().ok()?,
+                    f.get(1)?.trim().to_string(),
+                    f.get(2)?.trim().to_string(),
+                ))
+            })
+            .filter(|(id, st, _)| marked.contains(id) && st != "COMPLETING" && st != "COMPLETED")
+            .collect())
+    };
+    // A run that ended by itself in the milliseconds before a governor requeue reached
+    // slurmctld is requeued all the same (Slurm still had it RUNNING); the governor finds that
+    // in accounting and holds the job before Slurm's requeue delay would start it again. Such
+    // a job is not "queued again" once it is held that way (and the governor said so); give
+    // the governor up to 30 s to find it.
+    let held_by_governor = |c: &Cluster, id: u64, reason: &str| {
+        reason == "JobHeldUser"
+            && c.governor_log().contains(&format!(
+                "job {id} held by the governor: its run had ended by itself"
+            ))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<(u64, String, String)> = candidates(c)?
+            .into_iter()
+            .filter(|(id, _, reason)| !held_by_governor(c, *id, reason))
+            .collect();
+        if left.is_empty() || Instant::now() > deadline {
+            return Ok(left.into_iter().map(|(id, st, _)| (id, st)).collect());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Cancel what the test made and wait until nothing is left; reap the sallocs.

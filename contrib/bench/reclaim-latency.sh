@@ -18,6 +18,11 @@
 #   4. scancel everything and wait for an empty queue.
 # Prints every latency, then p50, p95, max. Environment: TRIALS (20), ACCOUNTD, TEAMSHARE_PLUGIN
 # (default target/release/...), POLL (0.05 s), ports (lib.sh). Builds nothing.
+#
+# MODE=spread: a multi-GPU reclaim whose victims sit on both nodes. research (quota 2 + 6) fills
+# the cluster with 8 one-GPU jobs (2 in quota, 6 borrowed, spread over n1 and n2 by Slurm), and
+# training (quota 4, none running) submits one `--gres=gpu:3` job: it needs 3 victims on one
+# node. The preempted column lists the research jobs gone.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -51,24 +56,30 @@ state_fresh_after() { local g; g=$(state_generated_at); [[ -n $g ]] && ((g > $1)
 victims() { grep -c '"job_id"' "$STATE" 2>/dev/null || true; }
 running() { squeue -h -A "$1" -t R -o %i | wc -l; }
 queue_empty() { [[ -z $(squeue -h -o %i) ]]; }
-filled() { [[ $(running training) -eq 8 && $(victims) -eq 4 ]]; }
+MODE=${MODE:-single}
+case $MODE in
+single) FILLER=training VICTIMS=4 CLAIMER=agents CLAIM_GRES=gpu:1 ;;
+spread) FILLER=research VICTIMS=6 CLAIMER=training CLAIM_GRES=gpu:3 ;;
+*) bench_die "MODE is single or spread, not $MODE" ;;
+esac
+filled() { [[ $(running "$FILLER") -eq 8 && $(victims) -eq $VICTIMS ]]; }
 
 wait_until 30 "the governor's first state" state_fresh_after 0
 
-SB=(--parsable -o /dev/null -e /dev/null -p gpu --gres=gpu:1)
+SB=(--parsable -o /dev/null -e /dev/null -p gpu)
 LAT=()
 bench_log "$(bench_machine); load $(bench_load)"
 printf '%-6s %10s %10s %10s %10s  %s\n' trial "latency s" "sbatch s" "1st victim" "preempted" "load" >"$DIR/trials.txt"
 for ((t = 1; t <= TRIALS; t++)); do
     for ((i = 0; i < 8; i++)); do
-        sbatch "${SB[@]}" -A training --wrap 'sleep 3600' >/dev/null
+        sbatch "${SB[@]}" -A "$FILLER" --gres=gpu:1 --wrap 'sleep 3600' >/dev/null
     done
-    wait_until 120 "8 running training jobs and 4 victims in the state" filled
+    wait_until 120 "8 running $FILLER jobs and $VICTIMS victims in the state" filled
     sleep 1.5
-    before=$(squeue -h -A training -t R -o %i | sort)
+    before=$(squeue -h -A "$FILLER" -t R -o %i | sort)
     first=$(grep -m1 '"job_id"' "$STATE" | tr -dc 0-9)
     t0=$(now)
-    id=$(sbatch "${SB[@]}" -A agents --wrap 'sleep 3600')
+    id=$(sbatch "${SB[@]}" -A "$CLAIMER" --gres="$CLAIM_GRES" --wrap 'sleep 3600')
     id=${id%%;*}
     t1=$(now)
     while [[ $(squeue -h -j "$id" -o %T 2>/dev/null) != RUNNING ]]; do
@@ -77,7 +88,7 @@ for ((t = 1; t <= TRIALS; t++)); do
     done
     t2=$(now)
     lat=$(echo "$t2 - $t0" | bc -l)
-    after=$(squeue -h -A training -t R -o %i | sort)
+    after=$(squeue -h -A "$FILLER" -t R -o %i | sort)
     victim=$(comm -23 <(echo "$before") <(echo "$after") | tr '\n' ' ')
     LAT+=("$lat")
     printf '%-6s %10.3f %10.3f %10s %10s  %s\n' "$t" "$lat" "$(echo "$t1 - $t0" | bc -l)" "$first" "${victim:--}" "$(bench_load)" | tee -a "$DIR/trials.txt" >&2
@@ -90,7 +101,7 @@ done
 
 echo
 bench_machine
-echo "job_submit/teamshare + accountd govern --interval 500ms, 2 nodes x 4 GPUs, $TRIALS trials, squeue polled every ${POLL}s"
+echo "job_submit/teamshare + accountd govern --interval 500ms, 2 nodes x 4 GPUs, MODE=$MODE ($CLAIMER $CLAIM_GRES against $FILLER's $VICTIMS victims), $TRIALS trials, squeue polled every ${POLL}s"
 cat "$DIR/trials.txt"
 sorted=$(printf '%s\n' "${LAT[@]}")
 printf 'reclaim latency (sbatch -> RUNNING): p50 %.3f s  p95 %.3f s  max %.3f s  mean %.3f s\n' \

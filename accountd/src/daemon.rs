@@ -571,25 +571,15 @@ fn govern(
             None => unresolved.push((*id, Requeue::Displaced)),
         }
     }
-    for id in &report.violations {
-        log.info(&format!(
-            "job {id} requeued by the governor: a non-preemptible job ran beyond its team's quota (it waits, parked, until it fits)"
-        ));
-    }
-    for id in &report.held {
-        log.info(&format!(
-            "job {id} held by the governor: it holds or asks for GPUs in a governed partition outside every team"
-        ));
-    }
-    for id in &report.skipped {
-        log.info(&format!(
-            "job {id} left alone: it ended, was requeued or restarted between the governor's snapshot and its action"
-        ));
-    }
-    for id in &report.requeue_held {
-        log.info(&format!(
-            "job {id} held by the governor: its run had ended by itself just before the governor's requeue reached slurmctld, so it must not run twice (its owner may release it)"
-        ));
+    for (ids, what) in [
+        (&report.violations, "requeued by the governor: a non-preemptible job ran beyond its team's quota (it waits, parked, until it fits)"),
+        (&report.held, "held by the governor: it holds or asks for GPUs in a governed partition outside every team"),
+        (&report.skipped, "left alone: it ended, was requeued or restarted between the governor's snapshot and its action"),
+        (&report.requeue_held, "held by the governor: its run had ended by itself just before the governor's requeue reached slurmctld, so it must not run twice (its owner may release it)"),
+    ] {
+        for id in ids {
+            log.info(&format!("job {id} {what}"));
+        }
     }
     for failure in &report.failures {
         log.warn_once(&format!("governor: {failure}"));

@@ -55,7 +55,17 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         path: path.to_owned(),
         source,
     })?;
-    let mut config = parse(&source, &path.display().to_string())?;
+    parse_file(&source, path)
+}
+
+/// Parses and validates the text of the file at `path` (read by the caller, e.g. with a bound
+/// on its size): diagnostics name the file as `path` is written, and relative paths in
+/// `[accountd]` are resolved against its directory, as [`load`] does.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] with every problem when `source` is not a valid configuration.
+pub fn parse_file(source: &str, path: &Path) -> Result<Config, ConfigError> {
+    let mut config = parse(source, &path.display().to_string())?;
     let directory = path.parent().unwrap_or_else(|| Path::new(""));
     let accountd = &mut config.accountd;
     for file in [

@@ -436,16 +436,7 @@ fn refusals(c: &Cluster) -> TestResult {
             "teamshare: QOS teamshare is set by teamshare itself",
         )?;
         // A user may not raise a job's priority or switch its QOS afterwards either.
-        let id = c.sbatch_as_user(&[
-            "-A",
-            "agents",
-            "-p",
-            "gpu",
-            "--gres=gpu:1",
-            "--hold",
-            "--wrap",
-            "true",
-        ])?;
+        let id = c.held_gpu_job_as_user("agents")?;
         // --hold is the user's: the plugin keeps it.
         let reason = c.reason(&id)?;
         ensure(reason == "JobHeldUser", || {

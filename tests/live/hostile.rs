@@ -175,16 +175,7 @@ fn finished_jobs_never_run_again(c: &Cluster) -> TestResult {
 /// the governor keeps publishing whatever squeue shows.
 fn absurd_gpu_counts(c: &Cluster) -> TestResult {
     isolated(c, |c| {
-        let id = c.sbatch_as_user(&[
-            "-A",
-            "agents",
-            "-p",
-            "gpu",
-            "--gres=gpu:1",
-            "--hold",
-            "--wrap",
-            "true",
-        ])?;
+        let id = c.held_gpu_job_as_user("agents")?;
         for value in ["gres:gpu:1t", "gres:gpu:2p", "gres:gpu:99999999"] {
             let out = c.run_as_user(
                 "scontrol",
@@ -436,16 +427,7 @@ fn config_edits_reach_the_governor(c: &Cluster) -> TestResult {
 /// f07: `scontrol update qos=` (no QOS) and naming the internal QOS are refused.
 fn internal_qos(c: &Cluster) -> TestResult {
     isolated(c, |c| {
-        let id = c.sbatch_as_user(&[
-            "-A",
-            "agents",
-            "-p",
-            "gpu",
-            "--gres=gpu:1",
-            "--hold",
-            "--wrap",
-            "true",
-        ])?;
+        let id = c.held_gpu_job_as_user("agents")?;
         let out = c.run_as_user("scontrol", &["update", &format!("jobid={id}"), "qos="])?;
         ensure(!out.status.success(), || "qos= was accepted".into())?;
         let qos = c.ok("squeue", &["-h", "-j", &id, "-o", "%q"])?;

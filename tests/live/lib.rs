@@ -426,6 +426,21 @@ impl Cluster {
         Ok(id)
     }
 
+    /// A held one-GPU job of `team`, submitted by the unprivileged test user: something of
+    /// theirs to update that never runs.
+    pub fn held_gpu_job_as_user(&self, team: &str) -> Result<String, String> {
+        self.sbatch_as_user(&[
+            "-A",
+            team,
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "--hold",
+            "--wrap",
+            "true",
+        ])
+    }
+
     /// Any Slurm client as the unprivileged test user (`runuser -u tsuser -- program args`).
     pub fn run_as_user(&self, program: &str, args: &[&str]) -> Result<Output, String> {
         let mut full: Vec<&str> = vec!["-u", PLAIN_USER, "--", program];

@@ -182,25 +182,10 @@ impl WatchedFile {
     }
 }
 
-/// Parse teamshare.toml's text as `teamshare_config::load` does for a path: relative paths in
-/// `[accountd]` are resolved against the file's directory.
-// TODO(config): teamshare-config could expose this step (load minus the unbounded read), so
-// the resolution lives in one place.
+/// Parse teamshare.toml's text as `teamshare_config::load` does for a path (relative paths in
+/// `[accountd]` resolved against the file's directory), after a bounded read.
 pub fn parse_config(path: &Path, text: &str) -> Result<Config, String> {
-    let mut config =
-        teamshare_config::parse(text, &path.display().to_string()).map_err(|e| e.to_string())?;
-    let directory = path.parent().unwrap_or_else(|| Path::new(""));
-    let accountd = &mut config.accountd;
-    for file in [
-        &mut accountd.database,
-        &mut accountd.state_file,
-        &mut accountd.sample_spool,
-    ] {
-        if file.is_relative() {
-            *file = directory.join(&*file);
-        }
-    }
-    Ok(config)
+    teamshare_config::parse_file(text, path).map_err(|e| e.to_string())
 }
 
 /// What a poll of a watched input found.

@@ -14,6 +14,8 @@ pub mod inputs;
 pub mod modify;
 pub mod priority;
 pub mod submit;
+#[cfg(test)]
+mod test_config;
 
 pub use modify::{check_modify, ModifyRequest};
 pub use submit::{

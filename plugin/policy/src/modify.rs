@@ -230,28 +230,7 @@ fn per_job(spec: &str) -> GpuAsk {
 mod tests {
     use super::*;
 
-    const CONFIG: &str = r#"
-[cluster]
-name = "test"
-partitions = ["gpu"]
-
-[[team]]
-name = "agents"
-quota = 2
-borrow_limit = 2
-
-[[team]]
-name = "research"
-quota = 2
-
-[[priority_class]]
-name = "inference"
-value = 100
-"#;
-
-    fn config() -> Config {
-        teamshare_config::parse(CONFIG, "teamshare.toml").expect("test config is valid")
-    }
+    use crate::test_config::config;
 
     fn user() -> ModifyRequest {
         ModifyRequest {

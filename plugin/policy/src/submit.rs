@@ -513,24 +513,7 @@ fn class_names(config: &Config) -> String {
 mod tests {
     use super::*;
 
-    const CONFIG: &str = r#"
-[cluster]
-name = "test"
-partitions = ["gpu"]
-
-[[team]]
-name = "agents"
-quota = 2
-borrow_limit = 2
-
-[[team]]
-name = "research"
-quota = 2
-"#;
-
-    fn config() -> Config {
-        teamshare_config::parse(CONFIG, "teamshare.toml").expect("test config is valid")
-    }
+    use crate::test_config::config;
 
     fn idle_state() -> PublishedState {
         PublishedState {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use teamshare_config::Config;
 use teamshare_policy::governance::{self, ClusterJob, GovernInput, Phase, Plan, PublishedState};
 use teamshare_policy::gres::gpu_count;
+use teamshare_policy::priority;
 use teamshare_policy::submit::{gpus_requested, GpuAsk};
 
 use crate::capacity;
@@ -25,6 +26,9 @@ use crate::store::Store;
 
 const SQUEUE_TIMEOUT: Duration = Duration::from_secs(20);
 const UPDATE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a pass may spend re-ranking waiting borrowers (one scontrol call per rank); the
+/// rest waits for the next pass. Issue 9 replaces per-rank values with bands.
+const PRIORITY_BUDGET: Duration = Duration::from_millis(250);
 /// Fair-share factors move slowly: recompute them from the database this often.
 const FAIRSHARE_REFRESH: Duration = Duration::from_secs(30);
 
@@ -315,6 +319,8 @@ pub struct Governor {
     /// Requeues this governor made whose run's end is not yet known from accounting.
     requeues: Vec<RequeueCheck>,
     requeues_checked_at: Option<Instant>,
+    /// The requeue check under way, if any.
+    requeue_check: Option<std::thread::JoinHandle<RequeueOutcome>>,
 }
 
 /// A requeue to check: did the run end by itself just before the requeue reached slurmctld?
@@ -344,6 +350,7 @@ impl Governor {
             fairshare_at: None,
             requeues: Vec::new(),
             requeues_checked_at: None,
+            requeue_check: None,
         }
     }
 
@@ -582,15 +589,37 @@ impl Governor {
     /// the requeued run's batch step is CANCELLED when the requeue killed it, COMPLETED (or
     /// FAILED...) when it had ended by itself. Such a job is held before Slurm's requeue delay
     /// lets it start again (its owner may release it), with the reason in its AdminComment.
-    /// One sacct call every few seconds, only while requeues are unsettled.
+    /// One sacct call every few seconds, only while requeues are unsettled, on a thread of its
+    /// own.
     fn check_requeues(&mut self, report: &mut PassReport) {
+        // The previous check's answer, if it has come.
+        if self
+            .requeue_check
+            .as_ref()
+            .is_some_and(std::thread::JoinHandle::is_finished)
+        {
+            if let Some(h) = self.requeue_check.take() {
+                match h.join() {
+                    Ok(outcome) => {
+                        self.requeues.retain(|r| !outcome.settled.contains(&r.id));
+                        report.requeue_held.extend(outcome.held);
+                        report.failures.extend(outcome.failures);
+                    }
+                    Err(_) => report
+                        .failures
+                        .push("the requeue check stopped with an internal error".into()),
+                }
+            }
+        }
         self.requeues.retain(|r| r.at.elapsed() < REQUEUE_CHECK_FOR);
-        let due: Vec<&RequeueCheck> = self
+        let due: Vec<(u64, i64)> = self
             .requeues
             .iter()
             .filter(|r| r.at.elapsed() >= REQUEUE_CHECK_AFTER)
+            .map(|r| (r.id, r.start))
             .collect();
         if due.is_empty()
+            || self.requeue_check.is_some()
             || self
                 .requeues_checked_at
                 .is_some_and(|t| t.elapsed() < REQUEUE_CHECK_EVERY)
@@ -598,66 +627,95 @@ impl Governor {
             return;
         }
         self.requeues_checked_at = Some(Instant::now());
-        let ids: Vec<String> = due.iter().map(|r| r.id.to_string()).collect();
-        let out = SlurmCommand::new(
-            "sacct",
-            vec![
-                "-n".into(),
-                "-P".into(),
-                "-D".into(),
-                "-j".into(),
-                ids.join(","),
-                "-o".into(),
-                "JobIDRaw,State,Start".into(),
-            ],
-            SACCT_CHECK_TIMEOUT,
-        )
-        .run();
-        let text = match out {
-            Ok(o) => o.stdout,
-            Err(e) => return report.failures.push(format!("checking requeues: {e}")),
-        };
-        let mut settled = Vec::new();
-        let mut finished = Vec::new();
-        for r in &due {
-            match requeued_run_end(&text, r.id, r.start) {
-                Some(RunEnd::Killed) => settled.push(r.id),
-                Some(RunEnd::ByItself) => {
-                    settled.push(r.id);
-                    finished.push(r.id);
-                }
-                None => {}
-            }
-        }
-        self.requeues.retain(|r| !settled.contains(&r.id));
-        if finished.is_empty() {
-            return;
-        }
-        let list: Vec<String> = finished.iter().map(u64::to_string).collect();
-        let list = list.join(",");
-        let held = SlurmCommand::new(
-            "scontrol",
-            vec!["uhold".into(), list.clone()],
-            UPDATE_TIMEOUT,
-        )
-        .run();
-        match held {
-            Ok(_) => {
-                let _ = SlurmCommand::new(
-                    "scontrol",
-                    vec![
-                        "update".into(),
-                        format!("jobid={list}"),
-                        "AdminComment=teamshare: requeued as its run ended by itself; held so it does not run twice (scontrol release to run it again)".into(),
-                    ],
-                    UPDATE_TIMEOUT,
-                )
-                .run_unchecked();
-                report.requeue_held.extend(finished);
-            }
-            Err(e) => report.failures.push(e.to_string()),
+        // sacct can take seconds on a busy slurmdbd: on a thread of its own, so that passes
+        // keep their cadence; its answer is taken at a later pass.
+        let spawned = std::thread::Builder::new()
+            .name("requeue-check".into())
+            .spawn(move || settle_requeues(&due));
+        match spawned {
+            Ok(h) => self.requeue_check = Some(h),
+            Err(e) => report
+                .failures
+                .push(format!("cannot start the requeue check: {e}")),
         }
     }
+}
+
+/// What one requeue check found.
+#[derive(Debug, Default)]
+struct RequeueOutcome {
+    /// Requeues whose run's end is known (no further check).
+    settled: Vec<u64>,
+    /// Jobs held because their run had ended by itself.
+    held: Vec<u64>,
+    failures: Vec<String>,
+}
+
+/// Read the requeued runs' batch steps with one sacct call and hold the jobs whose run had
+/// ended by itself (see [`Governor::check_requeues`]).
+fn settle_requeues(due: &[(u64, i64)]) -> RequeueOutcome {
+    let mut outcome = RequeueOutcome::default();
+    let ids: Vec<String> = due.iter().map(|(id, _)| id.to_string()).collect();
+    let text = match SlurmCommand::new(
+        "sacct",
+        vec![
+            "-n".into(),
+            "-P".into(),
+            "-D".into(),
+            "-j".into(),
+            ids.join(","),
+            "-o".into(),
+            "JobIDRaw,State,Start".into(),
+        ],
+        SACCT_CHECK_TIMEOUT,
+    )
+    .run()
+    {
+        Ok(o) => o.stdout,
+        Err(e) => {
+            outcome.failures.push(format!("checking requeues: {e}"));
+            return outcome;
+        }
+    };
+    let mut finished = Vec::new();
+    for (id, start) in due {
+        match requeued_run_end(&text, *id, *start) {
+            Some(RunEnd::Killed) => outcome.settled.push(*id),
+            Some(RunEnd::ByItself) => {
+                outcome.settled.push(*id);
+                finished.push(*id);
+            }
+            None => {}
+        }
+    }
+    if finished.is_empty() {
+        return outcome;
+    }
+    let list: Vec<String> = finished.iter().map(u64::to_string).collect();
+    let list = list.join(",");
+    match SlurmCommand::new(
+        "scontrol",
+        vec!["uhold".into(), list.clone()],
+        UPDATE_TIMEOUT,
+    )
+    .run()
+    {
+        Ok(_) => {
+            let _ = SlurmCommand::new(
+                "scontrol",
+                vec![
+                    "update".into(),
+                    format!("jobid={list}"),
+                    "AdminComment=teamshare: requeued as its run ended by itself; held so it does not run twice (scontrol release to run it again)".into(),
+                ],
+                UPDATE_TIMEOUT,
+            )
+            .run_unchecked();
+            outcome.held = finished;
+        }
+        Err(e) => outcome.failures.push(e.to_string()),
+    }
+    outcome
 }
 
 /// How a requeued run ended, from accounting.
@@ -779,8 +837,17 @@ fn apply_priorities(plan: &Plan, jobs: &[ClusterJob]) -> Result<usize, GovernErr
             }
         }
     }
+    let started = Instant::now();
     let mut n = 0;
-    for (priority, ids) in by_priority {
+    // Highest first: protected, victims and in-quota levels decide preemption and are always
+    // set; the borrowers' order (one value per rank) may wait for the next pass once this
+    // pass has spent its budget, so that a long queue never stretches a pass.
+    for (priority, ids) in by_priority.into_iter().rev() {
+        if priority::level(priority) < priority::reclaim_level(0)
+            && started.elapsed() >= PRIORITY_BUDGET
+        {
+            break;
+        }
         let list: Vec<String> = ids.iter().map(u64::to_string).collect();
         n += ids.len();
         // Jobs that ended since squeue make scontrol complain; the others are still updated.

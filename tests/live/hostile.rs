@@ -396,22 +396,35 @@ fn config_edits_reach_the_governor(c: &Cluster) -> TestResult {
         ensure(text != c.original_config(), || {
             "the edit did not apply".into()
         })?;
+        let digest = |c: &Cluster| -> Result<String, String> {
+            Ok(c.state()?["config_digest"]
+                .as_str()
+                .unwrap_or("")
+                .to_string())
+        };
+        let before = digest(c)?;
         std::fs::write(c.dir.join("etc/teamshare.toml"), &text).map_err(|e| e.to_string())?;
-        c.wait_for("agents' limit to follow the file", MINUTE, || {
-            let out = c.ok(
-                "sacctmgr",
-                &[
-                    "-n",
-                    "-P",
-                    "show",
-                    "assoc",
-                    "where",
-                    "account=agents",
-                    "format=User,GrpTRES",
-                ],
-            )?;
-            // The account's own association has no user.
-            Ok(out.lines().any(|l| l.trim() == "|gres/gpu=2").then_some(()))
+        // The governor publishes which configuration each state was made from: wait for the
+        // new one (no restart), then for a pass that set its limits.
+        c.wait_for("the governor to follow the edit", MINUTE, || {
+            Ok((digest(c)? != before).then_some(()))
+        })?;
+        c.wait_governor_pass()?;
+        let out = c.ok(
+            "sacctmgr",
+            &[
+                "-n",
+                "-P",
+                "show",
+                "assoc",
+                "where",
+                "account=agents",
+                "format=User,GrpTRES",
+            ],
+        )?;
+        // The account's own association has no user.
+        ensure(out.lines().any(|l| l.trim() == "|gres/gpu=2"), || {
+            format!("agents' association after the edit: {out:?}")
         })?;
         let ids = c.submit_sleeps("agents", 4, LONG, &[])?;
         c.wait_running("agents", 2, MINUTE)?;

@@ -1257,10 +1257,7 @@ fn compare_runs(
                 let f: Vec<&str> = l.split('|').collect();
                 f.len() >= 3
                     && f[0].parse::<u64>().is_ok_and(|id| id >= first)
-                    && matches!(
-                        f[2],
-                        "PENDING" | "RUNNING" | "SUSPENDED" | "COMPLETING" | "RESIZING"
-                    )
+                    && matches!(f[2], "PENDING" | "RUNNING" | "SUSPENDED" | "COMPLETING")
             })
             .map(str::to_string)
             .collect();
@@ -1291,7 +1288,12 @@ fn compare_runs(
             .next()
             .and_then(|b| b.parse::<u64>().ok())
             .unwrap_or(id);
-        let ran = !matches!(f[3], "Unknown" | "None" | "") && f[5] != "None assigned";
+        // A RESIZING record closes the part of a run before its size changed (a user may
+        // shrink a running job's node count); the run goes on in the next record: not a run of
+        // its own.
+        let ran = !matches!(f[3], "Unknown" | "None" | "")
+            && f[5] != "None assigned"
+            && !f[2].starts_with("RESIZING");
         let entry = jobs.entry(id).or_insert((base, Vec::new()));
         entry.1.push(Record {
             state: f[2].split(' ').next().unwrap_or("").to_string(),

@@ -575,6 +575,8 @@ fn govern(
         (&report.violations, "requeued by the governor: a non-preemptible job ran beyond its team's quota (it waits, parked, until it fits)"),
         (&report.held, "held by the governor: it holds or asks for GPUs in a governed partition outside every team"),
         (&report.skipped, "left alone: it ended, was requeued or restarted between the governor's snapshot and its action"),
+        (&report.parked, "parked by the governor: its priority class may not borrow and it does not fit its team's quota (held until it fits)"),
+        (&report.released, "released by the governor: it now fits its team's quota"),
         (&report.requeue_held, "held by the governor: its run had ended by itself just before the governor's requeue reached slurmctld, so it must not run twice (its owner may release it)"),
     ] {
         for id in ids {

@@ -63,8 +63,10 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
     )
 }
 
-const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|";
-const SQUEUE_FIELD_COUNT: usize = 16;
+const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,admin_comment:|";
+/// The last field (AdminComment) is everything after the 16th separator: an administrator may
+/// write `|` into it.
+const SQUEUE_FIELD_COUNT: usize = 17;
 
 fn na(s: &str) -> Option<String> {
     let s = s.trim();
@@ -175,6 +177,14 @@ pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unrea
                 }
             }
         };
+        // Held by teamshare's parking: priority 0 and teamshare's mark, which only an
+        // administrator (or the governor) can write.
+        let park_held = phase == Phase::Pending
+            && priority == 0
+            && f[16..]
+                .join("|")
+                .trim()
+                .starts_with(governance::PARK_HOLD_MARK);
         // Pending array tasks share one record: counted once here.
         if phase == Phase::Pending && !pending_ids.insert(id) {
             continue;
@@ -191,11 +201,15 @@ pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unrea
             // begin time there, N/A while a dependency is unmet) and its reason says nothing
             // else. The reason alone is not enough: Slurm resets it to None when a job's
             // priority is updated, until its scheduler looks at the job again.
+            // A job teamshare holds shows the hold as its reason: its begin time alone says
+            // whether it could start once released.
             eligible: phase == Phase::Running
-                || (eligible_reason(f[12]) && parse_utc(f[15]).is_some_and(|t| t <= now)),
+                || ((park_held || eligible_reason(f[12]))
+                    && parse_utc(f[15]).is_some_and(|t| t <= now)),
             // A begin time this far ahead is teamshare's parking.
             parked: phase == Phase::Pending
                 && parse_utc(f[15]).is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
+            park_held,
             batch: f[13].trim() != "0",
             nodes: if phase == Phase::Running {
                 expand_hostlist(f[14].trim()).unwrap_or_default()
@@ -301,6 +315,10 @@ pub struct PassReport {
     /// Jobs the governor requeued whose run had in fact ended by itself: held so that they do
     /// not run twice.
     pub requeue_held: Vec<u64>,
+    /// Non-preemptible jobs parked (held) because they do not fit their team's quota.
+    pub parked: Vec<u64>,
+    /// Parked jobs released because they now fit.
+    pub released: Vec<u64>,
     pub capacity: u32,
     /// The state the pass published (so its readers need not read the file back).
     pub state: Option<PublishedState>,
@@ -449,8 +467,11 @@ impl Governor {
             .filter(|j| !acted.contains(&j.id))
             .collect();
         report.priority_updates = apply_priorities(&plan, &jobs)?;
-        park_and_release(&plan)?;
-        let held = hold_outside(&plan, &jobs)?;
+        let (parked, released) = park_and_release(&plan, &jobs, &report.violations)?;
+        report.parked = parked;
+        report.released = released;
+        let requeued_held: Vec<u64> = report.held.clone();
+        let held = hold_outside(&plan, &jobs, &requeued_held)?;
         report.held.extend(held);
         self.check_requeues(&mut report);
         report.state = Some(plan.state);
@@ -789,8 +810,14 @@ fn still_running(ids: &[String]) -> Result<BTreeMap<u64, (Option<i64>, bool)>, G
 
 /// Hold pending jobs that ask for GPUs in a governed partition outside every team (an
 /// administrator's hold, which their owner cannot release), with the reason in their
-/// AdminComment. Returns the held ids.
-fn hold_outside(plan: &Plan, jobs: &[ClusterJob]) -> Result<Vec<u64>, GovernError> {
+/// AdminComment. `requeued` are running ones this pass requeued held: `requeuehold` is a
+/// user's hold (their owner could release it), made an administrator's hold here. Returns the
+/// pending ids held.
+fn hold_outside(
+    plan: &Plan,
+    jobs: &[ClusterJob],
+    requeued: &[u64],
+) -> Result<Vec<u64>, GovernError> {
     let ids: Vec<String> = plan
         .outside
         .iter()
@@ -800,23 +827,28 @@ fn hold_outside(plan: &Plan, jobs: &[ClusterJob]) -> Result<Vec<u64>, GovernErro
         })
         .map(u64::to_string)
         .collect();
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let list = ids.join(",");
-    let _ = SlurmCommand::new(
-        "scontrol",
-        vec![
-            "update".into(),
-            format!("jobid={list}"),
-            "AdminComment=teamshare: held: GPU jobs in governed partitions must run in a team account (-A <team>)".into(),
-        ],
-        UPDATE_TIMEOUT,
-    )
-    .run_unchecked()?;
-    let (status, _) =
-        SlurmCommand::new("scontrol", vec!["hold".into(), list], UPDATE_TIMEOUT).run_unchecked()?;
-    Ok(if status.success() {
+    let hold = |ids: &[String]| -> Result<bool, GovernError> {
+        if ids.is_empty() {
+            return Ok(false);
+        }
+        let list = ids.join(",");
+        let _ = SlurmCommand::new(
+            "scontrol",
+            vec![
+                "update".into(),
+                format!("jobid={list}"),
+                "AdminComment=teamshare: held: GPU jobs in governed partitions must run in a team account (-A <team>)".into(),
+            ],
+            UPDATE_TIMEOUT,
+        )
+        .run_unchecked()?;
+        let (status, _) = SlurmCommand::new("scontrol", vec!["hold".into(), list], UPDATE_TIMEOUT)
+            .run_unchecked()?;
+        Ok(status.success())
+    };
+    // An interactive one was cancelled instead: its hold fails, harmlessly.
+    hold(&requeued.iter().map(u64::to_string).collect::<Vec<_>>())?;
+    Ok(if hold(&ids)? {
         ids.iter().filter_map(|i| i.parse().ok()).collect()
     } else {
         Vec::new()
@@ -865,29 +897,86 @@ fn apply_priorities(plan: &Plan, jobs: &[ClusterJob]) -> Result<usize, GovernErr
     Ok(n)
 }
 
-/// Park non-preemptible jobs that may not borrow (begin time far ahead) and release those that
-/// now fit their team's quota.
-fn park_and_release(plan: &Plan) -> Result<(), GovernError> {
-    let batches = [
-        (
-            &plan.park,
+/// Park non-preemptible jobs that may not borrow and release those that now fit their team's
+/// quota. Parking sets the begin time far ahead and adds an administrator's hold, marked in
+/// the AdminComment: the owner may move a begin time but cannot release that hold. Releasing
+/// runs in the order that keeps the job unable to start until it has its planned priority:
+/// hold released (begin time still ahead), priority set, begin time now. `requeued` are
+/// non-preemptible jobs this pass requeued for running beyond their quota: parked at once, so
+/// that they cannot start beyond it again before the next pass. Returns (parked, released); a
+/// job that started or ended since the snapshot makes scontrol complain and is left as it is.
+fn park_and_release(
+    plan: &Plan,
+    jobs: &[ClusterJob],
+    requeued: &[u64],
+) -> Result<(Vec<u64>, Vec<u64>), GovernError> {
+    let list = |ids: &[u64]| ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let scontrol = |args: Vec<String>| {
+        SlurmCommand::new("scontrol", args, UPDATE_TIMEOUT)
+            .run_unchecked()
+            .map(|(status, _)| status.success())
+    };
+    let pending = |id: &u64| {
+        jobs.iter()
+            .find(|j| j.id == *id && j.phase == governance::Phase::Pending)
+    };
+    let park: Vec<u64> = plan
+        .park
+        .iter()
+        .copied()
+        .filter(|id| pending(id).is_some())
+        .chain(requeued.iter().copied())
+        .collect();
+    if !park.is_empty() {
+        scontrol(vec![
+            "update".into(),
+            format!("jobid={}", list(&park)),
             format!("StartTime=now+{}", governance::PARK_SECS),
-        ),
-        (&plan.release, "StartTime=now".to_string()),
-    ];
-    for (ids, start) in batches {
-        if ids.is_empty() {
-            continue;
-        }
-        let list: Vec<String> = ids.iter().map(u64::to_string).collect();
-        let _ = SlurmCommand::new(
-            "scontrol",
-            vec!["update".into(), format!("jobid={}", list.join(",")), start],
-            UPDATE_TIMEOUT,
-        )
-        .run_unchecked()?;
+            format!(
+                "AdminComment={}: its priority class may not borrow; the governor releases it when it fits its team's quota",
+                governance::PARK_HOLD_MARK
+            ),
+        ])?;
+        scontrol(vec!["hold".into(), list(&park)])?;
     }
-    Ok(())
+    let (held, begin_only): (Vec<u64>, Vec<u64>) = plan
+        .release
+        .iter()
+        .copied()
+        .filter(|id| pending(id).is_some())
+        .partition(|id| pending(id).is_some_and(|j| j.park_held));
+    if !held.is_empty() {
+        scontrol(vec!["release".into(), list(&held)])?;
+        let mut by_priority: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for id in &held {
+            if let Some(&p) = plan.priorities.get(id) {
+                by_priority.entry(p).or_default().push(*id);
+            }
+        }
+        for (priority, ids) in by_priority.into_iter().rev() {
+            scontrol(vec![
+                "update".into(),
+                format!("jobid={}", list(&ids)),
+                format!("priority={priority}"),
+            ])?;
+        }
+        scontrol(vec![
+            "update".into(),
+            format!("jobid={}", list(&held)),
+            "StartTime=now".into(),
+            "AdminComment=".into(),
+        ])?;
+    }
+    if !begin_only.is_empty() {
+        scontrol(vec![
+            "update".into(),
+            format!("jobid={}", list(&begin_only)),
+            "StartTime=now".into(),
+        ])?;
+    }
+    let mut released = held;
+    released.extend(begin_only);
+    Ok((park, released))
 }
 
 /// Publish atomically: write a temporary file beside it, then rename over it.
@@ -977,6 +1066,28 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // A year ahead is teamshare's parking.
         let parked: Vec<bool> = jobs.iter().map(|j| j.parked).collect();
         assert_eq!(parked, [false, false, false, true]);
+    }
+
+    #[test]
+    fn finding4_teamshare_holds_are_told_from_other_holds() {
+        // now = 2026-11-30T03:16:40
+        let text = "\
+30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|teamshare: parked: its priority class may not borrow|
+31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|teamshare: parked: a|b|c|
+32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|
+33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|maintenance: see the admins|
+34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|teamshare: parked: stale mark|
+35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|teamshare: parked: waits on a dependency|
+";
+        let (jobs, unreadable) = parse_squeue(text, 1_796_008_600);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        let held: Vec<bool> = jobs.iter().map(|j| j.park_held).collect();
+        assert_eq!(held, [true, true, false, false, false, true]);
+        // Held by teamshare, a job's begin time says whether it could start once released;
+        // any other hold makes it ineligible.
+        let eligible: Vec<bool> = jobs.iter().map(|j| j.eligible).collect();
+        assert_eq!(eligible, [false, true, false, false, true, false]);
+        assert!(jobs[0].parked && !jobs[1].parked);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub const SCENARIOS: &[Scenario] = &[
         gpus_outside_every_team,
     ),
     (
-        "hostile::f04_a_released_non_preemptible_job_never_runs_beyond_quota",
+        "hostile::f04_a_parked_job_cannot_be_undone_by_its_owner",
         released_non_preemptible,
     ),
     (
@@ -263,6 +263,10 @@ fn gpus_outside_every_team(c: &Cluster) -> TestResult {
             c.wait_for("the governor to hold the non-team GPU job", MINUTE, || {
                 Ok((c.reason(&id)? == "JobHeldAdmin").then_some(()))
             })?;
+            let release = c.run_as_user("scontrol", &["release", &id])?;
+            ensure(!release.status.success(), || {
+                "the owner released the governor's hold".into()
+            })?;
             for _ in 0..3 {
                 ensure(c.job_state(&id)? == "PENDING", || {
                     "the non-team GPU job ran".into()
@@ -296,13 +300,15 @@ fn gpus_outside_every_team(c: &Cluster) -> TestResult {
     })
 }
 
-/// f04: a parked (non-preemptible, beyond quota) job its owner releases with
-/// `StartTime=now` while the team's limit is raised for another borrower does not stay
-/// running beyond the quota: the governor requeues it.
+/// f04: a parked (non-preemptible, beyond quota) job cannot be undone by its owner: the
+/// governor holds it (an administrator's hold, which the owner cannot release, marked in its
+/// AdminComment); had the owner moved its begin time to now before that hold, and it started
+/// on GPUs the team's limit allowed for another borrower, it does not stay running beyond
+/// the quota (requeued and held). Once it fits the quota, the governor releases it and it runs.
 fn released_non_preemptible(c: &Cluster) -> TestResult {
     isolated(c, |c| {
         // research's quota (2) is held by two inference jobs on n1; training fills n1's rest.
-        fill(c, "research", 2, &["--qos=inference", "-w", "n1"])?;
+        let quota_jobs = fill(c, "research", 2, &["--qos=inference", "-w", "n1"])?;
         fill(c, "training", 2, &["-w", "n1"])?;
         // A borrower research may start only on n1 (busy): research's limit is raised for it.
         c.sbatch(&[
@@ -316,45 +322,92 @@ fn released_non_preemptible(c: &Cluster) -> TestResult {
             "--wrap",
             "sleep 600",
         ])?;
-        let id = c.sbatch_as_user(&[
-            "-A",
-            "research",
-            "-p",
-            "gpu",
-            "--gres=gpu:1",
-            "--qos=inference",
-            "--wrap",
-            "sleep 600",
-        ])?;
-        c.wait_for("the inference job to be parked", MINUTE, || {
-            Ok((c.reason(&id)? == "BeginTime").then_some(()))
+        // research's limit raised for that borrower: 2 + 4.
+        c.wait_for("research's limit raised for its borrower", MINUTE, || {
+            let s = c.state()?;
+            Ok((s["teams"]["research"]["gpu_limit"].as_u64() == Some(6)).then_some(()))
         })?;
-        let out = c.run_as_user(
+        c.wait_governor_pass()?;
+        // The window before the governor's hold, made wide: no governor while the owner
+        // submits and moves the plugin's begin time to now (Slurm lets an owner do that).
+        c.stop_governor();
+        let r = (|| -> Result<String, String> {
+            let id = c.sbatch_as_user(&[
+                "-A",
+                "research",
+                "-p",
+                "gpu",
+                "--gres=gpu:1",
+                "--qos=inference",
+                "--wrap",
+                "sleep 600",
+            ])?;
+            let reason = c.reason(&id)?;
+            let out = c.run_as_user(
+                "scontrol",
+                &["update", &format!("jobid={id}"), "StartTime=now"],
+            )?;
+            eprintln!(
+                "f04: reason at submit {reason}; owner's StartTime=now: {}",
+                if out.status.success() {
+                    "accepted"
+                } else {
+                    "refused"
+                }
+            );
+            // On the GPUs research's limit allows its borrower (backfill, within seconds).
+            c.wait_for(
+                "the owner's job to start beyond research's quota",
+                2 * MINUTE,
+                || Ok((c.job_state(&id)? == "RUNNING").then_some(())),
+            )?;
+            Ok(id)
+        })();
+        let started = c.start_governor();
+        let id = r?;
+        started?;
+        let held = |c: &Cluster| -> Result<bool, String> {
+            let show = c.ok("scontrol", &["show", "job", &id])?;
+            Ok(c.reason(&id)? == "JobHeldAdmin" && show.contains("AdminComment=teamshare: parked"))
+        };
+        // The governor's first pass requeues it and parks it with its hold at once.
+        let t0 = Instant::now();
+        c.wait_for(
+            "the job to be requeued and parked with teamshare's hold",
+            MINUTE,
+            || Ok(held(c)?.then_some(())),
+        )?;
+        eprintln!(
+            "f04: requeued and held {:.1} s after the governor started",
+            t0.elapsed().as_secs_f64()
+        );
+        // Now held: the owner can neither release it nor start it by its begin time.
+        let release = c.run_as_user("scontrol", &["release", &id])?;
+        ensure(!release.status.success(), || {
+            "the owner released teamshare's hold".into()
+        })?;
+        let _ = c.run_as_user(
             "scontrol",
             &["update", &format!("jobid={id}"), "StartTime=now"],
         )?;
-        eprintln!(
-            "f04: owner's release: {}",
-            if out.status.success() {
-                "accepted"
-            } else {
-                "refused"
-            }
-        );
-        // Whatever the owner did, it may not keep running beyond research's quota.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut ran_for = 0u32;
-        while Instant::now() < deadline {
-            if c.job_state(&id)? == "RUNNING" {
-                ran_for += 1;
-            }
-            std::thread::sleep(Duration::from_millis(500));
+        for _ in 0..3 {
+            c.wait_governor_pass()?;
+            ensure(c.job_state(&id)? == "PENDING" && held(c)?, || {
+                format!(
+                    "the parked job left its hold: {} ({})",
+                    c.job_state(&id).unwrap_or_default(),
+                    c.reason(&id).unwrap_or_default()
+                )
+            })?;
         }
-        c.wait_for("the job not to run beyond the quota", MINUTE, || {
-            Ok((c.job_state(&id)? != "RUNNING").then_some(()))
+        // Once it fits research's quota (one of its inference jobs ends), it runs.
+        c.ok("scancel", &[&quota_jobs[0]])?;
+        c.wait_for("the parked job to be released and run", 2 * MINUTE, || {
+            Ok((c.job_state(&id)? == "RUNNING").then_some(()))
         })?;
-        ensure(ran_for <= 6, || {
-            format!("ran beyond quota for {ran_for} samples of 0.5 s")
+        let show = c.ok("scontrol", &["show", "job", &id])?;
+        ensure(!show.contains("AdminComment=teamshare: parked"), || {
+            "the released job keeps teamshare's parking mark".into()
         })
     })
 }

@@ -331,6 +331,39 @@ impl Cluster {
         self.wait_for(&format!("{n} running {team} jobs"), deadline, || {
             Ok((self.count(team, "RUNNING")? == n).then_some(()))
         })
+        .map_err(|e| format!("{e}\n{}", self.diagnosis()))
+    }
+
+    /// What a failed wait needs to be understood from CI's output alone: the nodes, the
+    /// queue with reasons, and the governor's published state.
+    pub fn diagnosis(&self) -> String {
+        let text = |program: &str, args: &[&str]| {
+            self.run(program, args)
+                .map(|o| {
+                    String::from_utf8_lossy(&o.stdout).to_string()
+                        + &String::from_utf8_lossy(&o.stderr)
+                })
+                .unwrap_or_else(|e| e)
+        };
+        let state = std::fs::read_to_string(self.dir.join("etc/state.json"))
+            .unwrap_or_else(|e| format!("no state file: {e}"));
+        format!(
+            "sinfo:\n{}squeue:\n{}limits:\n{}state.json: {}",
+            text("sinfo", &["-N", "-h", "-o", "%N %T %G %E"]),
+            text("squeue", &["-h", "-a", "-o", "%i %a %T %Q %r %b %S"]),
+            text(
+                "sacctmgr",
+                &[
+                    "-nP",
+                    "show",
+                    "assoc",
+                    "where",
+                    "user=",
+                    "format=account,grptres"
+                ]
+            ),
+            state.chars().take(4000).collect::<String>()
+        )
     }
 
     /// A job's squeue reason.

@@ -99,6 +99,11 @@ pub struct ClusterJob {
     pub eligible: bool,
     /// A pending job's begin time when teamshare parked it (see [`PARK_SECS`]).
     pub parked: bool,
+    /// A pending job teamshare parked with an administrator's hold (priority 0, marked with
+    /// [`PARK_HOLD_MARK`] in its AdminComment): its owner cannot release it; the governor does
+    /// when it fits. `eligible` then says whether its begin time and dependencies allow it to
+    /// start once released.
+    pub park_held: bool,
     /// A batch job (requeue works); interactive allocations (salloc, srun) can only be
     /// cancelled.
     pub batch: bool,
@@ -114,17 +119,25 @@ impl ClusterJob {
     /// Whether GPUs given to its team would start it now: eligible, or parked by teamshare
     /// (the governor releases it when it fits).
     fn startable(&self) -> bool {
-        self.phase == Phase::Pending && self.priority != 0 && (self.eligible || self.parked)
+        self.phase == Phase::Pending
+            && (self.priority != 0 || self.park_held)
+            && (self.eligible || self.parked)
     }
 }
 
 /// A non-preemptible job that does not fit its team's quota is parked: its begin time is set
 /// this far ahead, so it cannot start on borrowed GPUs (the team's GPU limit cannot tell classes
-/// apart). The governor sets it back to now once the job fits.
+/// apart), and the governor holds it (see [`PARK_HOLD_MARK`]). The governor releases it and
+/// sets its begin time back to now once the job fits.
 pub const PARK_SECS: i64 = 365 * 24 * 3600;
 
 /// A begin time at least this far ahead is teamshare's parking, not the user's `--begin`.
 pub const PARKED_AFTER_SECS: i64 = 300 * 24 * 3600;
+
+/// How a parked job's AdminComment starts when the governor holds it. The plugin can only park
+/// by begin time at submit, which the owner may move (`scontrol update StartTime=now`); the
+/// governor then adds an administrator's hold, which only an administrator can release.
+pub const PARK_HOLD_MARK: &str = "teamshare: parked";
 
 pub struct GovernInput<'a> {
     pub config: &'a Config,
@@ -248,7 +261,8 @@ pub struct Plan {
     /// Jobs in a governed partition that hold or ask for GPUs outside any team (their
     /// account is not a team): held (pending) or requeued and held (running).
     pub outside: Vec<u64>,
-    /// Pending non-preemptible jobs to park (begin time far ahead) or release (begin now).
+    /// Pending non-preemptible jobs to park (begin time far ahead and an administrator's hold
+    /// marked [`PARK_HOLD_MARK`]) or release (hold released, begin now) once they fit.
     pub park: Vec<u64>,
     pub release: Vec<u64>,
     pub state: PublishedState,
@@ -434,7 +448,9 @@ fn sort_pending<'a>(
     for team in &rules.config.teams {
         let mut pending: Vec<&ClusterJob> = jobs
             .iter()
-            .filter(|j| j.team == team.name && j.phase == Phase::Pending && j.priority != 0)
+            .filter(|j| {
+                j.team == team.name && j.phase == Phase::Pending && (j.priority != 0 || j.park_held)
+            })
             .collect();
         pending.sort_by(|a, b| {
             rules
@@ -805,20 +821,22 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
     let mut release = Vec::new();
     for j in &pending.in_quota {
         priorities.insert(j.id, encode(in_quota_level, rules.class_idx(j)));
-        if j.parked {
+        if j.parked || j.park_held {
             release.push(j.id);
         }
     }
     // Displacing jobs wait for the governor's requeue: they preempt nobody themselves.
     for j in &pending.displacing {
         priorities.insert(j.id, encode(priority::reclaim_level(0), rules.class_idx(j)));
-        if j.parked {
+        if j.parked || j.park_held {
             release.push(j.id);
         }
     }
+    // Non-preemptible jobs that do not fit: parked by begin time (the plugin's, at submit) is
+    // not enough, as the owner may move it; the governor holds them too.
     for jobs in pending.borrowers.values() {
         for j in jobs {
-            if !rules.preemptible(j) && !j.parked && j.eligible {
+            if !rules.preemptible(j) && !j.park_held {
                 park.push(j.id);
             }
         }
@@ -938,6 +956,7 @@ min_runtime_before_reclaim = "0s"
             start: Some(start),
             eligible: true,
             parked: false,
+            park_held: false,
             batch: true,
             nodes: Vec::new(),
             node_count: 1,
@@ -956,6 +975,7 @@ min_runtime_before_reclaim = "0s"
             start: None,
             eligible: true,
             parked: false,
+            park_held: false,
             batch: true,
             nodes: Vec::new(),
             node_count: 1,
@@ -1123,6 +1143,56 @@ min_runtime_before_reclaim = "0s"
         jobs.iter_mut().find(|j| j.id == 9).unwrap().parked = true;
         let p = plan_for(&c, &jobs, &[]);
         assert_eq!((p.park.len(), p.release.clone()), (0, vec![9]));
+    }
+
+    #[test]
+    fn parking_holds_until_the_job_fits_whatever_its_owner_did() {
+        let c = config("");
+        let mut jobs: Vec<_> = (1..=3)
+            .map(|i| {
+                let mut j = running(i, "agents", 100 + i as i64);
+                j.priority = encode(priority::protected_level(100), 1);
+                j
+            })
+            .collect();
+        // Parked by the plugin at submit, then moved to now by its owner: held all the same.
+        let mut waiting = pending(9, "agents", 300);
+        waiting.priority = encode(priority::BORROW_BASE, 1);
+        jobs.push(waiting.clone());
+        assert_eq!(plan_for(&c, &jobs, &[]).park, [9]);
+        // Held (priority 0 with teamshare's mark): not parked again, counted as waiting for
+        // agents' quota, never given an allowance.
+        let held = ClusterJob {
+            priority: 0,
+            park_held: true,
+            parked: true,
+            eligible: false,
+            ..waiting.clone()
+        };
+        jobs.pop();
+        jobs.push(held.clone());
+        let p = plan_for(&c, &jobs, &[]);
+        assert!(p.park.is_empty() && p.release.is_empty());
+        assert_eq!(p.gpu_limits["agents"], 3);
+        // A job someone else holds (its owner, or an administrator without the mark) is left
+        // alone: neither parked nor released.
+        let other_hold = ClusterJob {
+            park_held: false,
+            ..held.clone()
+        };
+        let fits: Vec<_> = jobs
+            .iter()
+            .filter(|j| j.id > 2 && j.id != 9)
+            .cloned()
+            .chain([other_hold])
+            .collect();
+        let p = plan_for(&c, &fits, &[]);
+        assert!(p.park.is_empty() && p.release.is_empty());
+        // Once it fits, the governor releases its own hold.
+        let fits: Vec<_> = jobs.into_iter().filter(|j| j.id > 2).collect();
+        let p = plan_for(&c, &fits, &[]);
+        assert_eq!(p.release, [9]);
+        assert_eq!(p.state.teams["agents"].pending_in_quota_gpus, 1);
     }
 
     #[test]

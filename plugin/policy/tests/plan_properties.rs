@@ -135,6 +135,7 @@ fn jobs(specs: &[JobSpec]) -> Vec<ClusterJob> {
             start: s.running.then_some(NOW - s.age),
             eligible: s.running || s.eligible,
             parked: false,
+            park_held: false,
             batch: true,
             nodes: Vec::new(),
             node_count: 1,

@@ -37,8 +37,11 @@ pub enum SetupError {
 pub struct AccountSpec {
     pub name: String,
     pub fairshare: u32,
-    /// `GrpTRES=gres/gpu=` the team's ceiling (quota + borrow limit); None: no limit.
+    /// The team's ceiling (quota + borrow limit); None: no ceiling.
     pub gpu_limit: Option<u64>,
+    /// The team's quota: the GPU limit (`GrpTRES=gres/gpu=`) of a new account, which the
+    /// governor then moves between the quota and the ceiling.
+    pub quota: u64,
 }
 
 /// The team accounts the configuration wants, in its order.
@@ -53,6 +56,7 @@ pub fn desired(config: &Config) -> Vec<AccountSpec> {
             gpu_limit: t
                 .borrow_limit
                 .map(|b| u64::from(t.quota.total) + u64::from(b)),
+            quota: u64::from(t.quota.total),
         })
         .collect()
 }
@@ -215,7 +219,7 @@ impl fmt::Display for Change {
                 "add account {} (parent {PARENT_ACCOUNT}, Fairshare {}, GPU limit {})",
                 a.name,
                 a.fairshare,
-                limit_text(a.gpu_limit)
+                limit_text(Some(a.quota))
             ),
             Change::ModifyAccount { name, settings } => {
                 write!(f, "modify account {name}:")?;
@@ -244,9 +248,7 @@ impl Change {
                     format!("Parent={PARENT_ACCOUNT}"),
                     format!("Fairshare={}", a.fairshare),
                 ]);
-                if a.gpu_limit.is_some() {
-                    args.push(grp_tres_arg(a.gpu_limit));
-                }
+                args.push(grp_tres_arg(Some(a.quota)));
             }
             Change::ModifyAccount { name, settings } => {
                 args.extend([
@@ -272,8 +274,9 @@ impl Change {
 }
 
 /// The changes that bring `current` to what `accounts` and `users` want: every team account
-/// exists under root with its Fairshare and GPU limit, and every user is in every team account.
-/// Nothing is removed.
+/// exists under root with its Fairshare and a GPU limit no higher than its ceiling (the quota for
+/// a new account or one without a limit), and every user is in every team account. Nothing is
+/// removed.
 pub fn plan(accounts: &[AccountSpec], users: &[String], current: &Associations) -> Vec<Change> {
     let users: Vec<String> = users.iter().map(|u| slurm_name(u)).collect();
     let mut changes = Vec::new();
@@ -293,10 +296,19 @@ pub fn plan(accounts: &[AccountSpec], users: &[String], current: &Associations) 
                         new: want.fairshare,
                     });
                 }
-                if have.gpu_limit != want.gpu_limit {
+                // The limit is the governor's, which moves it between the quota and the
+                // ceiling every pass: only one above the ceiling is lowered, and a missing one
+                // set to the quota. Setting the ceiling here would let every team borrow up to
+                // it until the governor's next change (issue 8: seen as CI's s04 failure).
+                let limit = match (have.gpu_limit, want.gpu_limit) {
+                    (Some(l), Some(c)) if l > c => Some(c),
+                    (None, _) => Some(want.quota),
+                    _ => None,
+                };
+                if let Some(new) = limit {
                     settings.push(AccountSetting::GpuLimit {
                         old: have.gpu_limit,
-                        new: want.gpu_limit,
+                        new: Some(new),
                     });
                 }
                 if !settings.is_empty() {
@@ -415,6 +427,8 @@ mod tests {
             name: name.into(),
             fairshare,
             gpu_limit,
+            // Half the ceiling (or 1 with none), enough to tell the two apart.
+            quota: gpu_limit.map_or(1, |c| c / 2),
         }
     }
 
@@ -447,19 +461,34 @@ research||root|20|gres/gpu=0
             spec("training", 30, Some(6)),
             spec("research", 20, None),
             spec("newteam", 5, Some(2)),
+            spec("physics", 10, Some(2)),
         ];
+        let mut current = current;
+        // A governor's limit above a lowered ceiling.
+        current.accounts.insert(
+            "physics".into(),
+            AccountAssoc {
+                parent: "root".into(),
+                fairshare: "10".into(),
+                gpu_limit: Some(5),
+            },
+        );
+        current.users.insert(("physics".into(), "alice".into()));
         let users = ["alice".to_string()];
         let changes = plan(&want, &users, &current);
         let text: Vec<String> = changes.iter().map(|c| c.to_string()).collect();
         assert_eq!(
             text,
             [
-                "modify account training: Parent science -> root, Fairshare 10 -> 30, GrpTRES none -> gres/gpu=6",
+                // No limit: the quota, which the governor raises when the team may borrow.
+                "modify account training: Parent science -> root, Fairshare 10 -> 30, GrpTRES none -> gres/gpu=3",
                 "add user alice to account training",
-                "modify account research: GrpTRES gres/gpu=0 -> none",
+                // The governor's limits within the ceiling are left alone (agents at 4,
+                // research at 0 without a ceiling).
                 "add user alice to account research",
-                "add account newteam (parent root, Fairshare 5, GPU limit gres/gpu=2)",
+                "add account newteam (parent root, Fairshare 5, GPU limit gres/gpu=1)",
                 "add user alice to account newteam",
+                "modify account physics: GrpTRES gres/gpu=5 -> gres/gpu=2",
             ]
         );
         // Once applied, nothing is left to do.
@@ -470,7 +499,7 @@ research||root|20|gres/gpu=0
                 AccountAssoc {
                     parent: "root".into(),
                     fairshare: w.fairshare.to_string(),
-                    gpu_limit: w.gpu_limit,
+                    gpu_limit: Some(w.quota),
                 },
             );
             after.users.insert((w.name.clone(), "alice".into()));
@@ -483,10 +512,14 @@ research||root|20|gres/gpu=0
         let add = Change::AddAccount(spec("agents", 40, Some(4)));
         assert_eq!(
             add.command("gpu-cluster").display(),
-            "sacctmgr -i add account agents Cluster=gpu-cluster Parent=root Fairshare=40 GrpTRES=gres/gpu=4"
+            "sacctmgr -i add account agents Cluster=gpu-cluster Parent=root Fairshare=40 GrpTRES=gres/gpu=2"
         );
+        // Without a ceiling too: the governor moves the limit from the quota.
         let add_unlimited = Change::AddAccount(spec("agents", 40, None));
-        assert!(!add_unlimited.command("c").display().contains("GrpTRES"));
+        assert!(add_unlimited
+            .command("c")
+            .display()
+            .ends_with("GrpTRES=gres/gpu=1"));
         let modify = Change::ModifyAccount {
             name: "research".into(),
             settings: vec![

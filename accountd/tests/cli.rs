@@ -1043,7 +1043,7 @@ fn setup_slurm_dry_run_prints_only_the_needed_commands() {
         stdout(&o),
         "sacctmgr -i modify account where Name=agents Cluster=testcluster set Fairshare=40\n\
          sacctmgr -i add user alice Account=agents Cluster=testcluster\n\
-         sacctmgr -i add account training Cluster=testcluster Parent=root Fairshare=30\n\
+         sacctmgr -i add account training Cluster=testcluster Parent=root Fairshare=30 GrpTRES=gres/gpu=4\n\
          sacctmgr -i add user alice Account=training Cluster=testcluster\n\
          sacctmgr -i add qos teamshare\n\
          sacctmgr -i modify qos where name=teamshare set PreemptMode=requeue,within GraceTime=30 PreemptExemptTime=0:05:00\n\
@@ -1064,7 +1064,7 @@ fn setup_slurm_applies_and_prints_each_change() {
     assert_eq!(
         stdout(&o),
         "modify account agents: Fairshare 1 -> 40\n\
-         add account training (parent root, Fairshare 30, GPU limit none)\n\
+         add account training (parent root, Fairshare 30, GPU limit gres/gpu=4)\n\
          QOS teamshare ready (PreemptMode within,requeue, GraceTime 30 s, PreemptExemptTime 300 s) for every team\n"
     );
     assert_eq!(
@@ -1082,7 +1082,8 @@ fn setup_slurm_when_everything_matches() {
     let site = Site::new(CONFIG);
     site.fake(
         "sacctmgr",
-        "agents||root|40|gres/gpu=4\ntraining||root|30|\n",
+        // The governor's limits: agents between its quota and ceiling, training's at its quota.
+        "agents||root|40|gres/gpu=3\ntraining||root|30|gres/gpu=7\n",
     );
     let o = site.run(true, &["setup-slurm"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));

@@ -262,7 +262,10 @@ impl Cluster {
             ));
         }
         self.stop_governor();
-        self.start_governor()
+        self.start_governor()?;
+        // The first pass publishes its state before it sets the limits: wait for the next,
+        // so that the new rules' limits are in force when the caller goes on.
+        self.wait_governor_pass()
     }
 
     /// Back to the configuration the run started with.

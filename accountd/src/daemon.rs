@@ -596,6 +596,11 @@ fn govern(
     // The plan's limits and the GPUs in use, as the pass published them for the plugin.
     shared.exporter.update_live(|live| {
         live.governor_last_pass = Some(now);
+        live.governor_passes += 1;
+        live.governor_pass_seconds += report.duration.as_secs_f64();
+        live.governor_slurm_calls += report.slurm_calls;
+        live.governor_last_pass_seconds = Some(report.duration.as_secs_f64());
+        live.governor_last_pass_slurm_calls = Some(report.slurm_calls);
         // With the pass's own figures, so that a scrape never sees them without it.
         live.capacity = Some(report.capacity);
         count_requeued(live, requeued);

@@ -29,6 +29,11 @@ const UPDATE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a pass may spend re-ranking waiting borrowers (one scontrol call per rank); the
 /// rest waits for the next pass. Issue 9 replaces per-rank values with bands.
 const PRIORITY_BUDGET: Duration = Duration::from_millis(250);
+/// How often the governor sets every team's limit again, even unchanged: a limit changed
+/// behind its back is corrected within this time (one sacctmgr call per team).
+const LIMIT_REASSERT: Duration = Duration::from_secs(60);
+/// Jobs per scontrol call where a list may be long (borrowers' bands, parking).
+const UPDATE_CHUNK: usize = 64;
 /// Fair-share factors move slowly: recompute them from the database this often.
 const FAIRSHARE_REFRESH: Duration = Duration::from_secs(30);
 
@@ -319,6 +324,10 @@ pub struct PassReport {
     pub parked: Vec<u64>,
     /// Parked jobs released because they now fit.
     pub released: Vec<u64>,
+    /// How long the pass took, and how many Slurm client commands it ran (issue 9: this must
+    /// not grow with the queue).
+    pub duration: Duration,
+    pub slurm_calls: u64,
     pub capacity: u32,
     /// The state the pass published (so its readers need not read the file back).
     pub state: Option<PublishedState>,
@@ -332,6 +341,8 @@ pub struct Governor {
     database: Option<PathBuf>,
     /// Limits as last set, so sacctmgr runs only on change (None: not yet known).
     limits: BTreeMap<String, u32>,
+    /// When every limit was last set regardless of `limits` (see [`LIMIT_REASSERT`]).
+    limits_set_at: Option<Instant>,
     fairshare: BTreeMap<String, f64>,
     fairshare_at: Option<Instant>,
     /// Requeues this governor made whose run's end is not yet known from accounting.
@@ -364,6 +375,7 @@ impl Governor {
             config,
             database,
             limits: BTreeMap::new(),
+            limits_set_at: None,
             fairshare: BTreeMap::new(),
             fairshare_at: None,
             requeues: Vec::new(),
@@ -429,6 +441,8 @@ impl Governor {
     /// (see [`Governor::act_on_running`]); priorities, park/release and holds are harmless on
     /// a job that changed meanwhile (Slurm refuses them or the next pass corrects them).
     pub fn pass(&mut self) -> Result<PassReport, GovernError> {
+        let started = Instant::now();
+        let calls_before = crate::slurm_cli::calls_on_this_thread();
         let now = period::now();
         let fairshare = self.refresh_fairshare(now);
         let cap = capacity::measure(&self.config.cluster.partitions)?;
@@ -475,11 +489,24 @@ impl Governor {
         report.held.extend(held);
         self.check_requeues(&mut report);
         report.state = Some(plan.state);
+        report.duration = started.elapsed();
+        report.slurm_calls = crate::slurm_cli::calls_on_this_thread() - calls_before;
         Ok(report)
     }
 
     fn apply_limits(&mut self, plan: &Plan, report: &mut PassReport) {
         let cluster = slurm_name(&self.config.cluster.name);
+        // Set again now and then, whatever is remembered: someone else (an administrator,
+        // `accountd setup-slurm`) may have changed a limit behind the governor's back. Only a
+        // change from what the governor last set is reported.
+        let mut known = self.limits.clone();
+        if self
+            .limits_set_at
+            .map_or(true, |t| t.elapsed() >= LIMIT_REASSERT)
+        {
+            self.limits.clear();
+            self.limits_set_at = Some(Instant::now());
+        }
         for (team, limit) in &plan.gpu_limits {
             if self.limits.get(team) == Some(limit) {
                 continue;
@@ -502,7 +529,9 @@ impl Governor {
             match result {
                 Ok(_) => {
                     self.limits.insert(team.clone(), *limit);
-                    report.limit_updates.push((team.clone(), *limit));
+                    if known.insert(team.clone(), *limit) != Some(*limit) {
+                        report.limit_updates.push((team.clone(), *limit));
+                    }
                 }
                 // Not remembered as set: tried again next pass.
                 Err(e) => report.failures.push(e.to_string()),
@@ -686,7 +715,7 @@ fn settle_requeues(due: &[(u64, i64)]) -> RequeueOutcome {
             "-j".into(),
             ids.join(","),
             "-o".into(),
-            "JobIDRaw,State,Start".into(),
+            "JobIDRaw,State,Start,ExitCode".into(),
         ],
         SACCT_CHECK_TIMEOUT,
     )
@@ -749,8 +778,14 @@ enum RunEnd {
 }
 
 /// The end of job `id`'s run that started at `start`, read from `sacct -n -P -D -o
-/// JobIDRaw,State,Start` (its batch step `id.batch` with that start); `None` while accounting
-/// does not have it yet.
+/// JobIDRaw,State,Start,ExitCode` (its batch step `id.batch` with that start); `None` while
+/// accounting does not have it yet.
+///
+/// A step killed by a signal (ExitCode `rc:sig` with a signal, or a shell's 128 + signal) was
+/// killed, whatever its state says: a requeue landing while the batch script is still starting
+/// has been seen to leave a step that is not CANCELLED (live f04: a violator requeued 1.4 s
+/// after it started was taken for a run that had ended by itself, and its owner's hold replaced
+/// teamshare's). Only a run that ended with its own exit status ended by itself.
 fn requeued_run_end(sacct: &str, id: u64, start: i64) -> Option<RunEnd> {
     let step = format!("{id}.batch");
     sacct.lines().find_map(|l| {
@@ -758,8 +793,19 @@ fn requeued_run_end(sacct: &str, id: u64, start: i64) -> Option<RunEnd> {
         if f.len() < 3 || f[0].trim() != step || parse_utc(f[2]) != Some(start) {
             return None;
         }
+        let (rc, signal) = f
+            .get(3)
+            .and_then(|e| e.trim().split_once(':'))
+            .map(|(rc, sig)| (rc.parse::<u32>().ok(), sig.parse::<u32>().ok()))
+            .unwrap_or((None, None));
+        let killed_by_signal = signal.is_some_and(|s| s != 0) || rc.is_some_and(|r| r > 128);
         match f[1].split_whitespace().next().unwrap_or("") {
             "CANCELLED" | "PREEMPTED" | "REQUEUED" => Some(RunEnd::Killed),
+            "COMPLETED" | "FAILED" | "OUT_OF_MEMORY" | "TIMEOUT" | "NODE_FAIL"
+                if killed_by_signal =>
+            {
+                Some(RunEnd::Killed)
+            }
             "COMPLETED" | "FAILED" | "OUT_OF_MEMORY" | "TIMEOUT" | "NODE_FAIL" => {
                 Some(RunEnd::ByItself)
             }
@@ -872,27 +918,31 @@ fn apply_priorities(plan: &Plan, jobs: &[ClusterJob]) -> Result<usize, GovernErr
     let started = Instant::now();
     let mut n = 0;
     // Highest first: protected, victims and in-quota levels decide preemption and are always
-    // set; the borrowers' order (one value per rank) may wait for the next pass once this
-    // pass has spent its budget, so that a long queue never stretches a pass.
+    // set; the borrowers' bands (one value per team slot and class) may wait for the next
+    // pass once this pass has spent its budget, so that a long queue never stretches a pass.
+    // scontrol sends one request per job of a list, each queued behind slurmctld's scheduler
+    // (137 ms each measured with 5,000 waiting jobs): lists are cut into chunks so that the
+    // budget is checked between them, and the rest waits for the next pass.
     for (priority, ids) in by_priority.into_iter().rev() {
-        if priority::level(priority) < priority::reclaim_level(0)
-            && started.elapsed() >= PRIORITY_BUDGET
-        {
-            break;
+        let budgeted = priority::level(priority) < priority::reclaim_level(0);
+        for chunk in ids.chunks(UPDATE_CHUNK) {
+            if budgeted && started.elapsed() >= PRIORITY_BUDGET {
+                return Ok(n);
+            }
+            let list: Vec<String> = chunk.iter().map(u64::to_string).collect();
+            n += chunk.len();
+            // Jobs that ended since squeue make scontrol complain; the others are updated.
+            let _ = SlurmCommand::new(
+                "scontrol",
+                vec![
+                    "update".into(),
+                    format!("jobid={}", list.join(",")),
+                    format!("priority={priority}"),
+                ],
+                UPDATE_TIMEOUT,
+            )
+            .run_unchecked()?;
         }
-        let list: Vec<String> = ids.iter().map(u64::to_string).collect();
-        n += ids.len();
-        // Jobs that ended since squeue make scontrol complain; the others are still updated.
-        let _ = SlurmCommand::new(
-            "scontrol",
-            vec![
-                "update".into(),
-                format!("jobid={}", list.join(",")),
-                format!("priority={priority}"),
-            ],
-            UPDATE_TIMEOUT,
-        )
-        .run_unchecked()?;
     }
     Ok(n)
 }
@@ -920,24 +970,31 @@ fn park_and_release(
         jobs.iter()
             .find(|j| j.id == *id && j.phase == governance::Phase::Pending)
     };
-    let park: Vec<u64> = plan
-        .park
+    // Jobs requeued this pass first; a long list (a burst of non-preemptible submissions) is
+    // parked in chunks within a budget, the rest next pass: until then the plugin's begin time
+    // keeps them waiting, and one that starts beyond its quota is requeued.
+    let park_list: Vec<u64> = requeued
         .iter()
         .copied()
-        .filter(|id| pending(id).is_some())
-        .chain(requeued.iter().copied())
+        .chain(plan.park.iter().copied().filter(|id| pending(id).is_some()))
         .collect();
-    if !park.is_empty() {
+    let started = Instant::now();
+    let mut park = Vec::new();
+    for chunk in park_list.chunks(UPDATE_CHUNK) {
+        if started.elapsed() >= PRIORITY_BUDGET {
+            break;
+        }
         scontrol(vec![
             "update".into(),
-            format!("jobid={}", list(&park)),
+            format!("jobid={}", list(chunk)),
             format!("StartTime=now+{}", governance::PARK_SECS),
             format!(
                 "AdminComment={}: its priority class may not borrow; the governor releases it when it fits its team's quota",
                 governance::PARK_HOLD_MARK
             ),
         ])?;
-        scontrol(vec!["hold".into(), list(&park)])?;
+        scontrol(vec!["hold".into(), list(chunk)])?;
+        park.extend_from_slice(chunk);
     }
     let (held, begin_only): (Vec<u64>, Vec<u64>) = plan
         .release
@@ -1095,16 +1152,23 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // 03:15:04 UTC, the runs' start.
         let start = 1_796_008_504;
         let sacct = "\
-174|REQUEUED|2026-11-30T03:15:04
-174.batch|COMPLETED|2026-11-30T03:15:04
-174|PENDING|Unknown
-175|REQUEUED|2026-11-30T03:15:04
-175.batch|CANCELLED by 0|2026-11-30T03:15:04
-175|PENDING|Unknown
-176|REQUEUED|2026-11-30T03:15:04
+174|REQUEUED|2026-11-30T03:15:04|0:0
+174.batch|COMPLETED|2026-11-30T03:15:04|0:0
+174|PENDING|Unknown|0:0
+175|REQUEUED|2026-11-30T03:15:04|0:0
+175.batch|CANCELLED by 0|2026-11-30T03:15:04|0:15
+175|PENDING|Unknown|0:0
+176|REQUEUED|2026-11-30T03:15:04|0:0
+177.batch|FAILED|2026-11-30T03:15:04|2:0
+178.batch|FAILED|2026-11-30T03:15:04|0:9
+179.batch|FAILED|2026-11-30T03:15:04|143:0
 ";
         assert_eq!(requeued_run_end(sacct, 174, start), Some(RunEnd::ByItself));
         assert_eq!(requeued_run_end(sacct, 175, start), Some(RunEnd::Killed));
+        // Failed with its own status; killed by a signal (directly, or through its shell).
+        assert_eq!(requeued_run_end(sacct, 177, start), Some(RunEnd::ByItself));
+        assert_eq!(requeued_run_end(sacct, 178, start), Some(RunEnd::Killed));
+        assert_eq!(requeued_run_end(sacct, 179, start), Some(RunEnd::Killed));
         // Not in accounting yet; or another run of the job.
         assert_eq!(requeued_run_end(sacct, 176, start), None);
         assert_eq!(requeued_run_end(sacct, 174, start + 60), None);

@@ -68,6 +68,13 @@ pub struct Live {
     /// The governed capacity last measured.
     pub capacity: Option<u32>,
     pub governor_last_pass: Option<UnixSeconds>,
+    /// Passes so far, and the last one's duration and Slurm client commands.
+    pub governor_passes: u64,
+    pub governor_last_pass_seconds: Option<f64>,
+    pub governor_last_pass_slurm_calls: Option<u64>,
+    /// Slurm client commands all passes ran, and the seconds they took together.
+    pub governor_slurm_calls: u64,
+    pub governor_pass_seconds: f64,
     pub ingest_last_success: Option<UnixSeconds>,
     /// Per team, from the governor's last pass (its published state).
     pub teams: BTreeMap<String, LiveTeam>,
@@ -401,6 +408,47 @@ pub fn render(config: &Config, live: &Live, month: Option<&MonthFigures>) -> Str
     );
     if let Some(t) = live.governor_last_pass {
         f.sample(&[], t as f64);
+    }
+    if live.governor_passes > 0 {
+        family(
+            &mut out,
+            "teamshare_governor_passes_total",
+            Kind::Counter,
+            "Governor passes that completed.",
+        )
+        .sample(&[], live.governor_passes as f64);
+        family(
+            &mut out,
+            "teamshare_governor_pass_seconds_total",
+            Kind::Counter,
+            "Seconds the completed governor passes took together.",
+        )
+        .sample(&[], live.governor_pass_seconds);
+        family(
+            &mut out,
+            "teamshare_governor_slurm_calls_total",
+            Kind::Counter,
+            "Slurm client commands (squeue, sinfo, scontrol, sacctmgr...) the governor's passes ran.",
+        )
+        .sample(&[], live.governor_slurm_calls as f64);
+    }
+    if let Some(d) = live.governor_last_pass_seconds {
+        family(
+            &mut out,
+            "teamshare_governor_last_pass_seconds",
+            Kind::Gauge,
+            "How long the governor's last completed pass took.",
+        )
+        .sample(&[], d);
+    }
+    if let Some(n) = live.governor_last_pass_slurm_calls {
+        family(
+            &mut out,
+            "teamshare_governor_last_pass_slurm_calls",
+            Kind::Gauge,
+            "Slurm client commands the governor's last completed pass ran.",
+        )
+        .sample(&[], n as f64);
     }
     let mut f = family(
         &mut out,
@@ -750,8 +798,22 @@ weight = 1
             )]),
             displaced: BTreeMap::from([("agents\"x".to_string(), 2)]),
             reclaimed: BTreeMap::from([("training".to_string(), 3)]),
+            governor_passes: 4,
+            governor_pass_seconds: 0.5,
+            governor_slurm_calls: 9,
+            governor_last_pass_seconds: Some(0.125),
+            governor_last_pass_slurm_calls: Some(2),
         };
         let text = render(&config(), &live, None);
+        for line in [
+            "teamshare_governor_passes_total 4\n",
+            "teamshare_governor_pass_seconds_total 0.5\n",
+            "teamshare_governor_slurm_calls_total 9\n",
+            "teamshare_governor_last_pass_seconds 0.125\n",
+            "teamshare_governor_last_pass_slurm_calls 2\n",
+        ] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
         assert!(
             text.contains("teamshare_quota_gpus{team=\"training\"} 4\n"),
             "{text}"

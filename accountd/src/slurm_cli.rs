@@ -40,6 +40,16 @@ pub struct CommandOutput {
     pub stderr: String,
 }
 
+thread_local! {
+    /// Slurm client commands started on this thread (the governor counts its calls per pass).
+    static CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many Slurm client commands this thread has started so far.
+pub fn calls_on_this_thread() -> u64 {
+    CALLS.with(std::cell::Cell::get)
+}
+
 /// A Slurm client invocation.
 #[derive(Debug, Clone)]
 pub struct SlurmCommand {
@@ -154,6 +164,7 @@ impl SlurmCommand {
     }
 
     fn spawn(&self) -> Result<std::process::Child, SlurmCommandError> {
+        CALLS.with(|c| c.set(c.get() + 1));
         if slurm_conf().is_none() {
             return Err(SlurmCommandError::SlurmConfUnset {
                 program: self.program.clone(),

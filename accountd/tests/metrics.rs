@@ -373,6 +373,7 @@ fn the_exposition_is_well_formed_and_matches_the_reports() {
         ]),
         displaced: BTreeMap::from([("agents".to_string(), 2)]),
         reclaimed: BTreeMap::from([("training".to_string(), 2)]),
+        ..Live::default()
     };
     let text = metrics::render(&config, &live, Some(&figures));
     if std::env::var_os("SHOW_EXPOSITION").is_some() {

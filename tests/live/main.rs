@@ -13,6 +13,7 @@ mod accounting;
 mod adversarial;
 mod governance;
 mod hostile;
+mod scale;
 mod skeleton;
 
 type Scenario = fn(&Cluster) -> Result<(), String>;
@@ -26,6 +27,7 @@ fn main() -> std::process::ExitCode {
     scenarios.extend_from_slice(governance::SCENARIOS);
     scenarios.extend_from_slice(accounting::SCENARIOS);
     scenarios.extend_from_slice(hostile::SCENARIOS);
+    scenarios.extend_from_slice(scale::SCENARIOS);
     scenarios.extend_from_slice(adversarial::SCENARIOS);
 
     let listing = args.list;

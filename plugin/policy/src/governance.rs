@@ -307,6 +307,18 @@ impl<'a> Rules<'a> {
     fn preemptible(&self, j: &ClusterJob) -> bool {
         self.class(j).preemptible
     }
+
+    /// How many distinct class values are below this job's: its class's place in a band.
+    fn class_rank(&self, j: &ClusterJob) -> u32 {
+        let v = self.value(j);
+        let below: BTreeSet<u32> = self
+            .table
+            .iter()
+            .map(|c| c.value)
+            .filter(|x| *x < v)
+            .collect();
+        u32::try_from(below.len()).unwrap_or(u32::MAX)
+    }
 }
 
 /// Running jobs sorted into the protected (inside the quota), victims and violations.
@@ -668,13 +680,14 @@ struct Ask<'a> {
 }
 
 /// Phase 5: lendable idle capacity shared out by `idle_sharing`; returns each team's
-/// allowance beyond its quota and the borrowers in the order they are served.
+/// allowance beyond its quota and the borrowers in the order they are served, each with its
+/// team's band slot.
 fn share_idle_capacity<'a>(
     rules: &Rules<'_>,
     input: &GovernInput<'_>,
     running: &Running<'_>,
     pending: &Pending<'a>,
-) -> (BTreeMap<String, u32>, Vec<&'a ClusterJob>) {
+) -> (BTreeMap<String, u32>, Vec<(&'a ClusterJob, u32)>) {
     let config = rules.config;
     // Each team's first borrower that can start and may borrow straddles its unused quota:
     // it uses that quota and borrows only the rest (a 3-GPU job of a team with 2 idle GPUs of
@@ -720,15 +733,26 @@ fn share_idle_capacity<'a>(
     // Shared by all borrowers; a team never borrows its own idle quota.
     let mut remaining = lendable - borrowed_now;
 
+    let by_fairshare = |a: &&str, b: &&str| {
+        let fa = input.fairshare.get(*a).copied().unwrap_or(1.0);
+        let fb = input.fairshare.get(*b).copied().unwrap_or(1.0);
+        fb.partial_cmp(&fa)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.cmp(b))
+    };
+    // Band slots follow every team's place by fair-share factor, borrowing or not, so that a
+    // team starting or stopping to borrow moves no other team's jobs.
+    let mut all: Vec<&str> = config.teams.iter().map(|t| t.name.as_str()).collect();
+    all.sort_by(by_fairshare);
+    let slots: BTreeMap<&str, u32> = all
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, t)| (*t, u32::try_from(i).unwrap_or(u32::MAX)))
+        .collect();
     let mut order: Vec<&str> = pending.borrowers.keys().copied().collect();
     match config.cluster.idle_sharing {
-        IdleSharing::FairShare => order.sort_by(|a, b| {
-            let fa = input.fairshare.get(*a).copied().unwrap_or(1.0);
-            let fb = input.fairshare.get(*b).copied().unwrap_or(1.0);
-            fb.partial_cmp(&fa)
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then(a.cmp(b))
-        }),
+        IdleSharing::FairShare => order.sort_by(by_fairshare),
         IdleSharing::Fifo => order.sort_by_key(|t| {
             pending.borrowers[*t]
                 .iter()
@@ -739,7 +763,9 @@ fn share_idle_capacity<'a>(
         }),
     }
     let mut allowance: BTreeMap<String, u32> = BTreeMap::new();
-    let mut served: Vec<&ClusterJob> = Vec::new();
+    // Each borrower with its team's band slot (the team served last has the lowest); under
+    // fifo every team shares slot 0 and Slurm serves the oldest first.
+    let mut served: Vec<(&ClusterJob, u32)> = Vec::new();
     for name in &order {
         let Some(team) = config.team(name) else {
             continue;
@@ -771,10 +797,14 @@ fn share_idle_capacity<'a>(
         }
         remaining -= i64::from(given);
         allowance.insert(name.to_string(), given);
-        served.extend(pending.borrowers[*name].iter().copied());
+        let slot = match config.cluster.idle_sharing {
+            IdleSharing::FairShare => slots.get(*name).copied().unwrap_or(0),
+            IdleSharing::Fifo => 0,
+        };
+        served.extend(pending.borrowers[*name].iter().map(|j| (*j, slot)));
     }
     if config.cluster.idle_sharing == IdleSharing::Fifo {
-        served.sort_by_key(|j| (j.submit, j.id));
+        served.sort_by_key(|(j, _)| (j.submit, j.id));
     }
     (allowance, served)
 }
@@ -842,10 +872,14 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
         }
     }
 
+    // Borrowers wait in bands (their team's slot in the service order, then their class),
+    // inside which Slurm itself serves the oldest submission first (equal priorities: submit
+    // time, then job id). A job's priority moves only when its band does, so a long queue
+    // costs no updates while the front of it changes (issue 9).
     let (allowance, served) = share_idle_capacity(&rules, input, &running, &pending);
-    for (rank, j) in served.iter().enumerate() {
+    for (j, slot) in &served {
         let level = if rules.preemptible(j) {
-            priority::borrow_level(rank)
+            priority::borrow_band(*slot, rules.class_rank(j))
         } else {
             priority::BORROW_BASE
         };
@@ -1094,7 +1128,36 @@ min_runtime_before_reclaim = "0s"
         let c = config("idle_sharing = \"fifo\"");
         let p = plan_for(&c, &jobs, &[("agents", 0.9), ("research", 0.2)]);
         assert_eq!((p.gpu_limits["agents"], p.gpu_limits["research"]), (2, 3));
-        assert!(p.priorities[&31] > p.priorities[&30]);
+        // One band for both: Slurm serves the older submission (31) first.
+        assert_eq!(p.priorities[&31], p.priorities[&30]);
+    }
+
+    #[test]
+    fn a_long_queue_keeps_its_priorities_while_its_front_moves() {
+        // training and agents at quota, 500 waiting borrowers of both.
+        let c = config("");
+        let mut jobs: Vec<_> = (1..=4).map(|i| running(i, "training", 100)).collect();
+        jobs.extend((5..=6).map(|i| running(i, "agents", 100)));
+        jobs.extend((100..600).map(|i| {
+            let team = if i % 2 == 0 { "training" } else { "agents" };
+            pending(i, team, 200 + i as i64)
+        }));
+        let fs = [("agents", 0.5), ("training", 0.4)];
+        let before = plan_for(&c, &jobs, &fs).priorities;
+        // The front of each team's queue starts; new jobs arrive at the back.
+        for j in jobs.iter_mut().filter(|j| j.id == 100 || j.id == 101) {
+            j.phase = Phase::Running;
+            j.start = Some(1_000);
+        }
+        jobs.push(pending(600, "training", 900));
+        let after = plan_for(&c, &jobs, &fs).priorities;
+        let moved = (102..600).filter(|id| before[id] != after[id]).count();
+        assert_eq!(moved, 0, "waiting jobs re-ranked when the front moved");
+        // Two bands (one per team), agents first (the better factor).
+        let distinct: BTreeSet<u32> = (102..600).map(|id| after[&id]).collect();
+        assert_eq!(distinct.len(), 2);
+        assert!(after[&103] > after[&102]);
+        assert_eq!(after[&600], after[&102]);
     }
 
     #[test]

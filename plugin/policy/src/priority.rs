@@ -7,7 +7,7 @@
 //!
 //! | band | level | who |
 //! |---|---|---|
-//! | borrow | `BORROW_BASE..VICTIM_BASE-1` | pending jobs beyond their team's quota: below every running job, so they never preempt |
+//! | borrow | `BORROW_BASE..VICTIM_BASE-1` | pending jobs beyond their team's quota: below every running job, so they never preempt; in bands of (team slot, class) inside which Slurm serves the oldest first |
 //! | no-preempt | `VICTIM_BASE - 1` | pending in-quota jobs that can start on free GPUs |
 //! | victims | `VICTIM_BASE + 2i` | running borrowed jobs, `i` = rank in reclaim order (first victim lowest) |
 //! | reclaim | `VICTIM_BASE + 2(k-1) + 1` | pending in-quota jobs: above exactly the first `k` victims |
@@ -69,10 +69,17 @@ pub fn protected_level(class_value: u32) -> u32 {
     PROTECTED_BASE.saturating_add(class_value).min(MAX_LEVEL)
 }
 
-/// Pending borrowers: `rank` 0 is served first, so it gets the highest level of the band.
-pub fn borrow_level(rank: usize) -> u32 {
-    let span = VICTIM_BASE - 2 - BORROW_BASE;
-    BORROW_BASE + span.saturating_sub(rank as u32)
+/// Class ranks a borrow band holds (a configuration has at most [`MAX_CLASSES`] classes).
+const CLASS_RANKS: u32 = MAX_CLASSES as u32 + 1;
+/// The most team slots the borrow band has room for; more teams share the lowest slot.
+pub const MAX_TEAM_SLOTS: u32 = (VICTIM_BASE - 2 - BORROW_BASE) / CLASS_RANKS - 1;
+
+/// Pending borrowers that may be served: one level per (team slot, class rank). Slot 0 is the
+/// team served last (under fifo every team has slot 0); a higher class rank goes first within
+/// a team. Every job of one band has the same priority, and Slurm orders equal priorities by
+/// submit time, then job id: the oldest is served first without an update per job.
+pub fn borrow_band(team_slot: u32, class_rank: u32) -> u32 {
+    BORROW_BASE + 1 + team_slot.min(MAX_TEAM_SLOTS) * CLASS_RANKS + class_rank.min(CLASS_RANKS - 1)
 }
 
 #[cfg(test)]
@@ -81,13 +88,15 @@ mod tests {
 
     #[test]
     fn bands_are_ordered() {
-        assert!(borrow_level(0) < reclaim_level(0));
+        assert!(borrow_band(MAX_TEAM_SLOTS, CLASS_RANKS - 1) < reclaim_level(0));
+        assert!(borrow_band(u32::MAX, u32::MAX) < reclaim_level(0));
+        assert!(borrow_band(0, 0) > BORROW_BASE);
+        assert!(borrow_band(1, 0) > borrow_band(0, 63));
         assert!(reclaim_level(0) < victim_level(0));
         assert!(victim_level(0) < reclaim_level(1));
         assert!(reclaim_level(1) < victim_level(1));
         assert!(reclaim_level(3) > victim_level(2) && reclaim_level(3) < victim_level(3));
         assert!(victim_level(1_000_000) < protected_level(0));
-        assert!(borrow_level(0) > borrow_level(5));
         assert!(protected_level(u32::MAX) <= MAX_LEVEL);
     }
 

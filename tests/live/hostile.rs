@@ -567,14 +567,20 @@ fn interactive_reclaim(c: &Cluster) -> TestResult {
                 running(c, &allocs)
             )
         })?;
-        for _ in 0..3 {
-            c.wait_governor_pass()?;
-        }
-        let log = c.governor_log();
-        let new = &log[log_before.min(log.len())..];
-        ensure(!new.contains("Only batch jobs"), || {
-            format!("the governor tried to requeue an interactive job:\n{new}")
-        })
+        no_requeue_of_interactive_jobs(c, log_before)
+    })
+}
+
+/// Three governor passes later, its log since `log_before` shows no requeue tried on an
+/// interactive job (Slurm answers "Only batch jobs ...").
+fn no_requeue_of_interactive_jobs(c: &Cluster, log_before: usize) -> TestResult {
+    for _ in 0..3 {
+        c.wait_governor_pass()?;
+    }
+    let log = c.governor_log();
+    let new = &log[log_before.min(log.len())..];
+    ensure(!new.contains("Only batch jobs"), || {
+        format!("the governor tried to requeue an interactive job:\n{new}")
     })
 }
 
@@ -609,14 +615,7 @@ fn interactive_displaced(c: &Cluster) -> TestResult {
         c.wait_for("the displacement to be counted", MINUTE, || {
             Ok((displaced_count(c)? > displaced_before).then_some(()))
         })?;
-        for _ in 0..3 {
-            c.wait_governor_pass()?;
-        }
-        let log = c.governor_log();
-        let new = &log[log_before.min(log.len())..];
-        ensure(!new.contains("Only batch jobs"), || {
-            format!("the governor tried to requeue an interactive job:\n{new}")
-        })?;
+        no_requeue_of_interactive_jobs(c, log_before)?;
         let displaced = displaced_count(c)? - displaced_before;
         ensure(displaced == 1, || {
             format!("{displaced} displacements counted for one cancelled allocation")

@@ -29,9 +29,6 @@ const UPDATE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a pass may spend re-ranking waiting borrowers (one scontrol call per rank); the
 /// rest waits for the next pass. Issue 9 replaces per-rank values with bands.
 const PRIORITY_BUDGET: Duration = Duration::from_millis(250);
-/// How often the governor sets every team's limit again, even unchanged: a limit changed
-/// behind its back is corrected within this time (one sacctmgr call per team).
-const LIMIT_REASSERT: Duration = Duration::from_secs(60);
 /// Jobs per scontrol call where a list may be long (borrowers' bands, parking).
 const UPDATE_CHUNK: usize = 64;
 /// Fair-share factors move slowly: recompute them from the database this often.
@@ -341,8 +338,6 @@ pub struct Governor {
     database: Option<PathBuf>,
     /// Limits as last set, so sacctmgr runs only on change (None: not yet known).
     limits: BTreeMap<String, u32>,
-    /// When every limit was last set regardless of `limits` (see [`LIMIT_REASSERT`]).
-    limits_set_at: Option<Instant>,
     fairshare: BTreeMap<String, f64>,
     fairshare_at: Option<Instant>,
     /// Requeues this governor made whose run's end is not yet known from accounting.
@@ -375,7 +370,6 @@ impl Governor {
             config,
             database,
             limits: BTreeMap::new(),
-            limits_set_at: None,
             fairshare: BTreeMap::new(),
             fairshare_at: None,
             requeues: Vec::new(),
@@ -496,17 +490,6 @@ impl Governor {
 
     fn apply_limits(&mut self, plan: &Plan, report: &mut PassReport) {
         let cluster = slurm_name(&self.config.cluster.name);
-        // Set again now and then, whatever is remembered: someone else (an administrator,
-        // `accountd setup-slurm`) may have changed a limit behind the governor's back. Only a
-        // change from what the governor last set is reported.
-        let mut known = self.limits.clone();
-        if self
-            .limits_set_at
-            .map_or(true, |t| t.elapsed() >= LIMIT_REASSERT)
-        {
-            self.limits.clear();
-            self.limits_set_at = Some(Instant::now());
-        }
         for (team, limit) in &plan.gpu_limits {
             if self.limits.get(team) == Some(limit) {
                 continue;
@@ -529,9 +512,7 @@ impl Governor {
             match result {
                 Ok(_) => {
                     self.limits.insert(team.clone(), *limit);
-                    if known.insert(team.clone(), *limit) != Some(*limit) {
-                        report.limit_updates.push((team.clone(), *limit));
-                    }
+                    report.limit_updates.push((team.clone(), *limit));
                 }
                 // Not remembered as set: tried again next pass.
                 Err(e) => report.failures.push(e.to_string()),

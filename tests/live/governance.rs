@@ -46,8 +46,12 @@ pub fn isolated(c: &Cluster, f: impl FnOnce(&Cluster) -> TestResult) -> TestResu
     c.reset()?;
     let r = f(c);
     let restored = c.restore_config();
-    c.reset()?;
-    r.and(restored)
+    let reset = c.reset();
+    // The scenario's own failure first: a cleanup that fails after it must not hide it.
+    match (r, restored.and(reset)) {
+        (Err(e), Err(cleanup)) => Err(format!("{e}\n(and cleaning up after it: {cleanup})")),
+        (r, cleanup) => r.and(cleanup),
+    }
 }
 
 /// Fill `team` with `n` long jobs and wait until they all run.

@@ -178,6 +178,16 @@ fn planted_panic(c: &Cluster) -> TestResult {
         log.contains("internal error in job_submit: planted test panic"),
         || "the panic was not logged through slurmctld's logger".into(),
     )?;
+    // Issue 8, finding 16: with where it happened, in the log, not Rust's default message on
+    // slurmctld's stderr (which no administrator reads).
+    ensure(
+        log.contains("panic at plugin/job_submit/src/ffi.rs:"),
+        || "the panic's location is not in slurmctld's log".into(),
+    )?;
+    let stderr = std::fs::read_to_string(c.dir.join("log/slurmctld.out")).unwrap_or_default();
+    ensure(!stderr.contains("panicked at"), || {
+        format!("Rust's default panic message reached slurmctld's stderr: {stderr}")
+    })?;
     // And it still accepts and runs jobs.
     let id = c
         .sbatch(&[

@@ -20,9 +20,11 @@
 # (default target/release/...), POLL (0.05 s), ports (lib.sh). Builds nothing.
 #
 # MODE=spread: a multi-GPU reclaim whose victims sit on both nodes. research (quota 2 + 6) fills
-# the cluster with 8 one-GPU jobs (2 in quota, 6 borrowed, spread over n1 and n2 by Slurm), and
-# training (quota 4, none running) submits one `--gres=gpu:3` job: it needs 3 victims on one
-# node. The preempted column lists the research jobs gone.
+# the cluster with 8 one-GPU jobs (2 in quota, 6 borrowed) started one by one, a second apart,
+# on n1, n2, n1, ... so the reclaim order (most recently started first) alternates between the
+# nodes and no prefix of it frees 3 GPUs on one node; training (quota 4, none running) submits
+# one `--gres=gpu:3` job: it needs 3 victims on one node. The preempted column lists the
+# research jobs gone (expected: the 4th, 6th and 8th of the trial, on n2).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -56,6 +58,7 @@ state_fresh_after() { local g; g=$(state_generated_at); [[ -n $g ]] && ((g > $1)
 victims() { grep -c '"job_id"' "$STATE" 2>/dev/null || true; }
 running() { squeue -h -A "$1" -t R -o %i | wc -l; }
 queue_empty() { [[ -z $(squeue -h -o %i) ]]; }
+job_running() { [[ $(squeue -h -j "$1" -o %T) == RUNNING ]]; }
 MODE=${MODE:-single}
 case $MODE in
 single) FILLER=training VICTIMS=4 CLAIMER=agents CLAIM_GRES=gpu:1 ;;
@@ -72,7 +75,13 @@ bench_log "$(bench_machine); load $(bench_load)"
 printf '%-6s %10s %10s %10s %10s  %s\n' trial "latency s" "sbatch s" "1st victim" "preempted" "load" >"$DIR/trials.txt"
 for ((t = 1; t <= TRIALS; t++)); do
     for ((i = 0; i < 8; i++)); do
-        sbatch "${SB[@]}" -A "$FILLER" --gres=gpu:1 --wrap 'sleep 3600' >/dev/null
+        if [[ $MODE == spread ]]; then
+            j=$(sbatch "${SB[@]}" -A "$FILLER" --gres=gpu:1 -w "n$((i % 2 + 1))" --wrap 'sleep 3600')
+            wait_until 60 "research job $j to run" job_running "${j%%;*}"
+            sleep 1.1 # a distinct start time (Slurm's have one-second resolution)
+        else
+            sbatch "${SB[@]}" -A "$FILLER" --gres=gpu:1 --wrap 'sleep 3600' >/dev/null
+        fi
     done
     wait_until 120 "8 running $FILLER jobs and $VICTIMS victims in the state" filled
     sleep 1.5

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use teamshare_config::Config;
+use teamshare_policy::array;
 use teamshare_policy::governance::{self, ClusterJob, GovernInput, Phase, Plan, PublishedState};
 use teamshare_policy::gres::gpu_count;
 use teamshare_policy::priority;
@@ -65,10 +66,28 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
     )
 }
 
-const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,admin_comment:|";
-/// The last field (AdminComment) is everything after the 16th separator: an administrator may
+const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,admin_comment:|";
+/// The last field (AdminComment) is everything after the 18th separator: an administrator may
 /// write `|` into it.
-const SQUEUE_FIELD_COUNT: usize = 17;
+const SQUEUE_FIELD_COUNT: usize = 19;
+
+/// How the governor names a job to scontrol and scancel. A plain id is not enough for job
+/// arrays: slurmctld applies an update, requeue or cancel of an array's own id to *every*
+/// task of the array (update_job_str in job_mgr.c, 22.05), running and ended ones included,
+/// and the record of an array's pending tasks carries that id. So a task is named
+/// `ARRAY_TASK` and the pending record `ARRAY_[tasks]` (all its tasks: slurmctld then updates
+/// the record whole, without splitting it into one record per task).
+pub type Addresses = BTreeMap<u64, String>;
+
+/// The name of job `id` for scontrol and scancel (see [`Addresses`]); `None` for an array
+/// record whose tasks could not be read or listed, which is never acted on.
+pub fn address(addresses: &Addresses, id: u64) -> Option<String> {
+    match addresses.get(&id) {
+        Some(a) if a.is_empty() => None,
+        Some(a) => Some(a.clone()),
+        None => Some(id.to_string()),
+    }
+}
 
 fn na(s: &str) -> Option<String> {
     let s = s.trim();
@@ -100,9 +119,19 @@ impl std::fmt::Display for Unreadable {
 /// line that cannot be read is returned apart; a pending job whose GPU request cannot be read
 /// is kept with [`governance::UNREADABLE_GPUS`] (never in quota, never given an allowance).
 pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unreadable>) {
+    let (jobs, unreadable, _) = read_squeue(text, now);
+    (jobs, unreadable)
+}
+
+/// [`parse_squeue`], with how to name each job to Slurm ([`Addresses`]: only the jobs that
+/// are not named by their plain id).
+pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unreadable>, Addresses) {
     let mut jobs: Vec<ClusterJob> = Vec::new();
     let mut unreadable = Vec::new();
+    let mut addresses = Addresses::new();
     let mut pending_ids = std::collections::BTreeSet::new();
+    // Array id -> (running tasks, the throttle of its pending record, that record's index).
+    let mut arrays: BTreeMap<u64, (u32, Option<u32>, Option<usize>)> = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -183,13 +212,48 @@ pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unrea
         // administrator (or the governor) can write.
         let park_held = phase == Phase::Pending
             && priority == 0
-            && f[16..]
+            && f[18..]
                 .join("|")
                 .trim()
                 .starts_with(governance::PARK_HOLD_MARK);
         // Pending array tasks share one record: counted once here.
         if phase == Phase::Pending && !pending_ids.insert(id) {
             continue;
+        }
+        // Job arrays: a task is named ARRAY_TASK, the record of the pending tasks
+        // ARRAY_[tasks], and that record stands for as many tasks as may start.
+        let mut tasks = 1u32;
+        let array_id = f[16].trim().parse::<u64>().ok();
+        let task_spec = na(f[17]);
+        if let (Some(array_id), Some(spec)) = (array_id, task_spec) {
+            let entry = arrays.entry(array_id).or_insert((0, None, None));
+            if let Ok(task) = spec.parse::<u64>() {
+                addresses.insert(id, format!("{array_id}_{task}"));
+                if phase == Phase::Running {
+                    entry.0 += 1;
+                }
+            } else {
+                match array::parse_tasks(&spec) {
+                    Some(t) => {
+                        tasks = u32::try_from(t.count).unwrap_or(u32::MAX).max(1);
+                        entry.1 = t.throttle;
+                        entry.2 = Some(jobs.len());
+                        match t.ranges {
+                            Some(r) => {
+                                addresses.insert(id, format!("{array_id}_[{r}]"));
+                            }
+                            None => {
+                                bad("array task list too long to name (its record is counted, never updated)");
+                                addresses.insert(id, String::new());
+                            }
+                        }
+                    }
+                    None => {
+                        bad("bad array task list (counted as one task, never updated)");
+                        addresses.insert(id, String::new());
+                    }
+                }
+            }
         }
         jobs.push(ClusterJob {
             id,
@@ -220,9 +284,22 @@ pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unrea
             },
             node_count: f[10].trim().parse().unwrap_or(0),
             completing: f[2].trim() == "COMPLETING",
+            tasks,
         });
     }
-    (jobs, unreadable)
+    // A throttled array (`%N`) starts at most N tasks at once: its pending record stands for
+    // what its running tasks leave of N.
+    for (running, throttle, record) in arrays.values() {
+        if let (Some(n), Some(i)) = (throttle, record) {
+            let may_start = n.saturating_sub(*running);
+            if let Some(j) = jobs.get_mut(*i) {
+                j.tasks = j.tasks.min(may_start).max(1);
+                // Throttled to the tasks already running: none can start now.
+                j.eligible &= may_start > 0;
+            }
+        }
+    }
+    (jobs, unreadable, addresses)
 }
 
 /// Slurm's compressed host list (`n1`, `n[1-3,7]`, `gpu-[01-02],cpu1`) as node names; `None`
@@ -351,6 +428,8 @@ pub struct Governor {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct RequeueCheck {
     id: u64,
+    /// How to name it to scontrol (an array task: `ARRAY_TASK`).
+    name: String,
     /// The start of the run that was requeued.
     start: i64,
     at: Instant,
@@ -441,7 +520,7 @@ impl Governor {
         let fairshare = self.refresh_fairshare(now);
         let cap = capacity::measure(&self.config.cluster.partitions)?;
         let out = squeue_command(&self.config.cluster.partitions).run()?;
-        let (jobs, unreadable) = parse_squeue(&out.stdout, now);
+        let (jobs, unreadable, addresses) = read_squeue(&out.stdout, now);
         let plan = governance::plan(&GovernInput {
             config: &self.config,
             capacity: cap.total,
@@ -460,7 +539,7 @@ impl Governor {
         };
         // Limits first: a tighter ceiling must hold before priorities let anything start.
         self.apply_limits(&plan, &mut report);
-        self.act_on_running(&plan, &jobs, &mut report)?;
+        self.act_on_running(&plan, &jobs, &addresses, &mut report)?;
         // A job just requeued is pending now: the priority planned for its run is not for it.
         let acted: std::collections::BTreeSet<u64> = report
             .displaced
@@ -474,12 +553,12 @@ impl Governor {
             .into_iter()
             .filter(|j| !acted.contains(&j.id))
             .collect();
-        report.priority_updates = apply_priorities(&plan, &jobs)?;
-        let (parked, released) = park_and_release(&plan, &jobs, &report.violations)?;
+        report.priority_updates = apply_priorities(&plan, &jobs, &addresses)?;
+        let (parked, released) = park_and_release(&plan, &jobs, &addresses, &report.violations)?;
         report.parked = parked;
         report.released = released;
         let requeued_held: Vec<u64> = report.held.clone();
-        let held = hold_outside(&plan, &jobs, &requeued_held)?;
+        let held = hold_outside(&plan, &jobs, &addresses, &requeued_held)?;
         report.held.extend(held);
         self.check_requeues(&mut report);
         report.state = Some(plan.state);
@@ -530,6 +609,7 @@ impl Governor {
         &mut self,
         plan: &Plan,
         jobs: &[ClusterJob],
+        addresses: &Addresses,
         report: &mut PassReport,
     ) -> Result<(), GovernError> {
         let targets: Vec<(u64, Act)> = plan
@@ -556,9 +636,16 @@ impl Governor {
             .filter(|j| j.phase == governance::Phase::Running)
             .map(|j| (j.id, j.start))
             .collect();
-        let ids: Vec<String> = targets.iter().map(|(id, _)| id.to_string()).collect();
+        let ids: Vec<String> = targets
+            .iter()
+            .filter_map(|(id, _)| address(addresses, *id))
+            .collect();
         let now_running = still_running(&ids)?;
         for (id, act) in targets {
+            let Some(name) = address(addresses, id) else {
+                report.skipped.push(id);
+                continue;
+            };
             let current = now_running.get(&id);
             let same_run = matches!(current, Some((start, _)) if seen.get(&id) == Some(start));
             if !same_run {
@@ -573,7 +660,7 @@ impl Governor {
             let cmd = if cancel {
                 SlurmCommand::new(
                     "scancel",
-                    vec!["--state=RUNNING".into(), id.to_string()],
+                    vec!["--state=RUNNING".into(), name.clone()],
                     UPDATE_TIMEOUT,
                 )
             } else {
@@ -584,7 +671,7 @@ impl Governor {
                 };
                 SlurmCommand::new(
                     "scontrol",
-                    vec![verb.into(), "Incomplete".into(), id.to_string()],
+                    vec![verb.into(), "Incomplete".into(), name.clone()],
                     UPDATE_TIMEOUT,
                 )
             };
@@ -594,6 +681,7 @@ impl Governor {
                     if let (false, Some(start)) = (cancel, current.and_then(|(start, _)| *start)) {
                         self.requeues.push(RequeueCheck {
                             id,
+                            name,
                             start,
                             at: Instant::now(),
                         });
@@ -643,11 +731,11 @@ impl Governor {
             }
         }
         self.requeues.retain(|r| r.at.elapsed() < REQUEUE_CHECK_FOR);
-        let due: Vec<(u64, i64)> = self
+        let due: Vec<(u64, i64, String)> = self
             .requeues
             .iter()
             .filter(|r| r.at.elapsed() >= REQUEUE_CHECK_AFTER)
-            .map(|r| (r.id, r.start))
+            .map(|r| (r.id, r.start, r.name.clone()))
             .collect();
         if due.is_empty()
             || self.requeue_check.is_some()
@@ -684,9 +772,9 @@ struct RequeueOutcome {
 
 /// Read the requeued runs' batch steps with one sacct call and hold the jobs whose run had
 /// ended by itself (see [`Governor::check_requeues`]).
-fn settle_requeues(due: &[(u64, i64)]) -> RequeueOutcome {
+fn settle_requeues(due: &[(u64, i64, String)]) -> RequeueOutcome {
     let mut outcome = RequeueOutcome::default();
-    let ids: Vec<String> = due.iter().map(|(id, _)| id.to_string()).collect();
+    let ids: Vec<String> = due.iter().map(|(id, _, _)| id.to_string()).collect();
     let text = match SlurmCommand::new(
         "sacct",
         vec![
@@ -709,12 +797,14 @@ fn settle_requeues(due: &[(u64, i64)]) -> RequeueOutcome {
         }
     };
     let mut finished = Vec::new();
-    for (id, start) in due {
+    let mut names = Vec::new();
+    for (id, start, name) in due {
         match requeued_run_end(&text, *id, *start) {
             Some(RunEnd::Killed) => outcome.settled.push(*id),
             Some(RunEnd::ByItself) => {
                 outcome.settled.push(*id);
                 finished.push(*id);
+                names.push(name.as_str());
             }
             None => {}
         }
@@ -722,8 +812,8 @@ fn settle_requeues(due: &[(u64, i64)]) -> RequeueOutcome {
     if finished.is_empty() {
         return outcome;
     }
-    let list: Vec<String> = finished.iter().map(u64::to_string).collect();
-    let list = list.join(",");
+    // By name: an array task's plain id may be its array's, which names every task.
+    let list = names.join(",");
     match SlurmCommand::new(
         "scontrol",
         vec!["uhold".into(), list.clone()],
@@ -843,22 +933,28 @@ fn still_running(ids: &[String]) -> Result<BTreeMap<u64, (Option<i64>, bool)>, G
 fn hold_outside(
     plan: &Plan,
     jobs: &[ClusterJob],
+    addresses: &Addresses,
     requeued: &[u64],
 ) -> Result<Vec<u64>, GovernError> {
-    let ids: Vec<String> = plan
+    let ids: Vec<u64> = plan
         .outside
         .iter()
+        .copied()
         .filter(|id| {
             jobs.iter()
-                .any(|j| j.id == **id && j.phase == governance::Phase::Pending)
+                .any(|j| j.id == *id && j.phase == governance::Phase::Pending)
         })
-        .map(u64::to_string)
+        .filter(|id| address(addresses, *id).is_some())
         .collect();
-    let hold = |ids: &[String]| -> Result<bool, GovernError> {
-        if ids.is_empty() {
+    let hold = |ids: &[u64]| -> Result<bool, GovernError> {
+        let names: Vec<String> = ids
+            .iter()
+            .filter_map(|id| address(addresses, *id))
+            .collect();
+        if names.is_empty() {
             return Ok(false);
         }
-        let list = ids.join(",");
+        let list = names.join(",");
         let _ = SlurmCommand::new(
             "scontrol",
             vec![
@@ -874,17 +970,17 @@ fn hold_outside(
         Ok(status.success())
     };
     // An interactive one was cancelled instead: its hold fails, harmlessly.
-    hold(&requeued.iter().map(u64::to_string).collect::<Vec<_>>())?;
-    Ok(if hold(&ids)? {
-        ids.iter().filter_map(|i| i.parse().ok()).collect()
-    } else {
-        Vec::new()
-    })
+    hold(requeued)?;
+    Ok(if hold(&ids)? { ids } else { Vec::new() })
 }
 
 /// Set the priority of every job whose priority differs from the plan: one scontrol call per
 /// distinct priority, for all its jobs.
-fn apply_priorities(plan: &Plan, jobs: &[ClusterJob]) -> Result<usize, GovernError> {
+fn apply_priorities(
+    plan: &Plan,
+    jobs: &[ClusterJob],
+    addresses: &Addresses,
+) -> Result<usize, GovernError> {
     let mut by_priority: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for j in jobs {
         if j.priority == 0 {
@@ -910,8 +1006,14 @@ fn apply_priorities(plan: &Plan, jobs: &[ClusterJob]) -> Result<usize, GovernErr
             if budgeted && started.elapsed() >= PRIORITY_BUDGET {
                 return Ok(n);
             }
-            let list: Vec<String> = chunk.iter().map(u64::to_string).collect();
-            n += chunk.len();
+            let list: Vec<String> = chunk
+                .iter()
+                .filter_map(|id| address(addresses, *id))
+                .collect();
+            if list.is_empty() {
+                continue;
+            }
+            n += list.len();
             // Jobs that ended since squeue make scontrol complain; the others are updated.
             let _ = SlurmCommand::new(
                 "scontrol",
@@ -939,9 +1041,15 @@ fn apply_priorities(plan: &Plan, jobs: &[ClusterJob]) -> Result<usize, GovernErr
 fn park_and_release(
     plan: &Plan,
     jobs: &[ClusterJob],
+    addresses: &Addresses,
     requeued: &[u64],
 ) -> Result<(Vec<u64>, Vec<u64>), GovernError> {
-    let list = |ids: &[u64]| ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let list = |ids: &[u64]| {
+        ids.iter()
+            .filter_map(|id| address(addresses, *id))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     let scontrol = |args: Vec<String>| {
         SlurmCommand::new("scontrol", args, UPDATE_TIMEOUT)
             .run_unchecked()
@@ -958,6 +1066,7 @@ fn park_and_release(
         .iter()
         .copied()
         .chain(plan.park.iter().copied().filter(|id| pending(id).is_some()))
+        .filter(|id| address(addresses, *id).is_some())
         .collect();
     let started = Instant::now();
     let mut park = Vec::new();
@@ -981,7 +1090,7 @@ fn park_and_release(
         .release
         .iter()
         .copied()
-        .filter(|id| pending(id).is_some())
+        .filter(|id| pending(id).is_some() && address(addresses, *id).is_some())
         .partition(|id| pending(id).is_some_and(|j| j.park_held));
     if !held.is_empty() {
         scontrol(vec!["release".into(), list(&held)])?;
@@ -1037,13 +1146,13 @@ mod tests {
     use super::*;
 
     const SQUEUE: &str = "\
-6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|
-10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|
-11_[1-3]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|
-11_[4-5]|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|
-12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|
-13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|
+6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|
+10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|10|N/A|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|1-3|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|4-5|
+12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|12|N/A|
+13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|13|N/A|
 ";
 
     #[test]
@@ -1065,14 +1174,59 @@ mod tests {
     }
 
     #[test]
+    fn array_records_count_their_tasks_and_are_named_so_that_no_other_task_is_touched() {
+        let line = |id: &str, state: &str, array: &str, task: &str| {
+            let start = if state == "RUNNING" {
+                "2026-11-30T03:15:04"
+            } else {
+                "N/A"
+            };
+            format!(
+                "{id}|research|{state}|64000|2026-11-30T03:13:02|{start}|cpu=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|{array}|{task}|\n"
+            )
+        };
+        let text = [
+            line("50", "RUNNING", "49", "1"),
+            line("49", "PENDING", "49", "2-10%3"),
+            line("51", "RUNNING", "51", "7"),
+            line("52", "PENDING", "52", "0-12:4"),
+            line("53", "PENDING", "53", "1-x"),
+            line("54", "PENDING", "54", "N/A"),
+            line("56", "PENDING", "55", "1-4%2"),
+            line("57", "RUNNING", "55", "5"),
+            line("58", "RUNNING", "55", "6"),
+        ]
+        .concat();
+        let (jobs, unreadable, addresses) = read_squeue(&text, 1_796_008_620);
+        let tasks: BTreeMap<u64, (u32, bool)> =
+            jobs.iter().map(|j| (j.id, (j.tasks, j.eligible))).collect();
+        // 9 pending tasks, throttled to 3 at once with one running: 2 may start.
+        assert_eq!(tasks[&49], (2, true));
+        assert_eq!(tasks[&52], (4, true));
+        // Unreadable: one task, and never named to Slurm.
+        assert_eq!(tasks[&53].0, 1);
+        assert_eq!(unreadable.len(), 1, "{unreadable:?}");
+        // Throttled to 2 with 2 running: none may start now.
+        assert_eq!(tasks[&56], (1, false));
+        let name = |id| address(&addresses, id);
+        assert_eq!(name(50).as_deref(), Some("49_1"));
+        assert_eq!(name(49).as_deref(), Some("49_[2-10]"));
+        // A task that carries its array's own id: `51` alone would name every task of 51.
+        assert_eq!(name(51).as_deref(), Some("51_7"));
+        assert_eq!(name(52).as_deref(), Some("52_[0,4,8,12]"));
+        assert_eq!(name(53), None);
+        assert_eq!(name(54).as_deref(), Some("54"));
+    }
+
+    #[test]
     fn finding2_no_line_a_user_can_write_fails_the_pass() {
         let text = "\
-6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|
-7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|
-8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|
+6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|
+7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|7|N/A|
+8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|8|N/A|
 1|2|3
 x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priority|1|n1|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|
 ";
         let (jobs, unreadable) = parse_squeue(text, 0);
         let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
@@ -1093,10 +1247,10 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // Slurm resets the reason to None when the governor updates a job's priority: the
         // eligible time decides (the begin time, N/A while a dependency is unmet).
         let text = "\
-20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|
-21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|
-22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|
-23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|
+20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|20|N/A|
+21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|21|N/A|
+22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|22|N/A|
+23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|23|N/A|
 ";
         let (jobs, _) = parse_squeue(text, 1_796_008_620);
         let eligible: Vec<bool> = jobs.iter().map(|j| j.eligible).collect();
@@ -1110,12 +1264,12 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     fn finding4_teamshare_holds_are_told_from_other_holds() {
         // now = 2026-11-30T03:16:40
         let text = "\
-30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|teamshare: parked: its priority class may not borrow|
-31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|teamshare: parked: a|b|c|
-32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|
-33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|maintenance: see the admins|
-34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|teamshare: parked: stale mark|
-35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|teamshare: parked: waits on a dependency|
+30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|30|N/A|teamshare: parked: its priority class may not borrow|
+31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|31|N/A|teamshare: parked: a|b|c|
+32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|32|N/A|
+33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|33|N/A|maintenance: see the admins|
+34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|34|N/A|teamshare: parked: stale mark|
+35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|35|N/A|teamshare: parked: waits on a dependency|
 ";
         let (jobs, unreadable) = parse_squeue(text, 1_796_008_600);
         assert!(unreadable.is_empty(), "{unreadable:?}");

@@ -177,6 +177,9 @@ impl SlurmCommand {
             // repeated hour when daylight saving ends), whatever the administrator's environment.
             .env("TZ", "UTC")
             .env("SLURM_TIME_FORMAT", "standard")
+            // A job array's pending tasks in full (`1-1000,1003`), not cut to 64 characters
+            // with "...": the governor counts them and addresses them.
+            .env("SLURM_BITSTR_LEN", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

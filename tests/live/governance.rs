@@ -550,7 +550,7 @@ fn stale_state(c: &Cluster) -> TestResult {
 
 /// Run `f` with node n2 drained (capacity 4, seen by the governor), resuming it whatever
 /// happened.
-fn with_n2_drained(c: &Cluster, f: impl FnOnce() -> TestResult) -> TestResult {
+pub fn with_n2_drained(c: &Cluster, f: impl FnOnce() -> TestResult) -> TestResult {
     c.ok(
         "scontrol",
         &[

@@ -6,12 +6,18 @@ use std::time::{Duration, Instant};
 
 use teamshare_live_tests::{ensure, unix_now, Cluster, Scenario, TestResult};
 
-use crate::governance::{fill, isolated, wait_victims};
+use crate::governance::{fill, isolated, wait_victims, with_n2_drained};
 
-pub const SCENARIOS: &[Scenario] = &[(
-    "scale::c01_a_burst_never_leaves_the_plugin_on_stale_state",
-    burst,
-)];
+pub const SCENARIOS: &[Scenario] = &[
+    (
+        "scale::c01_a_burst_never_leaves_the_plugin_on_stale_state",
+        burst,
+    ),
+    (
+        "scale::c02_an_array_borrows_and_is_reclaimed_task_by_task",
+        arrays,
+    ),
+];
 
 const MINUTE: Duration = Duration::from_secs(60);
 /// Waiting jobs the burst adds: each arrives at the bottom of the borrow band and needs the
@@ -115,4 +121,203 @@ fn burst(c: &Cluster) -> TestResult {
             format!("the published state was {age} s old (state_max_age is 5 s)")
         })
     })
+}
+
+/// The tasks of job array `array` in `state` (squeue's `-t`): (task, raw job id, priority,
+/// start time).
+fn tasks(
+    c: &Cluster,
+    array: &str,
+    state: &str,
+) -> Result<Vec<(String, String, u64, String)>, String> {
+    let out = c.ok(
+        "squeue",
+        &["-h", "-j", array, "-t", state, "-o", "%i|%A|%Q|%S"],
+    )?;
+    Ok(out
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.trim().split('|').collect();
+            Some((
+                f.first()?.to_string(),
+                f.get(1)?.to_string(),
+                f.get(2)?.parse().ok()?,
+                f.get(3)?.to_string(),
+            ))
+        })
+        .collect())
+}
+
+/// Job arrays (issue 9): a pending array is the demand of its tasks; it borrows task by task
+/// and is reclaimed task by task, and the governor's updates of its pending record touch none
+/// of its running tasks (slurmctld applies an update of an array's own id to every task); an
+/// array is refused at submit only when one task could never fit.
+fn arrays(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        // 1. Demand: with n2 drained, training's 4 in-quota jobs hold every GPU; agents' array
+        //    of 3 one-GPU tasks waits, and two of its tasks (its quota) count as in-quota
+        //    demand, not one record's one GPU.
+        with_n2_drained(c, || {
+            fill(c, "training", 4, &[])?;
+            let array = c.sbatch(&[
+                "-A",
+                "agents",
+                "-p",
+                "gpu",
+                "--gres=gpu:1",
+                "--array=1-3",
+                "--wrap",
+                "sleep 600",
+            ])?;
+            let r = c.wait_for(
+                "agents' array to count 2 GPUs of in-quota demand",
+                MINUTE,
+                || {
+                    let s = c.state()?;
+                    Ok(
+                        (s["teams"]["agents"]["pending_in_quota_gpus"].as_u64() == Some(2))
+                            .then_some(()),
+                    )
+                },
+            );
+            let _ = c.run("scancel", &[&array]);
+            let _ = c.run("scancel", &["-A", "training"]);
+            r
+        })?;
+        c.reset()?;
+
+        // 2. Borrowing task by task: research (quota 2 + borrow limit 6) gets 8 of its 12
+        //    tasks running on the idle cluster.
+        let array = c.sbatch(&[
+            "-A",
+            "research",
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "--array=1-12",
+            "--wrap",
+            "sleep 3600",
+        ])?;
+        // Sampled every 100 ms from submission until 5 s after the 8th task runs: a task
+        // once ranked above the pending record (the governor gave it its running level)
+        // never falls back to the record's priority, as it would if the governor updated the
+        // record by the array's own id (slurmctld then gives every task that priority).
+        let mut ranked = std::collections::BTreeSet::new();
+        watch_ranks(c, &array, &mut ranked, 8)?;
+        // The same after the record's priority is reset under the governor (a hold and
+        // release makes Slurm recompute it): the governor's update of the record must reach
+        // the record only.
+        let record = tasks(c, &array, "PD")?
+            .first()
+            .map(|t| t.0.clone())
+            .ok_or("no pending record")?;
+        c.ok("scontrol", &["hold", &record])?;
+        c.ok("scontrol", &["release", &record])?;
+        watch_ranks(c, &array, &mut ranked, 8)?;
+        wait_victims(c, 6)?;
+        for _ in 0..2 {
+            c.wait_governor_pass()?;
+        }
+        // Every running task keeps its own (protected or victim) priority, above the pending
+        // record's borrow band: an update of the record by the array's id would have given
+        // them all the record's.
+        let running = tasks(c, &array, "R")?;
+        let pending = tasks(c, &array, "PD")?;
+        let lowest_running = running.iter().map(|t| t.2).min().unwrap_or(0);
+        let highest_pending = pending.iter().map(|t| t.2).max().unwrap_or(0);
+        ensure(
+            !pending.is_empty() && lowest_running > highest_pending,
+            || format!("running tasks {running:?} against the pending record {pending:?}"),
+        )?;
+
+        // 3. Reclaim task by task: agents' two in-quota jobs take exactly two tasks' GPUs; the
+        //    other six tasks keep running, the same runs as before.
+        let agents = c.submit_sleeps("agents", 2, 3600, &[])?;
+        c.wait_for("agents' two jobs to run", MINUTE, || {
+            let n = agents
+                .iter()
+                .filter(|id| c.job_state(id).ok().as_deref() == Some("RUNNING"))
+                .count();
+            Ok((n == 2).then_some(()))
+        })?;
+        c.wait_governor_pass()?;
+        let after = tasks(c, &array, "R")?;
+        ensure(after.len() == 6, || {
+            format!(
+                "{} tasks still running after reclaiming 2: {after:?}",
+                after.len()
+            )
+        })?;
+        ensure(
+            after
+                .iter()
+                .all(|t| running.iter().any(|r| r.0 == t.0 && r.3 == t.3)),
+            || format!("a task restarted: before {running:?}, after {after:?}"),
+        )?;
+
+        // 4. Submit: refused only when one task could never fit.
+        let refused = c.sbatch(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:5",
+            "--array=1-2",
+            "--wrap",
+            "true",
+        ]);
+        ensure(refused.is_err(), || {
+            format!("agents' array of 5-GPU tasks was accepted: {refused:?}")
+        })?;
+        let many = c.sbatch(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "--array=0-999",
+            "--begin=now+1hour",
+            "--wrap",
+            "true",
+        ]);
+        ensure(many.is_ok(), || {
+            format!("agents' array of 1,000 one-GPU tasks was refused: {many:?}")
+        })
+    })
+}
+
+/// Sample `array`'s tasks every 100 ms until 5 s after `n` of them run (at most 2 minutes):
+/// a running task once ranked above the pending record never falls back to its priority.
+fn watch_ranks(
+    c: &Cluster,
+    array: &str,
+    ranked: &mut std::collections::BTreeSet<String>,
+    n: usize,
+) -> TestResult {
+    let mut all_since: Option<Instant> = None;
+    let deadline = Instant::now() + 2 * MINUTE;
+    while all_since.is_none_or(|t| t.elapsed() < Duration::from_secs(5)) {
+        ensure(Instant::now() < deadline, || {
+            format!("timed out waiting for {n} running tasks of array {array}")
+        })?;
+        let running = tasks(c, array, "R")?;
+        if let Some(record) = tasks(c, array, "PD")?.iter().map(|t| t.2).max() {
+            for t in &running {
+                if t.2 > record {
+                    ranked.insert(t.0.clone());
+                } else if ranked.contains(&t.0) {
+                    return Err(format!(
+                        "running task {} fell back to the pending record's priority {record} \
+                         after being ranked above it: {running:?}",
+                        t.0
+                    ));
+                }
+            }
+        }
+        if running.len() == n && all_since.is_none() {
+            all_since = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
 }

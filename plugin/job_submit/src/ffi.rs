@@ -329,6 +329,7 @@ unsafe fn copy_request(desc: &job_desc_msg_t, submit_uid: u32) -> SubmitRequest 
                 ntasks_per_node: u16_given(desc.ntasks_per_node),
                 sockets_per_node: u16_given(desc.sockets_per_node),
             },
+            array: opt_string(desc.array_inx),
         }
     }
 }

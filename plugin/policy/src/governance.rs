@@ -113,6 +113,11 @@ pub struct ClusterJob {
     pub node_count: u32,
     /// A running job that is ending (squeue CG): its GPUs are about to be free.
     pub completing: bool,
+    /// Pending tasks this record stands for: 1 for a job or a single array task; for the
+    /// record of a job array's pending tasks, as many as may start (its throttle minus its
+    /// running tasks). Each task asks for `gpus`: [`plan`] counts every task as demand, and
+    /// acts on the record as a whole (one priority, one hold).
+    pub tasks: u32,
 }
 
 impl ClusterJob {
@@ -809,7 +814,45 @@ fn share_idle_capacity<'a>(
     (allowance, served)
 }
 
+/// Each pending array record as the tasks it stands for, so that every phase counts them as
+/// the demand they are. No more tasks than could ever hold the cluster's GPUs at once: a task
+/// beyond that changes no decision, so a 100,000-task array costs the plan no more than the
+/// cluster's size.
+fn expand_arrays(jobs: &[ClusterJob], capacity: u32) -> Option<Vec<ClusterJob>> {
+    if jobs.iter().all(|j| j.tasks <= 1) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let fit = if j.gpus == 0 {
+            1
+        } else {
+            capacity.div_ceil(j.gpus).saturating_add(1)
+        };
+        let n = j.tasks.min(fit).max(1);
+        for _ in 0..n {
+            out.push(ClusterJob {
+                tasks: 1,
+                ..j.clone()
+            });
+        }
+    }
+    Some(out)
+}
+
+/// A pending record's priority is the highest any of its tasks earned: one task in quota
+/// ranks the record in quota (the team's limit keeps the others to what it may borrow).
+fn set_priority(priorities: &mut BTreeMap<u64, u32>, id: u64, p: u32) {
+    let e = priorities.entry(id).or_insert(p);
+    *e = (*e).max(p);
+}
+
 pub fn plan(input: &GovernInput<'_>) -> Plan {
+    let expanded = expand_arrays(input.jobs, input.capacity);
+    let input = &GovernInput {
+        jobs: expanded.as_deref().unwrap_or(input.jobs),
+        ..*input
+    };
     let config = input.config;
     let rules = Rules::new(config);
     let mut priorities = BTreeMap::new();
@@ -850,14 +893,22 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
     let mut park = Vec::new();
     let mut release = Vec::new();
     for j in &pending.in_quota {
-        priorities.insert(j.id, encode(in_quota_level, rules.class_idx(j)));
+        set_priority(
+            &mut priorities,
+            j.id,
+            encode(in_quota_level, rules.class_idx(j)),
+        );
         if j.parked || j.park_held {
             release.push(j.id);
         }
     }
     // Displacing jobs wait for the governor's requeue: they preempt nobody themselves.
     for j in &pending.displacing {
-        priorities.insert(j.id, encode(priority::reclaim_level(0), rules.class_idx(j)));
+        set_priority(
+            &mut priorities,
+            j.id,
+            encode(priority::reclaim_level(0), rules.class_idx(j)),
+        );
         if j.parked || j.park_held {
             release.push(j.id);
         }
@@ -871,6 +922,20 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
             }
         }
     }
+    // An array's record is parked only when none of its tasks fits: while one does, its
+    // tasks may start up to the team's limit, and a non-preemptible task that starts beyond
+    // the quota is a violation (requeued, then parked).
+    release.sort_unstable();
+    release.dedup();
+    park.sort_unstable();
+    park.dedup();
+    let fitting: BTreeSet<u64> = pending
+        .in_quota
+        .iter()
+        .chain(&pending.displacing)
+        .map(|j| j.id)
+        .collect();
+    park.retain(|id| !fitting.contains(id));
 
     // Borrowers wait in bands (their team's slot in the service order, then their class),
     // inside which Slurm itself serves the oldest submission first (equal priorities: submit
@@ -883,12 +948,16 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
         } else {
             priority::BORROW_BASE
         };
-        priorities.insert(j.id, encode(level, rules.class_idx(j)));
+        set_priority(&mut priorities, j.id, encode(level, rules.class_idx(j)));
     }
     // Jobs that cannot start now sit at the bottom; the pass after they become eligible
     // ranks them.
     for j in &pending.waiting {
-        priorities.insert(j.id, encode(priority::BORROW_BASE, rules.class_idx(j)));
+        set_priority(
+            &mut priorities,
+            j.id,
+            encode(priority::BORROW_BASE, rules.class_idx(j)),
+        );
     }
 
     let mut gpu_limits = BTreeMap::new();
@@ -912,13 +981,14 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
 
     // GPUs in a governed partition outside every team: nothing governs them, so the governor
     // holds them (an administrator may release them into a team's account).
-    let outside = input
+    let mut outside: Vec<u64> = input
         .jobs
         .iter()
         .filter(|j| config.team(&j.team).is_none() && j.gpus > 0)
         .filter(|j| j.phase == Phase::Running || j.priority != 0)
         .map(|j| j.id)
         .collect();
+    outside.dedup(); // an array's tasks follow each other
 
     Plan {
         priorities,
@@ -995,6 +1065,7 @@ min_runtime_before_reclaim = "0s"
             nodes: Vec::new(),
             node_count: 1,
             completing: false,
+            tasks: 1,
         }
     }
 
@@ -1014,6 +1085,7 @@ min_runtime_before_reclaim = "0s"
             nodes: Vec::new(),
             node_count: 1,
             completing: false,
+            tasks: 1,
         }
     }
 
@@ -1064,6 +1136,71 @@ min_runtime_before_reclaim = "0s"
         // Above victims 8 and 7, below 6 and 5: Slurm may preempt those two only.
         assert!(l > level(p.priorities[&7]) && l < level(p.priorities[&6]));
         assert_eq!(p.state.pending_in_quota_gpus, 2);
+    }
+
+    #[test]
+    fn an_array_record_is_the_demand_of_its_tasks() {
+        let c = config("");
+        // training holds the cluster (4 borrowed); agents' pending array of 6 one-GPU tasks
+        // is one record: two tasks fit its quota, so the record ranks in quota, above the two
+        // victims those tasks need, not one.
+        let mut jobs: Vec<_> = (1..=8)
+            .map(|i| running(i, "training", 100 + i as i64))
+            .collect();
+        jobs.push(ClusterJob {
+            tasks: 6,
+            ..pending(20, "agents", 999)
+        });
+        let p = plan_for(&c, &jobs, &[]);
+        assert_eq!(p.state.pending_in_quota_gpus, 2);
+        let l = level(p.priorities[&20]);
+        assert!(l > level(p.priorities[&7]) && l < level(p.priorities[&6]));
+        assert_eq!(p.priorities.len(), 9, "one priority per record");
+        // The same tasks as separate jobs give the same answer.
+        let mut singles: Vec<_> = jobs[..8].to_vec();
+        singles.extend((20..26).map(|i| pending(i, "agents", 999)));
+        let q = plan_for(&c, &singles, &[]);
+        assert_eq!(q.state.pending_in_quota_gpus, 2);
+        assert_eq!(level(q.priorities[&20]), l);
+        assert_eq!(p.gpu_limits, q.gpu_limits);
+    }
+
+    #[test]
+    fn an_array_borrows_for_every_task_and_a_huge_one_costs_no_more_than_the_cluster() {
+        let c = config("");
+        // research (quota 2, borrow limit 6) alone: a 5-task array borrows 3 beyond quota,
+        // like 5 jobs would; a 10^9-task array is capped at the cluster's size.
+        let five = vec![ClusterJob {
+            tasks: 5,
+            ..pending(30, "research", 900)
+        }];
+        assert_eq!(plan_for(&c, &five, &[]).gpu_limits["research"], 5);
+        let huge = vec![ClusterJob {
+            tasks: 1_000_000_000,
+            ..pending(31, "research", 900)
+        }];
+        assert_eq!(plan_for(&c, &huge, &[]).gpu_limits["research"], 8);
+    }
+
+    #[test]
+    fn a_non_preemptible_array_is_parked_only_when_none_of_its_tasks_fits() {
+        let c = config("");
+        let inference = |id, tasks, submit| ClusterJob {
+            tasks,
+            priority: encode(priority::BORROW_BASE, 1),
+            ..pending(id, "agents", submit)
+        };
+        // Quota 2: a 3-task array has tasks that fit; its record is not parked.
+        let p = plan_for(&c, &[inference(40, 3, 900)], &[]);
+        assert!(p.park.is_empty(), "{:?}", p.park);
+        // With agents' quota held by two running jobs of the same class (nothing to displace),
+        // none fits: parked, once.
+        let held = |id, start| ClusterJob {
+            priority: encode(priority::protected_level(0), 1),
+            ..running(id, "agents", start)
+        };
+        let jobs = vec![held(1, 100), held(2, 101), inference(41, 3, 900)];
+        assert_eq!(plan_for(&c, &jobs, &[]).park, [41]);
     }
 
     #[test]

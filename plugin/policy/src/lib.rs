@@ -8,6 +8,7 @@
 //! submit path never calls it.
 #![forbid(unsafe_code)]
 
+pub mod array;
 pub mod governance;
 pub mod gres;
 pub mod inputs;

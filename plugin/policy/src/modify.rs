@@ -140,6 +140,7 @@ pub fn check_modify(config: &Config, req: &ModifyRequest, capacity: Option<u32>)
         user_id: req.submit_uid,
         submit_uid: req.submit_uid,
         gpus: ask,
+        array: None,
     };
     match screen_request(config, &as_submitted) {
         Err(r) => Verdict::Reject(r),

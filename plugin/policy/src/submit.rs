@@ -32,6 +32,8 @@ pub struct SubmitRequest {
     /// Who submits: uid 0 may use the internal QOS directly.
     pub submit_uid: u32,
     pub gpus: GpuAsk,
+    /// A job array's index as given (`--array`, e.g. `1-100%10`); each task asks for `gpus`.
+    pub array: Option<String>,
 }
 
 /// Why a request is refused; the FFI layer maps each kind to a Slurm error code.
@@ -107,8 +109,11 @@ pub struct Admission {
     pub qos: Option<&'static str>,
     /// Set the job's priority (governed jobs).
     pub priority: Option<u32>,
-    /// The job fits its team's unused quota (counted until the next state arrives).
+    /// The job (an array: at least one of its tasks) fits its team's unused quota.
     pub in_quota: bool,
+    /// GPUs of the job (an array: of the tasks) that fit that quota, counted until the next
+    /// state arrives so that the next submissions do not count the same unused quota.
+    pub in_quota_gpus: u32,
     /// Park the job (a non-preemptible class beyond its quota): begin time this many seconds
     /// ahead; the governor releases it when it fits.
     pub park_secs: Option<i64>,
@@ -161,8 +166,9 @@ impl Admitted {
             return;
         }
         if let Some(team) = &admission.team {
-            let gpus = u32::try_from(admission.gpus).unwrap_or(u32::MAX);
-            *self.by_team.entry(team.clone()).or_insert(0) += gpus;
+            let gpus = admission.in_quota_gpus;
+            let e = self.by_team.entry(team.clone()).or_insert(0);
+            *e = e.saturating_add(gpus);
             self.total = self.total.saturating_add(gpus);
         }
     }
@@ -449,6 +455,7 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
                     // Queued as a borrower: without current state it may not preempt anyone.
                     priority: Some(priority::encode(priority::BORROW_BASE, class)),
                     in_quota: false,
+                    in_quota_gpus: 0,
                     // Nor may a non-preemptible job start where it might be borrowing.
                     park_secs: (!preemptible).then_some(governance::PARK_SECS),
                 }),
@@ -470,16 +477,29 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
         .map(|t| (t.running_gpus, t.pending_in_quota_gpus))
         .unwrap_or((0, 0));
     let admitted_team = admitted.by_team.get(&team.name).copied().unwrap_or(0);
-    let in_quota = running
-        .saturating_add(pending)
-        .saturating_add(admitted_team)
-        .saturating_add(gpus32)
-        <= team.quota.total;
+    let room = team.quota.total.saturating_sub(
+        running
+            .saturating_add(pending)
+            .saturating_add(admitted_team),
+    );
+    // An array's tasks each ask for `gpus`: as many as may run at once and fit the room are
+    // in quota (the record is ranked in quota when one is; the team's limit keeps the others
+    // to what it may borrow). An index the parser cannot read is Slurm's to refuse: one task.
+    let tasks = req
+        .array
+        .as_deref()
+        .and_then(crate::array::parse_tasks)
+        .map_or(1, |t| {
+            u32::try_from(t.concurrent()).unwrap_or(u32::MAX).max(1)
+        });
+    let fitting = room.checked_div(gpus32).map_or(tasks, |n| tasks.min(n));
+    let in_quota = fitting > 0;
+    let in_quota_gpus = fitting.saturating_mul(gpus32);
     let level = if in_quota {
         let k = state
             .pending_in_quota_gpus
             .saturating_add(admitted.total)
-            .saturating_add(gpus32)
+            .saturating_add(in_quota_gpus)
             .saturating_sub(state.free_gpus);
         state.reclaim_level(k, now)
     } else {
@@ -492,6 +512,7 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
         qos: Some(INTERNAL_QOS),
         priority: Some(priority::encode(level, class)),
         in_quota,
+        in_quota_gpus,
         park_secs: (!preemptible && !in_quota).then_some(governance::PARK_SECS),
     })
 }
@@ -550,6 +571,7 @@ mod tests {
             user_id: 1000,
             submit_uid: 1000,
             gpus: ask,
+            array: None,
         }
     }
 
@@ -662,6 +684,52 @@ mod tests {
         let eight = per_node("gres:gpu:4", Some(2));
         let v = check_submit(&config(), &req(Some("research"), eight));
         assert_eq!(v.admission().map(|a| a.gpus), Some(8));
+    }
+
+    #[test]
+    fn an_array_is_judged_task_by_task() {
+        let one = per_node("gres:gpu:1", None);
+        let array = |spec: &str, gpus: GpuAsk| SubmitRequest {
+            array: Some(spec.into()),
+            ..req(Some("agents"), gpus)
+        };
+        // agents (quota 2 + 2): 1,000 one-GPU tasks are accepted (each could run), two of
+        // them in quota, and those two are what the next submissions see as taken.
+        let state = idle_state();
+        let mut admitted = Admitted::default();
+        fn view<'a>(state: &'a PublishedState, admitted: &'a Admitted) -> StateView<'a> {
+            StateView::Fresh {
+                state,
+                admitted,
+                now: 100,
+            }
+        }
+        let v = super::check_submit(
+            &config(),
+            &array("1-1000", one.clone()),
+            view(&state, &admitted),
+        );
+        let a = v.admission().expect("accepted").clone();
+        assert_eq!((a.in_quota, a.in_quota_gpus), (true, 2));
+        admitted.record(&a);
+        let v = super::check_submit(
+            &config(),
+            &req(Some("agents"), one.clone()),
+            view(&state, &admitted),
+        );
+        assert_eq!(v.admission().map(|a| a.in_quota), Some(false));
+        // Throttled to one task at a time: only that one counts.
+        let v = check_submit(&config(), &array("1-1000%1", one.clone()));
+        assert_eq!(v.admission().map(|a| a.in_quota_gpus), Some(1));
+        // Refused only when one task could never fit: 5 GPUs each, agents may hold 4.
+        let five = per_node("gres:gpu:5", None);
+        assert!(matches!(
+            check_submit(&config(), &array("1-2", five)),
+            Verdict::Reject(r) if r.kind == RejectKind::OverTeamLimit
+        ));
+        // An index Slurm will refuse anyway counts as one task.
+        let v = check_submit(&config(), &array("1-x", one));
+        assert_eq!(v.admission().map(|a| a.in_quota_gpus), Some(1));
     }
 
     #[test]

@@ -282,6 +282,7 @@ fn submit(c: &Config, j: &Job) -> Verdict {
         user_id: j.uid,
         submit_uid: j.uid,
         gpus: ask(j),
+        array: None,
     };
     check_submit(
         c,
@@ -391,6 +392,8 @@ proptest! {
             user_id: uid,
             submit_uid: uid,
             gpus: gpus.clone(),
+            // Junk as an array index too: read or counted as one task, never a panic.
+            array: Some(qos.clone()),
         };
         let v = check_submit(&c, &req, StateView::Stale);
         if let Verdict::Accept(a) = &v {

@@ -140,6 +140,7 @@ fn jobs(specs: &[JobSpec]) -> Vec<ClusterJob> {
             nodes: Vec::new(),
             node_count: 1,
             completing: false,
+            tasks: 1,
         })
         .collect()
 }

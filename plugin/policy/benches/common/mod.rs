@@ -147,6 +147,7 @@ pub fn request(account: Option<&str>, ask: GpuAsk, qos: Option<&str>) -> SubmitR
         user_id: 1000,
         submit_uid: 1000,
         gpus: ask,
+        array: None,
     }
 }
 
@@ -230,6 +231,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
                 nodes: Vec::new(),
                 node_count: 1,
                 completing: false,
+                tasks: 1,
             });
             id += 1;
         }
@@ -258,6 +260,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
             nodes: Vec::new(),
             node_count: 1,
             completing: false,
+            tasks: 1,
         });
         id += 1;
     }

@@ -20,6 +20,8 @@ pub enum CapacityError {
         content: String,
         reason: String,
     },
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// GPUs on usable nodes.

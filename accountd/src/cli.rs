@@ -268,6 +268,10 @@ struct GovernArgs {
     /// Run one pass and exit
     #[arg(long)]
     once: bool,
+    /// Read Slurm and plan once, print what was read and planned, and exit without publishing
+    /// the state or changing anything in Slurm
+    #[arg(long, conflicts_with = "once")]
+    dry_run: bool,
 }
 
 fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
@@ -910,6 +914,9 @@ fn run_cmd(
     database: PathBuf,
     args: &RunArgs,
 ) -> anyhow::Result<ExitCode> {
+    if !args.no_govern {
+        accountd::governor::SlurmReader::from_env().map_err(UsageError)?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // The first signal asks for a stop after the step under way; a second one, while
@@ -1084,8 +1091,80 @@ fn samples_report(
 // ---------------------------------------------------------------------------------------------
 // govern, setup-slurm
 
+/// `accountd govern --dry-run`: what the governor reads and would do, one line each.
+fn govern_dry_run(governor: &mut accountd::governor::Governor) -> anyhow::Result<ExitCode> {
+    let (reading, plan, fairshare_error) = governor.dry_run().context("cannot read Slurm")?;
+    if let Some(e) = fairshare_error {
+        say_err!("accountd govern: {e}");
+    }
+    let cap = &reading.capacity;
+    let mut text = format!(
+        "capacity {} GPUs on {} usable nodes\n",
+        cap.total, cap.usable_nodes
+    );
+    for (node, gpus) in &cap.per_node {
+        text.push_str(&format!("node {node} {gpus}\n"));
+    }
+    for (node, state) in &cap.unusable_nodes {
+        text.push_str(&format!("unusable {node} {state}\n"));
+    }
+    for j in &reading.jobs {
+        let name = accountd::governor::address(&reading.addresses, j.id)
+            .unwrap_or_else(|| format!("{} (not named)", j.id));
+        text.push_str(&format!(
+            "job {name} team={} {:?} gpus={} tasks={} priority={} submit={} start={} eligible={} parked={} park_held={} batch={} nodes={} node_count={} completing={}\n",
+            j.team,
+            j.phase,
+            j.gpus,
+            j.tasks,
+            j.priority,
+            j.submit,
+            j.start.map_or("-".to_string(), |t| t.to_string()),
+            j.eligible,
+            j.parked,
+            j.park_held,
+            j.batch,
+            j.nodes.join(","),
+            j.node_count,
+            j.completing,
+        ));
+    }
+    for u in &reading.unreadable {
+        text.push_str(&format!("unreadable {u}\n"));
+    }
+    for (team, limit) in &plan.gpu_limits {
+        text.push_str(&format!("would limit {team} {limit}\n"));
+    }
+    let changes = reading
+        .jobs
+        .iter()
+        .filter(|j| j.priority != 0 && plan.priorities.get(&j.id).is_some_and(|p| *p != j.priority))
+        .count();
+    text.push_str(&format!("would reprioritise {changes} jobs\n"));
+    for (what, ids) in [
+        ("reclaim", &plan.reclaim),
+        ("displace", &plan.displace),
+        ("requeue (violation)", &plan.violations),
+        ("hold (outside every team)", &plan.outside),
+        ("park", &plan.park),
+        ("release", &plan.release),
+    ] {
+        if !ids.is_empty() {
+            let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+            text.push_str(&format!("would {what} {}\n", ids.join(",")));
+        }
+    }
+    text.push_str(&format!("read with {} Slurm calls\n", reading.slurm_calls));
+    print(&text)
+}
+
 fn govern(config: Config, database: PathBuf, args: &GovernArgs) -> anyhow::Result<ExitCode> {
-    let mut governor = accountd::governor::Governor::new(config, Some(database));
+    let reader = accountd::governor::SlurmReader::from_env().map_err(UsageError)?;
+    let mut governor = accountd::governor::Governor::with_reader(config, Some(database), reader);
+    if args.dry_run {
+        return govern_dry_run(&mut governor);
+    }
+    governor.wait_for_actions = args.once;
     say_err!(
         "accountd govern: publishing {} every {:?}",
         governor.state_file().display(),

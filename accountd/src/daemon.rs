@@ -36,7 +36,7 @@ use teamshare_config::Config;
 
 use crate::capacity;
 use crate::config_watch::{self, ConfigWatch, Reload};
-use crate::governor::Governor;
+use crate::governor::{Governor, SlurmReader};
 use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
 use crate::period;
@@ -505,14 +505,22 @@ fn start_metrics(shared: &Arc<Shared>) -> Option<MetricsServer> {
 fn govern_loop(shared: &Shared, capacity_tx: &Sender<CapacitySample>) {
     let (mut generation, config) = shared.config();
     let database = Some(shared.opts.database.clone());
-    let mut governor = Governor::new((*config).clone(), database.clone());
+    let new_governor = |config: &Config| {
+        // Checked when the daemon starts (a bad value is a usage error); libslurm otherwise.
+        let reader = SlurmReader::from_env()
+            .unwrap_or_else(|_| SlurmReader::Libslurm(crate::slurm_api::Session::new()));
+        let mut governor = Governor::with_reader(config.clone(), database.clone(), reader);
+        governor.wait_for_actions = shared.opts.once;
+        governor
+    };
+    let mut governor = new_governor(&config);
     while !shared.stopping() {
         let started = Instant::now();
         let (now_generation, config) = shared.config();
         if now_generation != generation {
             // The limits it remembers were set under the old rules: a new governor sets them
             // again under the new ones.
-            governor = Governor::new((*config).clone(), database.clone());
+            governor = new_governor(&config);
             generation = now_generation;
         }
         govern(shared, &mut governor, &config, capacity_tx);
@@ -601,6 +609,13 @@ fn govern(
         live.governor_slurm_calls += report.slurm_calls;
         live.governor_last_pass_seconds = Some(report.duration.as_secs_f64());
         live.governor_last_pass_slurm_calls = Some(report.slurm_calls);
+        if let Some(acted) = report.acted {
+            live.governor_acts += 1;
+            live.governor_act_seconds += acted.duration.as_secs_f64();
+            live.governor_act_slurm_calls += acted.slurm_calls;
+            live.governor_last_act_seconds = Some(acted.duration.as_secs_f64());
+            live.governor_last_act_slurm_calls = Some(acted.slurm_calls);
+        }
         // With the pass's own figures, so that a scrape never sees them without it.
         live.capacity = Some(report.capacity);
         count_requeued(live, requeued);

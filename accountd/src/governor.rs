@@ -2,9 +2,10 @@
 //! publishes the state the plugin reads. Slurm's own scheduler and preempt/qos then make every
 //! start and preemption decision inside its scheduling cycle; see docs/design/governance.md.
 //!
-//! One pass: squeue + sinfo -> `teamshare_policy::governance::plan` -> scontrol/sacctmgr for what
-//! changed -> state file (written to a temporary file and renamed, so the plugin never reads a
-//! half-written one). If the governor stops, Slurm keeps the last priorities and limits (safe:
+//! One pass: squeue + sinfo (at once) -> `teamshare_policy::governance::plan` -> state file
+//! (written to a temporary file and renamed, so the plugin never reads a half-written one) ->
+//! scontrol/sacctmgr for what changed, on a thread of their own, so that slow actions never
+//! delay the next snapshot or age the published state. If the governor stops, Slurm keeps the last priorities and limits (safe:
 //! nothing can exceed the ceilings) and the plugin applies `on_stale_state` once the state ages.
 
 use std::collections::BTreeMap;
@@ -41,6 +42,8 @@ pub enum GovernError {
     Slurm(#[from] SlurmCommandError),
     #[error("capacity: {0}")]
     Capacity(#[from] capacity::CapacityError),
+    #[error(transparent)]
+    Libslurm(#[from] crate::slurm_api::ApiError),
     #[error("cannot write the state file {path}: {source}")]
     StateFile {
         path: PathBuf,
@@ -398,10 +401,13 @@ pub struct PassReport {
     pub parked: Vec<u64>,
     /// Parked jobs released because they now fit.
     pub released: Vec<u64>,
-    /// How long the pass took, and how many Slurm client commands it ran (issue 9: this must
-    /// not grow with the queue).
+    /// How long the pass took to read, plan and publish, and how many Slurm client commands
+    /// it ran for that (issue 9: this must not grow with the queue).
     pub duration: Duration,
     pub slurm_calls: u64,
+    /// The actions on an earlier plan that ended since the previous pass (their jobs and
+    /// limits are in the lists above).
+    pub acted: Option<Acted>,
     pub capacity: u32,
     /// The state the pass published (so its readers need not read the file back).
     pub state: Option<PublishedState>,
@@ -410,13 +416,100 @@ pub struct PassReport {
     pub unreadable: Vec<String>,
 }
 
+/// How long the actions on one plan took, and how many Slurm client commands they ran.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Acted {
+    pub duration: Duration,
+    pub slurm_calls: u64,
+    /// The plan's `generated_at`.
+    pub plan_generated_at: i64,
+}
+
+impl PassReport {
+    /// Add what the actions on a plan did to this pass's report.
+    fn absorb(&mut self, acted: PassReport) {
+        self.priority_updates += acted.priority_updates;
+        self.limit_updates.extend(acted.limit_updates);
+        self.displaced.extend(acted.displaced);
+        self.reclaimed.extend(acted.reclaimed);
+        self.violations.extend(acted.violations);
+        self.held.extend(acted.held);
+        self.skipped.extend(acted.skipped);
+        self.failures.extend(acted.failures);
+        self.requeue_held.extend(acted.requeue_held);
+        self.parked.extend(acted.parked);
+        self.released.extend(acted.released);
+        self.acted = acted.acted;
+    }
+}
+
+/// What a pass read from Slurm.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    pub capacity: capacity::Capacity,
+    pub jobs: Vec<ClusterJob>,
+    /// Records that could not be read (their jobs are kept as never in quota).
+    pub unreadable: Vec<Unreadable>,
+    pub addresses: Addresses,
+    /// Slurm calls it took (RPCs through libslurm, or client commands).
+    pub slurm_calls: u64,
+}
+
+/// How the governor reads Slurm: in process through libslurm (the default), or by running
+/// squeue and sinfo (`TEAMSHARE_SLURM_READER=commands`: a host whose libslurm cannot talk to
+/// its slurmctld, or a test with stand-in commands). Both give the same text to the same
+/// readers; the live test `scale::c03` checks that they agree.
+pub enum SlurmReader {
+    Libslurm(crate::slurm_api::Session),
+    Commands,
+}
+
+/// The environment variable that chooses [`SlurmReader`].
+pub const READER_VAR: &str = "TEAMSHARE_SLURM_READER";
+
+impl SlurmReader {
+    /// The reader `TEAMSHARE_SLURM_READER` names (`libslurm`, the default, or `commands`).
+    pub fn from_env() -> Result<SlurmReader, String> {
+        match std::env::var(READER_VAR).as_deref() {
+            Err(_) | Ok("") | Ok("libslurm") => {
+                Ok(SlurmReader::Libslurm(crate::slurm_api::Session::new()))
+            }
+            Ok("commands") => Ok(SlurmReader::Commands),
+            Ok(other) => Err(format!(
+                "{READER_VAR}={other:?}: expected `libslurm` (the default) or `commands`"
+            )),
+        }
+    }
+}
+
 pub struct Governor {
     config: Config,
+    reader: SlurmReader,
     database: Option<PathBuf>,
-    /// Limits as last set, so sacctmgr runs only on change (None: not yet known).
-    limits: BTreeMap<String, u32>,
     fairshare: BTreeMap<String, f64>,
     fairshare_at: Option<Instant>,
+    /// What acts on Slurm for a plan, while it is idle.
+    actuator: Option<Actuator>,
+    /// The actions under way, on a thread of their own: a pass reads, plans and publishes on
+    /// its own clock however long the actions of an earlier plan take (issue 9).
+    acting: Option<std::thread::JoinHandle<(Actuator, PassReport)>>,
+    /// Return from each pass only once its plan has been acted on (`accountd govern --once`,
+    /// `accountd run --once`).
+    pub wait_for_actions: bool,
+    /// `generated_at` of the newest plan acted on in full (published as `acted_at`).
+    acted_at: i64,
+}
+
+/// Acts on Slurm for one plan at a time (limits, requeues, priorities, parking, holds).
+///
+/// A plan is handed to it only by a pass that found it idle before that pass began reading
+/// Slurm, so every plan it acts on was read after the previous actions had landed (slurmctld
+/// answers an update once it is applied): no plan repeats or undoes the previous one's work
+/// from a view older than it.
+struct Actuator {
+    config: Config,
+    /// Limits as last set, so sacctmgr runs only on change (None: not yet known).
+    limits: BTreeMap<String, u32>,
     /// Requeues this governor made whose run's end is not yet known from accounting.
     requeues: Vec<RequeueCheck>,
     requeues_checked_at: Option<Instant>,
@@ -444,16 +537,32 @@ const REQUEUE_CHECK_EVERY: Duration = Duration::from_secs(3);
 const SACCT_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Governor {
+    /// A governor reading Slurm through libslurm (see [`Governor::with_reader`]).
     pub fn new(config: Config, database: Option<PathBuf>) -> Governor {
-        Governor {
+        Governor::with_reader(
             config,
             database,
-            limits: BTreeMap::new(),
+            SlurmReader::Libslurm(crate::slurm_api::Session::new()),
+        )
+    }
+
+    pub fn with_reader(config: Config, database: Option<PathBuf>, reader: SlurmReader) -> Governor {
+        Governor {
+            reader,
+            actuator: Some(Actuator {
+                config: config.clone(),
+                limits: BTreeMap::new(),
+                requeues: Vec::new(),
+                requeues_checked_at: None,
+                requeue_check: None,
+            }),
+            config,
+            database,
             fairshare: BTreeMap::new(),
             fairshare_at: None,
-            requeues: Vec::new(),
-            requeues_checked_at: None,
-            requeue_check: None,
+            acting: None,
+            wait_for_actions: false,
+            acted_at: 0,
         }
     }
 
@@ -507,21 +616,33 @@ impl Governor {
         Ok(())
     }
 
-    /// One pass: read Slurm, plan, publish, apply.
+    /// One pass: read Slurm, plan, publish, then hand the plan to the actuator.
     ///
     /// The state is published as soon as the plan exists, so the plugin always judges
-    /// submissions by the newest view. Actions on running jobs come next and are conditional
-    /// (see [`Governor::act_on_running`]); priorities, park/release and holds are harmless on
-    /// a job that changed meanwhile (Slurm refuses them or the next pass corrects them).
+    /// submissions by the newest view, and each pass reads and publishes on its own clock: the
+    /// actions run on a thread of their own and never delay the next snapshot. A plan made
+    /// while they are under way is published only; the first pass that begins after they end
+    /// reads afresh and is acted on (each plan states all that Slurm should hold, so nothing
+    /// is lost by acting on the newest only). Actions on running jobs are conditional (see [`Actuator::act_on_running`]);
+    /// priorities, park/release and holds are harmless on a job that changed meanwhile (Slurm
+    /// refuses them or the next plan corrects them). What the actions did is reported by the
+    /// first pass after they end ([`PassReport::acted`]).
     pub fn pass(&mut self) -> Result<PassReport, GovernError> {
         let started = Instant::now();
-        let calls_before = crate::slurm_cli::calls_on_this_thread();
+        let mut report = PassReport::default();
+        self.collect_actions(&mut report, false);
         let now = period::now();
-        let fairshare = self.refresh_fairshare(now);
-        let cap = capacity::measure(&self.config.cluster.partitions)?;
-        let out = squeue_command(&self.config.cluster.partitions).run()?;
-        let (jobs, unreadable, addresses) = read_squeue(&out.stdout, now);
-        let plan = governance::plan(&GovernInput {
+        if let Err(e) = self.refresh_fairshare(now) {
+            report.failures.push(e);
+        }
+        let Reading {
+            capacity: cap,
+            jobs,
+            unreadable,
+            addresses,
+            slurm_calls,
+        } = self.read(now)?;
+        let mut plan = governance::plan(&GovernInput {
             config: &self.config,
             capacity: cap.total,
             jobs: &jobs,
@@ -529,17 +650,188 @@ impl Governor {
             now,
             node_gpus: &cap.per_node,
         });
+        plan.state.acted_at = self.acted_at;
         write_state(self.state_file(), &plan.state)?;
-        let mut report = PassReport {
-            jobs: jobs.len(),
-            capacity: cap.total,
-            unreadable: unreadable.iter().map(ToString::to_string).collect(),
-            failures: fairshare.err().into_iter().collect(),
-            ..PassReport::default()
+        report.jobs = jobs.len();
+        report.capacity = cap.total;
+        report.unreadable = unreadable.iter().map(ToString::to_string).collect();
+        report.state = Some(plan.state.clone());
+        report.duration = started.elapsed();
+        report.slurm_calls = slurm_calls;
+        if let Some(actuator) = self.actuator.take() {
+            let work = Snapshot {
+                plan,
+                jobs,
+                addresses,
+            };
+            let spawned = std::thread::Builder::new()
+                .name("governor-act".into())
+                .spawn(move || actuator.act(work));
+            match spawned {
+                Ok(h) => self.acting = Some(h),
+                // The actuator went with the closure that could not run: a new one takes
+                // over (it sets every limit again).
+                Err(e) => {
+                    report
+                        .failures
+                        .push(format!("cannot start the governor's actions: {e}"));
+                    self.actuator = Some(Actuator::new(self.config.clone()));
+                }
+            }
+        }
+        if self.wait_for_actions {
+            self.collect_actions(&mut report, true);
+        }
+        Ok(report)
+    }
+
+    /// Read what a pass plans from: the governed capacity and the jobs of the governed
+    /// partitions, through libslurm or with sinfo and squeue ([`SlurmReader`]).
+    pub fn read(&mut self, now: UnixSeconds) -> Result<Reading, GovernError> {
+        let partitions = &self.config.cluster.partitions;
+        let (cap, jobs_text, slurm_calls) = match &mut self.reader {
+            SlurmReader::Libslurm(session) => {
+                let before = session.calls;
+                let nodes = session.nodes_text(partitions)?;
+                let cap = capacity::parse_sinfo(&nodes)?;
+                let jobs = session.jobs_text(partitions)?;
+                (cap, jobs, session.calls - before)
+            }
+            // Capacity and jobs are read at once: a snapshot takes the longer of the two, not
+            // their sum (each waits for slurmctld's locks behind its scheduler).
+            SlurmReader::Commands => {
+                let (cap, sinfo_calls, out) = std::thread::scope(|s| {
+                    let sinfo = s.spawn(|| {
+                        let cap = capacity::measure(partitions);
+                        (cap, crate::slurm_cli::calls_on_this_thread())
+                    });
+                    let out = squeue_command(partitions).run();
+                    let (cap, calls) = sinfo.join().unwrap_or_else(|_| {
+                        (
+                            Err(capacity::CapacityError::Internal(
+                                "the capacity reader stopped".into(),
+                            )),
+                            1,
+                        )
+                    });
+                    (cap, calls, out)
+                });
+                (cap?, out?.stdout, sinfo_calls + 1)
+            }
         };
-        // Limits first: a tighter ceiling must hold before priorities let anything start.
-        self.apply_limits(&plan, &mut report);
-        self.act_on_running(&plan, &jobs, &addresses, &mut report)?;
+        let (jobs, unreadable, addresses) = read_squeue(&jobs_text, now);
+        Ok(Reading {
+            capacity: cap,
+            jobs,
+            unreadable,
+            addresses,
+            slurm_calls,
+        })
+    }
+
+    /// What a pass would read and plan, without publishing or acting (`accountd govern
+    /// --dry-run`).
+    /// The third value says why fair-share factors could not be read, if so (the plan then
+    /// uses none).
+    pub fn dry_run(&mut self) -> Result<(Reading, Plan, Option<String>), GovernError> {
+        let now = period::now();
+        let fairshare_error = self.refresh_fairshare(now).err();
+        let reading = self.read(now)?;
+        let plan = governance::plan(&GovernInput {
+            config: &self.config,
+            capacity: reading.capacity.total,
+            jobs: &reading.jobs,
+            fairshare: &self.fairshare,
+            now,
+            node_gpus: &reading.capacity.per_node,
+        });
+        Ok((reading, plan, fairshare_error))
+    }
+
+    /// Take what the actions under way did, if they have ended (or wait for them).
+    fn collect_actions(&mut self, report: &mut PassReport, wait: bool) {
+        let done = self
+            .acting
+            .as_ref()
+            .is_some_and(|h| wait || h.is_finished());
+        if !done {
+            return;
+        }
+        let Some(handle) = self.acting.take() else {
+            return;
+        };
+        match handle.join() {
+            Ok((actuator, acted)) => {
+                self.actuator = Some(actuator);
+                if let Some(a) = acted.acted {
+                    self.acted_at = self.acted_at.max(a.plan_generated_at);
+                }
+                report.absorb(acted);
+            }
+            Err(_) => {
+                report
+                    .failures
+                    .push("the governor's actions stopped with an internal error".into());
+                self.actuator = Some(Actuator::new(self.config.clone()));
+            }
+        }
+    }
+}
+
+impl Drop for Governor {
+    /// A governor replaced (new rules) lets its actions end first, so that an old limit never
+    /// lands after the new governor's.
+    fn drop(&mut self) {
+        if let Some(h) = self.acting.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// What a pass read and planned, handed to the actuator.
+struct Snapshot {
+    plan: Plan,
+    jobs: Vec<ClusterJob>,
+    addresses: Addresses,
+}
+
+impl Actuator {
+    fn new(config: Config) -> Actuator {
+        Actuator {
+            config,
+            limits: BTreeMap::new(),
+            requeues: Vec::new(),
+            requeues_checked_at: None,
+            requeue_check: None,
+        }
+    }
+
+    /// Act on one plan: limits first (a tighter ceiling must hold before priorities let
+    /// anything start), then running jobs, priorities, parking and holds.
+    fn act(mut self, work: Snapshot) -> (Actuator, PassReport) {
+        let started = Instant::now();
+        let calls_before = crate::slurm_cli::calls_on_this_thread();
+        let mut report = PassReport::default();
+        if let Err(e) = self.act_on(&work, &mut report) {
+            report.failures.push(e.to_string());
+        }
+        self.check_requeues(&mut report);
+        report.acted = Some(Acted {
+            duration: started.elapsed(),
+            slurm_calls: crate::slurm_cli::calls_on_this_thread() - calls_before,
+            plan_generated_at: work.plan.state.generated_at,
+        });
+        (self, report)
+    }
+
+    fn act_on(&mut self, work: &Snapshot, report: &mut PassReport) -> Result<(), GovernError> {
+        let Snapshot {
+            plan,
+            jobs,
+            addresses,
+        } = work;
+        self.apply_limits(plan, report);
+        self.act_on_running(plan, jobs, addresses, report)?;
         // A job just requeued is pending now: the priority planned for its run is not for it.
         let acted: std::collections::BTreeSet<u64> = report
             .displaced
@@ -550,21 +842,18 @@ impl Governor {
             .copied()
             .collect();
         let jobs: Vec<ClusterJob> = jobs
-            .into_iter()
+            .iter()
             .filter(|j| !acted.contains(&j.id))
+            .cloned()
             .collect();
-        report.priority_updates = apply_priorities(&plan, &jobs, &addresses)?;
-        let (parked, released) = park_and_release(&plan, &jobs, &addresses, &report.violations)?;
+        report.priority_updates = apply_priorities(plan, &jobs, addresses)?;
+        let (parked, released) = park_and_release(plan, &jobs, addresses, &report.violations)?;
         report.parked = parked;
         report.released = released;
         let requeued_held: Vec<u64> = report.held.clone();
-        let held = hold_outside(&plan, &jobs, &addresses, &requeued_held)?;
+        let held = hold_outside(plan, &jobs, addresses, &requeued_held)?;
         report.held.extend(held);
-        self.check_requeues(&mut report);
-        report.state = Some(plan.state);
-        report.duration = started.elapsed();
-        report.slurm_calls = crate::slurm_cli::calls_on_this_thread() - calls_before;
-        Ok(report)
+        Ok(())
     }
 
     fn apply_limits(&mut self, plan: &Plan, report: &mut PassReport) {
@@ -700,7 +989,7 @@ impl Governor {
     }
 }
 
-impl Governor {
+impl Actuator {
     /// The one race `requeue Incomplete` cannot close: a batch script that ends on its node
     /// in the milliseconds before slurmctld hears of it is still RUNNING to slurmctld, so the
     /// requeue is accepted and the job would run again (seen once in the adversarial test:
@@ -771,7 +1060,7 @@ struct RequeueOutcome {
 }
 
 /// Read the requeued runs' batch steps with one sacct call and hold the jobs whose run had
-/// ended by itself (see [`Governor::check_requeues`]).
+/// ended by itself (see [`Actuator::check_requeues`]).
 fn settle_requeues(due: &[(u64, i64, String)]) -> RequeueOutcome {
     let mut outcome = RequeueOutcome::default();
     let ids: Vec<String> = due.iter().map(|(id, _, _)| id.to_string()).collect();
@@ -1335,6 +1624,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
             pending_in_quota_gpus: 0,
             teams: BTreeMap::new(),
             victims: vec![],
+            acted_at: 0,
         };
         write_state(&path, &state).unwrap();
         let back = PublishedState::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();

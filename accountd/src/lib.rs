@@ -15,10 +15,12 @@
 //! - `daemon`: `accountd run`: the governor's thread, the ingest thread (sacct, runaway runs,
 //!   samples, capacity), the configuration followed;
 //! - `config_watch`: teamshare.toml followed while the daemon runs (changes, SIGHUP);
-//! - `metrics`: the Prometheus exposition and the HTTP server of `/metrics`.
+//! - `metrics`: the Prometheus exposition and the HTTP server of `/metrics`;
+//! - `slurm_api`: the governor's reads of jobs, nodes and partitions through libslurm (the
+//!   only unsafe code of accountd).
 //!
 //! The command line (`src/main.rs`, `src/cli.rs`) is a thin layer over these.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod capacity;
 pub mod config_watch;
@@ -31,6 +33,8 @@ pub mod period;
 pub mod report;
 pub mod sacct;
 pub mod sample;
+#[allow(unsafe_code)]
+pub mod slurm_api;
 pub mod slurm_cli;
 pub mod slurm_setup;
 pub mod store;

@@ -7,6 +7,12 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Array task lists in full (Slurm shortens them to 64 characters by default), for the
+    // governor's reads through libslurm, which takes this from the environment once. Set
+    // before any thread starts.
+    if std::env::var_os("SLURM_BITSTR_LEN").is_none() {
+        std::env::set_var("SLURM_BITSTR_LEN", "0");
+    }
     match cli::run() {
         Ok(code) => code,
         // The reader of stdout went away (`accountd report | head`): nothing is wrong.

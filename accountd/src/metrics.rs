@@ -75,6 +75,13 @@ pub struct Live {
     /// Slurm client commands all passes ran, and the seconds they took together.
     pub governor_slurm_calls: u64,
     pub governor_pass_seconds: f64,
+    /// The actions on plans (limits, requeues, priorities, parking, holds), which run beside
+    /// the passes: how many ended, their seconds and Slurm client commands, and the last one's.
+    pub governor_acts: u64,
+    pub governor_act_seconds: f64,
+    pub governor_act_slurm_calls: u64,
+    pub governor_last_act_seconds: Option<f64>,
+    pub governor_last_act_slurm_calls: Option<u64>,
     pub ingest_last_success: Option<UnixSeconds>,
     /// Per team, from the governor's last pass (its published state).
     pub teams: BTreeMap<String, LiveTeam>,
@@ -421,14 +428,14 @@ pub fn render(config: &Config, live: &Live, month: Option<&MonthFigures>) -> Str
             &mut out,
             "teamshare_governor_pass_seconds_total",
             Kind::Counter,
-            "Seconds the completed governor passes took together.",
+            "Seconds the completed governor passes (read, plan, publish) took together.",
         )
         .sample(&[], live.governor_pass_seconds);
         family(
             &mut out,
             "teamshare_governor_slurm_calls_total",
             Kind::Counter,
-            "Slurm client commands (squeue, sinfo, scontrol, sacctmgr...) the governor's passes ran.",
+            "Slurm client commands (squeue, sinfo) the governor's passes ran to read Slurm (their actions are counted apart).",
         )
         .sample(&[], live.governor_slurm_calls as f64);
     }
@@ -437,7 +444,7 @@ pub fn render(config: &Config, live: &Live, month: Option<&MonthFigures>) -> Str
             &mut out,
             "teamshare_governor_last_pass_seconds",
             Kind::Gauge,
-            "How long the governor's last completed pass took.",
+            "How long the governor's last completed pass took to read Slurm, plan and publish.",
         )
         .sample(&[], d);
     }
@@ -447,6 +454,47 @@ pub fn render(config: &Config, live: &Live, month: Option<&MonthFigures>) -> Str
             "teamshare_governor_last_pass_slurm_calls",
             Kind::Gauge,
             "Slurm client commands the governor's last completed pass ran.",
+        )
+        .sample(&[], n as f64);
+    }
+    if live.governor_acts > 0 {
+        family(
+            &mut out,
+            "teamshare_governor_acts_total",
+            Kind::Counter,
+            "Plans the governor finished acting on (limits, requeues, priorities, parking, holds), beside its passes.",
+        )
+        .sample(&[], live.governor_acts as f64);
+        family(
+            &mut out,
+            "teamshare_governor_act_seconds_total",
+            Kind::Counter,
+            "Seconds the governor's actions on plans took together.",
+        )
+        .sample(&[], live.governor_act_seconds);
+        family(
+            &mut out,
+            "teamshare_governor_act_slurm_calls_total",
+            Kind::Counter,
+            "Slurm client commands the governor's actions on plans ran.",
+        )
+        .sample(&[], live.governor_act_slurm_calls as f64);
+    }
+    if let Some(d) = live.governor_last_act_seconds {
+        family(
+            &mut out,
+            "teamshare_governor_last_act_seconds",
+            Kind::Gauge,
+            "How long the governor's last finished actions on a plan took.",
+        )
+        .sample(&[], d);
+    }
+    if let Some(n) = live.governor_last_act_slurm_calls {
+        family(
+            &mut out,
+            "teamshare_governor_last_act_slurm_calls",
+            Kind::Gauge,
+            "Slurm client commands the governor's last finished actions on a plan ran.",
         )
         .sample(&[], n as f64);
     }
@@ -803,6 +851,11 @@ weight = 1
             governor_slurm_calls: 9,
             governor_last_pass_seconds: Some(0.125),
             governor_last_pass_slurm_calls: Some(2),
+            governor_acts: 3,
+            governor_act_seconds: 1.5,
+            governor_act_slurm_calls: 11,
+            governor_last_act_seconds: Some(0.75),
+            governor_last_act_slurm_calls: Some(5),
         };
         let text = render(&config(), &live, None);
         for line in [
@@ -811,6 +864,11 @@ weight = 1
             "teamshare_governor_slurm_calls_total 9\n",
             "teamshare_governor_last_pass_seconds 0.125\n",
             "teamshare_governor_last_pass_slurm_calls 2\n",
+            "teamshare_governor_acts_total 3\n",
+            "teamshare_governor_act_seconds_total 1.5\n",
+            "teamshare_governor_act_slurm_calls_total 11\n",
+            "teamshare_governor_last_act_seconds 0.75\n",
+            "teamshare_governor_last_act_slurm_calls 5\n",
         ] {
             assert!(text.contains(line), "{line} missing from {text}");
         }

@@ -122,6 +122,8 @@ impl Site {
             .env("TZ", "UTC")
             .env("PATH", path)
             .env_remove("SLURM_CONF")
+            // The stand-ins above are commands: the governor reads through them, not libslurm.
+            .env("TEAMSHARE_SLURM_READER", "commands")
             .current_dir(self.dir.path());
         if with_slurm_conf {
             cmd.env("SLURM_CONF", self.path("slurm.conf"));

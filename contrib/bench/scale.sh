@@ -14,8 +14,9 @@
 #
 #   A1 B1 A2 B2   WINDOW seconds each; A: `accountd run --no-ingest` governing every 500 ms,
 #                 B: governor stopped (Slurm's own cost). Measured in A: the governor's passes
-#                 (duration and Slurm client commands per pass, read from its /metrics every
-#                 0.1 s, one record per pass), its CPU (process and children, /proc), the age of
+#                 (read, plan, publish: duration and Slurm calls per pass, read from its
+#                 /metrics every 0.1 s, one record per pass) and its actions on plans (the
+#                 same, one record per plan acted on), its CPU (process and children, /proc), the age of
 #                 the published state (every 0.1 s); in A and B: slurmctld's CPU, the latency of
 #                 an unrelated `squeue` and `sbatch --hold` (5 each per window).
 #   reclaim       TRIALS times, governor running: reserve submits a one-GPU job (inside its
@@ -246,7 +247,7 @@ client_latency() {
 # A window with the governor running: appends pass records to $DIR/passes-N and state ages
 # to $DIR/ages-N; prints "gov_cpu_fraction ctld_cpu_fraction squeue_s sbatch_s".
 window_governed() { # n
-    local n=$1 g0 c0 t0 lat last=-1 line passes secs calls gen mtime age
+    local n=$1 g0 c0 t0 lat last=-1 last_act=-1 line passes secs calls acts gen mtime age
     g0=$(cpu_ticks "$GOV_PID" children)
     c0=$(cpu_ticks "$CTLD_PID")
     t0=$(now)
@@ -260,6 +261,11 @@ window_governed() { # n
             if [[ -n $passes && $passes != "$last" ]]; then
                 echo "$passes $secs $calls" >>"$DIR/passes-$n"
                 last=$passes
+            fi
+            acts=$(awk '/^teamshare_governor_acts_total /{print $2}' <<<"$m")
+            if [[ -n $acts && $acts != "$last_act" ]]; then
+                echo "$acts $(awk '/^teamshare_governor_last_act_seconds /{print $2}' <<<"$m") $(awk '/^teamshare_governor_last_act_slurm_calls /{print $2}' <<<"$m")" >>"$DIR/acts-$n"
+                last_act=$acts
             fi
             gen=$(sed -n 's/.*"generated_at": *\([0-9]*\).*/\1/p' "$STATE" 2>/dev/null)
             mtime=$(stat -c %Y "$STATE" 2>/dev/null || echo 0)
@@ -335,11 +341,11 @@ start_governor
 bench_log "filling the cluster's $CAPACITY GPUs"
 fill_running
 RESULTS=$DIR.results
-printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
-    "waiting" "pass p50/p95/max s" "calls/pass p50/max" "governor CPU" "slurmctld CPU on/off" \
+printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+    "waiting" "pass p50/p95/max s" "calls/pass p50/max" "act p50/p95/max s, calls p50/max" "governor CPU" "slurmctld CPU on/off" \
     "state age max s" "squeue on/off s" "sbatch on/off s" "reclaim p50/p95/max s" "commit" "load" "date" >>"$RESULTS"
 for n in $SIZES; do
-    rm -f "$DIR/passes-$n" "$DIR/ages-$n"
+    rm -f "$DIR/passes-$n" "$DIR/acts-$n" "$DIR/ages-$n"
     stop_churn
     fill_queue "$n"
     bench_log "size $n: $(pending_count) waiting records; churn $CHURN/s"
@@ -366,12 +372,14 @@ for n in $SIZES; do
     s_off=$(printf '%s\n' "${B[@]}" | awk '{ print $3 }' | median)
     read -r p50 p95 pmax <<<"$(stats "$DIR/passes-$n" 2)"
     read -r c50 _ cmax <<<"$(stats "$DIR/passes-$n" 3)"
+    read -r a50 a95 amax <<<"$(stats "$DIR/acts-$n" 2)"
+    read -r ac50 _ acmax <<<"$(stats "$DIR/acts-$n" 3)"
     age_max=$(awk '{ if ($1 > m) m = $1 } END { print m + 0 }' "$DIR/ages-$n" 2>/dev/null || echo -)
     r50=$(printf '%s\n' "${REC[@]}" | bench_percentile 50)
     r95=$(printf '%s\n' "${REC[@]}" | bench_percentile 95)
     rmax=$(printf '%s\n' "${REC[@]}" | sort -n | tail -1)
-    row=$(printf '| %s | %s / %s / %s | %s / %s | %s | %s / %s | %s | %s / %s | %s / %s | %s / %s / %s | %s | %s | %s |' \
-        "$n" "$p50" "$p95" "$pmax" "$c50" "$cmax" "$gov_cpu" "$ctld_on" "$ctld_off" "$age_max" \
+    row=$(printf '| %s | %s / %s / %s | %s / %s | %s / %s / %s, %s / %s | %s | %s / %s | %s | %s / %s | %s / %s | %s / %s / %s | %s | %s | %s |' \
+        "$n" "$p50" "$p95" "$pmax" "$c50" "$cmax" "$a50" "$a95" "$amax" "$ac50" "$acmax" "$gov_cpu" "$ctld_on" "$ctld_off" "$age_max" \
         "$q_on" "$q_off" "$s_on" "$s_off" "$r50" "$r95" "$rmax" "$COMMIT" "$(bench_load)" "$(date -u +%F)")
     echo "$row" | tee -a "$RESULTS"
 done

@@ -55,6 +55,19 @@ extern "C" {
     pub fn slurm_verbose(fmt: *const c_char, ...);
 }
 
+// Symbols of libslurm (the client library) that Slurm's public headers do not declare: the
+// names squeue and sinfo print for a job's state and reason and a node's compact state. They
+// return static strings (never freed). Signatures of src/common/slurm_protocol_defs.h, the same
+// from 22.05 to 26.05; only accountd, which links libslurm, calls them.
+extern "C" {
+    /// `job_state_string` (squeue's State column).
+    pub fn slurm_job_state_string(state: u32) -> *const c_char;
+    /// `job_reason_string` (squeue's Reason column when the job has no `state_desc`).
+    pub fn slurm_job_reason_string(reason: u32) -> *const c_char;
+    /// `node_state_string_compact` (sinfo's `%t`, in upper case).
+    pub fn slurm_node_state_string_compact(state: u32) -> *const c_char;
+}
+
 /// slurmctld's internal job record. Its layout is not in the public headers and changes every
 /// release, so the plugin only ever passes the pointer along, never reads through it.
 #[repr(C)]

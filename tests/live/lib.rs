@@ -208,14 +208,23 @@ impl Cluster {
             .unwrap_or(0)
     }
 
-    /// Wait until the governor has published a state made after this call (so it saw
-    /// everything that happened before).
+    /// Wait until the governor has acted in full on a plan made after this call (so it saw
+    /// everything that happened before, and its limits and priorities are in force in Slurm),
+    /// and then published a state made after that.
     pub fn wait_governor_pass(&self) -> TestResult {
         let now = unix_now();
-        self.wait_for("a fresh governor pass", Duration::from_secs(30), || {
-            Ok((self.state_generated_at() > now).then_some(()))
-        })?;
-        // And one more, so limits set in the previous pass are in force.
+        self.wait_for(
+            "the governor to act on a fresh plan",
+            Duration::from_secs(30),
+            || {
+                let acted = self
+                    .state()
+                    .ok()
+                    .and_then(|s| s["acted_at"].as_i64())
+                    .unwrap_or(0);
+                Ok((acted > now).then_some(()))
+            },
+        )?;
         let now = unix_now();
         self.wait_for("a fresh governor pass", Duration::from_secs(30), || {
             Ok((self.state_generated_at() > now).then_some(()))

@@ -17,6 +17,10 @@ pub const SCENARIOS: &[Scenario] = &[
         "scale::c02_an_array_borrows_and_is_reclaimed_task_by_task",
         arrays,
     ),
+    (
+        "scale::c03_libslurm_and_the_client_commands_read_the_same",
+        readers_agree,
+    ),
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -89,20 +93,43 @@ fn burst(c: &Cluster) -> TestResult {
                         latency = Some(t0.elapsed());
                     }
                 }
-                // Every burst job parked (held) or in its band: the governor caught up.
+                // Every burst job parked (held) or in its band: the governor caught up. A job
+                // that started and was then displaced by a higher class of its team (rule 6:
+                // the burst's inference jobs are released into training's quota when the
+                // fill jobs are displaced, and may displace a burst job that started on the
+                // freed GPUs) waits out Slurm's requeue delay (BeginTime) at the bottom of
+                // the range, as every job that cannot start now does, and is ranked after.
                 let list = burst.join(",");
-                c.wait_for("the governor to settle the burst", 2 * MINUTE, || {
-                    let out = c.ok("squeue", &["-h", "-t", "PD", "-j", &list, "-o", "%Q"])?;
-                    let unsettled = out
+                let mut unsettled = Vec::new();
+                c.wait_for("the governor to settle the burst", 3 * MINUTE, || {
+                    let out = c.ok(
+                        "squeue",
+                        &["-h", "-t", "PD", "-j", &list, "-o", "%i|%Q|%r|%q"],
+                    )?;
+                    unsettled = out
                         .lines()
-                        .filter_map(|l| l.trim().parse::<u32>().ok())
-                        .filter(|p| {
-                            *p != 0
-                                && teamshare_policy::priority::level(*p)
-                                    <= teamshare_policy::priority::BORROW_BASE
+                        .filter(|l| l.split('|').nth(2) != Some("BeginTime"))
+                        .filter(|l| {
+                            let p = l
+                                .split('|')
+                                .nth(1)
+                                .and_then(|p| p.trim().parse::<u32>().ok());
+                            p.is_some_and(|p| {
+                                p != 0
+                                    && teamshare_policy::priority::level(p)
+                                        <= teamshare_policy::priority::BORROW_BASE
+                            })
                         })
-                        .count();
-                    Ok((unsettled == 0).then_some(()))
+                        .map(str::to_string)
+                        .collect();
+                    Ok(unsettled.is_empty().then_some(()))
+                })
+                .map_err(|e| {
+                    format!(
+                        "{e}: {} unsettled (id|priority|reason|qos), first: {:?}",
+                        unsettled.len(),
+                        unsettled.iter().take(8).collect::<Vec<_>>()
+                    )
                 })
             })();
             done.store(true, Ordering::Relaxed);
@@ -320,4 +347,128 @@ fn watch_ranks(
         std::thread::sleep(Duration::from_millis(100));
     }
     Ok(())
+}
+
+/// The governor reads Slurm through libslurm; `TEAMSHARE_SLURM_READER=commands` makes it run
+/// squeue and sinfo instead. Both must see the same capacity (a drained node left out) and the
+/// same jobs: running ones with their nodes, a throttled array's pending record and its running
+/// tasks, a held job, a job waiting for a dependency, a multi-GPU job, and an administrator's
+/// comment with the separator in it. `accountd govern --dry-run` prints what it read, field by
+/// field, and what it would do; the two printouts must be equal (read again while a job changed
+/// between the two reads).
+fn readers_agree(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        with_n2_drained(c, || {
+            let running = fill(c, "training", 3, &[])?;
+            let array = c.sbatch(&[
+                "-A",
+                "agents",
+                "-p",
+                "gpu",
+                "--gres=gpu:1",
+                "--array=1-9%2",
+                "--wrap",
+                "sleep 600",
+            ])?;
+            let held = c.sbatch(&[
+                "-A",
+                "research",
+                "-p",
+                "gpu",
+                "--gres=gpu:2",
+                "--hold",
+                "--wrap",
+                "sleep 600",
+            ])?;
+            let after = c.sbatch(&[
+                "-A",
+                "research",
+                "-p",
+                "gpu",
+                "--gres=gpu:1",
+                &format!("--dependency=afterok:{}", running[0]),
+                "--wrap",
+                "sleep 600",
+            ])?;
+            c.ok(
+                "scontrol",
+                &["update", &format!("jobid={after}"), "AdminComment=a|b c"],
+            )?;
+            let dry_run = |reader: &str| -> Result<String, String> {
+                let out = c
+                    .cmd(&c.accountd)
+                    .arg("--config")
+                    .arg(c.dir.join("etc/teamshare.toml"))
+                    .args(["govern", "--dry-run"])
+                    .env("TEAMSHARE_SLURM_READER", reader)
+                    .output()
+                    .map_err(|e| format!("cannot run accountd: {e}"))?;
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                ensure(out.status.success(), || {
+                    format!(
+                        "accountd govern --dry-run with {reader}: {}{text}",
+                        String::from_utf8_lossy(&out.stderr)
+                    )
+                })?;
+                // The number of calls differs by design (RPCs or commands).
+                Ok(text
+                    .lines()
+                    .filter(|l| !l.starts_with("read with "))
+                    .map(|l| format!("{l}\n"))
+                    .collect())
+            };
+            let mut last = (String::new(), String::new());
+            let agreed = c.wait_for("both readers to print the same", MINUTE, || {
+                let api = dry_run("libslurm")?;
+                let commands = dry_run("commands")?;
+                // squeue sorts by partition, state and priority; libslurm gives slurmctld's
+                // order: the plan does not depend on it.
+                let sorted = |t: &str| {
+                    let mut v: Vec<&str> = t.lines().collect();
+                    v.sort_unstable();
+                    v.join("\n")
+                };
+                let same =
+                    sorted(&api) == sorted(&commands) && api.contains(&format!("job {array}_["));
+                last = (api, commands);
+                Ok(same.then_some(()))
+            });
+            let (api, commands) = &last;
+            let diff: Vec<String> = api
+                .lines()
+                .filter(|l| !commands.lines().any(|m| m == *l))
+                .map(|l| format!("libslurm only: {l}"))
+                .chain(
+                    commands
+                        .lines()
+                        .filter(|l| !api.lines().any(|m| m == *l))
+                        .map(|l| format!("commands only: {l}")),
+                )
+                .collect();
+            agreed.map_err(|e| format!("{e}\n{}\n--- libslurm:\n{api}", diff.join("\n")))?;
+            // What both read is what is there (so that two empty readings cannot agree).
+            for want in [
+                "capacity 4 GPUs on 1 usable nodes".to_string(),
+                "unusable n2 drain".to_string(),
+                format!("job {array}_["),
+                format!("job {} team=training Running gpus=1", running[0]),
+                format!("job {held} team=research Pending gpus=2"),
+                format!("job {after} team=research Pending gpus=1"),
+            ] {
+                ensure(api.contains(&want), || {
+                    format!("`{want}` missing from\n{api}")
+                })?;
+            }
+            // The array's running tasks are named by task (at most 2 at once: `%2`).
+            let tasks = api
+                .lines()
+                .filter(|l| l.starts_with(&format!("job {array}_")) && l.contains("Running"))
+                .count();
+            ensure(tasks <= 2, || {
+                format!("{tasks} running tasks of a %2 array:\n{api}")
+            })?;
+            let _ = c.run("scancel", &[&array, &held, &after]);
+            Ok(())
+        })
+    })
 }

@@ -172,6 +172,11 @@ pub struct PublishedState {
     pub teams: BTreeMap<String, TeamState>,
     /// Running borrowed jobs in reclaim order (first victim first).
     pub victims: Vec<Victim>,
+    /// `generated_at` of the newest plan whose actions (limits, priorities, requeues) have all
+    /// been applied in Slurm; 0 while none has. The governor acts on plans beside its passes,
+    /// so this lags `generated_at` by the actions' duration.
+    #[serde(default)]
+    pub acted_at: i64,
 }
 
 pub const STATE_VERSION: u32 = 2;
@@ -879,6 +884,7 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
         pending_in_quota_gpus,
         teams: BTreeMap::new(),
         victims,
+        acted_at: 0,
     };
 
     let reclaim = fallback_reclaim(
@@ -1579,6 +1585,7 @@ min_runtime_before_reclaim = "0s"
             pending_in_quota_gpus: 0,
             teams: BTreeMap::new(),
             victims: vec![],
+            acted_at: 0,
         };
         for (rank, exempt_until) in [(0usize, 50i64), (1, 0), (2, 0)] {
             s.victims.push(Victim {

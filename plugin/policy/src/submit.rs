@@ -546,6 +546,7 @@ mod tests {
             pending_in_quota_gpus: 0,
             teams: BTreeMap::new(),
             victims: vec![],
+            acted_at: 0,
         }
     }
 

@@ -269,6 +269,7 @@ fn state() -> PublishedState {
         pending_in_quota_gpus: 0,
         teams: BTreeMap::new(),
         victims: vec![],
+        acted_at: 0,
     }
 }
 

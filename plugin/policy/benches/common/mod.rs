@@ -126,6 +126,7 @@ pub fn state() -> PublishedState {
         pending_in_quota_gpus: 24,
         teams,
         victims,
+        acted_at: 0,
     }
 }
 

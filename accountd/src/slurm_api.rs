@@ -1,0 +1,374 @@
+//! Reading Slurm in process through libslurm, as squeue and sinfo do, without spawning them.
+//!
+//! The governor reads every job of the governed partitions and every node's GPUs each pass.
+//! Spawning squeue and sinfo for that cost more CPU than the governor's own work (each client
+//! reads slurm.conf and loads its plugins), and their output had to be parsed back. Here the
+//! same RPCs run in this process: `slurm_load_jobs`, `slurm_load_node` and
+//! `slurm_load_partitions`, each given the time of the answer it holds, so that slurmctld sends
+//! nothing when nothing changed (`SLURM_NO_CHANGE_IN_DATA`, partitions and nodes most passes).
+//!
+//! The records are written out in exactly the text squeue (`-O` with the governor's fields) and
+//! sinfo (`%N|%G|%t`) print, through the functions those commands use for states and reasons.
+//! So there is one reader of Slurm's records ([`crate::governor::read_squeue`],
+//! [`crate::capacity::parse_sinfo`]), hardened against what users write, whichever way they
+//! came; the live test `scale::c03` checks that both ways give the same jobs and capacity.
+//!
+//! All unsafe code of accountd is in this module: pointers come from libslurm, are read while
+//! the message that owns them is alive, and each message is freed once, by its owner.
+
+use std::ffi::CStr;
+#[cfg(test)]
+use std::ffi::CString;
+use std::os::raw::c_char;
+use std::ptr;
+use std::sync::OnceLock;
+
+use slurm_sys as sys;
+
+use crate::slurm_cli::SLURM_CONF_VAR;
+
+/// The error code libslurm gives when the data has not changed since the time we passed.
+const NO_CHANGE_IN_DATA: i32 = 1900;
+/// `JOB_COMPLETING` (`SLURM_BIT(15)`, a flag bindgen cannot evaluate).
+const JOB_COMPLETING: u32 = 1 << 15;
+/// `time_t` values Slurm uses for "not set" besides 0.
+const TIME_INFINITE: i64 = u32::MAX as i64;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ApiError {
+    #[error("SLURM_CONF is not set: export SLURM_CONF=/path/to/slurm.conf so that the governor can find the cluster")]
+    SlurmConfUnset,
+    #[error("SLURM_CONF={0} cannot be read: {1}")]
+    SlurmConfUnreadable(String, String),
+    #[error("libslurm {call}: {message}")]
+    Call { call: &'static str, message: String },
+}
+
+/// libslurm is initialised once per process (slurm.conf and the client plugins); the outcome
+/// of the checks before it is kept, so every caller gets the same answer.
+fn init() -> Result<(), ApiError> {
+    static INIT: OnceLock<Result<(), ApiError>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // slurm_init ends the process (Slurm's fatal()) when it cannot read slurm.conf, and a
+        // client without SLURM_CONF tries a configless lookup: both are checked first, so that
+        // a missing or unreadable file is an error the daemon reports, not an exit.
+        let conf = std::env::var_os(SLURM_CONF_VAR).ok_or(ApiError::SlurmConfUnset)?;
+        if let Err(e) = std::fs::File::open(&conf) {
+            return Err(ApiError::SlurmConfUnreadable(
+                conf.to_string_lossy().into_owned(),
+                e.to_string(),
+            ));
+        }
+        // SAFETY: called once per process (OnceLock), before any other libslurm call; a null
+        // argument makes libslurm read SLURM_CONF, which was just checked to be readable.
+        unsafe { sys::slurm_init(ptr::null()) };
+        Ok(())
+    })
+    .clone()
+}
+
+/// The last error of a libslurm call on this thread, as Slurm words it.
+fn last_error(call: &'static str) -> ApiError {
+    // SAFETY: both only read libslurm's thread-local errno and its static message table.
+    let message = unsafe {
+        let errno = sys::slurm_get_errno();
+        text(sys::slurm_strerror(errno))
+    };
+    ApiError::Call { call, message }
+}
+
+/// A C string from libslurm as owned text (`""` for NULL; invalid UTF-8 replaced).
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that stays alive during the call.
+unsafe fn text(p: *const c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: non-null and NUL-terminated, by the caller's contract.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// A message libslurm allocated, freed once when replaced or dropped.
+struct Owned<T> {
+    ptr: *mut T,
+    free: unsafe extern "C" fn(*mut T),
+}
+
+impl<T> Drop for Owned<T> {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from the matching slurm_load_* call and is freed only here.
+        unsafe { (self.free)(self.ptr) }
+    }
+}
+
+/// A reader of Slurm's jobs, nodes and partitions that keeps each last answer, so that the next
+/// request asks only for what changed since.
+#[derive(Default)]
+pub struct Session {
+    jobs: Option<Owned<sys::job_info_msg_t>>,
+    nodes: Option<Owned<sys::node_info_msg_t>>,
+    partitions: Option<Owned<sys::partition_info_msg_t>>,
+    /// RPCs made (the governor counts its Slurm calls per pass).
+    pub calls: u64,
+}
+
+// SAFETY: the messages are owned by the session alone and libslurm does not tie them to the
+// thread that loaded them; a session is used by one thread at a time (&mut self).
+unsafe impl Send for Session {}
+
+/// One of libslurm's `slurm_load_*(update_time, &msg, show_flags)` calls.
+type Load<T> = unsafe extern "C" fn(sys::time_t, *mut *mut T, u16) -> i32;
+
+impl Session {
+    pub fn new() -> Session {
+        Session::default()
+    }
+
+    /// Call `load` with the time of the answer in `slot`; keep the new answer, or the old one
+    /// when slurmctld says nothing changed.
+    fn refresh<T>(
+        slot: &mut Option<Owned<T>>,
+        calls: &mut u64,
+        call: &'static str,
+        load: Load<T>,
+        free: unsafe extern "C" fn(*mut T),
+        last_update: impl Fn(&T) -> sys::time_t,
+    ) -> Result<(), ApiError> {
+        init()?;
+        // SAFETY: a held message is alive until replaced below.
+        let since = slot.as_ref().map_or(0, |m| last_update(unsafe { &*m.ptr }));
+        let mut out: *mut T = ptr::null_mut();
+        *calls += 1;
+        // SAFETY: libslurm writes a message it allocated into `out`, or leaves it NULL.
+        let rc = unsafe { load(since, &mut out, sys::SHOW_ALL as u16) };
+        if rc == 0 && !out.is_null() {
+            *slot = Some(Owned { ptr: out, free });
+            return Ok(());
+        }
+        // SAFETY: reads libslurm's thread-local errno.
+        let errno = unsafe { sys::slurm_get_errno() };
+        if errno == NO_CHANGE_IN_DATA && slot.is_some() {
+            return Ok(());
+        }
+        Err(last_error(call))
+    }
+
+    /// The jobs of `partitions` that are pending, running, suspended or completing, one line
+    /// each in the text of `squeue -h -a -p PARTITIONS -t PD,R,CG,S -O <the governor's fields>`
+    /// (see [`crate::governor::squeue_command`]).
+    pub fn jobs_text(&mut self, partitions: &[String]) -> Result<String, ApiError> {
+        Self::refresh(
+            &mut self.jobs,
+            &mut self.calls,
+            "slurm_load_jobs",
+            sys::slurm_load_jobs,
+            sys::slurm_free_job_info_msg,
+            |m| m.last_update,
+        )?;
+        let Some(msg) = &self.jobs else {
+            return Ok(String::new());
+        };
+        // SAFETY: the message is alive while `self.jobs` holds it; `job_array` has
+        // `record_count` records.
+        let jobs = unsafe {
+            let m = &*msg.ptr;
+            if m.job_array.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(m.job_array, m.record_count as usize)
+            }
+        };
+        let mut out = String::with_capacity(jobs.len() * 160);
+        for j in jobs {
+            // SAFETY: every pointer read is a field of a live record of the message.
+            unsafe { job_line(j, partitions, &mut out) };
+        }
+        Ok(out)
+    }
+
+    /// The nodes of `partitions`, one line each in the text of `sinfo -h -N -p PARTITIONS -o
+    /// '%N|%G|%t'` (see [`crate::capacity::sinfo_command`]); all nodes when `partitions` is
+    /// empty.
+    pub fn nodes_text(&mut self, partitions: &[String]) -> Result<String, ApiError> {
+        Self::refresh(
+            &mut self.partitions,
+            &mut self.calls,
+            "slurm_load_partitions",
+            sys::slurm_load_partitions,
+            sys::slurm_free_partition_info_msg,
+            |m| m.last_update,
+        )?;
+        Self::refresh(
+            &mut self.nodes,
+            &mut self.calls,
+            "slurm_load_node",
+            sys::slurm_load_node,
+            sys::slurm_free_node_info_msg,
+            |m| m.last_update,
+        )?;
+        let (Some(parts), Some(nodes)) = (&self.partitions, &self.nodes) else {
+            return Ok(String::new());
+        };
+        // SAFETY: both messages are alive while the session holds them; each array has
+        // `record_count` records, and their strings live as long as the message.
+        unsafe {
+            let p = &*parts.ptr;
+            let n = &*nodes.ptr;
+            let parts = if p.partition_array.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(p.partition_array, p.record_count as usize)
+            };
+            let nodes = if n.node_array.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(n.node_array, n.record_count as usize)
+            };
+            let mut wanted: Vec<String> = Vec::new();
+            for part in parts {
+                let name = text(part.name);
+                if partitions.is_empty() || partitions.contains(&name) {
+                    let list = text(part.nodes);
+                    wanted.extend(crate::governor::expand_hostlist(&list).unwrap_or_default());
+                }
+            }
+            let wanted: std::collections::BTreeSet<String> = wanted.into_iter().collect();
+            let mut out = String::new();
+            for node in nodes {
+                let name = text(node.name);
+                // Slurm leaves a slot without a name for a node removed at run time.
+                if name.is_empty() || !wanted.contains(&name) {
+                    continue;
+                }
+                let gres = if node.gres.is_null() {
+                    "(null)".to_string()
+                } else {
+                    text(node.gres)
+                };
+                let state =
+                    text(sys::slurm_node_state_string_compact(node.node_state)).to_lowercase();
+                out.push_str(&clean(&name));
+                out.push('|');
+                out.push_str(&clean(&gres));
+                out.push('|');
+                out.push_str(&clean(&state));
+                out.push('\n');
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Append job `j`'s line when it is in one of `partitions` and in a state the governor reads.
+///
+/// # Safety
+/// `j` is a record of a live `job_info_msg_t`.
+unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut String) {
+    let base = j.job_state & sys::JOB_STATE_BASE;
+    let wanted_state = base == sys::job_states::JOB_PENDING
+        || base == sys::job_states::JOB_RUNNING
+        || base == sys::job_states::JOB_SUSPENDED
+        || j.job_state & JOB_COMPLETING != 0;
+    if !wanted_state {
+        return;
+    }
+    // SAFETY (all reads below): fields of the live record; strings owned by the message.
+    let partition = unsafe { text(j.partition) };
+    if !partition
+        .split(',')
+        .any(|p| partitions.iter().any(|want| want == p))
+    {
+        return;
+    }
+    let or_na = |s: String| if s.is_empty() { "N/A".to_string() } else { s };
+    let is_array = !j.array_task_str.is_null() || j.array_task_id != sys::NO_VAL;
+    let task = if !j.array_task_str.is_null() {
+        unsafe { text(j.array_task_str) }
+    } else if j.array_task_id != sys::NO_VAL {
+        j.array_task_id.to_string()
+    } else {
+        "N/A".to_string()
+    };
+    let reason = if j.state_desc.is_null() {
+        unsafe { text(sys::slurm_job_reason_string(u32::from(j.state_reason))) }
+    } else {
+        unsafe { text(j.state_desc) }
+    };
+    let tres_alloc = if !j.tres_alloc_str.is_null() {
+        unsafe { text(j.tres_alloc_str) }
+    } else if !j.tres_req_str.is_null() {
+        unsafe { text(j.tres_req_str) }
+    } else {
+        "N/A".to_string()
+    };
+    let fields: [String; 19] = [
+        j.job_id.to_string(),
+        unsafe { text(j.account) },
+        unsafe { text(sys::slurm_job_state_string(j.job_state)) },
+        j.priority.to_string(),
+        time(j.submit_time),
+        time(j.start_time),
+        tres_alloc,
+        or_na(unsafe { text(j.tres_per_job) }),
+        or_na(unsafe { text(j.tres_per_node) }),
+        or_na(unsafe { text(j.tres_per_task) }),
+        j.num_nodes.to_string(),
+        j.num_tasks.to_string(),
+        reason,
+        j.batch_flag.to_string(),
+        unsafe { text(j.nodes) },
+        time(j.eligible_time),
+        if is_array {
+            j.array_job_id.to_string()
+        } else {
+            "N/A".to_string()
+        },
+        task,
+        unsafe { text(j.admin_comment) },
+    ];
+    // squeue ends every field, the last one included, with the separator.
+    for f in &fields {
+        out.push_str(&clean(f));
+        out.push('|');
+    }
+    out.push('\n');
+}
+
+/// A field on one line (squeue prints what Slurm holds; a newline would split a record).
+fn clean(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
+/// A time as squeue prints it with TZ=UTC; `N/A` when unset.
+#[allow(clippy::useless_conversion)] // time_t is i64 here, narrower elsewhere
+fn time(t: sys::time_t) -> String {
+    let t = i64::from(t);
+    if t == 0 {
+        return "N/A".into();
+    }
+    if t >= TIME_INFINITE {
+        return "Unknown".into();
+    }
+    chrono::DateTime::from_timestamp(t, 0)
+        .map(|d| d.format("%Y-%m-%dT%H:%M:%S").to_string())
+        .unwrap_or_else(|| "Unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_read_back_as_squeue_prints_them() {
+        assert_eq!(time(0), "N/A");
+        assert_eq!(time(1_714_557_600), "2024-05-01T10:00:00");
+        assert_eq!(time(TIME_INFINITE as sys::time_t), "Unknown");
+        assert_eq!(clean("a\nb"), "a b");
+        let s = CString::new("x").unwrap();
+        // SAFETY: a live NUL-terminated string.
+        assert_eq!(unsafe { text(s.as_ptr()) }, "x");
+        assert_eq!(unsafe { text(ptr::null()) }, "");
+    }
+}

@@ -12,7 +12,8 @@
 # tasks). A churn loop ends CHURN running jobs a second (scancel of the oldest: their GPUs go
 # to waiting jobs) and submits as many new ones, so the queue stays at N. For each size:
 #
-#   A1 B1 A2 B2   WINDOW seconds each; A: `accountd run --no-ingest` governing every 500 ms,
+#   A1 B1 A2 B2   WINDOW seconds each; A: `accountd run --no-ingest` governing every
+#                 GOVERN_INTERVAL,
 #                 B: governor stopped (Slurm's own cost). Measured in A: the governor's passes
 #                 (read, plan, publish: duration and Slurm calls per pass, read from its
 #                 /metrics every 0.1 s, one record per pass) and its actions on plans (the
@@ -24,7 +25,8 @@
 #
 # Prints one table row per size and appends it to DIR.results (the rows of docs/benchmarks.md
 # section 9). Environment: SIZES ("0 1000 10000"), WINDOW (30), TRIALS (20), CHURN (1),
-# NODES (16), GPUS_PER_NODE (8), ACCOUNTD, TEAMSHARE_PLUGIN (default target/release/...),
+# NODES (16), GPUS_PER_NODE (8), GOVERN_INTERVAL (500ms: the live tests'; accountd's default
+# is 1s), ACCOUNTD, TEAMSHARE_PLUGIN (default target/release/...),
 # METRICS_PORT (29497), ports (lib.sh). Builds nothing. Run as root, with nothing else running.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -36,6 +38,7 @@ TRIALS=${TRIALS:-20}
 CHURN=${CHURN:-1}
 export NODES=${NODES:-16} GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 METRICS_PORT=${METRICS_PORT:-29497}
+GOVERN_INTERVAL=${GOVERN_INTERVAL:-500ms}
 [[ $(id -u) == 0 ]] || bench_die "run as root (the throwaway cluster runs as root)"
 command -v curl >/dev/null || bench_die "curl is needed (apt-get install curl) to read the governor's /metrics"
 CAPACITY=$((NODES * GPUS_PER_NODE))
@@ -116,7 +119,7 @@ TEAMS=(alpha beta gamma)
 
 GOV_PID=
 start_governor() {
-    "$BIN_ACCOUNTD" --config "$DIR/etc/teamshare.toml" run --no-ingest --govern-interval 500ms \
+    "$BIN_ACCOUNTD" --config "$DIR/etc/teamshare.toml" run --no-ingest --govern-interval "$GOVERN_INTERVAL" \
         >>"$DIR/log/governor.log" 2>&1 &
     GOV_PID=$!
     bench_track "$GOV_PID"

@@ -25,7 +25,7 @@
 #
 # Prints one table row per size and appends it to DIR.results (the rows of docs/benchmarks.md
 # section 9). Environment: SIZES ("0 1000 10000"), WINDOW (30), TRIALS (20), CHURN (1),
-# NODES (16), GPUS_PER_NODE (8), GOVERN_INTERVAL (500ms: the live tests'; accountd's default
+# READS_WINDOWS (0; 1: see window_reads), NODES (16), GPUS_PER_NODE (8), GOVERN_INTERVAL (500ms: the live tests'; accountd's default
 # is 1s), ACCOUNTD, TEAMSHARE_PLUGIN (default target/release/...),
 # METRICS_PORT (29497), ports (lib.sh). Builds nothing. Run as root, with nothing else running.
 set -euo pipefail
@@ -302,6 +302,29 @@ window_stopped() {
         'BEGIN { printf "%.4f %s\n", (c1 - c0) / clk / s, lat }'
 }
 
+# READS_WINDOWS=1: a third window per round, the governor stopped and only its reads going on
+# (`accountd govern --dry-run` every GOVERN_INTERVAL: a pass's RPCs and plan, no action), to
+# tell slurmctld's cost of the governor's reads from that of its writes. Prints
+# "ctld_cpu_fraction reads".
+window_reads() {
+    local c0 t0 end pause k=0
+    case $GOVERN_INTERVAL in
+    *ms) pause=$(awk -v m="${GOVERN_INTERVAL%ms}" 'BEGIN { print m / 1000 }') ;;
+    *s) pause=${GOVERN_INTERVAL%s} ;;
+    *) pause=$GOVERN_INTERVAL ;;
+    esac
+    c0=$(cpu_ticks "$CTLD_PID")
+    t0=$(now)
+    end=$((SECONDS + WINDOW))
+    while ((SECONDS < end)); do
+        "$BIN_ACCOUNTD" --config "$DIR/etc/teamshare.toml" govern --dry-run >/dev/null 2>&1 || true
+        k=$((k + 1))
+        sleep "$pause"
+    done
+    awk -v c0="$c0" -v c1="$(cpu_ticks "$CTLD_PID")" -v s="$(elapsed "$t0")" -v clk="$CLK" -v k="$k" \
+        'BEGIN { printf "%.4f %d\n", (c1 - c0) / clk / s, k }'
+}
+
 # Reclaim latency: reserve's one-GPU job while borrowers hold the cluster; prints every
 # latency. Under churn the cluster is rarely full to the last GPU (an ended job's GPU waits a
 # pass and a scheduling cycle for the next borrower): a trial waits up to 30 s for every GPU
@@ -361,6 +384,9 @@ for n in $SIZES; do
         stop_governor
         B+=("$(window_stopped)")
         bench_log "size $n round $round: governed ${A[-1]}; stopped ${B[-1]}"
+        if [[ ${READS_WINDOWS:-0} == 1 ]]; then
+            bench_log "size $n round $round: reads only (slurmctld CPU, reads): $(window_reads)"
+        fi
     done
     start_governor
     rm -f "$DIR/reclaim-$n"

@@ -30,8 +30,9 @@ const BURST: usize = 240;
 
 /// The cluster full (training: 4 in quota + 4 borrowed, at its ceiling of 8), then BURST
 /// training submissions as fast as sbatch goes, while the state's age is sampled every 100 ms;
-/// halfway, agents (nothing running, quota 2) submits one job, which must preempt a borrower. The plugin must never find the state stale (its log says so when it does), and
-/// the state must never be older than state_max_age (5 s).
+/// halfway, agents (nothing running, quota 2) submits one job, which must preempt a borrower
+/// and run within 2 s. The plugin must never find the state stale (its log says so when it
+/// does), and the state must never be older than state_max_age (5 s).
 fn burst(c: &Cluster) -> TestResult {
     isolated(c, |c| {
         fill(c, "training", 8, &[])?;
@@ -146,6 +147,14 @@ fn burst(c: &Cluster) -> TestResult {
         })?;
         ensure(age <= 5, || {
             format!("the published state was {age} s old (state_max_age is 5 s)")
+        })?;
+        // Issue 9: the in-quota job submitted in the middle of the burst reclaims within 2 s.
+        let latency = latency.ok_or("the in-quota job's latency was not measured")?;
+        ensure(latency <= Duration::from_secs(2), || {
+            format!(
+                "the in-quota job ran {:.2} s after sbatch, in the middle of the burst (at most 2 s)",
+                latency.as_secs_f64()
+            )
         })
     })
 }

@@ -523,7 +523,7 @@ fn govern_loop(shared: &Shared, capacity_tx: &Sender<CapacitySample>) {
             governor = new_governor(&config);
             generation = now_generation;
         }
-        govern(shared, &mut governor, &config, capacity_tx);
+        govern(shared, &mut governor, capacity_tx);
         if shared.opts.once || !shared.sleep_until(started + shared.opts.govern_interval) {
             break;
         }
@@ -540,12 +540,7 @@ fn team_of_job(shared: &Shared, store: &mut Option<Option<Store>>, id: u64) -> O
         .flatten()
 }
 
-fn govern(
-    shared: &Shared,
-    governor: &mut Governor,
-    config: &Config,
-    capacity_tx: &Sender<CapacitySample>,
-) {
+fn govern(shared: &Shared, governor: &mut Governor, capacity_tx: &Sender<CapacitySample>) {
     let report = match governor.pass() {
         Ok(r) => r,
         Err(e) => return shared.step_result(STEP_GOVERN, Err(e.to_string())),
@@ -641,19 +636,12 @@ fn govern(
     shared.step_result(STEP_GOVERN, Ok(()));
     // A capacity change is recorded within one pass, not one ingest interval.
     if capacity_changed {
-        match capacity::measure(&config.cluster.partitions) {
-            Ok(measured) => {
-                shared
-                    .exporter
-                    .update_live(|live| live.capacity = Some(measured.total));
-                let _ = capacity_tx.send(CapacitySample {
-                    ts: period::now(),
-                    gpus: measured.total,
-                    by_type: measured.by_type,
-                });
-            }
-            Err(e) => shared.step_result(STEP_CAPACITY, Err(e.to_string())),
-        }
+        // What the pass read: no second sinfo.
+        let _ = capacity_tx.send(CapacitySample {
+            ts: now,
+            gpus: report.capacity,
+            by_type: report.capacity_by_type.clone(),
+        });
     }
 }
 

@@ -409,6 +409,8 @@ pub struct PassReport {
     /// limits are in the lists above).
     pub acted: Option<Acted>,
     pub capacity: u32,
+    /// The capacity's GPUs per type, as the pass read them (for the capacity samples).
+    pub capacity_by_type: BTreeMap<String, u32>,
     /// The state the pass published (so its readers need not read the file back).
     pub state: Option<PublishedState>,
     /// squeue lines the pass could not read (logged once each, counted in metrics); their jobs
@@ -549,13 +551,7 @@ impl Governor {
     pub fn with_reader(config: Config, database: Option<PathBuf>, reader: SlurmReader) -> Governor {
         Governor {
             reader,
-            actuator: Some(Actuator {
-                config: config.clone(),
-                limits: BTreeMap::new(),
-                requeues: Vec::new(),
-                requeues_checked_at: None,
-                requeue_check: None,
-            }),
+            actuator: Some(Actuator::new(config.clone())),
             config,
             database,
             fairshare: BTreeMap::new(),
@@ -654,6 +650,7 @@ impl Governor {
         write_state(self.state_file(), &plan.state)?;
         report.jobs = jobs.len();
         report.capacity = cap.total;
+        report.capacity_by_type = cap.by_type.clone();
         report.unreadable = unreadable.iter().map(ToString::to_string).collect();
         report.state = Some(plan.state.clone());
         report.duration = started.elapsed();

@@ -44,6 +44,9 @@ pub enum IdleSharing {
     Fifo,
 }
 
+/// The `[gpu_types]` key that prices GPUs without a gres type.
+pub const DEFAULT_GPU_TYPE: &str = "default";
+
 /// `[gpu_types.<gres type>]`
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GpuType {
@@ -57,10 +60,17 @@ pub struct Team {
     /// The Slurm account name.
     pub name: String,
     pub quota: Quota,
-    /// GPUs beyond the quota the team may borrow; `None` means no limit.
+    /// GPUs beyond the quota the team may borrow, in all (of any types); `None` means no
+    /// limit. A limit given per type (`borrow_limit = { a100 = 2 }`) gives the sum here.
     pub borrow_limit: Option<u32>,
-    /// GPUs of the team's idle quota other teams may use; at most `quota.total`.
+    /// `borrow_limit = { a100 = 2 }`: the most GPUs of each type the team may borrow (a type
+    /// not named: none). `None` when the limit is a number or absent.
+    pub borrow_by_type: Option<BTreeMap<String, u32>>,
+    /// GPUs of the team's idle quota other teams may use, in all; at most `quota.total`.
     pub lend_limit: u32,
+    /// `lend_limit = { h100 = 1 }`: the most GPUs of each type's idle quota others may use
+    /// (a type not named: none). `None` when lending is given as `lend` or a number.
+    pub lend_by_type: Option<BTreeMap<String, u32>>,
     /// Share of idle capacity under fair-share; >= 1.
     pub weight: u32,
     /// Where the team's `[[team]]` header is.
@@ -79,6 +89,36 @@ impl Quota {
     /// Whether the quota is given per GPU type.
     pub fn is_typed(&self) -> bool {
         !self.by_type.is_empty()
+    }
+}
+
+impl Team {
+    /// Whether any of the team's GPU figures is given per GPU type.
+    pub fn is_typed(&self) -> bool {
+        self.quota.is_typed() || self.borrow_by_type.is_some() || self.lend_by_type.is_some()
+    }
+
+    /// Q_{T,k}: the team's guaranteed GPUs of `gpu_type` (a typed configuration).
+    pub fn quota_of(&self, gpu_type: &str) -> u32 {
+        self.quota.by_type.get(gpu_type).copied().unwrap_or(0)
+    }
+
+    /// B_{T,k} where the limit is given per type; `None` where it is not (then only the total
+    /// `borrow_limit`, over all types, bounds what the team borrows of this one).
+    pub fn borrow_limit_of(&self, gpu_type: &str) -> Option<u32> {
+        self.borrow_by_type
+            .as_ref()
+            .map(|m| m.get(gpu_type).copied().unwrap_or(0))
+    }
+
+    /// L_{T,k}: the most GPUs of the team's idle `gpu_type` quota others may use; with a
+    /// number (`lend_limit = N`) it also bounds the total over types (see `lend_limit`).
+    pub fn lend_limit_of(&self, gpu_type: &str) -> u32 {
+        let quota = self.quota_of(gpu_type);
+        match &self.lend_by_type {
+            Some(m) => m.get(gpu_type).copied().unwrap_or(0).min(quota),
+            None => self.lend_limit.min(quota),
+        }
     }
 }
 
@@ -203,6 +243,36 @@ impl Config {
         self.priority_classes
             .iter()
             .find(|class| class.name == name)
+    }
+
+    /// Whether GPUs are governed per type: some team gives its quota, borrow limit or lend
+    /// limit per GPU type. Every quota is then per type (a valid configuration has no untyped
+    /// quota above 0 beside typed ones), and jobs must name a GPU type.
+    pub fn is_typed(&self) -> bool {
+        self.teams.iter().any(Team::is_typed)
+    }
+
+    /// The GPU types the configuration governs (a typed configuration): every type some team's
+    /// quota, borrow limit or lend limit names, and every type with a rate, except `default`
+    /// (the rate of untyped GPUs).
+    pub fn governed_types(&self) -> BTreeSet<&str> {
+        let mut types: BTreeSet<&str> = BTreeSet::new();
+        for team in &self.teams {
+            types.extend(team.quota.by_type.keys().map(String::as_str));
+            for m in [&team.borrow_by_type, &team.lend_by_type]
+                .into_iter()
+                .flatten()
+            {
+                types.extend(m.keys().map(String::as_str));
+            }
+        }
+        types.extend(
+            self.gpu_types
+                .keys()
+                .map(String::as_str)
+                .filter(|t| *t != DEFAULT_GPU_TYPE),
+        );
+        types
     }
 
     /// Sum of all teams' quotas, in GPUs.

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 pub use crate::config::{
     AccountdSettings, ClusterSettings, Config, Governance, GpuType, IdleCostSplit, IdleSharing,
-    OnStaleState, PriorityClass, Quota, ReclaimMode, Team, WithinTeam,
+    OnStaleState, PriorityClass, Quota, ReclaimMode, Team, WithinTeam, DEFAULT_GPU_TYPE,
 };
 pub use crate::diagnostic::{ConfigError, Diagnostic, Diagnostics, Location};
 pub use crate::duration::parse_duration;

@@ -487,3 +487,61 @@ state_max_age = "soon"
         "{text}"
     );
 }
+
+const TYPES: &str = "[gpu_types.h100]\nrate_per_hour = 4\n[gpu_types.a100]\nrate_per_hour = 2\n";
+
+#[test]
+fn an_untyped_quota_beside_typed_ones_is_refused_at_its_quota() {
+    // agents' typed quota makes the configuration typed; training's untyped 4 could only be
+    // honoured by taking GPUs from typed guarantees. research's 0 guarantees nothing: fine.
+    let source = format!(
+        "{CLUSTER}{TYPES}[[team]]\nname = \"agents\"\nquota = {{ h100 = 2 }}\n[[team]]\nname = \"training\"\nquota = 4\n[[team]]\nname = \"research\"\nquota = 0\n"
+    );
+    let problem = only(&source);
+    // At the value: `quota = 4` on its line, column 9.
+    assert_eq!(place(&problem), (position(&source, "quota = 4").0, 9));
+    assert_eq!(
+        problem.message,
+        "team `training` has an untyped quota of 4 GPUs, but team `agents` gives its GPUs per type"
+    );
+    assert!(hint(&problem).contains("quota = { h100 = 4 }"), "{problem}");
+
+    // A borrow limit per type types the configuration as well.
+    let borrow = format!(
+        "{CLUSTER}{TYPES}[[team]]\nname = \"agents\"\nquota = 0\nborrow_limit = {{ a100 = 2 }}\n[[team]]\nname = \"training\"\nquota = 4\n"
+    );
+    assert!(only(&borrow)
+        .message
+        .starts_with("team `training` has an untyped quota"));
+}
+
+#[test]
+fn per_type_limits_name_offered_types_and_lend_at_most_the_typed_quota() {
+    let source = format!(
+        "{CLUSTER}{TYPES}[[team]]\nname = \"a\"\nquota = {{ h100 = 2 }}\nborrow_limit = {{ a10 = 1 }}\nlend_limit = {{ h100 = 3, a100 = 1 }}\n"
+    );
+    let problems = problems(&source);
+    let messages: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "GPU type `a10` in the borrow limit of [[team]] is not offered",
+            "`lend_limit` in [[team]] lends 1 a100, above the team's a100 quota of 0",
+            "`lend_limit` in [[team]] lends 3 h100, above the team's h100 quota of 2",
+        ],
+        "{problems:#?}"
+    );
+    assert!(hint(&problems[0]).starts_with("did you mean `a100`?"));
+
+    // `default` prices untyped GPUs; it is no type a quota can name.
+    let default = format!(
+        "{CLUSTER}[gpu_types.default]\nrate_per_hour = 1\n[[team]]\nname = \"a\"\nquota = {{ default = 2 }}\n"
+    );
+    let problem = only(&default);
+    assert_eq!(place(&problem), position(&default, "default = 2"));
+    assert!(
+        problem.message.starts_with("`default` in the quota"),
+        "{problem}"
+    );
+    assert!(hint(&problem).contains("an untyped quota = N"), "{problem}");
+}

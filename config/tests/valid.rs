@@ -87,7 +87,9 @@ fn design_example_parses_to_the_expected_values() {
             name: "agents".into(),
             quota: untyped(2),
             borrow_limit: Some(2),
+            borrow_by_type: None,
             lend_limit: 2,
+            lend_by_type: None,
             weight: 40,
             location: at(10),
         }],
@@ -184,7 +186,9 @@ fn a_minimal_file_gets_every_default() {
             name: "a".into(),
             quota: untyped(3),
             borrow_limit: None,
+            borrow_by_type: None,
             lend_limit: 3,
+            lend_by_type: None,
             weight: 1,
             location: at(4),
         }]
@@ -488,7 +492,7 @@ rate_per_hour = 2
 
 [[team]]
 name = "agents"
-quota = 2
+quota = { a100 = 2 }
 
 [[team]]
 name = "training"
@@ -537,15 +541,81 @@ fn check_capacity_checks_each_typed_quota_against_its_type() {
         .map(|p| {
             (
                 p.line,
-                p.message.contains("a100 quotas (2 GPUs)"),
+                p.message.contains("a100 quotas (4 GPUs)"),
                 p.message.contains("h100 quotas (3 GPUs)"),
             )
         })
         .collect();
-    // a100: training's 2 exceed 0; h100: research's 1 brings 2 to 3.
-    assert_eq!(
-        found,
-        [(13, true, false), (17, false, true)],
-        "{problems:?}"
+    // a100: agents' 2 (of 2 + 2) exceed 0; h100: research's 1 brings 2 to 3.
+    assert_eq!(found, [(9, true, false), (17, false, true)], "{problems:?}");
+}
+
+#[test]
+fn per_type_limits_and_what_each_type_may_borrow_and_lend() {
+    let config = valid(
+        r#"
+[cluster]
+name = "c"
+[gpu_types.h100]
+rate_per_hour = 4
+[gpu_types.a100]
+rate_per_hour = 2
+[gpu_types.default]
+rate_per_hour = 1
+
+[[team]]
+name = "tables"
+quota = { h100 = 2, a100 = 2 }
+borrow_limit = { a100 = 3 }
+lend_limit = { h100 = 1 }
+
+[[team]]
+name = "numbers"
+quota = { h100 = 3 }
+borrow_limit = 2
+lend_limit = 2
+
+[[team]]
+name = "borrower"
+quota = 0
+"#,
     );
+    assert!(config.is_typed());
+    assert_eq!(
+        config.governed_types().into_iter().collect::<Vec<_>>(),
+        ["a100", "h100"]
+    );
+    let tables = config.team("tables").unwrap();
+    // A table names what each type may do; a type it leaves out may do nothing.
+    assert_eq!(
+        (
+            tables.borrow_limit_of("a100"),
+            tables.borrow_limit_of("h100")
+        ),
+        (Some(3), Some(0))
+    );
+    assert_eq!(tables.borrow_limit, Some(3));
+    assert_eq!(
+        (tables.lend_limit_of("h100"), tables.lend_limit_of("a100")),
+        (1, 0)
+    );
+    assert_eq!(tables.lend_limit, 1);
+    // A number is over all types: no per-type borrow limit, lending capped by each type's quota.
+    let numbers = config.team("numbers").unwrap();
+    assert_eq!(
+        (numbers.borrow_limit_of("a100"), numbers.borrow_limit),
+        (None, Some(2))
+    );
+    assert_eq!(
+        (numbers.lend_limit_of("h100"), numbers.lend_limit_of("a100")),
+        (2, 0)
+    );
+    let borrower = config.team("borrower").unwrap();
+    assert!(!borrower.is_typed());
+    assert_eq!(
+        (borrower.quota_of("h100"), borrower.borrow_limit_of("h100")),
+        (0, None)
+    );
+    // An untyped configuration stays untyped.
+    assert!(!valid("[cluster]\nname = \"c\"\n[[team]]\nname = \"a\"\nquota = 2\n").is_typed());
 }

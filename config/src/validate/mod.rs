@@ -11,12 +11,12 @@ use toml_edit::{ImDocument, Item, Key, Table, Value};
 
 use crate::config::{
     AccountdSettings, ClusterSettings, Config, Governance, GpuType, IdleCostSplit, IdleSharing,
-    OnStaleState, PriorityClass, Quota, ReclaimMode, Team, WithinTeam,
+    OnStaleState, PriorityClass, Quota, ReclaimMode, Team, WithinTeam, DEFAULT_GPU_TYPE,
 };
 use crate::diagnostic::{Diagnostic, Diagnostics, SourceMap};
 use crate::suggest::closest;
 
-use self::reader::{describe, Checker, Field, Section};
+use self::reader::{describe, Checker, Field, Section, Span};
 
 /// Top-level sections, and how each is written in a file.
 const SECTIONS: &[(&str, &str)] = &[
@@ -382,10 +382,40 @@ impl Checker<'_> {
             );
         }
         let mut seen = HashMap::new();
-        sections
+        let teams: Vec<(Team, Option<Span>)> = sections
             .into_iter()
             .map(|mut section| self.team(&mut section, gpu_types, &mut seen))
-            .collect()
+            .collect();
+        // Typed quotas guarantee GPUs of a type; an untyped quota guarantees GPUs of any type,
+        // which could only be honoured by taking them from the typed guarantees. So a
+        // configuration that types one team's GPUs types every quota.
+        if let Some(typed) = teams.iter().map(|(team, _)| team).find(|t| t.is_typed()) {
+            let first = typed.name.clone();
+            let example = typed
+                .quota
+                .by_type
+                .keys()
+                .next()
+                .or_else(|| gpu_types.keys().find(|k| *k != DEFAULT_GPU_TYPE))
+                .cloned()
+                .unwrap_or_else(|| "h100".to_owned());
+            for (team, span) in &teams {
+                if let Some(span) = span {
+                    self.error(
+                        Some(span.clone()),
+                        format!(
+                            "team `{}` has an untyped quota of {} GPUs, but team `{first}` gives its GPUs per type",
+                            team.name, team.quota.total
+                        ),
+                        format!(
+                            "when GPUs are governed per type every quota names its types: quota = {{ {example} = {} }} (quota = 0 for a team that only borrows)",
+                            team.quota.total
+                        ),
+                    );
+                }
+            }
+        }
+        teams.into_iter().map(|(team, _)| team).collect()
     }
 
     fn team(
@@ -393,7 +423,7 @@ impl Checker<'_> {
         section: &mut Section<'_>,
         gpu_types: &BTreeMap<String, GpuType>,
         seen: &mut HashMap<String, usize>,
-    ) -> Team {
+    ) -> (Team, Option<Span>) {
         self.unknown_keys(section, TEAM_KEYS);
         let location = self.map.span_start(section.span.clone());
         let name = self
@@ -409,17 +439,24 @@ impl Checker<'_> {
                 Some(name.to_owned())
             })
             .unwrap_or_default();
-        let quota = self
-            .required(
-                section,
-                "quota",
-                "give the team its guaranteed GPUs, e.g. quota = 2 (quota = 0 for a team that only borrows)",
-            )
-            .and_then(|field| self.quota(&field, gpu_types));
-        let borrow_limit = section
+        let quota_field = self.required(
+            section,
+            "quota",
+            "give the team its guaranteed GPUs, e.g. quota = 2 (quota = 0 for a team that only borrows)",
+        );
+        let quota = quota_field
+            .as_ref()
+            .and_then(|field| self.quota(field, gpu_types));
+        // Where an untyped quota above 0 is, for the check against typed ones.
+        let untyped_quota = quota
+            .as_ref()
+            .filter(|q| !q.is_typed() && q.total > 0)
+            .and_then(|_| quota_field.as_ref().and_then(Field::span));
+        let (borrow_limit, borrow_by_type) = section
             .field("borrow_limit")
-            .and_then(|field| self.borrow_limit(&field, quota.as_ref()));
-        let lend_limit = self.lend_limit(section, quota.as_ref());
+            .map(|field| self.borrow_limit(&field, quota.as_ref(), gpu_types))
+            .unwrap_or((None, None));
+        let (lend_limit, lend_by_type) = self.lend_limit(section, quota.as_ref(), gpu_types);
         let weight = section
             .field("weight")
             .and_then(|field| {
@@ -434,14 +471,17 @@ impl Checker<'_> {
                 Some(weight)
             })
             .unwrap_or(1);
-        Team {
+        let team = Team {
             name,
             quota: quota.unwrap_or_default(),
             borrow_limit,
+            borrow_by_type,
             lend_limit,
+            lend_by_type,
             weight,
             location,
-        }
+        };
+        (team, untyped_quota)
     }
 
     /// `quota = 2` or `quota = { h100 = 2, a100 = 1 }`; `None` when invalid (reported).
@@ -454,34 +494,69 @@ impl Checker<'_> {
                 by_type: BTreeMap::new(),
             });
         }
-        let Some(table) = field.item.as_table_like() else {
+        if field.item.as_table_like().is_none() {
             self.wrong_type(
                 field,
                 "a non-negative integer or a table of GPU type = count",
                 EXAMPLE,
             );
             return None;
-        };
+        }
+        let by_type = self.per_type(
+            field,
+            gpu_types,
+            "write quota = 0 for a team without guaranteed GPUs",
+            "an untyped quota = N",
+        )?;
+        let total = by_type.values().fold(0u32, |s, n| s.saturating_add(*n));
+        Some(Quota { total, by_type })
+    }
+
+    /// A table of GPU type = count (`{ h100 = 2, a100 = 1 }`): every type declared in
+    /// [gpu_types] and not `default`; `None` when invalid (reported).
+    fn per_type(
+        &mut self,
+        field: &Field<'_>,
+        gpu_types: &BTreeMap<String, GpuType>,
+        empty_hint: &str,
+        untyped_alternative: &str,
+    ) -> Option<BTreeMap<String, u32>> {
+        let table = field.item.as_table_like()?;
         let typed = Section::new(
             table,
             field.span(),
-            format!("the quota of {}", field.section),
+            format!(
+                "the {} of {}",
+                field.name().replace('_', " "),
+                field.section
+            ),
         );
-        let offered: Vec<&str> = gpu_types.keys().map(String::as_str).collect();
-        let mut quota = Some(Quota::default());
+        let offered: Vec<&str> = gpu_types
+            .keys()
+            .map(String::as_str)
+            .filter(|t| *t != DEFAULT_GPU_TYPE)
+            .collect();
+        let mut by_type = Some(BTreeMap::new());
         if typed.table.is_empty() {
             self.error(
                 field.span(),
                 format!("{} names no GPU type", field.what()),
-                "write quota = 0 for a team without guaranteed GPUs",
+                empty_hint,
             );
-            quota = None;
+            by_type = None;
         }
         for entry in typed.fields() {
             let gpu_type = entry.name();
-            if !gpu_types.contains_key(gpu_type) {
+            if gpu_type == DEFAULT_GPU_TYPE {
+                self.error(
+                    entry.key_span(),
+                    format!("`default` in {} is not a GPU type", entry.section),
+                    format!("[gpu_types.default] prices GPUs without a gres type; name the types of gres.conf here, or use {untyped_alternative}"),
+                );
+                by_type = None;
+            } else if !gpu_types.contains_key(gpu_type) {
                 let hint = if offered.is_empty() {
-                    format!("add a [gpu_types.{gpu_type}] section with its rate_per_hour, or use an untyped quota = N")
+                    format!("add a [gpu_types.{gpu_type}] section with its rate_per_hour, or use {untyped_alternative}")
                 } else if let Some(suggestion) = closest(gpu_type, &offered) {
                     format!(
                         "did you mean `{suggestion}`? offered: {}",
@@ -498,31 +573,38 @@ impl Checker<'_> {
                     format!("GPU type `{gpu_type}` in {} is not offered", entry.section),
                     hint,
                 );
-                quota = None;
+                by_type = None;
             }
             let count = self.count(&entry, "2");
-            match (&mut quota, count) {
-                (Some(quota), Some(count)) => {
-                    quota.total = quota.total.saturating_add(count);
-                    quota.by_type.insert(gpu_type.to_owned(), count);
+            match (&mut by_type, count) {
+                (Some(m), Some(count)) => {
+                    m.insert(gpu_type.to_owned(), count);
                 }
-                _ => quota = None,
+                _ => by_type = None,
             }
         }
-        quota
+        by_type
     }
 
-    /// GPUs, or `"N%"` of the quota rounded down; `None` when invalid (reported) or when the
-    /// quota it depends on is invalid.
-    fn borrow_limit(&mut self, field: &Field<'_>, quota: Option<&Quota>) -> Option<u32> {
+    /// GPUs, `"N%"` of the quota rounded down, or a table per GPU type; `None` (no limit)
+    /// when invalid (reported) or when the quota it depends on is invalid. The second value
+    /// is the table, when the limit is given per type.
+    fn borrow_limit(
+        &mut self,
+        field: &Field<'_>,
+        quota: Option<&Quota>,
+        gpu_types: &BTreeMap<String, GpuType>,
+    ) -> (Option<u32>, Option<BTreeMap<String, u32>>) {
         const EXAMPLE: &str =
-            "2 or borrow_limit = \"100%\" (of the quota); leave it out for no limit";
+            "2, borrow_limit = \"100%\" (of the quota) or borrow_limit = { a100 = 2 }; leave it out for no limit";
         match field.item.as_value() {
-            Some(Value::Integer(limit)) => self.count_in_range(field, *limit.value(), EXAMPLE),
+            Some(Value::Integer(limit)) => {
+                (self.count_in_range(field, *limit.value(), EXAMPLE), None)
+            }
             Some(Value::String(text)) => match percent(text.value()) {
                 Some(percent) => {
-                    let limit = u64::from(quota?.total) * u64::from(percent) / 100;
-                    Some(u32::try_from(limit).unwrap_or(u32::MAX))
+                    let limit = quota.map(|q| u64::from(q.total) * u64::from(percent) / 100);
+                    (limit.map(|l| u32::try_from(l).unwrap_or(u32::MAX)), None)
                 }
                 None => {
                     self.error(
@@ -534,18 +616,42 @@ impl Checker<'_> {
                         ),
                         format!("for example: borrow_limit = {EXAMPLE}"),
                     );
-                    None
+                    (None, None)
                 }
             },
+            _ if field.item.as_table_like().is_some() => {
+                match self.per_type(
+                    field,
+                    gpu_types,
+                    "leave borrow_limit out for no limit, or write borrow_limit = 0",
+                    "an untyped borrow_limit = N",
+                ) {
+                    Some(m) => {
+                        let total = m.values().fold(0u32, |s, n| s.saturating_add(*n));
+                        (Some(total), Some(m))
+                    }
+                    None => (None, None),
+                }
+            }
             _ => {
-                self.wrong_type(field, "a number of GPUs or a percentage string", EXAMPLE);
-                None
+                self.wrong_type(
+                    field,
+                    "a number of GPUs, a percentage string or a table of GPU type = count",
+                    EXAMPLE,
+                );
+                (None, None)
             }
         }
     }
 
-    /// `lend = true|false` or `lend_limit = N` (not both); by default the whole quota is lent.
-    fn lend_limit(&mut self, section: &Section<'_>, quota: Option<&Quota>) -> u32 {
+    /// `lend = true|false` or `lend_limit = N` or `lend_limit = { h100 = 1 }` (not both); by
+    /// default the whole quota is lent. Returns the total and, for a table, the table.
+    fn lend_limit(
+        &mut self,
+        section: &Section<'_>,
+        quota: Option<&Quota>,
+        gpu_types: &BTreeMap<String, GpuType>,
+    ) -> (u32, Option<BTreeMap<String, u32>>) {
         let quota_total = quota.map(|quota| quota.total);
         match (section.field("lend"), section.field("lend_limit")) {
             (Some(lend), Some(limit)) => {
@@ -560,15 +666,42 @@ impl Checker<'_> {
                     format!("both `lend` and `lend_limit` in {}", section.title),
                     "keep one: lend = true lends the whole idle quota, lend = false none, lend_limit = N at most N GPUs",
                 );
-                0
+                (0, None)
             }
             (Some(lend), None) => match (self.boolean(&lend), quota_total) {
-                (Some(true), Some(total)) => total,
-                _ => 0,
+                (Some(true), Some(total)) => (total, None),
+                _ => (0, None),
             },
+            (None, Some(limit)) if limit.item.as_table_like().is_some() => {
+                let Some(m) = self.per_type(
+                    &limit,
+                    gpu_types,
+                    "write lend = false to lend nothing",
+                    "an untyped lend_limit = N",
+                ) else {
+                    return (0, None);
+                };
+                if let Some(quota) = quota {
+                    for (gpu_type, &count) in &m {
+                        let own = quota.by_type.get(gpu_type).copied().unwrap_or(0);
+                        if count > own {
+                            self.error(
+                                limit.span(),
+                                format!(
+                                    "{} lends {count} {gpu_type}, above the team's {gpu_type} quota of {own}",
+                                    limit.what()
+                                ),
+                                format!("a team can lend at most its own quota of each type: {gpu_type} = {own} or less"),
+                            );
+                        }
+                    }
+                }
+                let total = m.values().fold(0u32, |s, n| s.saturating_add(*n));
+                (total, Some(m))
+            }
             (None, Some(limit)) => {
                 let Some(count) = self.count(&limit, "1") else {
-                    return 0;
+                    return (0, None);
                 };
                 if let Some(total) = quota_total.filter(|&total| count > total) {
                     self.error(
@@ -577,9 +710,9 @@ impl Checker<'_> {
                         format!("a team can lend at most its own quota: use lend_limit = {total} or less"),
                     );
                 }
-                count
+                (count, None)
             }
-            (None, None) => quota_total.unwrap_or(0),
+            (None, None) => (quota_total.unwrap_or(0), None),
         }
     }
 

@@ -260,6 +260,7 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
         }
         jobs.push(ClusterJob {
             id,
+            gpu_type: None,
             team: f[1].trim().to_string(),
             phase,
             gpus,
@@ -645,6 +646,8 @@ impl Governor {
             fairshare: &self.fairshare,
             now,
             node_gpus: &cap.per_node,
+            capacity_by_type: &BTreeMap::new(),
+            node_types: &BTreeMap::new(),
         });
         plan.state.acted_at = self.acted_at;
         write_state(self.state_file(), &plan.state)?;
@@ -741,6 +744,8 @@ impl Governor {
             fairshare: &self.fairshare,
             now,
             node_gpus: &reading.capacity.per_node,
+            capacity_by_type: &BTreeMap::new(),
+            node_types: &BTreeMap::new(),
         });
         Ok((reading, plan, fairshare_error))
     }
@@ -1617,11 +1622,13 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
             config_digest: String::new(),
             generated_at: 5,
             capacity: 8,
+            capacity_by_type: BTreeMap::new(),
             free_gpus: 8,
             pending_in_quota_gpus: 0,
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,
+            pools: BTreeMap::new(),
         };
         write_state(&path, &state).unwrap();
         let back = PublishedState::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();

@@ -275,6 +275,12 @@ impl Config {
         types
     }
 
+    /// Whether jobs may ask for `gpu_type` in a typed configuration: a type with a rate
+    /// (every type a quota or limit names has one), other than `default`.
+    pub fn governs_type(&self, gpu_type: &str) -> bool {
+        gpu_type != DEFAULT_GPU_TYPE && self.gpu_types.contains_key(gpu_type)
+    }
+
     /// Sum of all teams' quotas, in GPUs.
     pub fn total_quota(&self) -> u32 {
         self.teams

@@ -262,13 +262,12 @@ pub unsafe fn job_modify(job_desc: *mut job_desc_msg_t, submit_uid: u32) -> c_in
         gpus: copied.gpus,
         ntasks_per_gpu: u16_given(desc.ntasks_per_tres),
     };
-    // The cluster's size only from a current state; the rest needs no state.
+    // The cluster's size (per type) only from a current state; the rest needs no state.
     let governor = state::governor();
-    let capacity = governor
+    let current = governor
         .as_deref()
-        .filter(|gs| judge_state(Some(gs), &config, unix_now()).is_current())
-        .map(|gs| gs.capacity);
-    match check_modify(&config, &request, capacity) {
+        .filter(|gs| judge_state(Some(gs), &config, unix_now()).is_current());
+    match check_modify(&config, &request, current) {
         Verdict::Accept(admission) => {
             if let Some(qos) = admission.qos {
                 set_qos(desc, qos);
@@ -295,6 +294,9 @@ fn error_code(kind: RejectKind) -> c_int {
         RejectKind::NoConfiguration | RejectKind::StaleState => err::ESLURM_ACCOUNTING_POLICY,
         RejectKind::UnknownClass | RejectKind::InternalQos => err::ESLURM_INVALID_QOS,
         RejectKind::LargerThanCluster => err::ESLURM_INVALID_GRES,
+        RejectKind::UntypedGpus | RejectKind::SeveralGpuTypes | RejectKind::GpuTypeNotOffered => {
+            err::ESLURM_INVALID_GRES
+        }
         // job_modify: 22.05 shows only the code's text, so the code carries the gist.
         RejectKind::QosChange | RejectKind::PriorityChange => err::ESLURM_ACCESS_DENIED,
         RejectKind::IncompleteUpdate => err::ESLURM_INVALID_GRES,

@@ -28,7 +28,7 @@ static GOVERNOR: RwLock<Option<Arc<PublishedState>>> = RwLock::new(None);
 static ADMITTED: Mutex<Admitted> = Mutex::new(Admitted {
     generated_at: 0,
     by_team: std::collections::BTreeMap::new(),
-    total: 0,
+    total: std::collections::BTreeMap::new(),
 });
 /// The staleness condition last logged, so each change is logged once, not per job.
 static STALE_LOG: Mutex<StalenessLog> = Mutex::new(StalenessLog::new());

@@ -90,6 +90,10 @@ pub struct ClusterJob {
     pub phase: Phase,
     /// GPUs held (running) or asked for (pending); [`UNREADABLE_GPUS`] when unreadable.
     pub gpus: u32,
+    /// The GPU type the job holds or asks for, where it names one (or Slurm's allocation
+    /// shows one); `None` for untyped GPUs. A typed configuration governs each type apart
+    /// ([`plan`]).
+    pub gpu_type: Option<String>,
     /// Slurm's current priority: carries the class; 0 means held.
     pub priority: u32,
     pub submit: i64,
@@ -155,6 +159,12 @@ pub struct GovernInput<'a> {
     pub now: i64,
     /// GPUs per usable node of the governed partitions (empty: placement unknown).
     pub node_gpus: &'a BTreeMap<String, u32>,
+    /// C_k: GPUs of each type on usable nodes of the governed partitions (typed
+    /// configurations).
+    pub capacity_by_type: &'a BTreeMap<String, u32>,
+    /// GPUs of each type per usable node (typed configurations; a node with untyped GPUs is
+    /// absent or empty).
+    pub node_types: &'a BTreeMap<String, BTreeMap<String, u32>>,
 }
 
 /// What the plugin reads (published atomically by the governor as JSON).
@@ -166,6 +176,9 @@ pub struct PublishedState {
     /// holding another version treats the state as stale rather than mixing two sets of rules.
     pub config_digest: String,
     pub capacity: u32,
+    /// The capacity per GPU type (typed GPUs only; untyped ones count in `capacity` alone).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity_by_type: BTreeMap<String, u32>,
     pub free_gpus: u32,
     /// Σ GPUs of pending jobs that fit their team's unused quota.
     pub pending_in_quota_gpus: u32,
@@ -177,9 +190,36 @@ pub struct PublishedState {
     /// so this lags `generated_at` by the actions' duration.
     #[serde(default)]
     pub acted_at: i64,
+    /// A typed configuration's state per GPU type (DESIGN §4 "per GPU type where quotas are
+    /// typed"); the figures above are then the sums over types. Empty when untyped.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pools: BTreeMap<String, PoolState>,
 }
 
-pub const STATE_VERSION: u32 = 2;
+/// One GPU type's share of the state: what the plugin needs to judge a job asking for that
+/// type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolState {
+    /// C_k.
+    pub capacity: u32,
+    pub free_gpus: u32,
+    pub pending_in_quota_gpus: u32,
+    /// Each team's running GPUs, pending in-quota GPUs and GPU limit of this type.
+    pub teams: BTreeMap<String, TeamState>,
+    /// Running borrowed jobs of this type in reclaim order.
+    pub victims: Vec<Victim>,
+}
+
+impl PoolState {
+    /// [`PublishedState::reclaim_level`] among this type's victims.
+    pub fn reclaim_level(&self, k: u32, now: i64) -> u32 {
+        reclaim_level_in(&self.victims, k, now)
+    }
+}
+
+/// Version 3 adds the per-type `pools`: a plugin reading version 2 in a typed configuration
+/// would judge typed jobs on totals.
+pub const STATE_VERSION: u32 = 3;
 
 /// How long an in-quota job may wait with victims available before the governor requeues
 /// them itself. Slurm's scheduler normally preempts within a second of submission (0.2-0.9 s
@@ -204,6 +244,9 @@ pub struct Victim {
     pub level: u32,
     /// Slurm's PreemptExemptTime protects it until then.
     pub exempt_until: i64,
+    /// The type of its GPUs (typed configurations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
 }
 
 impl PublishedState {
@@ -232,25 +275,30 @@ impl PublishedState {
     /// live: victim 8 planned, 5 preempted). Placement the prefix cannot satisfy is the
     /// governor's fallback's job ([`RECLAIM_FALLBACK_SECS`]).
     pub fn reclaim_level(&self, k: u32, now: i64) -> u32 {
-        if k == 0 {
-            return priority::reclaim_level(0);
+        reclaim_level_in(&self.victims, k, now)
+    }
+}
+
+/// The reclaim level for `k` GPUs among `victims` (see [`PublishedState::reclaim_level`]).
+pub fn reclaim_level_in(victims: &[Victim], k: u32, now: i64) -> u32 {
+    if k == 0 {
+        return priority::reclaim_level(0);
+    }
+    let mut needed = k;
+    let mut last = None;
+    for (rank, v) in victims.iter().enumerate() {
+        last = Some(rank);
+        if v.exempt_until > now {
+            continue;
         }
-        let mut needed = k;
-        let mut last = None;
-        for (rank, v) in self.victims.iter().enumerate() {
-            last = Some(rank);
-            if v.exempt_until > now {
-                continue;
-            }
-            needed = needed.saturating_sub(v.gpus.max(1));
-            if needed == 0 {
-                return priority::reclaim_level(rank + 1);
-            }
+        needed = needed.saturating_sub(v.gpus.max(1));
+        if needed == 0 {
+            return priority::reclaim_level(rank + 1);
         }
-        match last {
-            Some(rank) => priority::reclaim_level(rank + 1),
-            None => priority::reclaim_level(0),
-        }
+    }
+    match last {
+        Some(rank) => priority::reclaim_level(rank + 1),
+        None => priority::reclaim_level(0),
     }
 }
 
@@ -258,8 +306,10 @@ impl PublishedState {
 pub struct Plan {
     /// The priority every governed, non-held job should have.
     pub priorities: BTreeMap<u64, u32>,
-    /// GrpTRES gres/gpu per team.
+    /// GrpTRES gres/gpu per team (in a typed configuration, the sum of its type limits).
     pub gpu_limits: BTreeMap<String, u32>,
+    /// GrpTRES gres/gpu:TYPE per team and type (typed configurations; empty otherwise).
+    pub type_limits: BTreeMap<String, BTreeMap<String, u32>>,
     /// Running jobs to requeue so a higher class of the same team can run.
     pub displace: Vec<u64>,
     /// Borrowed jobs to requeue for in-quota jobs Slurm has not started within
@@ -271,6 +321,10 @@ pub struct Plan {
     /// Jobs in a governed partition that hold or ask for GPUs outside any team (their
     /// account is not a team): held (pending) or requeued and held (running).
     pub outside: Vec<u64>,
+    /// Pending jobs of a team that ask for untyped (or several types of) GPUs in a typed
+    /// configuration: no type to govern them against, so they are held (the plugin refuses
+    /// such jobs at submit; these were queued before the configuration became typed).
+    pub untyped: Vec<u64>,
     /// Pending non-preemptible jobs to park (begin time far ahead and an administrator's hold
     /// marked [`PARK_HOLD_MARK`]) or release (hold released, begin now) once they fit.
     pub park: Vec<u64>,
@@ -428,6 +482,7 @@ fn order_victims(
                 gpus: j.gpus,
                 level,
                 exempt_until: j.start.unwrap_or(now).saturating_add(rules.exempt_secs),
+                gpu_type: j.gpu_type.clone(),
             }
         })
         .collect()
@@ -697,7 +752,7 @@ fn share_idle_capacity<'a>(
     input: &GovernInput<'_>,
     running: &Running<'_>,
     pending: &Pending<'a>,
-) -> (BTreeMap<String, u32>, Vec<(&'a ClusterJob, u32)>) {
+) -> Shares<'a> {
     let config = rules.config;
     // Each team's first borrower that can start and may borrow straddles its unused quota:
     // it uses that quota and borrows only the rest (a 3-GPU job of a team with 2 idle GPUs of
@@ -816,7 +871,24 @@ fn share_idle_capacity<'a>(
     if config.cluster.idle_sharing == IdleSharing::Fifo {
         served.sort_by_key(|(j, _)| (j.submit, j.id));
     }
-    (allowance, served)
+    Shares {
+        allowance,
+        served,
+        lends: lends
+            .into_iter()
+            .map(|(t, n)| (t.to_string(), u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
+            .collect(),
+    }
+}
+
+/// What [`share_idle_capacity`] decided.
+struct Shares<'a> {
+    /// Each borrowing team's allowance beyond its quota.
+    allowance: BTreeMap<String, u32>,
+    /// The borrowers in the order they are served, each with its team's band slot.
+    served: Vec<(&'a ClusterJob, u32)>,
+    /// What each team's idle quota offered to borrowers.
+    lends: BTreeMap<String, u32>,
 }
 
 /// Each pending array record as the tasks it stands for, so that every phase counts them as
@@ -852,7 +924,20 @@ fn set_priority(priorities: &mut BTreeMap<u64, u32>, id: u64, p: u32) {
     *e = (*e).max(p);
 }
 
+/// The plan for the jobs that run and wait now (DESIGN §4). An untyped configuration governs
+/// all GPUs as one pool; a typed one governs each GPU type apart ([`plan_typed`]).
 pub fn plan(input: &GovernInput<'_>) -> Plan {
+    if input.config.is_typed() {
+        plan_typed(input)
+    } else {
+        plan_pool(input).0
+    }
+}
+
+/// One pool of GPUs, governed by the rules of DESIGN §4 with the configuration's quotas and
+/// limits as totals. Returns the plan and, per team, the allowance it was given and what its
+/// idle quota offered (for the limits shared between types).
+fn plan_pool(input: &GovernInput<'_>) -> (Plan, BTreeMap<String, u32>, BTreeMap<String, u32>) {
     let expanded = expand_arrays(input.jobs, input.capacity);
     let input = &GovernInput {
         jobs: expanded.as_deref().unwrap_or(input.jobs),
@@ -880,11 +965,13 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
         generated_at: input.now,
         config_digest: config.digest.clone(),
         capacity: input.capacity,
+        capacity_by_type: input.capacity_by_type.clone(),
         free_gpus: free,
         pending_in_quota_gpus,
         teams: BTreeMap::new(),
         victims,
         acted_at: 0,
+        pools: BTreeMap::new(),
     };
 
     let reclaim = fallback_reclaim(
@@ -947,7 +1034,11 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
     // inside which Slurm itself serves the oldest submission first (equal priorities: submit
     // time, then job id). A job's priority moves only when its band does, so a long queue
     // costs no updates while the front of it changes (issue 9).
-    let (allowance, served) = share_idle_capacity(&rules, input, &running, &pending);
+    let Shares {
+        allowance,
+        served,
+        lends,
+    } = share_idle_capacity(&rules, input, &running, &pending);
     for (j, slot) in &served {
         let level = if rules.preemptible(j) {
             priority::borrow_band(*slot, rules.class_rank(j))
@@ -996,17 +1087,246 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
         .collect();
     outside.dedup(); // an array's tasks follow each other
 
-    Plan {
+    let plan = Plan {
         priorities,
         gpu_limits,
+        type_limits: BTreeMap::new(),
         displace: pending.displace,
         reclaim,
         violations: running.violations,
         outside,
+        untyped: Vec::new(),
         park,
         release,
         state,
+    };
+    (plan, allowance, lends)
+}
+
+/// A typed configuration: each GPU type k is a pool of its own, governed by the same rules
+/// with C_k, Q_{T,k}, B_{T,k} and L_{T,k} (DESIGN §4, "per GPU type where quotas are typed").
+/// A job belongs to the pool of the type it names (a running job whose request named none, to
+/// the type of its node); a team's limit of type k becomes `GrpTRES=gres/gpu:k=<limit>` and
+/// its `gres/gpu` limit the sum over types.
+///
+/// A borrow or lend limit given as a number holds over all types together: the types are
+/// planned in name order, each taking from what the earlier ones left of it (a team borrows
+/// at most B_T in all; a pool with borrowers draws on at most L_T of the team's idle quota in
+/// all, a pool without any draws on nothing). A table gives each type its own limit.
+///
+/// Levels (priorities) are per pool: a pending H100 job is priced above the first H100
+/// victims only, and Slurm preempts only where the job can run, so victims of another type
+/// sharing a level are never candidates where each node carries one GPU type.
+fn plan_typed(input: &GovernInput<'_>) -> Plan {
+    let config = input.config;
+    let mut types: BTreeSet<String> = config
+        .governed_types()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    types.extend(input.capacity_by_type.keys().cloned());
+    // The one GPU type of a node (none for untyped or mixed nodes).
+    let node_type = |node: &str| -> Option<&str> {
+        let mut kinds = input.node_types.get(node)?.iter().filter(|(_, n)| **n > 0);
+        let (t, _) = kinds.next()?;
+        kinds.next().is_none().then_some(t.as_str())
+    };
+    let mut pool_jobs: BTreeMap<&str, Vec<ClusterJob>> =
+        types.iter().map(|t| (t.as_str(), Vec::new())).collect();
+    let first_pool = types.iter().next().map(String::as_str);
+    let mut untyped = Vec::new();
+    for j in input.jobs {
+        let kind = j.gpu_type.as_deref().or_else(|| {
+            (j.phase == Phase::Running)
+                .then(|| j.nodes.first().and_then(|n| node_type(n)))
+                .flatten()
+        });
+        let pool = match kind {
+            Some(k) => types.get(k).map(String::as_str),
+            // A job without GPUs is governed with the first pool: it needs none of its GPUs.
+            None if j.gpus == 0 => first_pool,
+            None => None,
+        };
+        match pool.and_then(|p| pool_jobs.get_mut(p)) {
+            Some(jobs) => jobs.push(j.clone()),
+            None => {
+                // No type to govern it against: a team's pending job is held (its owner may
+                // resubmit naming a type); other accounts' jobs are held as outside below.
+                if j.phase == Phase::Pending
+                    && config.team(&j.team).is_some()
+                    && (j.priority != 0 || j.park_held)
+                {
+                    untyped.push(j.id);
+                }
+            }
+        }
     }
+    // U_{T,k}, for the borrow limits shared between types.
+    let mut used: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+    for (k, jobs) in &pool_jobs {
+        for j in jobs.iter().filter(|j| j.phase == Phase::Running) {
+            let e = used.entry((j.team.as_str(), k)).or_insert(0);
+            *e = e.saturating_add(j.gpus);
+        }
+    }
+    let borrowed_in = |team: &Team, k: &str| -> u32 {
+        used.get(&(team.name.as_str(), k))
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(team.quota_of(k))
+    };
+
+    let mut merged = Plan {
+        priorities: BTreeMap::new(),
+        gpu_limits: BTreeMap::new(),
+        type_limits: BTreeMap::new(),
+        displace: Vec::new(),
+        reclaim: Vec::new(),
+        violations: Vec::new(),
+        outside: Vec::new(),
+        untyped,
+        park: Vec::new(),
+        release: Vec::new(),
+        state: PublishedState {
+            version: STATE_VERSION,
+            generated_at: input.now,
+            config_digest: config.digest.clone(),
+            capacity: input.capacity,
+            capacity_by_type: input.capacity_by_type.clone(),
+            free_gpus: 0,
+            pending_in_quota_gpus: 0,
+            teams: BTreeMap::new(),
+            victims: Vec::new(),
+            acted_at: 0,
+            pools: BTreeMap::new(),
+        },
+    };
+    // What the limits given as numbers have spent in the pools planned so far.
+    let mut given: BTreeMap<String, u32> = BTreeMap::new();
+    let mut lent: BTreeMap<String, u32> = BTreeMap::new();
+    let no_types = BTreeMap::new();
+    for k in &types {
+        let mut pool_config = config.clone();
+        for t in &mut pool_config.teams {
+            let quota = t.quota_of(k);
+            let borrow = match t.borrow_limit_of(k) {
+                Some(b) => Some(b),
+                None => t.borrow_limit.map(|b| {
+                    let elsewhere = types
+                        .iter()
+                        .filter(|other| *other != k)
+                        .fold(0u32, |s, other| s.saturating_add(borrowed_in(t, other)));
+                    b.saturating_sub(elsewhere)
+                        .saturating_sub(given.get(&t.name).copied().unwrap_or(0))
+                }),
+            };
+            let lend = match t.lend_by_type {
+                Some(_) => t.lend_limit_of(k),
+                None => quota.min(
+                    t.lend_limit
+                        .saturating_sub(lent.get(&t.name).copied().unwrap_or(0)),
+                ),
+            };
+            t.quota = teamshare_config::Quota {
+                total: quota,
+                by_type: BTreeMap::new(),
+            };
+            t.borrow_limit = borrow;
+            t.borrow_by_type = None;
+            t.lend_limit = lend;
+            t.lend_by_type = None;
+        }
+        let node_gpus: BTreeMap<String, u32> = input
+            .node_types
+            .iter()
+            .filter_map(|(node, kinds)| kinds.get(k).map(|n| (node.clone(), *n)))
+            .collect();
+        let pool_input = GovernInput {
+            config: &pool_config,
+            capacity: input.capacity_by_type.get(k).copied().unwrap_or(0),
+            jobs: &pool_jobs[k.as_str()],
+            fairshare: input.fairshare,
+            now: input.now,
+            node_gpus: &node_gpus,
+            capacity_by_type: &no_types,
+            node_types: &BTreeMap::new(),
+        };
+        let (p, allowance, lends) = plan_pool(&pool_input);
+        let borrowing = allowance.values().any(|n| *n > 0);
+        for t in &config.teams {
+            if t.borrow_by_type.is_none() {
+                let e = given.entry(t.name.clone()).or_insert(0);
+                *e = e.saturating_add(allowance.get(&t.name).copied().unwrap_or(0));
+            }
+            if t.lend_by_type.is_none() && borrowing {
+                let e = lent.entry(t.name.clone()).or_insert(0);
+                *e = e.saturating_add(lends.get(&t.name).copied().unwrap_or(0));
+            }
+        }
+        merged.priorities.extend(p.priorities);
+        for (team, limit) in p.gpu_limits {
+            let e = merged.gpu_limits.entry(team.clone()).or_insert(0);
+            *e = e.saturating_add(limit);
+            merged
+                .type_limits
+                .entry(team)
+                .or_default()
+                .insert(k.clone(), limit);
+        }
+        merged.displace.extend(p.displace);
+        merged.reclaim.extend(p.reclaim);
+        merged.violations.extend(p.violations);
+        merged.outside.extend(p.outside);
+        merged.park.extend(p.park);
+        merged.release.extend(p.release);
+        let st = &mut merged.state;
+        st.free_gpus = st.free_gpus.saturating_add(p.state.free_gpus);
+        st.pending_in_quota_gpus = st
+            .pending_in_quota_gpus
+            .saturating_add(p.state.pending_in_quota_gpus);
+        for (team, ts) in &p.state.teams {
+            let e = st.teams.entry(team.clone()).or_insert(TeamState {
+                running_gpus: 0,
+                pending_in_quota_gpus: 0,
+                gpu_limit: 0,
+            });
+            e.running_gpus = e.running_gpus.saturating_add(ts.running_gpus);
+            e.pending_in_quota_gpus = e
+                .pending_in_quota_gpus
+                .saturating_add(ts.pending_in_quota_gpus);
+            e.gpu_limit = e.gpu_limit.saturating_add(ts.gpu_limit);
+        }
+        st.victims.extend(p.state.victims.iter().cloned());
+        st.pools.insert(
+            k.clone(),
+            PoolState {
+                capacity: p.state.capacity,
+                free_gpus: p.state.free_gpus,
+                pending_in_quota_gpus: p.state.pending_in_quota_gpus,
+                teams: p.state.teams,
+                victims: p.state.victims,
+            },
+        );
+    }
+    // Jobs outside every team, whatever their type (or none).
+    merged.outside.extend(
+        input
+            .jobs
+            .iter()
+            .filter(|j| config.team(&j.team).is_none() && j.gpus > 0)
+            .filter(|j| j.phase == Phase::Running || j.priority != 0)
+            .map(|j| j.id),
+    );
+    for list in [
+        &mut merged.outside,
+        &mut merged.untyped,
+        &mut merged.park,
+        &mut merged.release,
+    ] {
+        list.sort_unstable();
+        list.dedup();
+    }
+    merged
 }
 
 #[cfg(test)]
@@ -1058,6 +1378,7 @@ min_runtime_before_reclaim = "0s"
     fn running(id: u64, team: &str, start: i64) -> ClusterJob {
         ClusterJob {
             id,
+            gpu_type: None,
             team: team.into(),
             phase: Phase::Running,
             gpus: 1,
@@ -1078,6 +1399,7 @@ min_runtime_before_reclaim = "0s"
     fn pending(id: u64, team: &str, submit: i64) -> ClusterJob {
         ClusterJob {
             id,
+            gpu_type: None,
             team: team.into(),
             phase: Phase::Pending,
             gpus: 1,
@@ -1104,6 +1426,8 @@ min_runtime_before_reclaim = "0s"
             fairshare: &fairshare,
             now: 1_000,
             node_gpus: &BTreeMap::new(),
+            capacity_by_type: &BTreeMap::new(),
+            node_types: &BTreeMap::new(),
         })
     }
 
@@ -1416,6 +1740,8 @@ min_runtime_before_reclaim = "0s"
             fairshare: &fairshare,
             now: 1_000,
             node_gpus: &BTreeMap::new(),
+            capacity_by_type: &BTreeMap::new(),
+            node_types: &BTreeMap::new(),
         });
         assert_eq!(p.gpu_limits["training"], 4);
     }
@@ -1557,6 +1883,8 @@ min_runtime_before_reclaim = "0s"
                 fairshare: &fairshare,
                 now: 1_000,
                 node_gpus: &nodes,
+                capacity_by_type: &BTreeMap::new(),
+                node_types: &BTreeMap::new(),
             })
         };
         let mut p = input(&jobs);
@@ -1581,11 +1909,13 @@ min_runtime_before_reclaim = "0s"
             generated_at: 0,
             config_digest: "abc".into(),
             capacity: 8,
+            capacity_by_type: BTreeMap::new(),
             free_gpus: 0,
             pending_in_quota_gpus: 0,
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,
+            pools: BTreeMap::new(),
         };
         for (rank, exempt_until) in [(0usize, 50i64), (1, 0), (2, 0)] {
             s.victims.push(Victim {
@@ -1594,6 +1924,7 @@ min_runtime_before_reclaim = "0s"
                 gpus: 1,
                 level: priority::victim_level(rank),
                 exempt_until,
+                gpu_type: None,
             });
         }
         // At t=10 the first victim is exempt: one GPU needs the level above the second.
@@ -1603,5 +1934,226 @@ min_runtime_before_reclaim = "0s"
         let json = s.to_json();
         assert_eq!(PublishedState::from_json(&json).unwrap(), s);
         assert!(PublishedState::from_json("{\"version\": 99}").is_err());
+    }
+
+    const TYPED: &str = r#"
+[cluster]
+name = "t"
+[gpu_types.h100]
+rate_per_hour = 4
+[gpu_types.a100]
+rate_per_hour = 2
+
+[[team]]
+name = "agents"
+quota = { h100 = 2 }
+borrow_limit = BORROW
+
+[[team]]
+name = "training"
+quota = { a100 = 2 }
+
+[[team]]
+name = "research"
+quota = { h100 = 1, a100 = 1 }
+lend = false
+
+[governance]
+min_runtime_before_reclaim = "0s"
+"#;
+
+    fn typed_config(borrow: &str) -> Config {
+        teamshare_config::parse(&TYPED.replace("BORROW", borrow), "t.toml").expect("valid")
+    }
+
+    fn typed(mut j: ClusterJob, gpu_type: &str) -> ClusterJob {
+        j.gpu_type = Some(gpu_type.into());
+        j
+    }
+
+    /// n1, n2: 2 H100 each; n3: 4 A100 (the issue's 3 nodes, 2 of one type, 1 of another).
+    fn typed_plan(config: &Config, jobs: &[ClusterJob], n2_drained: bool) -> Plan {
+        let mut node_types = BTreeMap::from([
+            ("n1".to_string(), BTreeMap::from([("h100".to_string(), 2)])),
+            ("n2".to_string(), BTreeMap::from([("h100".to_string(), 2)])),
+            ("n3".to_string(), BTreeMap::from([("a100".to_string(), 4)])),
+        ]);
+        if n2_drained {
+            node_types.remove("n2");
+        }
+        let mut by_type: BTreeMap<String, u32> = BTreeMap::new();
+        for kinds in node_types.values() {
+            for (k, n) in kinds {
+                *by_type.entry(k.clone()).or_insert(0) += n;
+            }
+        }
+        let node_gpus = node_types
+            .iter()
+            .map(|(n, k)| (n.clone(), k.values().sum()))
+            .collect();
+        plan(&GovernInput {
+            config,
+            capacity: by_type.values().sum(),
+            jobs,
+            fairshare: &BTreeMap::new(),
+            now: 1_000,
+            node_gpus: &node_gpus,
+            capacity_by_type: &by_type,
+            node_types: &node_types,
+        })
+    }
+
+    #[test]
+    fn typed_quotas_govern_each_type_apart() {
+        let c = typed_config("4");
+        // agents (quota 2 H100) runs 1 H100 and 2 A100: the H100 is in its quota, the A100s
+        // are borrowed from training's idle A100 quota and the unallocated A100s.
+        let jobs = vec![
+            typed(running(1, "agents", 100), "h100"),
+            typed(running(2, "agents", 101), "a100"),
+            typed(running(3, "agents", 102), "a100"),
+        ];
+        let p = typed_plan(&c, &jobs, false);
+        assert!(level(p.priorities[&1]) >= priority::PROTECTED_BASE);
+        let victims: Vec<(u64, Option<&str>)> = p
+            .state
+            .victims
+            .iter()
+            .map(|v| (v.job_id, v.gpu_type.as_deref()))
+            .collect();
+        assert_eq!(victims, [(3, Some("a100")), (2, Some("a100"))]);
+        let a100 = &p.state.pools["a100"];
+        assert_eq!((a100.capacity, a100.free_gpus), (4, 2));
+        assert_eq!(a100.teams["agents"].running_gpus, 2);
+        assert_eq!(p.state.pools["h100"].teams["agents"].running_gpus, 1);
+        // Per-type limits: agents keeps its 2 A100 (in use, no one waits) and its H100 quota;
+        // research lends nothing, so nothing more opens to anyone.
+        assert_eq!(p.type_limits["agents"]["h100"], 2);
+        assert_eq!(p.type_limits["agents"]["a100"], 2);
+        assert_eq!(p.gpu_limits["agents"], 4);
+        assert_eq!(p.type_limits["training"]["h100"], 0);
+        // Totals are the sums over types.
+        assert_eq!(p.state.teams["agents"].running_gpus, 3);
+        assert_eq!(p.state.capacity, 8);
+    }
+
+    #[test]
+    fn reclaim_of_one_type_prices_only_that_types_victims() {
+        let c = typed_config("4");
+        // agents borrows 2 A100 (its 2 H100 are its quota); research holds its A100 and
+        // borrows 1 H100 beyond its 1 (n1 and n2 full). training wants its 2 A100 back; one
+        // A100 is free.
+        let mut jobs = vec![
+            typed(running(1, "agents", 100), "a100"),
+            typed(running(2, "agents", 101), "a100"),
+            typed(running(3, "research", 90), "a100"),
+            typed(running(4, "agents", 50), "h100"),
+            typed(running(5, "agents", 51), "h100"),
+            typed(running(6, "research", 52), "h100"),
+            typed(running(7, "research", 103), "h100"),
+        ];
+        jobs.push(typed(pending(20, "training", 999), "a100"));
+        jobs.push(typed(pending(21, "training", 999), "a100"));
+        let p = typed_plan(&c, &jobs, false);
+        // A100 victims: agents' two (research's one A100 is its quota), newest first.
+        let a100: Vec<u64> = p.state.pools["a100"]
+            .victims
+            .iter()
+            .map(|v| v.job_id)
+            .collect();
+        assert_eq!(a100, [2, 1]);
+        // H100: research's second H100 is borrowed (on the unallocated H100: 4 - 3 quota). It
+        // is a victim of the H100 pool only.
+        let h100: Vec<u64> = p.state.pools["h100"]
+            .victims
+            .iter()
+            .map(|v| v.job_id)
+            .collect();
+        assert_eq!(h100, [7]);
+        // training's pending A100 jobs need 2 GPUs and 1 is free: they sit above the first
+        // A100 victim only, and agents' H100 jobs stay protected, never candidates.
+        let l = level(p.priorities[&20]);
+        assert!(l > level(p.priorities[&2]) && l < level(p.priorities[&1]));
+        for id in [4, 5, 6] {
+            assert!(
+                level(p.priorities[&id]) >= priority::PROTECTED_BASE,
+                "job {id}"
+            );
+        }
+        assert_eq!(p.state.pools["a100"].pending_in_quota_gpus, 2);
+        assert_eq!(p.state.pools["h100"].pending_in_quota_gpus, 0);
+    }
+
+    #[test]
+    fn a_borrow_limit_given_as_a_number_holds_over_all_types() {
+        // agents may borrow 1 GPU in all. It borrows 1 A100 already, so its pending H100 job
+        // beyond its H100 quota gets nothing, though H100s are idle.
+        let c = typed_config("1");
+        let jobs = vec![
+            typed(running(1, "agents", 100), "h100"),
+            typed(running(2, "agents", 101), "h100"),
+            typed(running(3, "agents", 102), "a100"),
+            typed(pending(20, "agents", 999), "h100"),
+        ];
+        let p = typed_plan(&c, &jobs, false);
+        assert_eq!(p.type_limits["agents"]["h100"], 2);
+        // The same without the A100 borrowed: the H100 job may borrow 1 (its limit 2 + 1).
+        let p = typed_plan(
+            &c,
+            &[jobs[0].clone(), jobs[1].clone(), jobs[3].clone()],
+            false,
+        );
+        assert_eq!(p.type_limits["agents"]["h100"], 3);
+        assert_eq!(p.type_limits["agents"]["a100"], 0);
+        // A table: 1 A100 only, never an H100.
+        let c = typed_config("{ a100 = 1 }");
+        let p = typed_plan(
+            &c,
+            &[jobs[0].clone(), jobs[1].clone(), jobs[3].clone()],
+            false,
+        );
+        assert_eq!(p.type_limits["agents"]["h100"], 2);
+    }
+
+    #[test]
+    fn a_drained_node_shrinks_only_its_types_capacity_and_lending() {
+        let c = typed_config("4");
+        // n2 drained: 2 H100 left, all agents' quota; research's H100 quota (1) is unbacked,
+        // so nothing is lendable in H100 and agents' second H100 job... agents at quota 2
+        // holds 2 on n1. research waits for an H100 beyond what is usable: no allowance.
+        let jobs = vec![
+            typed(running(1, "agents", 100), "h100"),
+            typed(running(2, "agents", 101), "h100"),
+            typed(pending(20, "training", 999), "h100"),
+        ];
+        let p = typed_plan(&c, &jobs, true);
+        assert_eq!(p.state.pools["h100"].capacity, 2);
+        assert_eq!(p.state.pools["a100"].capacity, 4);
+        assert_eq!(p.type_limits["training"]["h100"], 0);
+        // A100 untouched: training's pending A100 work would still borrow there.
+        let mut more = jobs.clone();
+        more.push(typed(pending(21, "agents", 999), "a100"));
+        let p = typed_plan(&c, &more, true);
+        assert_eq!(p.type_limits["agents"]["a100"], 1);
+    }
+
+    #[test]
+    fn untyped_jobs_in_a_typed_configuration() {
+        let c = typed_config("4");
+        // A running job whose request named no type is counted where it runs (n3: A100);
+        // a pending one has no type to be governed against and is held.
+        let mut on_n3 = running(1, "agents", 100);
+        on_n3.nodes = vec!["n3".into()];
+        let jobs = vec![
+            on_n3,
+            pending(20, "agents", 999),
+            pending(21, "outsider", 999),
+        ];
+        let p = typed_plan(&c, &jobs, false);
+        assert_eq!(p.state.pools["a100"].teams["agents"].running_gpus, 1);
+        assert_eq!(p.state.pools["a100"].victims.len(), 1);
+        assert_eq!(p.untyped, [20]);
+        assert_eq!(p.outside, [21]);
+        assert!(!p.priorities.contains_key(&20));
     }
 }

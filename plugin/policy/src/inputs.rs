@@ -429,11 +429,13 @@ mod tests {
             generated_at,
             config_digest: digest.to_string(),
             capacity: 8,
+            capacity_by_type: BTreeMap::new(),
             free_gpus: 8,
             pending_in_quota_gpus: 0,
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,
+            pools: BTreeMap::new(),
         }
     }
 

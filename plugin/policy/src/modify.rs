@@ -22,6 +22,7 @@
 //! Operators (uid 0) may change anything; only unreadable or absurd GPU counts are refused.
 //! Hold/release, TimeLimit, Name, Comment, StartTime, Dependency and every other field pass.
 
+use crate::governance::PublishedState;
 use crate::gres::MAX_GPUS_PER_JOB;
 use crate::priority::INTERNAL_QOS;
 use crate::submit::{
@@ -55,9 +56,14 @@ fn reject(kind: RejectKind, message: String) -> Verdict {
     Verdict::Reject(Rejection { kind, message })
 }
 
-/// Decide whether an update may be applied. `capacity` is the governed capacity when the
-/// governor's state is current (a larger job is refused), `None` otherwise.
-pub fn check_modify(config: &Config, req: &ModifyRequest, capacity: Option<u32>) -> Verdict {
+/// Decide whether an update may be applied. `state` is the governor's state when it is
+/// current (a job larger than the governed capacity, of its type, is refused), `None`
+/// otherwise.
+pub fn check_modify(
+    config: &Config,
+    req: &ModifyRequest,
+    state: Option<&PublishedState>,
+) -> Verdict {
     let operator = req.submit_uid == 0;
     if !operator {
         if let Some(q) = &req.qos {
@@ -148,10 +154,15 @@ pub fn check_modify(config: &Config, req: &ModifyRequest, capacity: Option<u32>)
             gpus,
             ..Admission::default()
         }),
-        Ok(Screened::Governed { gpus, team, .. }) => {
-            if let Some(r) =
-                capacity.and_then(|c| crate::submit::larger_than_cluster(config, c, gpus.total))
-            {
+        Ok(Screened::Governed {
+            gpus,
+            team,
+            gpu_type,
+            ..
+        }) => {
+            if let Some(r) = state.and_then(|s| {
+                crate::submit::larger_than_cluster(config, s, &gpus, gpu_type.as_deref())
+            }) {
                 return Verdict::Reject(r);
             }
             // The job is governed from now on: it joins the internal QOS (the governor sets
@@ -159,6 +170,7 @@ pub fn check_modify(config: &Config, req: &ModifyRequest, capacity: Option<u32>)
             Verdict::Accept(Admission {
                 gpus: gpus.total,
                 team: Some(team.name.clone()),
+                gpu_type,
                 qos: Some(INTERNAL_QOS),
                 ..Admission::default()
             })
@@ -353,10 +365,27 @@ mod tests {
         }
     }
 
+    fn state_of(capacity: u32) -> PublishedState {
+        PublishedState {
+            version: crate::governance::STATE_VERSION,
+            generated_at: 0,
+            config_digest: String::new(),
+            capacity,
+            capacity_by_type: std::collections::BTreeMap::new(),
+            free_gpus: capacity,
+            pending_in_quota_gpus: 0,
+            teams: std::collections::BTreeMap::new(),
+            victims: Vec::new(),
+            acted_at: 0,
+            pools: std::collections::BTreeMap::new(),
+        }
+    }
+
     #[test]
     fn a_restated_request_is_judged_like_a_submission() {
         let c = config();
-        let ok = check_modify(&c, &restated("agents", "gres:gpu:4"), Some(8));
+        let eight = state_of(8);
+        let ok = check_modify(&c, &restated("agents", "gres:gpu:4"), Some(&eight));
         assert_eq!(
             ok.admission().map(|a| (a.gpus, a.qos)),
             Some((4, Some(INTERNAL_QOS)))
@@ -365,7 +394,7 @@ mod tests {
             kind(&check_modify(
                 &c,
                 &restated("agents", "gres:gpu:5"),
-                Some(8)
+                Some(&eight)
             )),
             Some(RejectKind::OverTeamLimit)
         );
@@ -373,7 +402,7 @@ mod tests {
             kind(&check_modify(
                 &c,
                 &restated("research", "gres:gpu:9"),
-                Some(8)
+                Some(&eight)
             )),
             Some(RejectKind::LargerThanCluster)
         );

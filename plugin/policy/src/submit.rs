@@ -53,8 +53,14 @@ pub enum RejectKind {
     UnknownClass,
     /// A user named teamshare's internal QOS.
     InternalQos,
-    /// More GPUs than the governed partitions have.
+    /// More GPUs than the governed partitions have (of the type asked for).
     LargerThanCluster,
+    /// Untyped GPUs where GPUs are governed per type.
+    UntypedGpus,
+    /// GPUs of several types in one job where GPUs are governed per type.
+    SeveralGpuTypes,
+    /// A GPU type the configuration does not govern.
+    GpuTypeNotOffered,
     /// The governor's state is stale and `on_stale_state = "fail-closed"`.
     StaleState,
     /// `scontrol update` of a job's QOS (or clearing it) by a user: the QOS is teamshare's.
@@ -78,6 +84,9 @@ impl RejectKind {
             RejectKind::UnknownClass => "unknown_class",
             RejectKind::InternalQos => "internal_qos",
             RejectKind::LargerThanCluster => "larger_than_cluster",
+            RejectKind::UntypedGpus => "untyped_gpus",
+            RejectKind::SeveralGpuTypes => "several_gpu_types",
+            RejectKind::GpuTypeNotOffered => "gpu_type_not_offered",
             RejectKind::StaleState => "stale_state",
             RejectKind::QosChange => "qos_change",
             RejectKind::PriorityChange => "priority_change",
@@ -105,6 +114,8 @@ pub struct Admission {
     pub gpus: u64,
     /// The team, when the job is governed.
     pub team: Option<String>,
+    /// The GPU type the job is governed against (typed configurations).
+    pub gpu_type: Option<String>,
     /// Replace the request's QOS with this one (the internal QOS for governed jobs).
     pub qos: Option<&'static str>,
     /// Set the job's priority (governed jobs).
@@ -146,8 +157,11 @@ pub enum StateView<'a> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Admitted {
     pub generated_at: i64,
-    pub by_team: BTreeMap<String, u32>,
-    pub total: u32,
+    /// GPUs admitted in quota per (GPU type, team); the type is `""` where GPUs are not
+    /// governed per type.
+    pub by_team: BTreeMap<(String, String), u32>,
+    /// The same per GPU type, over all teams.
+    pub total: BTreeMap<String, u32>,
 }
 
 impl Admitted {
@@ -167,10 +181,29 @@ impl Admitted {
         }
         if let Some(team) = &admission.team {
             let gpus = admission.in_quota_gpus;
-            let e = self.by_team.entry(team.clone()).or_insert(0);
+            let pool = admission.gpu_type.clone().unwrap_or_default();
+            let e = self
+                .by_team
+                .entry((pool.clone(), team.clone()))
+                .or_insert(0);
             *e = e.saturating_add(gpus);
-            self.total = self.total.saturating_add(gpus);
+            let e = self.total.entry(pool).or_insert(0);
+            *e = e.saturating_add(gpus);
         }
+    }
+
+    /// GPUs admitted in quota for `team` in `pool` (`""`: untyped) since the state.
+    pub fn team(&self, pool: &str, team: &str) -> u32 {
+        // No allocation on the submit path: look the pair up by range.
+        self.by_team
+            .iter()
+            .find(|((p, t), _)| p == pool && t == team)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    /// GPUs admitted in quota in `pool` since the state.
+    pub fn pool(&self, pool: &str) -> u32 {
+        self.total.get(pool).copied().unwrap_or(0)
     }
 }
 
@@ -179,7 +212,8 @@ impl Admitted {
 /// component alone may fit its team while their sum never could.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HetJobTally {
-    by_team: BTreeMap<String, u64>,
+    /// GPUs per (team, GPU type; `""` untyped).
+    by_team: BTreeMap<(String, String), u64>,
 }
 
 impl HetJobTally {
@@ -201,16 +235,15 @@ impl HetJobTally {
             Some(_) => {}
         }
         let team = config.team(admission.team.as_deref()?)?;
-        let sum = self.by_team.entry(team.name.clone()).or_insert(0);
+        let gpu_type = admission.gpu_type.as_deref();
+        let sum = self
+            .by_team
+            .entry((team.name.clone(), gpu_type.unwrap_or_default().to_string()))
+            .or_insert(0);
         *sum = sum.saturating_add(admission.gpus);
-        let borrow = team.borrow_limit?;
-        let ceiling = u64::from(team.quota.total) + u64::from(borrow);
-        (*sum > ceiling).then(|| Rejection {
-            kind: RejectKind::OverTeamLimit,
-            message: format!(
-                "teamshare: team {} may hold at most {} GPUs (quota {} + borrow limit {}); the components of this heterogeneous job ask for {} together",
-                team.name, ceiling, team.quota.total, borrow, sum
-            ),
+        let asked = *sum;
+        over_ceiling(team, gpu_type, asked, || {
+            format!("the components of this heterogeneous job ask for {asked} together")
         })
     }
 }
@@ -284,7 +317,97 @@ pub(crate) enum Screened<'c> {
         gpus: GpuCount,
         team: &'c Team,
         class: u8,
+        /// The type the job is governed against (typed configurations).
+        gpu_type: Option<String>,
     },
+}
+
+/// The most GPUs (of `gpu_type`, in a typed configuration) `team` may ever hold, with the
+/// quota and borrow limit it is made of; `None` without a borrow limit.
+pub(crate) fn team_ceiling(team: &Team, gpu_type: Option<&str>) -> Option<(u64, u32, u32)> {
+    let (quota, borrow) = match gpu_type {
+        Some(k) => (
+            team.quota_of(k),
+            team.borrow_limit_of(k).or(team.borrow_limit)?,
+        ),
+        None => (team.quota.total, team.borrow_limit?),
+    };
+    Some((u64::from(quota) + u64::from(borrow), quota, borrow))
+}
+
+/// The refusal of a job asking for more than `team` may ever hold.
+pub(crate) fn over_ceiling(
+    team: &Team,
+    gpu_type: Option<&str>,
+    asked: u64,
+    what: impl FnOnce() -> String,
+) -> Option<Rejection> {
+    let (ceiling, quota, borrow) = team_ceiling(team, gpu_type)?;
+    (asked > ceiling).then(|| {
+        let (kind, of) = match gpu_type {
+            Some(k) => (format!("{k} "), format!("{k} quota")),
+            None => (String::new(), "quota".to_string()),
+        };
+        reject(
+            RejectKind::OverTeamLimit,
+            format!(
+                "teamshare: team {} may hold at most {ceiling} {kind}GPUs ({of} {quota} + borrow limit {borrow}); {}",
+                team.name,
+                what()
+            ),
+        )
+    })
+}
+
+/// In a typed configuration, the one GPU type a governed request names; a refusal when it
+/// names none (or GPUs without a type beside typed ones), several, or one not governed.
+fn governed_type(config: &Config, gpus: &GpuCount) -> Result<Option<String>, Rejection> {
+    if !config.is_typed() || gpus.is_zero() {
+        return Ok(None);
+    }
+    let offered = || {
+        config
+            .gpu_types
+            .keys()
+            .filter(|k| config.governs_type(k))
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let typed = gpus
+        .by_type
+        .values()
+        .fold(0u64, |s, n| s.saturating_add(*n));
+    if typed < gpus.total {
+        return Err(reject(
+            RejectKind::UntypedGpus,
+            format!(
+                "teamshare: GPUs are governed per type on this cluster, so a job must name one: --gres=gpu:<type>:N or --gpus=<type>:N (types: {})",
+                offered()
+            ),
+        ));
+    }
+    let mut types = gpus.by_type.keys();
+    let (Some(k), None) = (types.next(), types.next()) else {
+        return Err(reject(
+            RejectKind::SeveralGpuTypes,
+            format!(
+                "teamshare: a job may ask for one GPU type here; this one asks for {}: submit one job per type (or a heterogeneous job, one type per component)",
+                gpus.by_type.keys().map(String::as_str).collect::<Vec<_>>().join(" and ")
+            ),
+        ));
+    };
+    if !config.governs_type(k) {
+        return Err(reject(
+            RejectKind::GpuTypeNotOffered,
+            format!(
+                "teamshare: GPU type {k} is not offered in the governed partitions ({}); types: {}",
+                config.cluster.partitions.join(","),
+                offered()
+            ),
+        ));
+    }
+    Ok(Some(k.clone()))
 }
 
 fn reject(kind: RejectKind, message: String) -> Rejection {
@@ -363,17 +486,11 @@ pub(crate) fn screen_request<'c>(
         ));
     };
 
-    if let Some(borrow) = team.borrow_limit {
-        let ceiling = u64::from(team.quota.total) + u64::from(borrow);
-        if gpus.total > ceiling {
-            return Err(reject(
-                RejectKind::OverTeamLimit,
-                format!(
-                    "teamshare: team {} may hold at most {} GPUs (quota {} + borrow limit {}); this job asks for {}",
-                    team.name, ceiling, team.quota.total, borrow, gpus.total
-                ),
-            ));
-        }
+    let gpu_type = governed_type(config, &gpus)?;
+    if let Some(r) = over_ceiling(team, gpu_type.as_deref(), gpus.total, || {
+        format!("this job asks for {}", gpus.total)
+    }) {
+        return Err(r);
     }
 
     // The priority class comes in as --qos=<class>; an empty QOS is no class.
@@ -391,20 +508,47 @@ pub(crate) fn screen_request<'c>(
             )
         })?,
     };
-    Ok(Screened::Governed { gpus, team, class })
+    Ok(Screened::Governed {
+        gpus,
+        team,
+        class,
+        gpu_type,
+    })
 }
 
-pub(crate) fn larger_than_cluster(config: &Config, capacity: u32, gpus: u64) -> Option<Rejection> {
-    (gpus > u64::from(capacity)).then(|| {
+/// The refusal of a request for more GPUs than the governed partitions have: of its type in a
+/// typed configuration, else in all and of each type it names.
+pub(crate) fn larger_than_cluster(
+    config: &Config,
+    state: &PublishedState,
+    gpus: &GpuCount,
+    gpu_type: Option<&str>,
+) -> Option<Rejection> {
+    let refuse = |capacity: u32, kind: &str, asked: u64| {
         reject(
             RejectKind::LargerThanCluster,
             format!(
-                "teamshare: the governed partitions ({}) have {} usable GPUs; this job asks for {}",
+                "teamshare: the governed partitions ({}) have {capacity} usable {kind}GPUs; this job asks for {asked}",
                 config.cluster.partitions.join(","),
-                capacity,
-                gpus
             ),
         )
+    };
+    if let Some(k) = gpu_type {
+        let capacity = state.pools.get(k).map_or(0, |p| p.capacity);
+        return (gpus.total > u64::from(capacity))
+            .then(|| refuse(capacity, &format!("{k} "), gpus.total));
+    }
+    if gpus.total > u64::from(state.capacity) {
+        return Some(refuse(state.capacity, "", gpus.total));
+    }
+    // A type the partitions do not have (their GPUs untyped, or of other types) can never be
+    // given; judged only where the state knows the types.
+    if state.capacity_by_type.is_empty() && state.capacity > 0 {
+        return None;
+    }
+    gpus.by_type.iter().find_map(|(k, &n)| {
+        let capacity = state.capacity_by_type.get(k).copied().unwrap_or(0);
+        (n > u64::from(capacity)).then(|| refuse(capacity, &format!("{k} "), n))
     })
 }
 
@@ -422,7 +566,7 @@ pub fn check_without_config(req: &SubmitRequest) -> Verdict {
 
 /// Decide whether a new job may be submitted, and how it enters the queue.
 pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -> Verdict {
-    let (gpus, team, class) = match screen_request(config, req) {
+    let (gpus, team, class, gpu_type) = match screen_request(config, req) {
         Err(r) => return Verdict::Reject(r),
         Ok(Screened::Ungoverned { gpus }) => {
             return Verdict::Accept(Admission {
@@ -430,7 +574,12 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
                 ..Admission::default()
             })
         }
-        Ok(Screened::Governed { gpus, team, class }) => (gpus, team, class),
+        Ok(Screened::Governed {
+            gpus,
+            team,
+            class,
+            gpu_type,
+        }) => (gpus, team, class, gpu_type),
     };
 
     // Index 0 is "no class"; configured classes start at 1 (no allocation on the submit path).
@@ -451,6 +600,7 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
                 OnStaleState::FailOpen => Verdict::Accept(Admission {
                     gpus: gpus.total,
                     team: Some(team.name.clone()),
+                    gpu_type,
                     qos: Some(INTERNAL_QOS),
                     // Queued as a borrower: without current state it may not preempt anyone.
                     priority: Some(priority::encode(priority::BORROW_BASE, class)),
@@ -467,20 +617,41 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
         }
     };
 
-    if let Some(r) = larger_than_cluster(config, state.capacity, gpus.total) {
+    if let Some(r) = larger_than_cluster(config, state, &gpus, gpu_type.as_deref()) {
         return Verdict::Reject(r);
     }
 
-    let (running, pending) = state
-        .teams
+    // The pool the job is judged in: its type's, or all GPUs.
+    let pool = gpu_type.as_deref().unwrap_or("");
+    let (teams, victims, free, pending_in_pool) = match gpu_type.as_deref() {
+        Some(k) => match state.pools.get(k) {
+            Some(p) => (
+                &p.teams,
+                p.victims.as_slice(),
+                p.free_gpus,
+                p.pending_in_quota_gpus,
+            ),
+            None => (&state.teams, &[][..], 0, 0),
+        },
+        None => (
+            &state.teams,
+            state.victims.as_slice(),
+            state.free_gpus,
+            state.pending_in_quota_gpus,
+        ),
+    };
+    let quota = match gpu_type.as_deref() {
+        Some(k) => team.quota_of(k),
+        None => team.quota.total,
+    };
+    let (running, pending) = teams
         .get(&team.name)
         .map(|t| (t.running_gpus, t.pending_in_quota_gpus))
         .unwrap_or((0, 0));
-    let admitted_team = admitted.by_team.get(&team.name).copied().unwrap_or(0);
-    let room = team.quota.total.saturating_sub(
+    let room = quota.saturating_sub(
         running
             .saturating_add(pending)
-            .saturating_add(admitted_team),
+            .saturating_add(admitted.team(pool, &team.name)),
     );
     // An array's tasks each ask for `gpus`: as many as may run at once and fit the room are
     // in quota (the record is ranked in quota when one is; the team's limit keeps the others
@@ -496,12 +667,11 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
     let in_quota = fitting > 0;
     let in_quota_gpus = fitting.saturating_mul(gpus32);
     let level = if in_quota {
-        let k = state
-            .pending_in_quota_gpus
-            .saturating_add(admitted.total)
+        let k = pending_in_pool
+            .saturating_add(admitted.pool(pool))
             .saturating_add(in_quota_gpus)
-            .saturating_sub(state.free_gpus);
-        state.reclaim_level(k, now)
+            .saturating_sub(free);
+        governance::reclaim_level_in(victims, k, now)
     } else {
         // The governor ranks borrowers on its next pass.
         priority::BORROW_BASE
@@ -509,6 +679,7 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
     Verdict::Accept(Admission {
         gpus: gpus.total,
         team: Some(team.name.clone()),
+        gpu_type,
         qos: Some(INTERNAL_QOS),
         priority: Some(priority::encode(level, class)),
         in_quota,
@@ -542,11 +713,13 @@ mod tests {
             config_digest: String::new(),
             generated_at: 100,
             capacity: 8,
+            capacity_by_type: BTreeMap::new(),
             free_gpus: 8,
             pending_in_quota_gpus: 0,
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,
+            pools: BTreeMap::new(),
         }
     }
 
@@ -883,5 +1056,181 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    const TYPED: &str = r#"
+[cluster]
+name = "test"
+partitions = ["gpu"]
+[gpu_types.h100]
+rate_per_hour = 4
+[gpu_types.a100]
+rate_per_hour = 2
+
+[[team]]
+name = "agents"
+quota = { h100 = 2 }
+borrow_limit = 1
+
+[[team]]
+name = "training"
+quota = { a100 = 2 }
+borrow_limit = { h100 = 1 }
+"#;
+
+    /// H100: 4, none free (agents holds 1, training borrows 3: the victims); A100: 4, free.
+    fn typed_state() -> PublishedState {
+        let mut s = idle_state();
+        s.capacity = 8;
+        s.capacity_by_type = BTreeMap::from([("h100".into(), 4), ("a100".into(), 4)]);
+        let team = |running| governance::TeamState {
+            running_gpus: running,
+            pending_in_quota_gpus: 0,
+            gpu_limit: 0,
+        };
+        s.pools.insert(
+            "h100".into(),
+            governance::PoolState {
+                capacity: 4,
+                free_gpus: 0,
+                pending_in_quota_gpus: 0,
+                // agents holds 1 H100; training borrows 3 H100 (victims).
+                teams: BTreeMap::from([("agents".into(), team(1)), ("training".into(), team(3))]),
+                victims: (0..3)
+                    .map(|rank| governance::Victim {
+                        job_id: 10 + rank as u64,
+                        team: "training".into(),
+                        gpus: 1,
+                        level: priority::victim_level(rank),
+                        exempt_until: 0,
+                        gpu_type: Some("h100".into()),
+                    })
+                    .collect(),
+            },
+        );
+        s.pools.insert(
+            "a100".into(),
+            governance::PoolState {
+                capacity: 4,
+                free_gpus: 4,
+                pending_in_quota_gpus: 0,
+                teams: BTreeMap::new(),
+                victims: Vec::new(),
+            },
+        );
+        s
+    }
+
+    fn typed_verdict(config: &Config, account: &str, spec: &str, admitted: &Admitted) -> Verdict {
+        let state = typed_state();
+        super::check_submit(
+            config,
+            &req(Some(account), per_node(spec, None)),
+            StateView::Fresh {
+                state: &state,
+                admitted,
+                now: 100,
+            },
+        )
+    }
+
+    fn refusal(v: Verdict) -> (RejectKind, String) {
+        match v {
+            Verdict::Reject(r) => (r.kind, r.message),
+            Verdict::Accept(a) => panic!("accepted: {a:?}"),
+        }
+    }
+
+    #[test]
+    fn a_typed_configuration_refuses_what_it_cannot_govern_with_the_accepted_form() {
+        let c = teamshare_config::parse(TYPED, "t.toml").unwrap();
+        let none = Admitted::default();
+        let (kind, msg) = refusal(typed_verdict(&c, "agents", "gres:gpu:1", &none));
+        assert_eq!(kind, RejectKind::UntypedGpus);
+        assert_eq!(msg, "teamshare: GPUs are governed per type on this cluster, so a job must name one: --gres=gpu:<type>:N or --gpus=<type>:N (types: a100, h100)");
+        let (kind, msg) = refusal(typed_verdict(
+            &c,
+            "agents",
+            "gres:gpu:h100:1,gres:gpu:a100:1",
+            &none,
+        ));
+        assert_eq!(kind, RejectKind::SeveralGpuTypes);
+        assert!(msg.contains("asks for a100 and h100"), "{msg}");
+        // Typed and untyped GPUs together are untyped GPUs.
+        let (kind, _) = refusal(typed_verdict(
+            &c,
+            "agents",
+            "gres:gpu:h100:1,gres:gpu:1",
+            &none,
+        ));
+        assert_eq!(kind, RejectKind::UntypedGpus);
+        let (kind, msg) = refusal(typed_verdict(&c, "agents", "gres:gpu:l40s:1", &none));
+        assert_eq!(kind, RejectKind::GpuTypeNotOffered);
+        assert_eq!(msg, "teamshare: GPU type l40s is not offered in the governed partitions (gpu); types: a100, h100");
+    }
+
+    #[test]
+    fn ceilings_and_capacity_are_per_type() {
+        let c = teamshare_config::parse(TYPED, "t.toml").unwrap();
+        let none = Admitted::default();
+        // agents: 2 H100 + 1 borrowed (a number: of any type) = 3 H100 at most.
+        let (kind, msg) = refusal(typed_verdict(&c, "agents", "gres:gpu:h100:4", &none));
+        assert_eq!(kind, RejectKind::OverTeamLimit);
+        assert_eq!(msg, "teamshare: team agents may hold at most 3 h100 GPUs (h100 quota 2 + borrow limit 1); this job asks for 4");
+        assert!(typed_verdict(&c, "agents", "gres:gpu:a100:1", &none)
+            .admission()
+            .is_some());
+        // training: A100 quota 2, and only H100 may it borrow.
+        let (kind, msg) = refusal(typed_verdict(&c, "training", "gres:gpu:a100:3", &none));
+        assert_eq!(kind, RejectKind::OverTeamLimit);
+        assert!(
+            msg.contains("at most 2 a100 GPUs (a100 quota 2 + borrow limit 0)"),
+            "{msg}"
+        );
+        // Without a borrow limit only the type's capacity bounds agents' A100 jobs: 5 of 4
+        // can never fit.
+        let open = TYPED.replace("borrow_limit = 1\n", "");
+        let c2 = teamshare_config::parse(&open, "t.toml").unwrap();
+        let (kind, msg) = refusal(typed_verdict(&c2, "agents", "gres:gpu:a100:5", &none));
+        assert_eq!(kind, RejectKind::LargerThanCluster);
+        assert_eq!(
+            msg,
+            "teamshare: the governed partitions (gpu) have 4 usable a100 GPUs; this job asks for 5"
+        );
+    }
+
+    #[test]
+    fn in_quota_is_judged_in_the_jobs_type() {
+        let c = teamshare_config::parse(TYPED, "t.toml").unwrap();
+        let mut admitted = Admitted::default();
+        // agents holds 1 of its 2 H100: one more is in quota, priced above the one H100
+        // victim it needs (no H100 free).
+        let v = typed_verdict(&c, "agents", "gres:gpu:h100:1", &admitted);
+        let a = v.admission().unwrap().clone();
+        assert!(a.in_quota);
+        assert_eq!(a.gpu_type.as_deref(), Some("h100"));
+        assert_eq!(
+            priority::level(a.priority.unwrap()),
+            priority::reclaim_level(1)
+        );
+        admitted.record(&a);
+        assert_eq!(
+            (admitted.team("h100", "agents"), admitted.pool("h100")),
+            (1, 1)
+        );
+        // Its H100 quota is now spoken for: the next H100 job borrows.
+        let v = typed_verdict(&c, "agents", "gres:gpu:h100:1", &admitted);
+        assert!(!v.admission().unwrap().in_quota);
+        // An A100 job of agents (no A100 quota) borrows, whatever its H100 room.
+        let v = typed_verdict(&c, "agents", "gres:gpu:a100:1", &Admitted::default());
+        assert!(!v.admission().unwrap().in_quota);
+        // training's A100 job is in quota, with no victim needed (4 A100 free).
+        let v = typed_verdict(&c, "training", "gres:gpu:a100:2", &Admitted::default());
+        let a = v.admission().unwrap();
+        assert!(a.in_quota);
+        assert_eq!(
+            priority::level(a.priority.unwrap()),
+            priority::reclaim_level(0)
+        );
     }
 }

@@ -211,9 +211,9 @@ fn reference_gpus(j: &Job) -> u128 {
             Some(t) => u128::from(t),
             None => nonzero(j.nodes),
         },
-        _ => nonzero(j.sockets) * nonzero(j.nodes),
+        _ => nonzero(j.sockets).saturating_mul(nonzero(j.nodes)),
     };
-    j.per_spec * factor
+    j.per_spec.saturating_mul(factor)
 }
 
 /// What the submit check must decide, written from DESIGN §4 rule 7 and issue 8.
@@ -265,11 +265,13 @@ fn state() -> PublishedState {
         generated_at: 100,
         config_digest: String::new(),
         capacity: CAPACITY as u32,
+        capacity_by_type: BTreeMap::new(),
         free_gpus: CAPACITY as u32,
         pending_in_quota_gpus: 0,
         teams: BTreeMap::new(),
         victims: vec![],
         acted_at: 0,
+        pools: BTreeMap::new(),
     }
 }
 
@@ -357,7 +359,7 @@ proptest! {
             ..j.clone()
         };
         let expected = reference_kind(&as_job);
-        let got = kind(&check_modify(&c, &update, Some(CAPACITY as u32)));
+        let got = kind(&check_modify(&c, &update, Some(&state())));
         if j.uid == 0 {
             // Operators: only unreadable or absurd counts.
             let absurd = reference_gpus(&as_job) > u128::from(MAX_GPUS_PER_JOB);
@@ -412,7 +414,7 @@ proptest! {
             gpus,
             ntasks_per_gpu: per_gpu,
         };
-        let _ = check_modify(&c, &update, Some(8));
+        let _ = check_modify(&c, &update, Some(&state()));
         let _ = check_modify(&c, &ModifyRequest { qos: None, ..update }, None);
     }
 }

@@ -117,6 +117,7 @@ fn jobs(specs: &[JobSpec]) -> Vec<ClusterJob> {
         .enumerate()
         .map(|(i, s)| ClusterJob {
             id: i as u64 + 1,
+            gpu_type: None,
             team: format!("t{}", s.team),
             phase: if s.running {
                 Phase::Running
@@ -184,6 +185,8 @@ fn case() -> impl Strategy<Value = Case> {
                 fairshare: &fairshare,
                 now: NOW,
                 node_gpus: &BTreeMap::new(),
+                capacity_by_type: &BTreeMap::new(),
+                node_types: &BTreeMap::new(),
             });
             Case {
                 config,
@@ -275,6 +278,8 @@ proptest! {
         let p = plan(&GovernInput {
             config: &c.config, capacity: c.capacity, jobs: &c.jobs, fairshare: &fairshare, now: NOW,
             node_gpus: &BTreeMap::new(),
+            capacity_by_type: &BTreeMap::new(),
+            node_types: &BTreeMap::new(),
         });
         prop_assert!(p.displace.is_empty());
         prop_assert!(p.reclaim.is_empty());

@@ -114,6 +114,7 @@ pub fn state() -> PublishedState {
                 level: priority::victim_level(rank),
                 // The first victims are the most recently started: the 5 youngest are exempt.
                 exempt_until: if rank < 5 { NOW + 120 } else { NOW - 600 },
+                gpu_type: None,
             }
         })
         .collect();
@@ -122,11 +123,13 @@ pub fn state() -> PublishedState {
         config_digest: String::new(),
         generated_at: NOW - 1,
         capacity: CAPACITY,
+        capacity_by_type: BTreeMap::new(),
         free_gpus: 0,
         pending_in_quota_gpus: 24,
         teams,
         victims,
         acted_at: 0,
+        pools: BTreeMap::new(),
     }
 }
 
@@ -134,8 +137,8 @@ pub fn state() -> PublishedState {
 pub fn admitted() -> Admitted {
     let mut a = Admitted::default();
     a.reset_for(NOW - 1);
-    a.by_team.insert("agents".into(), 4);
-    a.total = 4;
+    a.by_team.insert((String::new(), "agents".into()), 4);
+    a.total.insert(String::new(), 4);
     a
 }
 
@@ -219,6 +222,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
             let start = NOW - 60 - (r % 86_400) as i64;
             jobs.push(ClusterJob {
                 id,
+                gpu_type: None,
                 team: team.to_string(),
                 phase: Phase::Running,
                 gpus: 1,
@@ -244,6 +248,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
         let held = i % 97 == 0;
         jobs.push(ClusterJob {
             id,
+            gpu_type: None,
             team: team.to_string(),
             phase: Phase::Pending,
             gpus: 1 + ((r >> 16) % 4) as u32,
@@ -288,8 +293,13 @@ pub fn govern_input<'a>(
         fairshare,
         now: NOW,
         node_gpus: &NO_PLACEMENT,
+        capacity_by_type: &NO_TYPES,
+        node_types: &NO_NODE_TYPES,
     }
 }
+
+static NO_TYPES: BTreeMap<String, u32> = BTreeMap::new();
+static NO_NODE_TYPES: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
 
 /// The benchmark's plan without per-node figures (as before they existed).
 static NO_PLACEMENT: BTreeMap<String, u32> = BTreeMap::new();

@@ -32,6 +32,8 @@ pub struct Capacity {
     pub usable_nodes: usize,
     /// GPUs per usable node (where a waiting job can be placed).
     pub per_node: BTreeMap<String, u32>,
+    /// GPUs per type on each usable node whose GPUs carry a type (`gpu:h100:4`).
+    pub per_node_types: BTreeMap<String, BTreeMap<String, u32>>,
     /// Nodes left out, with their state (down, drained...).
     pub unusable_nodes: Vec<(String, String)>,
 }
@@ -124,8 +126,12 @@ pub fn parse_sinfo(text: &str) -> Result<Capacity, CapacityError> {
         cap.total = cap.total.saturating_add(saturate(gpus.total));
         cap.per_node.insert(name.to_string(), saturate(gpus.total));
         for (t, n) in gpus.by_type {
-            let e = cap.by_type.entry(t).or_insert(0);
+            let e = cap.by_type.entry(t.clone()).or_insert(0);
             *e = e.saturating_add(saturate(n));
+            cap.per_node_types
+                .entry(name.to_string())
+                .or_default()
+                .insert(t, saturate(n));
         }
     }
     Ok(cap)
@@ -171,6 +177,11 @@ n6|gpu:4|idle*
         assert_eq!(c.by_type.get("a100"), Some(&2));
         assert_eq!(c.usable_nodes, 3);
         assert_eq!(c.per_node["n2"], 6);
+        assert_eq!(
+            c.per_node_types["n2"],
+            BTreeMap::from([("a100".to_string(), 2), ("h100".to_string(), 4)])
+        );
+        assert!(!c.per_node_types.contains_key("n1"));
         assert_eq!(c.per_node.get("n4"), None);
         let down: Vec<_> = c.unusable_nodes.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(down, ["n3", "n4", "n6"]);

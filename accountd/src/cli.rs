@@ -1103,7 +1103,14 @@ fn govern_dry_run(governor: &mut accountd::governor::Governor) -> anyhow::Result
         cap.total, cap.usable_nodes
     );
     for (node, gpus) in &cap.per_node {
-        text.push_str(&format!("node {node} {gpus}\n"));
+        let types: Vec<String> = cap
+            .per_node_types
+            .get(node)
+            .into_iter()
+            .flatten()
+            .map(|(k, n)| format!(" {k}={n}"))
+            .collect();
+        text.push_str(&format!("node {node} {gpus}{}\n", types.concat()));
     }
     for (node, state) in &cap.unusable_nodes {
         text.push_str(&format!("unusable {node} {state}\n"));
@@ -1112,10 +1119,11 @@ fn govern_dry_run(governor: &mut accountd::governor::Governor) -> anyhow::Result
         let name = accountd::governor::address(&reading.addresses, j.id)
             .unwrap_or_else(|| format!("{} (not named)", j.id));
         text.push_str(&format!(
-            "job {name} team={} {:?} gpus={} tasks={} priority={} submit={} start={} eligible={} parked={} park_held={} batch={} nodes={} node_count={} completing={}\n",
+            "job {name} team={} {:?} gpus={}{} tasks={} priority={} submit={} start={} eligible={} parked={} park_held={} batch={} nodes={} node_count={} completing={}\n",
             j.team,
             j.phase,
             j.gpus,
+            j.gpu_type.as_deref().map_or(String::new(), |k| format!(" type={k}")),
             j.tasks,
             j.priority,
             j.submit,
@@ -1133,7 +1141,8 @@ fn govern_dry_run(governor: &mut accountd::governor::Governor) -> anyhow::Result
         text.push_str(&format!("unreadable {u}\n"));
     }
     for (team, limit) in &plan.gpu_limits {
-        text.push_str(&format!("would limit {team} {limit}\n"));
+        let tres = accountd::governor::grp_tres(*limit, plan.type_limits.get(team));
+        text.push_str(&format!("would limit {team} {tres}\n"));
     }
     let changes = reading
         .jobs
@@ -1146,6 +1155,7 @@ fn govern_dry_run(governor: &mut accountd::governor::Governor) -> anyhow::Result
         ("displace", &plan.displace),
         ("requeue (violation)", &plan.violations),
         ("hold (outside every team)", &plan.outside),
+        ("hold (no single GPU type)", &plan.untyped),
         ("park", &plan.park),
         ("release", &plan.release),
     ] {

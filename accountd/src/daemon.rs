@@ -576,7 +576,7 @@ fn govern(shared: &Shared, governor: &mut Governor, capacity_tx: &Sender<Capacit
     }
     for (ids, what) in [
         (&report.violations, "requeued by the governor: a non-preemptible job ran beyond its team's quota (it waits, parked, until it fits)"),
-        (&report.held, "held by the governor: it holds or asks for GPUs in a governed partition outside every team"),
+        (&report.held, "held by the governor: it holds or asks for GPUs in a governed partition outside every team, or no single GPU type where GPUs are governed per type"),
         (&report.skipped, "left alone: it ended, was requeued or restarted between the governor's snapshot and its action"),
         (&report.parked, "parked by the governor: its priority class may not borrow and it does not fit its team's quota (held until it fits)"),
         (&report.released, "released by the governor: it now fits its team's quota"),

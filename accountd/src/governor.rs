@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use teamshare_config::Config;
 use teamshare_policy::array;
 use teamshare_policy::governance::{self, ClusterJob, GovernInput, Phase, Plan, PublishedState};
-use teamshare_policy::gres::gpu_count;
+use teamshare_policy::gres::{gpu_count, GpuCount};
 use teamshare_policy::priority;
 use teamshare_policy::submit::{gpus_requested, GpuAsk};
 
@@ -183,9 +183,13 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
             }
         };
         let start = parse_utc(f[5]);
+        let mut gpu_type = None;
         let gpus = if phase == Phase::Running {
             match gpu_count(f[6]) {
-                Ok(c) => u32::try_from(c.total).unwrap_or(u32::MAX),
+                Ok(c) => {
+                    gpu_type = one_type(&c);
+                    u32::try_from(c.total).unwrap_or(u32::MAX)
+                }
                 Err(e) => {
                     // Slurm writes the allocation itself; counted as none rather than stop.
                     bad(&format!("{e} (running job counted without GPUs)"));
@@ -204,7 +208,10 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
                 sockets_per_node: None,
             };
             match gpus_requested(&ask) {
-                Ok(c) => u32::try_from(c.total).unwrap_or(governance::UNREADABLE_GPUS),
+                Ok(c) => {
+                    gpu_type = one_type(&c);
+                    u32::try_from(c.total).unwrap_or(governance::UNREADABLE_GPUS)
+                }
                 Err(e) => {
                     bad(&format!("{e} (job treated as never fitting)"));
                     governance::UNREADABLE_GPUS
@@ -260,7 +267,7 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
         }
         jobs.push(ClusterJob {
             id,
-            gpu_type: None,
+            gpu_type,
             team: f[1].trim().to_string(),
             phase,
             gpus,
@@ -304,6 +311,28 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
         }
     }
     (jobs, unreadable, addresses)
+}
+
+/// The one GPU type all of a job's GPUs are of (the allocation's typed entries, where
+/// AccountingStorageTRES lists the type, or the request's); `None` for untyped GPUs, or
+/// GPUs of several types (the plan then counts a running job by its node's type).
+fn one_type(count: &GpuCount) -> Option<String> {
+    let mut types = count.by_type.iter().filter(|(_, n)| **n > 0);
+    match (types.next(), types.next()) {
+        (Some((k, n)), None) if *n == count.total => Some(k.clone()),
+        _ => None,
+    }
+}
+
+/// A team's GrpTRES: its GPUs in all and, in a typed configuration, of each type
+/// (`gres/gpu=5,gres/gpu:a100=2,gres/gpu:h100=3`). Slurm counts a typed request against both
+/// its type and `gres/gpu`.
+pub fn grp_tres(total: u32, by_type: Option<&BTreeMap<String, u32>>) -> String {
+    let mut tres = format!("gres/gpu={total}");
+    for (k, n) in by_type.into_iter().flatten() {
+        tres.push_str(&format!(",gres/gpu:{k}={n}"));
+    }
+    tres
 }
 
 /// Slurm's compressed host list (`n1`, `n[1-3,7]`, `gpu-[01-02],cpu1`) as node names; `None`
@@ -381,7 +410,9 @@ fn parse_utc(text: &str) -> Option<UnixSeconds> {
 pub struct PassReport {
     pub jobs: usize,
     pub priority_updates: usize,
-    pub limit_updates: Vec<(String, u32)>,
+    /// Each team whose GPU limit was set, with its GrpTRES (`gres/gpu=4`, plus each type's in
+    /// a typed configuration).
+    pub limit_updates: Vec<(String, String)>,
     pub displaced: Vec<u64>,
     /// Borrowed jobs the governor requeued itself for in-quota jobs Slurm left waiting.
     pub reclaimed: Vec<u64>,
@@ -512,7 +543,8 @@ pub struct Governor {
 struct Actuator {
     config: Config,
     /// Limits as last set, so sacctmgr runs only on change (None: not yet known).
-    limits: BTreeMap<String, u32>,
+    /// The GrpTRES each team's account was last given (`gres/gpu=4,gres/gpu:h100=2`).
+    limits: BTreeMap<String, String>,
     /// Requeues this governor made whose run's end is not yet known from accounting.
     requeues: Vec<RequeueCheck>,
     requeues_checked_at: Option<Instant>,
@@ -646,8 +678,8 @@ impl Governor {
             fairshare: &self.fairshare,
             now,
             node_gpus: &cap.per_node,
-            capacity_by_type: &BTreeMap::new(),
-            node_types: &BTreeMap::new(),
+            capacity_by_type: &cap.by_type,
+            node_types: &cap.per_node_types,
         });
         plan.state.acted_at = self.acted_at;
         write_state(self.state_file(), &plan.state)?;
@@ -744,8 +776,8 @@ impl Governor {
             fairshare: &self.fairshare,
             now,
             node_gpus: &reading.capacity.per_node,
-            capacity_by_type: &BTreeMap::new(),
-            node_types: &BTreeMap::new(),
+            capacity_by_type: &reading.capacity.by_type,
+            node_types: &reading.capacity.per_node_types,
         });
         Ok((reading, plan, fairshare_error))
     }
@@ -861,7 +893,8 @@ impl Actuator {
     fn apply_limits(&mut self, plan: &Plan, report: &mut PassReport) {
         let cluster = slurm_name(&self.config.cluster.name);
         for (team, limit) in &plan.gpu_limits {
-            if self.limits.get(team) == Some(limit) {
+            let tres = grp_tres(*limit, plan.type_limits.get(team));
+            if self.limits.get(team) == Some(&tres) {
                 continue;
             }
             let result = SlurmCommand::new(
@@ -874,15 +907,15 @@ impl Actuator {
                     format!("name={team}"),
                     format!("cluster={cluster}"),
                     "set".into(),
-                    format!("GrpTRES=gres/gpu={limit}"),
+                    format!("GrpTRES={tres}"),
                 ],
                 UPDATE_TIMEOUT,
             )
             .run();
             match result {
                 Ok(_) => {
-                    self.limits.insert(team.clone(), *limit);
-                    report.limit_updates.push((team.clone(), *limit));
+                    self.limits.insert(team.clone(), tres.clone());
+                    report.limit_updates.push((team.clone(), tres));
                 }
                 // Not remembered as set: tried again next pass.
                 Err(e) => report.failures.push(e.to_string()),
@@ -1216,28 +1249,29 @@ fn still_running(ids: &[String]) -> Result<BTreeMap<u64, (Option<i64>, bool)>, G
         .collect())
 }
 
-/// Hold pending jobs that ask for GPUs in a governed partition outside every team (an
-/// administrator's hold, which their owner cannot release), with the reason in their
-/// AdminComment. `requeued` are running ones this pass requeued held: `requeuehold` is a
-/// user's hold (their owner could release it), made an administrator's hold here. Returns the
-/// pending ids held.
+/// Hold pending jobs the plan cannot govern (an administrator's hold, which their owner
+/// cannot release), with the reason in their AdminComment: jobs asking for GPUs in a governed
+/// partition outside every team, and (in a typed configuration) team jobs asking for untyped
+/// GPUs or several types. `requeued` are running ones this pass requeued held: `requeuehold`
+/// is a user's hold (their owner could release it), made an administrator's hold here.
+/// Returns the pending ids held.
 fn hold_outside(
     plan: &Plan,
     jobs: &[ClusterJob],
     addresses: &Addresses,
     requeued: &[u64],
 ) -> Result<Vec<u64>, GovernError> {
-    let ids: Vec<u64> = plan
-        .outside
-        .iter()
-        .copied()
-        .filter(|id| {
-            jobs.iter()
-                .any(|j| j.id == *id && j.phase == governance::Phase::Pending)
-        })
-        .filter(|id| address(addresses, *id).is_some())
-        .collect();
-    let hold = |ids: &[u64]| -> Result<bool, GovernError> {
+    let pending = |list: &[u64]| -> Vec<u64> {
+        list.iter()
+            .copied()
+            .filter(|id| {
+                jobs.iter()
+                    .any(|j| j.id == *id && j.phase == governance::Phase::Pending)
+            })
+            .filter(|id| address(addresses, *id).is_some())
+            .collect()
+    };
+    let hold = |ids: &[u64], why: &str| -> Result<bool, GovernError> {
         let names: Vec<String> = ids
             .iter()
             .filter_map(|id| address(addresses, *id))
@@ -1251,7 +1285,7 @@ fn hold_outside(
             vec![
                 "update".into(),
                 format!("jobid={list}"),
-                "AdminComment=teamshare: held: GPU jobs in governed partitions must run in a team account (-A <team>)".into(),
+                format!("AdminComment=teamshare: held: {why}"),
             ],
             UPDATE_TIMEOUT,
         )
@@ -1260,9 +1294,19 @@ fn hold_outside(
             .run_unchecked()?;
         Ok(status.success())
     };
+    const OUTSIDE: &str = "GPU jobs in governed partitions must run in a team account (-A <team>)";
+    const UNTYPED: &str =
+        "GPUs are governed per type; resubmit naming one type (--gres=gpu:<type>:N)";
     // An interactive one was cancelled instead: its hold fails, harmlessly.
-    hold(requeued)?;
-    Ok(if hold(&ids)? { ids } else { Vec::new() })
+    hold(requeued, OUTSIDE)?;
+    let mut held = Vec::new();
+    for (list, why) in [(&plan.outside, OUTSIDE), (&plan.untyped, UNTYPED)] {
+        let ids = pending(list);
+        if hold(&ids, why)? {
+            held.extend(ids);
+        }
+    }
+    Ok(held)
 }
 
 /// Set the priority of every job whose priority differs from the plan: one scontrol call per
@@ -1598,6 +1642,49 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // Not in accounting yet; or another run of the job.
         assert_eq!(requeued_run_end(sacct, 176, start), None);
         assert_eq!(requeued_run_end(sacct, 174, start + 60), None);
+    }
+
+    #[test]
+    fn jobs_carry_the_one_gpu_type_they_hold_or_ask_for() {
+        // Lines as squeue prints them on the dev cluster with GPU_TYPES="h100 h100 a100":
+        // the allocation of an untyped request names the type it got (job 2).
+        let text = "\
+1|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|N/A|gres:gpu:h100:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|1|N/A|
+2|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1|N/A|gres:gpu:1|N/A|1|1|None|1|n3|2026-11-30T03:16:00|2|N/A|
+3|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|gres:gpu:h100:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|3|N/A|
+4|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|4|N/A|
+5|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:1,gres:gpu:a100:1|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|5|N/A|
+6|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=2|N/A|gres:gpu:2|N/A|1|1|None|1|n3|2026-11-30T03:16:00|6|N/A|
+";
+        let (jobs, unreadable) = parse_squeue(text, 1_796_008_620);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        let types: Vec<(u64, Option<&str>, u32)> = jobs
+            .iter()
+            .map(|j| (j.id, j.gpu_type.as_deref(), j.gpus))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                (1, Some("h100"), 1),
+                (2, Some("a100"), 1),
+                (3, Some("h100"), 2),
+                (4, None, 2),
+                // Several types: none (a typed configuration holds such a pending job).
+                (5, None, 2),
+                // No typed TRES accounted: the plan counts it by its node's type.
+                (6, None, 2),
+            ]
+        );
+    }
+
+    #[test]
+    fn grp_tres_names_each_type_after_the_total() {
+        assert_eq!(grp_tres(4, None), "gres/gpu=4");
+        let types = BTreeMap::from([("h100".to_string(), 3), ("a100".to_string(), 0)]);
+        assert_eq!(
+            grp_tres(3, Some(&types)),
+            "gres/gpu=3,gres/gpu:a100=0,gres/gpu:h100=3"
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@ usage() {
     cat <<'EOF'
 Environment (defaults in brackets):
   NODES [2]  GPUS_PER_NODE [4]  CPUS_PER_NODE [64]  NODE_MEMORY_MB [262144]
+  GPU_TYPES [none]  gres type of each node's GPUs, in node order, space-separated ("h100 h100
+                    a100"; "-" or a missing entry: untyped); typed GPUs are listed in
+                    AccountingStorageTRES too
   CLUSTER_NAME [teamshare-dev]
   SLURMCTLD_PORT [16817]  SLURMDBD_PORT [16819]  MARIADB_PORT [13306]  SLURMD_PORT_BASE [17001]
   TEAMSHARE_PLUGIN  path to libjob_submit_teamshare.so (enables JobSubmitPlugins=teamshare)
@@ -58,6 +61,7 @@ SLURMD_PORT_BASE=${SLURMD_PORT_BASE:-17001}
 READY_TIMEOUT=${READY_TIMEOUT:-30}
 SMOKE_TEST=${SMOKE_TEST:-0}
 SKIP_APT=${SKIP_APT:-0}
+read -r -a GPU_TYPE_OF <<<"${GPU_TYPES:-}"
 
 for v in NODES GPUS_PER_NODE CPUS_PER_NODE NODE_MEMORY_MB SLURMCTLD_PORT SLURMDBD_PORT \
     MARIADB_PORT SLURMD_PORT_BASE READY_TIMEOUT; do
@@ -65,6 +69,12 @@ for v in NODES GPUS_PER_NODE CPUS_PER_NODE NODE_MEMORY_MB SLURMCTLD_PORT SLURMDB
 done
 ((NODES >= 1 && NODES <= 64)) || die_early "NODES must be 1..64"
 ((GPUS_PER_NODE >= 1 && GPUS_PER_NODE <= 64)) || die_early "GPUS_PER_NODE must be 1..64"
+((${#GPU_TYPE_OF[@]} <= NODES)) || die_early "GPU_TYPES names ${#GPU_TYPE_OF[@]} types for $NODES nodes"
+for t in "${GPU_TYPE_OF[@]}"; do
+    [[ $t == - || $t =~ ^[A-Za-z0-9_.-]+$ ]] || die_early "GPU_TYPES: '$t' is not a gres type"
+done
+# The type of node i's GPUs ("" when untyped).
+node_type() { local t=${GPU_TYPE_OF[$(($1 - 1))]:-}; [[ $t == - ]] && t=; echo "$t"; }
 [[ $CLUSTER_NAME =~ ^[a-z0-9][a-z0-9_-]*$ ]] ||
     die_early "CLUSTER_NAME must be lower case letters, digits, '-' or '_' (got '$CLUSTER_NAME')"
 for f in TEAMSHARE_PLUGIN TEAMSHARE_CONFIG SLURM_CONF_EXTRA JOB_SUBMIT_LUA; do
@@ -391,7 +401,7 @@ AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$SLURMDBD_PORT
 AccountingStoragePass=$MUNGE_SOCKET
 AccountingStorageEnforce=associations,limits,qos
-AccountingStorageTRES=gres/gpu
+AccountingStorageTRES=gres/gpu$(for t in $(for ((i = 1; i <= NODES; i++)); do node_type "$i"; done | sort -u); do printf ',gres/gpu:%s' "$t"; done)
 EOF
     if [[ $JSP != none ]]; then echo "JobSubmitPlugins=$JSP"; fi
     cat <<EOF
@@ -399,7 +409,7 @@ EOF
 SlurmdParameters=config_overrides
 EOF
     for ((i = 1; i <= NODES; i++)); do
-        echo "NodeName=n$i NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + i - 1)) CPUs=$CPUS_PER_NODE RealMemory=$NODE_MEMORY_MB Gres=gpu:$GPUS_PER_NODE State=UNKNOWN"
+        echo "NodeName=n$i NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + i - 1)) CPUs=$CPUS_PER_NODE RealMemory=$NODE_MEMORY_MB Gres=gpu:$(t=$(node_type "$i"); [[ -n $t ]] && echo "$t:")$GPUS_PER_NODE State=UNKNOWN"
     done
     echo "PartitionName=gpu Nodes=$NODELIST Default=YES MaxTime=INFINITE State=UP"
     if [[ -n ${SLURM_CONF_EXTRA:-} ]]; then
@@ -410,7 +420,10 @@ EOF
 
 {
     echo "AutoDetect=off"
-    for ((i = 1; i <= NODES; i++)); do echo "NodeName=n$i Name=gpu File=$(gpu_files "$i")"; done
+    for ((i = 1; i <= NODES; i++)); do
+        t=$(node_type "$i")
+        echo "NodeName=n$i Name=gpu${t:+ Type=$t} File=$(gpu_files "$i")"
+    done
 } >"$ETC/gres.conf"
 
 # Catch syntax errors at once (clients parse slurm.conf before doing anything else).

@@ -1245,6 +1245,34 @@ fn setup_slurm(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow::R
         }
         Err(e) => return Err(e).context("cannot read Slurm's associations"),
     };
+    // Per-type limits need slurmdbd to know each type's TRES, which only slurm.conf's
+    // AccountingStorageTRES can make it do.
+    if config.is_typed() {
+        let known = slurm_setup::show_tres().run().map(|o| o.stdout);
+        let missing = match &known {
+            Ok(text) => slurm_setup::missing_tres(config, text),
+            Err(_) => Vec::new(),
+        };
+        if !missing.is_empty() || known.is_err() {
+            let all: Vec<String> = config
+                .governed_types()
+                .into_iter()
+                .map(|k| format!("gres/gpu:{k}"))
+                .collect();
+            let why = match known {
+                Err(e) => format!("cannot list Slurm's TRES ({e})"),
+                Ok(_) => format!("Slurm does not account {}", missing.join(", ")),
+            };
+            let text = format!(
+                "{why}: GPUs are governed per type, so slurm.conf must contain AccountingStorageTRES=gres/gpu,{} (and gres.conf a Type= for each node's GPUs); restart slurmctld, then run setup-slurm again",
+                all.join(",")
+            );
+            if !args.dry_run {
+                anyhow::bail!(text);
+            }
+            say_err!("accountd: warning: {text}");
+        }
+    }
     let changes = slurm_setup::plan(&want, &args.users, &current);
     // A reader that goes away stops the printing, never the changes.
     let mut out = Stdout::new();

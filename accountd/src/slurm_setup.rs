@@ -32,33 +32,116 @@ pub enum SetupError {
     },
 }
 
+/// GPU limits of a GrpTRES: `""` for `gres/gpu`, a type for `gres/gpu:TYPE`.
+pub type GpuLimits = BTreeMap<String, u64>;
+
 /// A team account as the configuration wants it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountSpec {
     pub name: String,
     pub fairshare: u32,
-    /// The team's ceiling (quota + borrow limit); None: no ceiling.
-    pub gpu_limit: Option<u64>,
-    /// The team's quota: the GPU limit (`GrpTRES=gres/gpu=`) of a new account, which the
+    /// The team's ceiling (quota + borrow limit) for `gres/gpu` (`""`) and, in a typed
+    /// configuration, each governed type; `None`: no ceiling.
+    pub gpu_limit: BTreeMap<String, Option<u64>>,
+    /// The team's quota, per the same keys: the GPU limits of a new account, which the
     /// governor then moves between the quota and the ceiling.
-    pub quota: u64,
+    pub quota: GpuLimits,
 }
 
 /// The team accounts the configuration wants, in its order.
 pub fn desired(config: &Config) -> Vec<AccountSpec> {
+    let types: Vec<&str> = if config.is_typed() {
+        config.governed_types().into_iter().collect()
+    } else {
+        Vec::new()
+    };
     config
         .teams
         .iter()
-        .map(|t| AccountSpec {
-            name: t.name.clone(),
-            fairshare: t.weight,
-            // DESIGN 4 rule 1: U_T <= Q_T + B_T, enforced by Slurm as the account's GrpTRES.
-            gpu_limit: t
-                .borrow_limit
-                .map(|b| u64::from(t.quota.total) + u64::from(b)),
-            quota: u64::from(t.quota.total),
+        .map(|t| {
+            // DESIGN 4 rule 1: U_T <= Q_T + B_T, enforced by Slurm as the account's GrpTRES,
+            // per type where the configuration is typed (B_T,k: the type's entry of a table,
+            // else the number, which holds over all types).
+            let mut gpu_limit = BTreeMap::from([(
+                String::new(),
+                t.borrow_limit
+                    .map(|b| u64::from(t.quota.total) + u64::from(b)),
+            )]);
+            let mut quota = GpuLimits::from([(String::new(), u64::from(t.quota.total))]);
+            for k in &types {
+                let b = t.borrow_limit_of(k).or(t.borrow_limit);
+                gpu_limit.insert(
+                    (*k).to_string(),
+                    b.map(|b| u64::from(t.quota_of(k)) + u64::from(b)),
+                );
+                quota.insert((*k).to_string(), u64::from(t.quota_of(k)));
+            }
+            AccountSpec {
+                name: t.name.clone(),
+                fairshare: t.weight,
+                gpu_limit,
+                quota,
+            }
         })
         .collect()
+}
+
+/// `gres/gpu=4,gres/gpu:h100=2` (`none` when empty).
+fn limits_text(limits: &GpuLimits) -> String {
+    if limits.is_empty() {
+        return "none".to_string();
+    }
+    limits
+        .iter()
+        .map(|(k, n)| {
+            let n = if *n == u64::MAX {
+                "-1".to_string()
+            } else {
+                n.to_string()
+            };
+            if k.is_empty() {
+                format!("gres/gpu={n}")
+            } else {
+                format!("gres/gpu:{k}={n}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The TRES a typed configuration needs slurmdbd to know (`gres/gpu:h100`), which it knows
+/// only when slurm.conf's AccountingStorageTRES lists them; `known` is `sacctmgr show tres`'
+/// `Type|Name` lines (`gres|gpu:h100`). Returns those missing.
+pub fn missing_tres(config: &Config, known: &str) -> Vec<String> {
+    if !config.is_typed() {
+        return Vec::new();
+    }
+    let known: BTreeSet<&str> = known
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("gres|"))
+        .map(|n| n.split('|').next().unwrap_or(n))
+        .collect();
+    config
+        .governed_types()
+        .into_iter()
+        .filter(|k| !known.contains(format!("gpu:{k}").as_str()))
+        .map(|k| format!("gres/gpu:{k}"))
+        .collect()
+}
+
+/// Lists the TRES slurmdbd knows (`Type|Name`).
+pub fn show_tres() -> SlurmCommand {
+    SlurmCommand::new(
+        "sacctmgr",
+        vec![
+            "-n".into(),
+            "-P".into(),
+            "show".into(),
+            "tres".into(),
+            "format=Type,Name".into(),
+        ],
+        SACCTMGR_TIMEOUT,
+    )
 }
 
 /// An account association as slurmdbd has it.
@@ -67,7 +150,8 @@ pub struct AccountAssoc {
     pub parent: String,
     /// Verbatim: a number or `parent`.
     pub fairshare: String,
-    pub gpu_limit: Option<u64>,
+    /// The account's `gres/gpu` and `gres/gpu:TYPE` limits that are set.
+    pub gpu_limit: GpuLimits,
 }
 
 /// The associations of one cluster.
@@ -131,26 +215,41 @@ pub fn parse_associations(text: &str) -> Result<Associations, SetupError> {
     Ok(assocs)
 }
 
-/// The `gres/gpu` entry of a GrpTRES, if there is one.
-fn grp_gpu_limit(grp_tres: &str) -> Result<Option<u64>, String> {
-    // gpu_count reads the number; whether the entry is there at all tells "no limit" from 0.
-    let has_gpu_entry = grp_tres
-        .split(',')
-        .any(|e| e.trim().split('=').next() == Some("gres/gpu"));
-    if !has_gpu_entry {
-        return Ok(None);
+/// The `gres/gpu` and `gres/gpu:TYPE` entries of a GrpTRES that are there (an absent entry
+/// is no limit, which differs from 0).
+fn grp_gpu_limit(grp_tres: &str) -> Result<GpuLimits, String> {
+    let mut limits = GpuLimits::new();
+    // Each entry is a limit of its own (not a breakdown of gres/gpu, as in AllocTRES).
+    for e in grp_tres.split(',').map(str::trim) {
+        let key = match e.split('=').next() {
+            Some("gres/gpu") => String::new(),
+            Some(name) => match name.strip_prefix("gres/gpu:") {
+                Some(k) => k.to_string(),
+                None => continue,
+            },
+            None => continue,
+        };
+        let count = gpu_count(e).map_err(|err| format!("GrpTRES: {err}"))?;
+        limits.insert(key, count.total);
     }
-    gpu_count(grp_tres)
-        .map(|c| Some(c.total))
-        .map_err(|e| format!("GrpTRES: {e}"))
+    Ok(limits)
 }
 
 /// One setting of an existing account that differs, with its current value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AccountSetting {
-    Parent { old: String },
-    Fairshare { old: String, new: u32 },
-    GpuLimit { old: Option<u64>, new: Option<u64> },
+    Parent {
+        old: String,
+    },
+    Fairshare {
+        old: String,
+        new: u32,
+    },
+    /// Only the entries that change; `u64::MAX` in `new` clears an entry (sacctmgr's -1).
+    GpuLimit {
+        old: GpuLimits,
+        new: GpuLimits,
+    },
 }
 
 impl AccountSetting {
@@ -159,7 +258,7 @@ impl AccountSetting {
         match self {
             AccountSetting::Parent { .. } => format!("Parent={PARENT_ACCOUNT}"),
             AccountSetting::Fairshare { new, .. } => format!("Fairshare={new}"),
-            AccountSetting::GpuLimit { new, .. } => grp_tres_arg(*new),
+            AccountSetting::GpuLimit { new, .. } => format!("GrpTRES={}", limits_text(new)),
         }
     }
 }
@@ -176,7 +275,11 @@ impl fmt::Display for AccountSetting {
                 write!(f, "Fairshare {old} -> {new}")
             }
             AccountSetting::GpuLimit { old, new } => {
-                write!(f, "GrpTRES {} -> {}", limit_text(*old), limit_text(*new))
+                let was: GpuLimits = new
+                    .keys()
+                    .filter_map(|k| old.get(k).map(|n| (k.clone(), *n)))
+                    .collect();
+                write!(f, "GrpTRES {} -> {}", limits_text(&was), limits_text(new))
             }
         }
     }
@@ -196,21 +299,6 @@ pub enum Change {
     },
 }
 
-fn limit_text(limit: Option<u64>) -> String {
-    match limit {
-        Some(n) => format!("gres/gpu={n}"),
-        None => "none".to_string(),
-    }
-}
-
-/// `GrpTRES` as sacctmgr reads it; -1 clears the limit.
-fn grp_tres_arg(limit: Option<u64>) -> String {
-    match limit {
-        Some(n) => format!("GrpTRES=gres/gpu={n}"),
-        None => "GrpTRES=gres/gpu=-1".to_string(),
-    }
-}
-
 impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -219,7 +307,7 @@ impl fmt::Display for Change {
                 "add account {} (parent {PARENT_ACCOUNT}, Fairshare {}, GPU limit {})",
                 a.name,
                 a.fairshare,
-                limit_text(Some(a.quota))
+                limits_text(&a.quota)
             ),
             Change::ModifyAccount { name, settings } => {
                 write!(f, "modify account {name}:")?;
@@ -248,7 +336,7 @@ impl Change {
                     format!("Parent={PARENT_ACCOUNT}"),
                     format!("Fairshare={}", a.fairshare),
                 ]);
-                args.push(grp_tres_arg(Some(a.quota)));
+                args.push(format!("GrpTRES={}", limits_text(&a.quota)));
             }
             Change::ModifyAccount { name, settings } => {
                 args.extend([
@@ -300,15 +388,24 @@ pub fn plan(accounts: &[AccountSpec], users: &[String], current: &Associations) 
                 // ceiling every pass: only one above the ceiling is lowered, and a missing one
                 // set to the quota. Setting the ceiling here would let every team borrow up to
                 // it until the governor's next change (issue 8: seen as CI's s04 failure).
-                let limit = match (have.gpu_limit, want.gpu_limit) {
-                    (Some(l), Some(c)) if l > c => Some(c),
-                    (None, _) => Some(want.quota),
-                    _ => None,
-                };
-                if let Some(new) = limit {
+                // Per entry: gres/gpu, and each type of a typed configuration.
+                let mut new = GpuLimits::new();
+                for (key, ceiling) in &want.gpu_limit {
+                    let quota = want.quota.get(key).copied().unwrap_or(0);
+                    match (have.gpu_limit.get(key), ceiling) {
+                        (Some(l), Some(c)) if l > c => {
+                            new.insert(key.clone(), *c);
+                        }
+                        (None, _) => {
+                            new.insert(key.clone(), quota);
+                        }
+                        _ => {}
+                    }
+                }
+                if !new.is_empty() {
                     settings.push(AccountSetting::GpuLimit {
-                        old: have.gpu_limit,
-                        new: Some(new),
+                        old: have.gpu_limit.clone(),
+                        new,
                     });
                 }
                 if !settings.is_empty() {
@@ -426,10 +523,14 @@ mod tests {
         AccountSpec {
             name: name.into(),
             fairshare,
-            gpu_limit,
+            gpu_limit: BTreeMap::from([(String::new(), gpu_limit)]),
             // Half the ceiling (or 1 with none), enough to tell the two apart.
-            quota: gpu_limit.map_or(1, |c| c / 2),
+            quota: GpuLimits::from([(String::new(), gpu_limit.map_or(1, |c| c / 2))]),
         }
+    }
+
+    fn untyped(n: u64) -> GpuLimits {
+        GpuLimits::from([(String::new(), n)])
     }
 
     const CURRENT: &str = "\
@@ -444,10 +545,20 @@ research||root|20|gres/gpu=0
     #[test]
     fn associations_are_read() {
         let a = parse_associations(CURRENT).unwrap();
-        assert_eq!(a.accounts["agents"].gpu_limit, Some(4));
-        assert_eq!(a.accounts["training"].gpu_limit, None);
+        assert_eq!(a.accounts["agents"].gpu_limit, untyped(4));
+        assert!(a.accounts["training"].gpu_limit.is_empty());
         assert_eq!(a.accounts["training"].parent, "science");
-        assert_eq!(a.accounts["research"].gpu_limit, Some(0));
+        assert_eq!(a.accounts["research"].gpu_limit, untyped(0));
+        let typed =
+            parse_associations("a||root|1|gres/gpu=5,gres/gpu:h100=3,gres/gpu:a100=0\n").unwrap();
+        assert_eq!(
+            typed.accounts["a"].gpu_limit,
+            GpuLimits::from([
+                (String::new(), 5),
+                ("a100".to_string(), 0),
+                ("h100".to_string(), 3)
+            ])
+        );
         assert!(a.users.contains(&("agents".into(), "alice".into())));
         assert!(parse_associations("agents|root|40").is_err());
         assert!(parse_associations("agents||root|40|gres/gpu=many").is_err());
@@ -470,7 +581,7 @@ research||root|20|gres/gpu=0
             AccountAssoc {
                 parent: "root".into(),
                 fairshare: "10".into(),
-                gpu_limit: Some(5),
+                gpu_limit: untyped(5),
             },
         );
         current.users.insert(("physics".into(), "alice".into()));
@@ -499,7 +610,7 @@ research||root|20|gres/gpu=0
                 AccountAssoc {
                     parent: "root".into(),
                     fairshare: w.fairshare.to_string(),
-                    gpu_limit: Some(w.quota),
+                    gpu_limit: w.quota.clone(),
                 },
             );
             after.users.insert((w.name.clone(), "alice".into()));
@@ -528,8 +639,8 @@ research||root|20|gres/gpu=0
                     new: 20,
                 },
                 AccountSetting::GpuLimit {
-                    old: Some(0),
-                    new: None,
+                    old: untyped(0),
+                    new: untyped(u64::MAX),
                 },
             ],
         };
@@ -549,5 +660,67 @@ research||root|20|gres/gpu=0
             show_associations("c").display(),
             "sacctmgr -n -P show associations where cluster=c WOPLimits format=Account,User,ParentName,Fairshare,GrpTRES"
         );
+    }
+
+    #[test]
+    fn a_typed_configuration_limits_each_type() {
+        let config = teamshare_config::parse(
+            r#"
+[cluster]
+name = "c"
+[gpu_types.h100]
+rate_per_hour = 4
+[gpu_types.a100]
+rate_per_hour = 2
+[[team]]
+name = "agents"
+quota = { h100 = 2 }
+borrow_limit = 1
+[[team]]
+name = "training"
+quota = { a100 = 2 }
+borrow_limit = { h100 = 1 }
+"#,
+            "t.toml",
+        )
+        .unwrap();
+        let want = desired(&config);
+        // agents: a number holds for every type; training: its table (A100 0 beyond quota).
+        assert_eq!(
+            want[0].gpu_limit,
+            BTreeMap::from([
+                (String::new(), Some(3)),
+                ("a100".to_string(), Some(1)),
+                ("h100".to_string(), Some(3))
+            ])
+        );
+        assert_eq!(want[1].gpu_limit["a100"], Some(2));
+        assert_eq!(want[1].gpu_limit["h100"], Some(1));
+        let add = Change::AddAccount(want[0].clone());
+        assert_eq!(
+            add.command("c").display(),
+            "sacctmgr -i add account agents Cluster=c Parent=root Fairshare=1 GrpTRES=gres/gpu=2,gres/gpu:a100=0,gres/gpu:h100=2"
+        );
+        // An account with only the untyped limit gets its types' quotas; one above a type's
+        // ceiling is lowered, the rest left to the governor.
+        let current = parse_associations(
+            "agents||root|1|gres/gpu=3\ntraining||root|1|gres/gpu=2,gres/gpu:a100=2,gres/gpu:h100=4\n",
+        )
+        .unwrap();
+        let text: Vec<String> = plan(&want, &[], &current)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "modify account agents: GrpTRES none -> gres/gpu:a100=0,gres/gpu:h100=2",
+                "modify account training: GrpTRES gres/gpu:h100=4 -> gres/gpu:h100=1",
+            ]
+        );
+        // The TRES slurmdbd must know.
+        let known = "gres|gpu\ngres|gpu:h100\ncpu|\n";
+        assert_eq!(missing_tres(&config, known), ["gres/gpu:a100"]);
+        assert!(missing_tres(&config, "gres|gpu:a100\ngres|gpu:h100\n").is_empty());
     }
 }

@@ -33,6 +33,56 @@ pub struct Cluster {
     governor: Mutex<Option<Child>>,
     /// The configuration the cluster started with (scenarios that change it restore it).
     original_config: String,
+    /// Where `accountd run` serves /metrics (the configuration's metrics_listen).
+    metrics_addr: &'static str,
+    /// Where its logs are kept when a test failed.
+    logs_dest: &'static str,
+}
+
+/// What differs between the live clusters of one run.
+pub struct Spec {
+    /// Slurm's ClusterName, as the configuration's [cluster] name.
+    pub name: &'static str,
+    /// The configuration, under tests/live/.
+    pub config: &'static str,
+    pub nodes: u32,
+    /// contrib/cluster/start.sh's GPU_TYPES.
+    pub gpu_types: &'static str,
+    /// Added to every port of the shared cluster's.
+    pub port_offset: u16,
+    /// The configuration's metrics_listen.
+    pub metrics_addr: &'static str,
+    /// Appended to the cluster's directory name.
+    pub dir_suffix: &'static str,
+    /// Under the repository root: where logs are kept when a test failed.
+    pub logs_dest: &'static str,
+}
+
+impl Spec {
+    /// The cluster every scenario shares: 2 nodes x 4 untyped GPUs, tests/live/teamshare.toml.
+    pub const SHARED: Spec = Spec {
+        name: "teamshare-live",
+        config: "teamshare.toml",
+        nodes: 2,
+        gpu_types: "",
+        port_offset: 0,
+        metrics_addr: "127.0.0.1:29477",
+        dir_suffix: "",
+        logs_dest: "target/live-logs",
+    };
+
+    /// The cluster of the per-GPU-type scenarios (issue 10): n1 and n2 with 4 A100 each, n3
+    /// with 4 H100; tests/live/teamshare-typed.toml.
+    pub const TYPED: Spec = Spec {
+        name: "teamshare-typed",
+        config: "teamshare-typed.toml",
+        nodes: 3,
+        gpu_types: "a100 a100 h100",
+        port_offset: 100,
+        metrics_addr: "127.0.0.1:29478",
+        dir_suffix: "-typed",
+        logs_dest: "target/live-logs-typed",
+    };
 }
 
 /// A Linux user that is not an operator, for the refusals users must get.
@@ -43,8 +93,13 @@ fn env_or(name: &str, default: &str) -> String {
 }
 
 impl Cluster {
-    /// Start the cluster with the plugin and configuration of the test run.
+    /// Start the shared cluster with the plugin and configuration of the test run.
     pub fn start() -> Result<Cluster, String> {
+        Self::start_with(&Spec::SHARED)
+    }
+
+    /// Start a cluster as `spec` says, with the plugin of the test run.
+    pub fn start_with(spec: &Spec) -> Result<Cluster, String> {
         let root = repo_root();
         let target = root.join("target/release");
         let plugin = PathBuf::from(env_or(
@@ -70,11 +125,17 @@ impl Cluster {
                 ));
             }
         }
-        let dir = PathBuf::from(env_or(
-            "TEAMSHARE_LIVE_DIR",
-            &format!("/tmp/teamshare-live-{}", std::process::id()),
-        ));
-        let config = root.join("tests/live/teamshare.toml");
+        let dir = PathBuf::from(
+            env_or(
+                "TEAMSHARE_LIVE_DIR",
+                &format!("/tmp/teamshare-live-{}", std::process::id()),
+            ) + spec.dir_suffix,
+        );
+        let config = root.join("tests/live").join(spec.config);
+        let port = |var: &str, default: u16| {
+            let base: u16 = env_or(var, &default.to_string()).parse().unwrap_or(default);
+            (base + spec.port_offset).to_string()
+        };
         ensure_plain_user()?;
         let start = Instant::now();
         let out = Command::new(root.join("contrib/cluster/start.sh"))
@@ -83,12 +144,14 @@ impl Cluster {
             .env("TEAMSHARE_CONFIG", &config)
             .env("ACCOUNTD", &accountd)
             .env("CLUSTER_USERS", format!("root {PLAIN_USER}"))
-            .env("CLUSTER_NAME", "teamshare-live")
+            .env("CLUSTER_NAME", spec.name)
+            .env("NODES", spec.nodes.to_string())
+            .env("GPU_TYPES", spec.gpu_types)
             // Ports apart from the demo's defaults, so both can run on one machine.
-            .env("SLURMCTLD_PORT", env_or("LIVE_SLURMCTLD_PORT", "26817"))
-            .env("SLURMDBD_PORT", env_or("LIVE_SLURMDBD_PORT", "26819"))
-            .env("MARIADB_PORT", env_or("LIVE_MARIADB_PORT", "23306"))
-            .env("SLURMD_PORT_BASE", env_or("LIVE_SLURMD_PORT_BASE", "27001"))
+            .env("SLURMCTLD_PORT", port("LIVE_SLURMCTLD_PORT", 26817))
+            .env("SLURMDBD_PORT", port("LIVE_SLURMDBD_PORT", 26819))
+            .env("MARIADB_PORT", port("LIVE_MARIADB_PORT", 23306))
+            .env("SLURMD_PORT_BASE", port("LIVE_SLURMD_PORT_BASE", 27001))
             .output()
             .map_err(|e| format!("cannot run contrib/cluster/start.sh: {e}"))?;
         if !out.status.success() {
@@ -115,6 +178,8 @@ impl Cluster {
             keep_logs: Mutex::new(false),
             governor: Mutex::new(None),
             original_config,
+            metrics_addr: spec.metrics_addr,
+            logs_dest: spec.logs_dest,
         };
         cluster.start_governor()?;
         Ok(cluster)
@@ -178,7 +243,7 @@ impl Cluster {
     /// GET /metrics from the daemon.
     pub fn metrics(&self) -> Result<String, String> {
         use std::io::{Read, Write};
-        let addr = "127.0.0.1:29477";
+        let addr = self.metrics_addr;
         let mut s =
             std::net::TcpStream::connect(addr).map_err(|e| format!("metrics at {addr}: {e}"))?;
         s.set_read_timeout(Some(Duration::from_secs(10)))
@@ -661,7 +726,7 @@ impl Drop for Cluster {
             .arg(&self.dir)
             .status();
         if keep {
-            let dest = repo_root().join("target/live-logs");
+            let dest = repo_root().join(self.logs_dest);
             let _ = std::fs::remove_dir_all(&dest);
             let _ = std::fs::create_dir_all(&dest);
             let _ = Command::new("cp")

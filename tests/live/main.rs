@@ -4,10 +4,10 @@
 //! and accountd first. If the cluster cannot start, every test fails: a skipped live test would
 //! hide a broken product.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use teamshare_live_tests::Cluster;
+use teamshare_live_tests::{Cluster, Spec};
 
 mod accounting;
 mod adversarial;
@@ -15,6 +15,7 @@ mod governance;
 mod hostile;
 mod scale;
 mod skeleton;
+mod typed;
 
 type Scenario = fn(&Cluster) -> Result<(), String>;
 
@@ -37,29 +38,50 @@ fn main() -> std::process::ExitCode {
         Cluster::start().map(Arc::new)
     };
 
-    let trials = scenarios
+    // The per-GPU-type scenarios have a cluster of their own, started by the first of them
+    // that runs (so a filtered run that needs none starts none).
+    let typed_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
+
+    let run = |cluster: Result<Arc<Cluster>, String>, f: Scenario| -> Result<(), Failed> {
+        let cluster = cluster.map_err(|e| Failed::from(format!("no live cluster: {e}")))?;
+        let r = f(&cluster);
+        cluster.cancel_submitted();
+        if r.is_err() {
+            cluster.keep_logs();
+        }
+        r.map_err(Failed::from)
+    };
+    let mut trials: Vec<Trial> = scenarios
         .into_iter()
         .map(|(name, f)| {
             let cluster = cluster.clone();
-            Trial::test(name, move || {
-                let cluster = cluster.map_err(|e| Failed::from(format!("no live cluster: {e}")))?;
-                let r = f(&cluster);
-                cluster.cancel_submitted();
-                if r.is_err() {
-                    cluster.keep_logs();
-                }
-                r.map_err(Failed::from)
-            })
+            Trial::test(name, move || run(cluster, f))
         })
         .collect();
+    trials.extend(typed::SCENARIOS.iter().map(|&(name, f)| {
+        let typed_cluster = typed_cluster.clone();
+        Trial::test(name, move || {
+            let cluster = typed_cluster
+                .get_or_init(|| Cluster::start_with(&Spec::TYPED).map(Arc::new))
+                .clone();
+            run(cluster, f)
+        })
+    }));
 
     let conclusion = libtest_mimic::run(&args, trials);
-    if let Ok(c) = &cluster {
+    for c in [
+        cluster.as_ref().ok(),
+        typed_cluster.get().and_then(|r| r.as_ref().ok()),
+    ]
+    .into_iter()
+    .flatten()
+    {
         if conclusion.has_failed() {
             c.keep_logs();
         }
     }
-    // Drop the cluster (stop it) before exiting.
+    // Drop the clusters (stop them) before exiting.
     drop(cluster);
+    drop(typed_cluster);
     conclusion.exit_code()
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The demo: build, start a throwaway Slurm cluster with the plugin registered and the governor
-# running, show the plugin's refusals, a team borrowing idle GPUs and two teams reclaiming their
-# quota by preemption (with the timeline), then accountd's reports.
+# The demo: build, start a throwaway Slurm cluster (n1: 4 H100, n2: 4 A100) with the plugin
+# registered and the governor running, show the plugin's refusals, a team borrowing idle H100
+# beside its own A100 and two teams reclaiming their H100 quota by preemption (with the
+# timeline), then accountd's reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -25,6 +26,7 @@ trap cleanup EXIT
 export TEAMSHARE_PLUGIN="$PWD/target/release/libjob_submit_teamshare.so"
 export TEAMSHARE_CONFIG="$PWD/contrib/demo/teamshare.toml"
 export ACCOUNTD="$PWD/target/release/accountd"
+export GPU_TYPES="h100 a100"
 contrib/cluster/start.sh "$dir"
 export SLURM_CONF="$dir/etc/slurm.conf"
 accountd() { "$ACCOUNTD" --config "$dir/etc/teamshare.toml" "$@"; }
@@ -33,20 +35,24 @@ t0=$(date +%s.%N)
 now() { printf '%6.1fs' "$(echo "$(date +%s.%N) - $t0" | bc)"; }
 step() { printf '\n== [%s] %s\n' "$(now)" "$*"; }
 teams() {
-    # What each team holds, from the governor's published state.
-    python3 - "$dir/etc/state.json" <<'PY'
-import json, sys
+    # What each team holds of each type, from the governor's published state.
+    python3 - "$dir/etc/state.json" "$dir/etc/teamshare.toml" <<'PY'
+import json, sys, tomllib
 s = json.load(open(sys.argv[1]))
-quota = {"agents": 2, "training": 4, "research": 2}
-for t, v in s["teams"].items():
-    held = v["running_gpus"]
-    print(f"   {t:9} holds {held} GPU(s): {min(held, quota[t])} in quota, {max(0, held - quota[t])} borrowed; may hold {v['gpu_limit']} now")
+teams = tomllib.load(open(sys.argv[2], "rb"))["team"]
+for k, pool in sorted(s["pools"].items()):
+    for t in teams:
+        v = pool["teams"][t["name"]]
+        q = t["quota"].get(k, 0) if isinstance(t["quota"], dict) else 0
+        held = v["running_gpus"]
+        if held or q:
+            print(f"   {t['name']:9} holds {held} {k}: {min(held, q)} in quota, {max(0, held - q)} borrowed; may hold {v['gpu_limit']} {k} now")
 PY
 }
-wait_running() { # team count
+wait_running() { # team type count
     local deadline=$((SECONDS + 120))
-    until [ "$(squeue -h -A "$1" -t R | wc -l)" -ge "$2" ]; do
-        ((SECONDS < deadline)) || { echo "demo: $1 did not reach $2 running jobs" >&2; exit 1; }
+    until [ "$(squeue -h -A "$1" -t R -o %b | grep -c ":$2:")" -ge "$3" ]; do
+        ((SECONDS < deadline)) || { echo "demo: $1 did not reach $3 running $2 jobs" >&2; exit 1; }
         sleep 0.1
     done
 }
@@ -62,38 +68,43 @@ until [ -s "$dir/etc/state.json" ]; do sleep 0.2; done
 sleep 1
 
 step "refusals, at submit time, with the plugin's reason"
-for args in "-A marketing --gres=gpu:1" "-A agents --gpus=6" "-A agents --gres=gpu:1 --qos=gold"; do
+for args in "-A marketing --gres=gpu:h100:1" "-A agents --gres=gpu:1" "-A agents --gpus=h100:6" "-A agents --gres=gpu:h100:1 --qos=gold"; do
     # shellcheck disable=SC2086
     if sbatch -p gpu $args --wrap 'sleep 1' 2>&1; then echo "demo: accepted a job it must refuse" >&2; exit 1; fi
 done
 
-step "training submits 8 jobs: 4 in its quota, 4 borrowed from idle agents and research quota"
+step "training submits 4 A100 jobs (its quota) and 4 H100 jobs, borrowed from idle agents and research H100 quota"
 ids=()
-submit() { ids+=("$(sbatch --parsable -o /dev/null -A "$1" -p gpu --gres=gpu:1 --wrap "sleep $2")"); }
-for _ in 1 2 3 4 5 6 7 8; do submit training 300; done
-wait_running training 8
+submit() { ids+=("$(sbatch --parsable -o /dev/null -A "$1" -p gpu --gres="gpu:$2:1" --wrap "sleep $3")"); }
+for _ in 1 2 3 4; do submit training a100 300; done
+for _ in 1 2 3 4; do submit training h100 300; done
+wait_running training a100 4
+wait_running training h100 4
 sleep 1.5
-squeue -o '%.5i %.9a %.8T %.12Q %.20S' --sort=S
+squeue -o '%.5i %.9a %.8T %.12Q %.20S %b' --sort=S
 teams
 
-step "agents needs its quota back: 2 jobs; Slurm preempts exactly 2 borrowed training jobs"
+step "agents needs its H100 back: 2 jobs; Slurm preempts exactly 2 borrowed training H100 jobs, none of its A100"
 t_submit=$(date +%s.%N)
-submit agents 300
-submit agents 300
-wait_running agents 2
+submit agents h100 300
+submit agents h100 300
+wait_running agents h100 2
 printf '   agents running %.2f s after sbatch\n' "$(echo "$(date +%s.%N) - $t_submit" | bc)"
 sleep 1.5
 teams
 
-step "research reclaims its quota too: 2 jobs"
+step "research reclaims its H100 quota too: 2 jobs"
 t_submit=$(date +%s.%N)
-submit research 300
-submit research 300
-wait_running research 2
+submit research h100 300
+submit research h100 300
+wait_running research h100 2
 printf '   research running %.2f s after sbatch\n' "$(echo "$(date +%s.%N) - $t_submit" | bc)"
 sleep 1.5
-squeue -o '%.5i %.9a %.8T %.12Q %.20S %r' --sort=-T
+squeue -o '%.5i %.9a %.8T %.12Q %.20S %b %r' --sort=-T
 teams
+if [ "$(squeue -h -A training -t R -o %b | grep -c ':a100:')" -ne 4 ]; then
+    echo "demo: an H100 reclaim touched training's A100 jobs" >&2; exit 1
+fi
 
 step "timeline (sacct, every run of every job; requeued jobs went back to the queue)"
 scancel "${ids[@]}"

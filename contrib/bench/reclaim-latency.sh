@@ -25,17 +25,29 @@
 # nodes and no prefix of it frees 3 GPUs on one node; training (quota 4, none running) submits
 # one `--gres=gpu:3` job: it needs 3 victims on one node. The preempted column lists the
 # research jobs gone (expected: the 4th, 6th and 8th of the trial, on n2).
+#
+# MODE=typed: quotas per GPU type (issue 10), on 3 nodes (n1, n2: 4 A100 each; n3: 4 H100) with
+# tests/live/teamshare-typed.toml. research fills the A100 with 6 jobs (its 2 A100 of quota and
+# 4 borrowed), agents the H100 with 4 (its 2 H100 of quota and research's 2 idle H100,
+# borrowed); research then takes one H100 of its quota back: exactly one of agents' borrowed
+# H100 jobs must go, none of the A100 ones (the preempted column lists the jobs gone).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 DIR=${1:-/tmp/teamshare-bench-reclaim}
 TRIALS=${TRIALS:-20}
 POLL=${POLL:-0.05}
+MODE=${MODE:-single}
 TOML=$BENCH_ROOT/tests/live/teamshare.toml
+CLUSTER_ENV=()
+if [[ $MODE == typed ]]; then
+    TOML=$BENCH_ROOT/tests/live/teamshare-typed.toml
+    CLUSTER_ENV=(NODES=3 "GPU_TYPES=a100 a100 h100" CLUSTER_NAME=teamshare-typed)
+fi
 [[ $(id -u) == 0 ]] || bench_die "run as root (the throwaway cluster runs as root)"
 
 bench_binaries "$DIR-bin"
-bench_start "$DIR" TEAMSHARE_CONFIG="$TOML" TEAMSHARE_PLUGIN="$BIN_PLUGIN" ACCOUNTD="$BIN_ACCOUNTD"
+bench_start "$DIR" TEAMSHARE_CONFIG="$TOML" TEAMSHARE_PLUGIN="$BIN_PLUGIN" ACCOUNTD="$BIN_ACCOUNTD" "${CLUSTER_ENV[@]}"
 export SLURM_CONF=$DIR/etc/slurm.conf
 STATE=$DIR/etc/state.json
 
@@ -55,17 +67,22 @@ wait_until() {
 }
 state_generated_at() { sed -n 's/.*"generated_at": *\([0-9]*\).*/\1/p' "$STATE" 2>/dev/null || echo 0; }
 state_fresh_after() { local g; g=$(state_generated_at); [[ -n $g ]] && ((g > $1)); }
-victims() { grep -c '"job_id"' "$STATE" 2>/dev/null || true; }
+# The victims of the whole state (a typed state lists them again per type).
+victims() { python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["victims"]))' "$STATE" 2>/dev/null || echo 0; }
 running() { squeue -h -A "$1" -t R -o %i | wc -l; }
 queue_empty() { [[ -z $(squeue -h -o %i) ]]; }
 job_running() { [[ $(squeue -h -j "$1" -o %T) == RUNNING ]]; }
-MODE=${MODE:-single}
 case $MODE in
 single) FILLER=training VICTIMS=4 CLAIMER=agents CLAIM_GRES=gpu:1 ;;
 spread) FILLER=research VICTIMS=6 CLAIMER=training CLAIM_GRES=gpu:3 ;;
-*) bench_die "MODE is single or spread, not $MODE" ;;
+typed) FILLER=research VICTIMS=6 CLAIMER=research CLAIM_GRES=gpu:h100:1 ;;
+*) bench_die "MODE is single, spread or typed, not $MODE" ;;
 esac
-filled() { [[ $(running "$FILLER") -eq 8 && $(victims) -eq $VICTIMS ]]; }
+if [[ $MODE == typed ]]; then
+    filled() { [[ $(running research) -eq 6 && $(running agents) -eq 4 && $(victims) -eq $VICTIMS ]]; }
+else
+    filled() { [[ $(running "$FILLER") -eq 8 && $(victims) -eq $VICTIMS ]]; }
+fi
 
 wait_until 30 "the governor's first state" state_fresh_after 0
 
@@ -75,7 +92,13 @@ bench_log "$(bench_machine); load $(bench_load)"
 printf '%-6s %10s %10s %10s %10s  %s\n' trial "latency s" "sbatch s" "1st victim" "preempted" "load" >"$DIR/trials.txt"
 for ((t = 1; t <= TRIALS; t++)); do
     for ((i = 0; i < 8; i++)); do
-        if [[ $MODE == spread ]]; then
+        if [[ $MODE == typed ]]; then
+            # research: 6 A100 (2 in quota, 4 borrowed); agents: 4 H100 (2 in quota, 2
+            # borrowed), the borrowed ones after the quota's.
+            ((i < 6)) && sbatch "${SB[@]}" -A research --gres=gpu:a100:1 --wrap 'sleep 3600' >/dev/null
+            ((i < 4)) && sbatch "${SB[@]}" -A agents --gres=gpu:h100:1 --wrap 'sleep 3600' >/dev/null
+            continue
+        elif [[ $MODE == spread ]]; then
             j=$(sbatch "${SB[@]}" -A "$FILLER" --gres=gpu:1 -w "n$((i % 2 + 1))" --wrap 'sleep 3600')
             wait_until 60 "research job $j to run" job_running "${j%%;*}"
             sleep 1.1 # a distinct start time (Slurm's have one-second resolution)
@@ -83,9 +106,9 @@ for ((t = 1; t <= TRIALS; t++)); do
             sbatch "${SB[@]}" -A "$FILLER" --gres=gpu:1 --wrap 'sleep 3600' >/dev/null
         fi
     done
-    wait_until 120 "8 running $FILLER jobs and $VICTIMS victims in the state" filled
+    wait_until 120 "the fillers running and $VICTIMS victims in the state" filled
     sleep 1.5
-    before=$(squeue -h -A "$FILLER" -t R -o %i | sort)
+    before=$(squeue -h -t R -o %i | sort)
     first=$(grep -m1 '"job_id"' "$STATE" | tr -dc 0-9)
     t0=$(now)
     id=$(sbatch "${SB[@]}" -A "$CLAIMER" --gres="$CLAIM_GRES" --wrap 'sleep 3600')
@@ -97,7 +120,7 @@ for ((t = 1; t <= TRIALS; t++)); do
     done
     t2=$(now)
     lat=$(echo "$t2 - $t0" | bc -l)
-    after=$(squeue -h -A "$FILLER" -t R -o %i | sort)
+    after=$(squeue -h -t R -o %i | sort)
     victim=$(comm -23 <(echo "$before") <(echo "$after") | tr '\n' ' ')
     LAT+=("$lat")
     printf '%-6s %10.3f %10.3f %10s %10s  %s\n' "$t" "$lat" "$(echo "$t1 - $t0" | bc -l)" "$first" "${victim:--}" "$(bench_load)" | tee -a "$DIR/trials.txt" >&2
@@ -110,7 +133,7 @@ done
 
 echo
 bench_machine
-echo "job_submit/teamshare + accountd govern --interval 500ms, 2 nodes x 4 GPUs, MODE=$MODE ($CLAIMER $CLAIM_GRES against $FILLER's $VICTIMS victims), $TRIALS trials, squeue polled every ${POLL}s"
+echo "job_submit/teamshare + accountd govern --interval 500ms, $(sinfo -h -N -o '%N:%G' | sort -u | tr '\n' ' '), MODE=$MODE ($CLAIMER $CLAIM_GRES against $FILLER's $VICTIMS victims), $TRIALS trials, squeue polled every ${POLL}s"
 cat "$DIR/trials.txt"
 sorted=$(printf '%s\n' "${LAT[@]}")
 printf 'reclaim latency (sbatch -> RUNNING): p50 %.3f s  p95 %.3f s  max %.3f s  mean %.3f s\n' \

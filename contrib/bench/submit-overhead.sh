@@ -24,7 +24,10 @@
 # `_slurm_rpc_submit_batch_job: JobId=N InitPrio=P usec=U` log line (22.05 restarts that timer
 # after the job_submit plugin ran: it times job_allocate only, not the plugin), slurmctld's CPU.
 #
-# Environment: JOBS (1000), BLOCK (40), PAR (4), PERF, CONFIGS ("none teamshare lua"), ACCOUNTD,
+# TYPED=1: quotas per GPU type (issue 10): tests/live/teamshare-typed.toml on 3 nodes (4 A100,
+# 4 A100, 4 H100) and `--gres=gpu:h100:1`, so the plugin takes its per-type path.
+#
+# Environment: JOBS (1000), BLOCK (40), PAR (4), PERF, CONFIGS ("none teamshare lua"), TYPED, ACCOUNTD,
 # TEAMSHARE_PLUGIN (default target/release/...), ports (lib.sh). Builds nothing: run
 # `cargo build --release` first. Needs root (the clusters run as root).
 #
@@ -43,6 +46,13 @@ PERF=${PERF:-$(command -v perf >/dev/null && echo 1 || echo 0)}
 read -r -a CFGS <<<"${CONFIGS:-none teamshare lua}"
 WARMUP=${WARMUP:-20}
 TOML=$BENCH_ROOT/tests/live/teamshare.toml
+GRES=gpu:1
+CLUSTER_ENV=()
+if [[ ${TYPED:-0} == 1 ]]; then
+    TOML=$BENCH_ROOT/tests/live/teamshare-typed.toml
+    GRES=gpu:h100:1
+    CLUSTER_ENV=(NODES=3 "GPU_TYPES=a100 a100 h100" CLUSTER_NAME=teamshare-typed)
+fi
 LUA=$BENCH_ROOT/contrib/bench/job_submit.lua
 ((JOBS % BLOCK == 0)) || bench_die "JOBS ($JOBS) must be a multiple of BLOCK ($BLOCK)"
 ((BLOCK % PAR == 0)) || bench_die "BLOCK ($BLOCK) must be a multiple of PAR ($PAR)"
@@ -55,7 +65,7 @@ OUT=$BASE-results
 rm -rf "$OUT"
 mkdir -p "$OUT"
 
-SB_ARGS=(--parsable -o /dev/null -e /dev/null -A agents -p gpu --gres=gpu:1 --begin=now+1hour --wrap true)
+SB_ARGS=(--parsable -o /dev/null -e /dev/null -A agents -p gpu --gres=$GRES --begin=now+1hour --wrap true)
 
 conf() { echo "$BASE-$1/etc/slurm.conf"; }
 
@@ -126,7 +136,7 @@ bench_log "$(bench_machine)"
 bench_log "load at start: $(bench_load)"
 i=0
 for cfg in "${CFGS[@]}"; do
-    envs=(TEAMSHARE_CONFIG="$TOML" ACCOUNTD="$BIN_ACCOUNTD"
+    envs=(TEAMSHARE_CONFIG="$TOML" ACCOUNTD="$BIN_ACCOUNTD" "${CLUSTER_ENV[@]}"
         SLURMCTLD_PORT=$((SLURMCTLD_PORT + 10 * i)) SLURMDBD_PORT=$((SLURMDBD_PORT + 10 * i))
         MARIADB_PORT=$((MARIADB_PORT + 10 * i)) SLURMD_PORT_BASE=$((SLURMD_PORT_BASE + 10 * i)))
     case $cfg in

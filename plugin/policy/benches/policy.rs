@@ -31,6 +31,23 @@ fn bench_check_submit(c: &mut Criterion) {
             })
         });
     }
+    let typed = common::typed_config();
+    let typed_state = common::typed_state();
+    for (name, req) in common::typed_requests() {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                check_submit(
+                    black_box(&typed),
+                    black_box(&req),
+                    StateView::Fresh {
+                        state: black_box(&typed_state),
+                        admitted: black_box(&admitted),
+                        now: common::NOW,
+                    },
+                )
+            })
+        });
+    }
     let (_, req) = &common::requests()[0];
     group.bench_function("in_quota_stale_state", |b| {
         b.iter(|| check_submit(black_box(&config), black_box(req), StateView::Stale))
@@ -57,6 +74,21 @@ fn bench_plan(c: &mut Criterion) {
             },
             BatchSize::SmallInput,
         )
+    });
+    // Quotas per GPU type: one plan per type (two here), merged.
+    let typed = common::typed_config();
+    let typed_jobs = common::typed_cluster_jobs();
+    let by_type =
+        std::collections::BTreeMap::from([("h100".to_string(), 512), ("a100".to_string(), 512)]);
+    group.bench_function("typed_1000_running_1000_pending", |b| {
+        b.iter(|| {
+            governance::plan(black_box(&common::typed_govern_input(
+                &typed,
+                &typed_jobs,
+                &fairshare,
+                &by_type,
+            )))
+        })
     });
     group.finish();
 }

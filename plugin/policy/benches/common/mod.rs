@@ -303,3 +303,119 @@ static NO_NODE_TYPES: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
 
 /// The benchmark's plan without per-node figures (as before they existed).
 static NO_PLACEMENT: BTreeMap<String, u32> = BTreeMap::new();
+
+/// The same cluster with quotas per GPU type (issue 10): 64 nodes of 8 H100 and 64 of 8 A100;
+/// agents 128 + 128, training 256 + 256, research 128 A100; borrow limits as numbers (any
+/// types together) except research's, a table.
+pub fn typed_config() -> Config {
+    let text = CONFIG
+        .replace(
+            "[gpu_types.default]\nrate_per_hour = 2.5",
+            "[gpu_types.h100]\nrate_per_hour = 4.0\n[gpu_types.a100]\nrate_per_hour = 2.0",
+        )
+        .replace("quota = 256\n", "quota = { h100 = 128, a100 = 128 }\n")
+        .replace("quota = 512\n", "quota = { h100 = 256, a100 = 256 }\n")
+        .replace(
+            "quota = 128\nborrow_limit = 384",
+            "quota = { a100 = 128 }\nborrow_limit = { h100 = 128, a100 = 256 }",
+        );
+    let config = teamshare_config::parse(&text, "bench.toml")
+        .expect("the typed benchmark configuration is valid");
+    assert!(config.is_typed());
+    config
+}
+
+/// [`state`] split over the two types: the 50 victims alternate between them.
+pub fn typed_state() -> PublishedState {
+    let mut s = state();
+    s.capacity_by_type = BTreeMap::from([("h100".into(), 512), ("a100".into(), 512)]);
+    for (i, k) in ["h100", "a100"].into_iter().enumerate() {
+        let teams = s
+            .teams
+            .iter()
+            .map(|(t, ts)| {
+                (
+                    t.clone(),
+                    TeamState {
+                        running_gpus: ts.running_gpus / 2,
+                        pending_in_quota_gpus: ts.pending_in_quota_gpus / 2,
+                        gpu_limit: ts.gpu_limit / 2,
+                    },
+                )
+            })
+            .collect();
+        let victims = s
+            .victims
+            .iter()
+            .skip(i)
+            .step_by(2)
+            .enumerate()
+            .map(|(rank, v)| Victim {
+                level: priority::victim_level(rank),
+                gpu_type: Some(k.into()),
+                ..v.clone()
+            })
+            .collect();
+        s.pools.insert(
+            k.into(),
+            governance::PoolState {
+                capacity: 512,
+                free_gpus: 0,
+                pending_in_quota_gpus: 12,
+                teams,
+                victims,
+            },
+        );
+    }
+    s
+}
+
+/// [`requests`]' in-quota and borrowing cases, naming a type.
+pub fn typed_requests() -> Vec<(&'static str, SubmitRequest)> {
+    vec![
+        (
+            "typed_in_quota_reclaim",
+            request(
+                Some("agents"),
+                per_node("gres:gpu:h100:8"),
+                Some("standard"),
+            ),
+        ),
+        (
+            "typed_borrow",
+            request(
+                Some("training"),
+                per_node("gres:gpu:a100:4"),
+                Some("experiment"),
+            ),
+        ),
+        (
+            "typed_reject_untyped",
+            request(Some("agents"), per_node("gres:gpu:8"), None),
+        ),
+    ]
+}
+
+/// [`cluster_jobs`] with every other job of each team on H100, the rest on A100.
+pub fn typed_cluster_jobs() -> Vec<ClusterJob> {
+    cluster_jobs()
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut j)| {
+            j.gpu_type = Some(if i % 2 == 0 { "h100" } else { "a100" }.into());
+            j
+        })
+        .collect()
+}
+
+pub fn typed_govern_input<'a>(
+    config: &'a Config,
+    jobs: &'a [ClusterJob],
+    fairshare: &'a BTreeMap<String, f64>,
+    capacity_by_type: &'a BTreeMap<String, u32>,
+) -> governance::GovernInput<'a> {
+    governance::GovernInput {
+        capacity_by_type,
+        ..govern_input(config, jobs, fairshare)
+    }
+}

@@ -664,6 +664,9 @@ impl Governor {
         if let Err(e) = self.refresh_fairshare(now) {
             report.failures.push(e);
         }
+        // Every job submitted before this instant is in what the pass reads (the plugin keeps
+        // counting its admissions made after it).
+        let read_at_ms = period::now_ms();
         let Reading {
             capacity: cap,
             jobs,
@@ -682,6 +685,7 @@ impl Governor {
             node_types: &cap.per_node_types,
         });
         plan.state.acted_at = self.acted_at;
+        plan.state.read_at_ms = read_at_ms;
         write_state(self.state_file(), &plan.state)?;
         report.jobs = jobs.len();
         report.capacity = cap.total;
@@ -1715,6 +1719,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,
+            read_at_ms: 0,
             pools: BTreeMap::new(),
         };
         write_state(&path, &state).unwrap();

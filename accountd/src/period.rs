@@ -217,6 +217,11 @@ pub fn now() -> UnixSeconds {
     Utc::now().timestamp()
 }
 
+/// The current time in milliseconds since the epoch (the state's `read_at_ms`).
+pub fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -112,7 +112,7 @@ pub unsafe fn job_submit(
     let verdict = match governor.as_deref() {
         Some(gs) if staleness.is_current() => {
             state::note_staleness(&staleness);
-            state::with_admitted(gs.generated_at, |admitted| {
+            state::with_admitted(gs, |admitted| {
                 let v = check_submit(
                     &config,
                     &request,
@@ -123,7 +123,7 @@ pub unsafe fn job_submit(
                     },
                 );
                 if let Verdict::Accept(a) = &v {
-                    admitted.record(a);
+                    admitted.record(a, unix_now_ms());
                 }
                 v
             })
@@ -195,6 +195,13 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn unix_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
 

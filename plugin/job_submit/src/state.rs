@@ -25,11 +25,7 @@ static CURRENT: RwLock<Option<Arc<Config>>> = RwLock::new(None);
 static GOVERNOR: RwLock<Option<Arc<PublishedState>>> = RwLock::new(None);
 /// In-quota admissions since that state (job_submit calls are serialised by slurmctld, the
 /// mutex only makes that explicit).
-static ADMITTED: Mutex<Admitted> = Mutex::new(Admitted {
-    generated_at: 0,
-    by_team: std::collections::BTreeMap::new(),
-    total: std::collections::BTreeMap::new(),
-});
+static ADMITTED: Mutex<Admitted> = Mutex::new(Admitted::new());
 /// The staleness condition last logged, so each change is logged once, not per job.
 static STALE_LOG: Mutex<StalenessLog> = Mutex::new(StalenessLog::new());
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -65,13 +61,13 @@ pub fn governor() -> Option<Arc<PublishedState>> {
     read(&GOVERNOR)
 }
 
-/// Run `f` with the admissions counted since `state` was generated.
-pub fn with_admitted<T>(generated_at: i64, f: impl FnOnce(&mut Admitted) -> T) -> T {
+/// Run `f` with the admissions `state` does not count yet.
+pub fn with_admitted<T>(state: &PublishedState, f: impl FnOnce(&mut Admitted) -> T) -> T {
     let mut g = match ADMITTED.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
     };
-    g.reset_for(generated_at);
+    g.refresh_for(state);
     f(&mut g)
 }
 

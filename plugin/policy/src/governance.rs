@@ -190,6 +190,10 @@ pub struct PublishedState {
     /// so this lags `generated_at` by the actions' duration.
     #[serde(default)]
     pub acted_at: i64,
+    /// When the pass began to read Slurm's jobs (ms since the epoch, the governor's clock):
+    /// the state counts every job submitted before (see `submit::Admitted`). 0: not known.
+    #[serde(default)]
+    pub read_at_ms: i64,
     /// A typed configuration's state per GPU type (DESIGN §4 "per GPU type where quotas are
     /// typed"); the figures above are then the sums over types. Empty when untyped.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -971,6 +975,7 @@ fn plan_pool(input: &GovernInput<'_>) -> (Plan, BTreeMap<String, u32>, BTreeMap<
         teams: BTreeMap::new(),
         victims,
         acted_at: 0,
+        read_at_ms: 0,
         pools: BTreeMap::new(),
     };
 
@@ -1198,6 +1203,7 @@ fn plan_typed(input: &GovernInput<'_>) -> Plan {
             teams: BTreeMap::new(),
             victims: Vec::new(),
             acted_at: 0,
+            read_at_ms: 0,
             pools: BTreeMap::new(),
         },
     };
@@ -1915,6 +1921,7 @@ min_runtime_before_reclaim = "0s"
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,
+            read_at_ms: 0,
             pools: BTreeMap::new(),
         };
         for (rank, exempt_until) in [(0usize, 50i64), (1, 0), (2, 0)] {

@@ -435,6 +435,7 @@ mod tests {
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,
+            read_at_ms: 0,
             pools: BTreeMap::new(),
         }
     }

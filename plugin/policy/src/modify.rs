@@ -377,6 +377,7 @@ mod tests {
             teams: std::collections::BTreeMap::new(),
             victims: Vec::new(),
             acted_at: 0,
+            read_at_ms: 0,
             pools: std::collections::BTreeMap::new(),
         }
     }

@@ -152,8 +152,16 @@ pub enum StateView<'a> {
     Stale,
 }
 
-/// In-quota admissions since the state was published, so several jobs submitted between two
-/// states do not all count the same unused quota.
+/// In-quota admissions the governor's state does not count yet, so several jobs submitted
+/// between two states do not all count the same unused quota.
+///
+/// A new state counts the jobs its pass read, and the pass read Slurm's jobs after
+/// `read_at_ms`: an admission made before that is in the state, one made after may not be
+/// (the state the plugin picks up a moment after an admission is often one whose pass read
+/// the queue before it: counting that admission as seen would price the next in-quota job as
+/// if the first did not exist; live test f11). So a new state drops only the admissions made
+/// before its read, less [`CLOCK_MARGIN_MS`]; an admission kept after the state saw it is
+/// counted twice until the next state (half a second), which errs on the safe side.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Admitted {
     pub generated_at: i64,
@@ -162,20 +170,67 @@ pub struct Admitted {
     pub by_team: BTreeMap<(String, String), u32>,
     /// The same per GPU type, over all teams.
     pub total: BTreeMap<String, u32>,
+    /// The admissions behind the counts: (when, in ms since the epoch; type; team; GPUs),
+    /// oldest first.
+    recent: Vec<(i64, String, String, u32)>,
 }
 
+/// Admissions up to this long before a state's read are still counted (the governor's and
+/// slurmctld's clocks, read on different hosts, may differ a little).
+pub const CLOCK_MARGIN_MS: i64 = 100;
+
+/// The most admissions kept between two states (a burst of submissions while the governor is
+/// away); the oldest are dropped first.
+pub const MAX_RECENT_ADMISSIONS: usize = 10_000;
+
 impl Admitted {
-    /// Start counting afresh for the state generated at `generated_at`.
+    pub const fn new() -> Admitted {
+        Admitted {
+            generated_at: 0,
+            by_team: BTreeMap::new(),
+            total: BTreeMap::new(),
+            recent: Vec::new(),
+        }
+    }
+
+    /// Start counting afresh for the state generated at `generated_at`: everything goes.
     pub fn reset_for(&mut self, generated_at: i64) {
         if self.generated_at != generated_at {
             *self = Admitted {
                 generated_at,
-                ..Admitted::default()
+                ..Admitted::new()
             };
         }
     }
 
-    pub fn record(&mut self, admission: &Admission) {
+    /// Count against `state`: when it is a new one, keep only the admissions its pass may not
+    /// have read (a state without `read_at_ms`, from an older governor, drops them all).
+    pub fn refresh_for(&mut self, state: &PublishedState) {
+        if self.generated_at == state.generated_at {
+            return;
+        }
+        self.generated_at = state.generated_at;
+        if state.read_at_ms <= 0 {
+            self.recent.clear();
+        } else {
+            let since = state.read_at_ms.saturating_sub(CLOCK_MARGIN_MS);
+            self.recent.retain(|(at, ..)| *at >= since);
+        }
+        self.by_team.clear();
+        self.total.clear();
+        for (_, pool, team, gpus) in &self.recent {
+            let e = self
+                .by_team
+                .entry((pool.clone(), team.clone()))
+                .or_insert(0);
+            *e = e.saturating_add(*gpus);
+            let e = self.total.entry(pool.clone()).or_insert(0);
+            *e = e.saturating_add(*gpus);
+        }
+    }
+
+    /// Count an admission made at `at_ms` (ms since the epoch).
+    pub fn record(&mut self, admission: &Admission, at_ms: i64) {
         if !admission.in_quota {
             return;
         }
@@ -187,8 +242,12 @@ impl Admitted {
                 .entry((pool.clone(), team.clone()))
                 .or_insert(0);
             *e = e.saturating_add(gpus);
-            let e = self.total.entry(pool).or_insert(0);
+            let e = self.total.entry(pool.clone()).or_insert(0);
             *e = e.saturating_add(gpus);
+            if self.recent.len() >= MAX_RECENT_ADMISSIONS {
+                self.recent.remove(0);
+            }
+            self.recent.push((at_ms, pool, team.clone(), gpus));
         }
     }
 
@@ -719,6 +778,7 @@ mod tests {
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,
+            read_at_ms: 0,
             pools: BTreeMap::new(),
         }
     }
@@ -885,7 +945,7 @@ mod tests {
         );
         let a = v.admission().expect("accepted").clone();
         assert_eq!((a.in_quota, a.in_quota_gpus), (true, 2));
-        admitted.record(&a);
+        admitted.record(&a, 0);
         let v = super::check_submit(
             &config(),
             &req(Some("agents"), one.clone()),
@@ -1213,7 +1273,7 @@ borrow_limit = { h100 = 1 }
             priority::level(a.priority.unwrap()),
             priority::reclaim_level(1)
         );
-        admitted.record(&a);
+        admitted.record(&a, 0);
         assert_eq!(
             (admitted.team("h100", "agents"), admitted.pool("h100")),
             (1, 1)
@@ -1232,5 +1292,46 @@ borrow_limit = { h100 = 1 }
             priority::level(a.priority.unwrap()),
             priority::reclaim_level(0)
         );
+    }
+
+    #[test]
+    fn a_new_state_forgets_only_the_admissions_its_pass_read() {
+        // f11's race: job 1 is admitted at t = 10.300 s under state S0; the plugin then picks
+        // up S1, whose pass read the queue at 10.200 s, before job 1 existed. Job 2 must
+        // still see job 1's GPU as taken.
+        let mut admitted = Admitted::default();
+        let mut s0 = idle_state();
+        s0.generated_at = 9;
+        s0.read_at_ms = 9_200;
+        admitted.refresh_for(&s0);
+        let one = Admission {
+            team: Some("agents".into()),
+            in_quota: true,
+            in_quota_gpus: 1,
+            ..Admission::default()
+        };
+        admitted.record(&one, 10_300);
+        let mut s1 = s0.clone();
+        s1.generated_at = 10;
+        s1.read_at_ms = 10_200;
+        admitted.refresh_for(&s1);
+        assert_eq!((admitted.team("", "agents"), admitted.pool("")), (1, 1));
+        // The next state read the queue after job 1 was submitted: it counts job 1 itself.
+        let mut s2 = s1.clone();
+        s2.generated_at = 11;
+        s2.read_at_ms = 10_900;
+        admitted.refresh_for(&s2);
+        assert_eq!((admitted.team("", "agents"), admitted.pool("")), (0, 0));
+        // A state without a read time (an older governor) forgets everything, as before.
+        admitted.record(&one, 11_500);
+        let mut old = s2.clone();
+        old.generated_at = 12;
+        old.read_at_ms = 0;
+        admitted.refresh_for(&old);
+        assert_eq!(admitted.pool(""), 0);
+        // The same state again changes nothing.
+        admitted.record(&one, 12_500);
+        admitted.refresh_for(&old);
+        assert_eq!(admitted.pool(""), 1);
     }
 }

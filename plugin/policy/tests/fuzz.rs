@@ -271,6 +271,7 @@ fn state() -> PublishedState {
         teams: BTreeMap::new(),
         victims: vec![],
         acted_at: 0,
+        read_at_ms: 0,
         pools: BTreeMap::new(),
     }
 }

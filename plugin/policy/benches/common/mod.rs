@@ -129,6 +129,7 @@ pub fn state() -> PublishedState {
         teams,
         victims,
         acted_at: 0,
+        read_at_ms: 0,
         pools: BTreeMap::new(),
     }
 }

@@ -1776,7 +1776,7 @@ weight = 1
 
 [[team]]
 name = "training"
-quota = 4
+quota = { a100 = 4 }
 weight = 3
 
 [accountd]
@@ -1797,7 +1797,7 @@ idle_cost_split = "idle-row"
         assert_eq!(p.quota_sum(), 7);
         assert_eq!(
             p.quota_by_type,
-            BTreeMap::from([("a100".to_string(), 1), ("h100".to_string(), 2)])
+            BTreeMap::from([("a100".to_string(), 5), ("h100".to_string(), 2)])
         );
         assert_eq!(p.only, ["agents"]);
         assert_eq!(p.cost_rule.borrowed_cost_factor, 0.5);

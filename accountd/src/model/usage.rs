@@ -17,13 +17,13 @@
 //! so that the sum of lent always equals the sum of borrowed.
 //!
 //! The split knows nothing of GPU types: where quotas are typed, the caller splits each type
-//! apart, with that type's runs, quotas and capacity.
+//! apart, with that type's runs, quotas and capacity ([`TeamQuota::typed_from_config`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, FixedOffset, NaiveDate};
-use teamshare_config::Config;
+use teamshare_config::{Config, DEFAULT_GPU_TYPE};
 
 use crate::period::{Period, UnixSeconds};
 
@@ -71,6 +71,56 @@ impl TeamQuota {
             })
             .collect()
     }
+
+    /// Every team of the configuration with its quota Q_{T,k} and lend limit L_{T,k} of
+    /// `gpu_type`, in file order (a team without quota of that type has 0 of both).
+    pub fn of_type_from_config(config: &Config, gpu_type: &str) -> Vec<TeamQuota> {
+        config
+            .teams
+            .iter()
+            .map(|team| TeamQuota {
+                name: team.name.clone(),
+                quota: team.quota_of(gpu_type),
+                lend_limit: team.lend_limit_of(gpu_type),
+            })
+            .collect()
+    }
+
+    /// A typed configuration ([`Config::is_typed`]): [`TeamQuota::of_type_from_config`] for
+    /// every governed GPU type. An untyped configuration gives an empty map: its split is on
+    /// total quotas. GPUs without a type (the `default` key) have no quota in a typed
+    /// configuration, and so are not in the map.
+    pub fn typed_from_config(config: &Config) -> BTreeMap<String, Vec<TeamQuota>> {
+        if !config.is_typed() {
+            return BTreeMap::new();
+        }
+        config
+            .governed_types()
+            .into_iter()
+            .filter(|t| *t != DEFAULT_GPU_TYPE)
+            .map(|t| (t.to_string(), TeamQuota::of_type_from_config(config, t)))
+            .collect()
+    }
+}
+
+/// The most GPUs `runs` held at once within `period` (runs clipped to it); 0 for none.
+pub fn peak_gpus(runs: &[Run], period: Period) -> u64 {
+    let mut changes: Vec<(UnixSeconds, i64)> = Vec::with_capacity(2 * runs.len());
+    for run in runs {
+        let (start, end) = (run.start.max(period.since), run.end.min(period.until));
+        if start < end && run.gpus > 0 {
+            changes.push((start, i64::from(run.gpus)));
+            changes.push((end, -i64::from(run.gpus)));
+        }
+    }
+    // At one instant, ends before starts: a run that ends where another starts never overlaps it.
+    changes.sort_unstable();
+    let (mut held, mut peak) = (0i64, 0i64);
+    for (_, delta) in changes {
+        held += delta;
+        peak = peak.max(held);
+    }
+    peak.max(0) as u64
 }
 
 /// One row of the split, in GPU-seconds.
@@ -514,6 +564,20 @@ mod tests {
 
     fn utc() -> FixedOffset {
         FixedOffset::east_opt(0).unwrap()
+    }
+
+    #[test]
+    fn the_peak_is_the_most_gpus_held_at_once_within_the_period() {
+        let runs = [
+            run("a", 2, 0, 10),
+            run("b", 3, 10, 20), // starts where a's ends: 3, not 5
+            run("a", 1, 15, 30),
+            run("c", 8, 40, 50), // outside the period
+        ];
+        assert_eq!(peak_gpus(&runs, period(0, 40)), 4);
+        assert_eq!(peak_gpus(&runs, period(0, 10)), 2);
+        assert_eq!(peak_gpus(&runs, period(45, 46)), 8);
+        assert_eq!(peak_gpus(&[], period(0, 40)), 0);
     }
 
     #[test]

@@ -317,12 +317,16 @@ pub struct RunStart {
     pub start: UnixSeconds,
 }
 
-/// A stored run, as reports need it. A report reads hundreds of thousands of them: the account
-/// and the typed GPUs are shared between the runs that have the same, not copied per run.
+/// A stored run, as reports need it. A report reads hundreds of thousands of them: the account,
+/// the partition and the typed GPUs are shared between the runs that have the same, not copied
+/// per run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunUsage {
     pub id: i64,
     pub account: Arc<str>,
+    /// The partition it ran in, as sacct gives it: runs outside the governed partitions are no
+    /// team's quota usage.
+    pub partition: Arc<str>,
     pub start: UnixSeconds,
     pub end: Option<UnixSeconds>,
     pub gpus: u64,
@@ -804,10 +808,10 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT id, account, start_time, end_time, gpus, gpu_types FROM job_runs
+                "SELECT id, account, start_time, end_time, gpus, gpu_types, partition FROM job_runs
                  WHERE cluster = ?1 AND start_time < ?3 AND start_time >= ?4 AND end_time > ?2
                  UNION ALL
-                 SELECT id, account, start_time, end_time, gpus, gpu_types
+                 SELECT id, account, start_time, end_time, gpus, gpu_types, partition
                  FROM job_runs INDEXED BY job_runs_running
                  WHERE cluster = ?1 AND end_time IS NULL AND start_time < ?3",
             )
@@ -820,8 +824,9 @@ impl Store {
                 since.saturating_sub(longest)
             ])
             .map_err(|e| self.sql_err(e))?;
-        // The few accounts and GPU type mixes, each read once.
+        // The few accounts, partitions and GPU type mixes, each read once.
         let (mut accounts, mut last): (Vec<Arc<str>>, usize) = (Vec::new(), usize::MAX);
+        let (mut partitions, mut last_partition): (Vec<Arc<str>>, usize) = (Vec::new(), usize::MAX);
         let mut mixes: Vec<(String, GpuTypes)> = Vec::new();
         let mut runs = Vec::new();
         let mut next = || -> rusqlite::Result<bool> {
@@ -836,6 +841,14 @@ impl Store {
                 || Arc::from(account),
             );
             let account = accounts[slot].clone();
+            let partition = row.get_ref(6)?.as_str()?;
+            let slot = crate::model::find_or_push(
+                &mut partitions,
+                &mut last_partition,
+                |p| &**p == partition,
+                || Arc::from(partition),
+            );
+            let partition = partitions[slot].clone();
             let gpus_by_type = match row.get_ref(5)?.as_str_or_null()? {
                 None => GpuTypes::default(),
                 Some(text) => match mixes.iter().find(|(t, _)| t == text) {
@@ -850,6 +863,7 @@ impl Store {
             runs.push(RunUsage {
                 id: row.get(0)?,
                 account,
+                partition,
                 start: row.get(2)?,
                 end: row.get(3)?,
                 gpus: u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0),
@@ -1633,6 +1647,7 @@ pub(crate) mod tests {
         let mut typed = run(3, "b", 150, None, 3);
         typed.gpus_by_type.insert("a100".into(), 1);
         typed.gpus_by_type.insert("h100".into(), 2);
+        typed.partition = "debug".into();
         let mut other_cluster = run(4, "a", 150, None, 1);
         other_cluster.cluster = "elsewhere".into();
         store
@@ -1654,6 +1669,7 @@ pub(crate) mod tests {
         assert_eq!(runs[1].gpus_by_type.len(), 2);
         assert_eq!(runs[1].gpus_by_type.get("h100"), Some(2));
         assert_eq!(runs[1].end, None);
+        assert_eq!([&*runs[0].partition, &*runs[1].partition], ["gpu", "debug"]);
     }
 
     fn capacity(ts: i64, gpus: u32, types: &[(&str, u32)]) -> CapacitySample {

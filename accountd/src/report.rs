@@ -32,6 +32,7 @@
 //!   split apart; `total_cost` = allocated + idle, and the rows' `total_cost` add up to the
 //!   capacity cost. In an untyped configuration the quota-share weights (quota hours, and the
 //!   unallocated hours) are spread over the types in the proportions of their capacity.
+//! - Fair-share: decayed usage in the governed partitions, each GPU-second at its type's rate.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -41,7 +42,7 @@ use serde::Serialize;
 use teamshare_config::{Config, IdleCostSplit, DEFAULT_GPU_TYPE};
 
 use crate::model::cost::{team_costs, CostRule, TeamHours, TypedUsage, IDLE};
-use crate::model::fairshare::{decayed_usage, team_fair_shares};
+use crate::model::fairshare::{decayed_seconds, team_fair_shares};
 use crate::model::find_or_push;
 use crate::model::usage::{
     peak_gpus, split_usage, CapacityStep, Run, SplitTotals, TeamQuota, POOL,
@@ -102,6 +103,23 @@ impl Rates {
             Some(t) if self.per_hour.contains_key(t) => t,
             _ => DEFAULT_RATE,
         }
+    }
+
+    /// Whether fair-share usage is weighted by rates: some rate is above 0. Without rates, or
+    /// with every rate at 0, usage is plain GPU-seconds.
+    pub fn weigh_usage(&self) -> bool {
+        self.per_hour.values().any(|&r| r > 0.0)
+    }
+
+    /// What one GPU-second of `gpu_type` (None: untyped) weighs in fair-share usage: its rate
+    /// ([`Rates::get`]); a GPU no rate prices weighs as the most expensive type, so that no GPU
+    /// is free in fair-share only because it has no rate. 1 when [`Rates::weigh_usage`] is false.
+    pub fn usage_weight(&self, gpu_type: Option<&str>) -> f64 {
+        if !self.weigh_usage() {
+            return 1.0;
+        }
+        self.get(gpu_type)
+            .unwrap_or_else(|| self.per_hour.values().copied().fold(0.0, f64::max))
     }
 }
 
@@ -1926,6 +1944,11 @@ pub struct FairshareParams {
     pub dampening: f64,
     /// Every configured team's weight.
     pub weights: BTreeMap<String, u32>,
+    /// What a GPU-second of each type weighs in the usage ([`Rates::usage_weight`]).
+    pub rates: Rates,
+    /// The governed partitions: usage elsewhere does not count. Empty: every partition.
+    pub partitions: Vec<String>,
+    pub currency: Option<String>,
     /// Only these teams; empty: every team and every account with usage.
     pub only: Vec<String>,
 }
@@ -1951,8 +1974,18 @@ impl FairshareParams {
             half_life,
             dampening: config.accountd.fairshare_dampening,
             weights: crate::model::fairshare::weights_from_config(config),
+            rates: Rates::from_config(config),
+            partitions: config.cluster.partitions.clone(),
+            currency: Some(config.cluster.currency.clone()).filter(|c| !c.is_empty()),
             only: only.iter().map(|t| slurm_name(t)).collect(),
         }
+    }
+
+    fn governs(&self, partition: &str) -> bool {
+        self.partitions.is_empty()
+            || partition
+                .split(',')
+                .any(|p| self.partitions.iter().any(|g| g == p))
     }
 }
 
@@ -1967,6 +2000,7 @@ pub fn default_fairshare_since(as_of: UnixSeconds, half_life: Duration) -> UnixS
     as_of.saturating_sub(i64::try_from(horizon).unwrap_or(i64::MAX))
 }
 
+/// One team's (or account's) fair-share figures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FairshareRow {
     pub team: String,
@@ -1976,12 +2010,17 @@ pub struct FairshareRow {
     pub normalized_shares: f64,
     /// GPU-seconds, each decayed by its age.
     pub decayed_gpu_seconds: f64,
-    /// U: the decayed usage over every account's decayed usage.
+    /// The same with each GPU-second at its type's hourly rate, divided by 3600: the decayed
+    /// cost of the usage, in the cluster's currency. None where usage is not weighted (no rate
+    /// above 0).
+    pub decayed_cost: Option<f64>,
+    /// U: the decayed usage (the cost where weighted) over every account's.
     pub normalized_usage: f64,
     /// F = 2^(-U/S/d).
     pub factor: f64,
 }
 
+/// The fair-share report: every team's factor as of an instant.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FairshareReport {
     pub cluster: String,
@@ -1989,10 +2028,26 @@ pub struct FairshareReport {
     pub since: UnixSeconds,
     pub half_life: Duration,
     pub dampening: f64,
+    /// Whether usage is weighted by each GPU type's rate ([`Rates::weigh_usage`]).
+    pub cost_weighted: bool,
+    pub currency: Option<String>,
     /// By team name.
     pub rows: Vec<FairshareRow>,
 }
 
+impl FairshareReport {
+    /// The factor of every configured team (accounts without a weight left out): what the
+    /// governor ranks borrowers by, from the same computation as the report.
+    pub fn factors(&self) -> BTreeMap<String, f64> {
+        self.rows
+            .iter()
+            .filter(|r| r.weight.is_some())
+            .map(|r| (r.team.clone(), r.factor))
+            .collect()
+    }
+}
+
+/// Read the usage since `params.since` and compute the fair-share report.
 pub fn fairshare_report(
     store: &Store,
     params: &FairshareParams,
@@ -2001,32 +2056,69 @@ pub fn fairshare_report(
     Ok(compute_fairshare(&runs, params))
 }
 
+/// The arithmetic of [`fairshare_report`], over runs already read: each run in the governed
+/// partitions, clipped to `[since, as_of)`, decayed to `as_of`; each of its GPU-seconds weighs
+/// its type's rate ([`Rates::usage_weight`]), so that the factor ranks teams by what their
+/// usage cost, not only by GPU-seconds. Usage is normalised over every account's, so a weight
+/// common to every GPU (one rate, or none) changes no factor.
 pub fn compute_fairshare(runs: &[RunUsage], params: &FairshareParams) -> FairshareReport {
-    let model_runs: Vec<Run> = runs
-        .iter()
-        .filter(|r| r.gpus > 0)
-        .map(|r| Run {
-            team: r.account.clone(),
-            gpus: u32::try_from(r.gpus).unwrap_or(u32::MAX),
-            start: r.start.max(params.since),
-            end: r.end.unwrap_or(params.as_of),
-        })
+    let weighted = params.rates.weigh_usage();
+    // Per account: decayed GPU-seconds, and the same with each GPU at its weight. Few accounts:
+    // a short list, the last one tried first.
+    let (mut accounts, mut last): (Vec<(&str, f64, f64)>, usize) = (Vec::new(), usize::MAX);
+    for run in runs {
+        if run.gpus == 0 || !params.governs(&run.partition) {
+            continue;
+        }
+        let end = run.end.unwrap_or(params.as_of);
+        let decayed = decayed_seconds(
+            run.start.max(params.since),
+            end,
+            params.as_of,
+            params.half_life,
+        );
+        let (mut gpus, mut weight) = (0u64, 0.0);
+        for (key, n) in run_keys(run) {
+            gpus += n;
+            let gpu_type = (key != DEFAULT_RATE).then_some(key);
+            weight += n as f64 * params.rates.usage_weight(gpu_type);
+        }
+        let name: &str = &run.account;
+        let i = find_or_push(
+            &mut accounts,
+            &mut last,
+            |a| a.0 == name,
+            || (name, 0.0, 0.0),
+        );
+        accounts[i].1 += gpus as f64 * decayed;
+        accounts[i].2 += weight * decayed;
+    }
+    let usage: BTreeMap<String, (f64, f64)> = accounts
+        .into_iter()
+        .map(|(name, plain, cost)| (name.to_string(), (plain, cost)))
         .collect();
-    let usage = decayed_usage(&model_runs, params.as_of, params.half_life);
+    let basis: BTreeMap<String, f64> = usage
+        .iter()
+        .map(|(a, &(plain, cost))| (a.clone(), if weighted { cost } else { plain }))
+        .collect();
     // Accounts with usage but no team have no shares (Slurm: factor 0 once they use anything).
     let mut shares = params.weights.clone();
     for account in usage.keys() {
         shares.entry(account.clone()).or_insert(0);
     }
-    let mut rows: Vec<FairshareRow> = team_fair_shares(&shares, &usage, params.dampening)
+    let mut rows: Vec<FairshareRow> = team_fair_shares(&shares, &basis, params.dampening)
         .into_iter()
-        .map(|f| FairshareRow {
-            weight: params.weights.get(&f.path).copied(),
-            decayed_gpu_seconds: usage.get(&f.path).copied().unwrap_or(0.0),
-            normalized_shares: f.normalized_shares,
-            normalized_usage: f.actual_usage,
-            factor: f.factor,
-            team: f.path,
+        .map(|f| {
+            let (plain, cost) = usage.get(&f.path).copied().unwrap_or((0.0, 0.0));
+            FairshareRow {
+                weight: params.weights.get(&f.path).copied(),
+                decayed_gpu_seconds: plain,
+                decayed_cost: weighted.then_some(cost / SECONDS_PER_HOUR),
+                normalized_shares: f.normalized_shares,
+                normalized_usage: f.actual_usage,
+                factor: f.factor,
+                team: f.path,
+            }
         })
         .collect();
     if !params.only.is_empty() {
@@ -2038,10 +2130,13 @@ pub fn compute_fairshare(runs: &[RunUsage], params: &FairshareParams) -> Fairsha
         since: params.since,
         half_life: params.half_life,
         dampening: params.dampening,
+        cost_weighted: weighted,
+        currency: params.currency.clone(),
         rows,
     }
 }
 
+/// The fair-share report as a table, CSV or JSON.
 pub fn render_fairshare<Tz: chrono::TimeZone>(
     report: &FairshareReport,
     format: Format,
@@ -2050,30 +2145,36 @@ pub fn render_fairshare<Tz: chrono::TimeZone>(
 where
     Tz::Offset: std::fmt::Display,
 {
+    let currency = report
+        .currency
+        .as_deref()
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default();
     match format {
         Format::Table => {
-            let header: Vec<String> = [
-                "TEAM",
-                "WEIGHT",
-                "SHARE",
-                "DECAYED GPU-HOURS",
-                "USAGE",
-                "FACTOR",
-            ]
-            .map(String::from)
-            .to_vec();
+            let mut header: Vec<String> = ["TEAM", "WEIGHT", "SHARE", "DECAYED GPU-HOURS"]
+                .map(String::from)
+                .to_vec();
+            if report.cost_weighted {
+                header.push(format!("DECAYED COST{currency}"));
+            }
+            header.extend(["USAGE", "FACTOR"].map(String::from));
             let lines: Vec<Vec<String>> = report
                 .rows
                 .iter()
                 .map(|r| {
-                    vec![
+                    let mut v = vec![
                         r.team.clone(),
                         r.weight.map(|w| w.to_string()).unwrap_or_default(),
                         format!("{:.4}", r.normalized_shares),
                         hours(r.decayed_gpu_seconds / SECONDS_PER_HOUR),
-                        format!("{:.4}", r.normalized_usage),
-                        format!("{:.4}", r.factor),
-                    ]
+                    ];
+                    if report.cost_weighted {
+                        v.push(money(r.decayed_cost));
+                    }
+                    v.push(format!("{:.4}", r.normalized_usage));
+                    v.push(format!("{:.4}", r.factor));
+                    v
                 })
                 .collect();
             let mut out = format!(
@@ -2088,17 +2189,22 @@ where
                 },
                 report.dampening
             );
+            out.push_str(if report.cost_weighted {
+                "usage: GPU-hours in the governed partitions, each at its GPU type's rate (USAGE is the share of the decayed cost)\n"
+            } else {
+                "usage: GPU-hours in the governed partitions (no rates: every GPU-hour alike)\n"
+            });
             out.push_str(&table(&header, &lines, None));
             out
         }
         Format::Csv => {
             let mut out = String::from(
-                "team,weight,normalized_shares,decayed_gpu_hours,normalized_usage,fairshare_factor,since,as_of,half_life_seconds\n",
+                "team,weight,normalized_shares,decayed_gpu_hours,normalized_usage,fairshare_factor,since,as_of,half_life_seconds,decayed_cost\n",
             );
             for r in &report.rows {
                 let _ = writeln!(
                     out,
-                    "{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{}",
                     csv_field(&r.team),
                     r.weight.map(|w| w.to_string()).unwrap_or_default(),
                     r.normalized_shares,
@@ -2107,7 +2213,8 @@ where
                     r.factor,
                     format_rfc3339(report.since),
                     format_rfc3339(report.as_of),
-                    report.half_life.as_secs()
+                    report.half_life.as_secs(),
+                    r.decayed_cost.map(|c| c.to_string()).unwrap_or_default(),
                 );
             }
             out
@@ -2124,6 +2231,7 @@ where
                 since: String,
                 as_of: String,
                 half_life_seconds: u64,
+                decayed_cost: Option<f64>,
             }
             let rows: Vec<Row<'_>> = report
                 .rows
@@ -2138,6 +2246,7 @@ where
                     since: format_rfc3339(report.since),
                     as_of: format_rfc3339(report.as_of),
                     half_life_seconds: report.half_life.as_secs(),
+                    decayed_cost: r.decayed_cost,
                 })
                 .collect();
             let mut s = serde_json::to_string_pretty(&rows).expect("plain data serialises");
@@ -2648,6 +2757,9 @@ mod tests {
                 ("b".to_string(), 1),
                 ("z".to_string(), 2),
             ]),
+            rates: Rates::default(),
+            partitions: vec![],
+            currency: None,
             only: vec![],
         }
     }
@@ -2686,10 +2798,67 @@ mod tests {
         assert_eq!(v[0]["half_life_seconds"], 0);
         let t = render_fairshare(&r, Format::Table, &Utc);
         assert!(t.contains("half-life 0 (no decay)"), "{t}");
-        assert!(t.lines().nth(1).unwrap().starts_with("TEAM"), "{t}");
+        assert!(t.lines().nth(1).unwrap().contains("no rates"), "{t}");
+        assert!(t.lines().nth(2).unwrap().starts_with("TEAM"), "{t}");
         let c = render_fairshare(&r, Format::Csv, &Utc);
         assert!(c.starts_with("team,weight,normalized_shares"), "{c}");
         assert_eq!(c.lines().count(), 5);
+    }
+
+    #[test]
+    fn fair_share_weighs_each_gpu_second_at_its_rate_in_the_governed_partitions() {
+        // No decay. a: 1 h100 for 2 h at 4/h = 8; b: 2 a100 for 2 h at 2/h = 8; c: 1 h100 for 5 h
+        // in `debug`, not governed: not counted. Plain GPU-hours would be 2 against 4; the cost
+        // is 8 against 8, so with equal shares both are at their share: F = 2^-1 = 0.5.
+        let typed = |id, team: &str, gpu_type: &str, gpus: u64, hours: i64| {
+            let mut r = run(id, team, 0, Some(hours), gpus);
+            r.gpus_by_type = GpuTypes::new(&BTreeMap::from([(gpu_type.to_string(), gpus)]));
+            r
+        };
+        let mut debug = typed(3, "c", "h100", 1, 5);
+        debug.partition = "debug".into();
+        let runs = [
+            typed(1, "a", "h100", 1, 2),
+            typed(2, "b", "a100", 2, 2),
+            debug,
+        ];
+        let mut p = fairshare_params();
+        p.weights = BTreeMap::from([("a".to_string(), 1), ("b".to_string(), 1)]);
+        p.partitions = vec!["gpu".into()];
+        p.rates = Rates::new(BTreeMap::from([
+            ("h100".to_string(), 4.0),
+            ("a100".to_string(), 2.0),
+        ]));
+        let r = compute_fairshare(&runs, &p);
+        assert!(r.cost_weighted);
+        let names: Vec<&str> = r.rows.iter().map(|r| r.team.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(r.rows[0].decayed_cost, Some(8.0));
+        assert_eq!(r.rows[1].decayed_cost, Some(8.0));
+        assert_eq!(r.rows[1].decayed_gpu_seconds, 4.0 * 3600.0);
+        assert_eq!(
+            r.factors(),
+            BTreeMap::from([("a".into(), 0.5), ("b".into(), 0.5)])
+        );
+        // One rate for both: the factors of plain GPU-seconds (usage is normalised): a used 1/3,
+        // F = 2^(-(1/3)/(1/2)) = 2^(-2/3); b 2^(-4/3).
+        p.rates = Rates::new(BTreeMap::from([
+            ("h100".to_string(), 3.0),
+            ("a100".to_string(), 3.0),
+        ]));
+        let one_rate = compute_fairshare(&runs, &p).factors();
+        p.rates = Rates::default();
+        let unweighted = compute_fairshare(&runs, &p);
+        assert!(!unweighted.cost_weighted && unweighted.rows[0].decayed_cost.is_none());
+        for (team, expected) in [("a", (-2.0f64 / 3.0).exp2()), ("b", (-4.0f64 / 3.0).exp2())] {
+            assert!(close(one_rate[team], expected), "{team}");
+            assert!(close(unweighted.factors()[team], expected), "{team}");
+        }
+        // An account without a weight has a row (factor 0) but no factor for the governor.
+        p.weights.remove("b");
+        let r = compute_fairshare(&runs, &p);
+        assert_eq!(r.rows.len(), 2);
+        assert_eq!(r.factors().len(), 1);
     }
 
     #[test]
@@ -2783,5 +2952,11 @@ idle_cost_split = "idle-row"
         let f = FairshareParams::from_config(&config, 10 * 86_400 * 7, None, vec![]);
         assert_eq!(f.since, 0); // default half-life 7 days, ten of them
         assert_eq!(f.weights["training"], 3);
+        assert_eq!(f.partitions, ["gpu"]);
+        assert_eq!(f.currency.as_deref(), Some("BRL"));
+        // The GPU-seconds weigh their rates; a type without one (and no default) the highest.
+        assert_eq!(f.rates.usage_weight(Some("h100")), 70.0);
+        assert_eq!(f.rates.usage_weight(Some("l4")), 70.0);
+        assert_eq!(f.rates.usage_weight(None), 70.0);
     }
 }

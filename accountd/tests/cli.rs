@@ -977,10 +977,28 @@ fn report_fairshare() {
     let training = rows[2]["fairshare_factor"].as_f64().unwrap();
     assert!(agents < 0.5 && training > 0.5 && training < 1.0, "{rows:?}");
     assert_eq!(rows[0]["half_life_seconds"], 7 * 86_400);
+    // Usage is cost-weighted: each GPU-hour at its type's rate (agents' untyped GPUs at the
+    // default 10, training's h100 at 70), and U is each team's share of the decayed cost.
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap();
+    let ratio = |r: &serde_json::Value| f(r, "decayed_cost") / f(r, "decayed_gpu_hours");
+    assert!((ratio(&rows[0]) - 10.0).abs() < 1e-9, "{rows:?}");
+    assert!((ratio(&rows[2]) - 70.0).abs() < 1e-9, "{rows:?}");
+    let cost: f64 = rows.iter().map(|r| f(r, "decayed_cost")).sum();
+    assert!((f(&rows[2], "normalized_usage") - f(&rows[2], "decayed_cost") / cost).abs() < 1e-12);
     let o = site.run(false, &["report", "fairshare", "--until", "2024-05-02"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(stdout(&o).contains("half-life 7d"), "{}", stdout(&o));
-    assert!(stdout(&o).lines().nth(1).unwrap().starts_with("TEAM"));
+    assert!(
+        stdout(&o)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .contains("each at its GPU type's rate"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stdout(&o).lines().nth(2).unwrap().starts_with("TEAM"));
+    assert!(stdout(&o).contains("DECAYED COST (BRL)"), "{}", stdout(&o));
 }
 
 #[test]

@@ -2516,6 +2516,60 @@ mod tests {
     }
 
     #[test]
+    fn a_typed_estimate_holds_the_quotas_and_what_was_in_use() {
+        // Typed quotas a {h100 = 2}, b {a100 = 6}; rates h100 4, a100 2, no default. a holds 3
+        // h100 in [0, 2) h (one beyond its quota, from the pool the estimate must have), b 2 a100
+        // in [0, 1) h. Estimate: h100 max(2, 3) = 3, a100 max(6, 2) = 6; no untyped quota.
+        let mut p = params(2, 2);
+        p.teams = vec![quota("a", 2, 2), quota("b", 6, 6)];
+        let zero = |name: &str| quota(name, 0, 0);
+        p.typed_teams = BTreeMap::from([
+            ("h100".to_string(), vec![quota("a", 2, 2), zero("b")]),
+            ("a100".to_string(), vec![zero("a"), quota("b", 6, 6)]),
+        ]);
+        p.quota_by_type = BTreeMap::from([("h100".to_string(), 2), ("a100".to_string(), 6)]);
+        p.rates = Rates::new(BTreeMap::from([
+            ("h100".to_string(), 4.0),
+            ("a100".to_string(), 2.0),
+        ]));
+        let typed = |id, team: &str, gpu_type: &str, gpus: u64, hours: i64| {
+            let mut r = run(id, team, 0, Some(hours), gpus);
+            r.gpus_by_type = GpuTypes::new(&BTreeMap::from([(gpu_type.to_string(), gpus)]));
+            r
+        };
+        let runs = [typed(1, "a", "h100", 3, 2), typed(2, "b", "a100", 2, 1)];
+        let r = compute_usage(&runs, &[], &p);
+        assert_eq!(r.capacity_source, CapacitySource::Estimate);
+        let estimate = r.estimate.as_ref().unwrap();
+        let parts: Vec<(&str, u32, u32, u32)> = estimate
+            .by_type
+            .iter()
+            .map(|t| (t.gpu_type.as_str(), t.gpus, t.quotas, t.peak))
+            .collect();
+        assert_eq!(parts, [("a100", 6, 6, 2), ("h100", 3, 2, 3)]);
+        assert_eq!(estimate.unpriced_gpus(&p.rates), 0);
+        // h100: capacity 3 x 2 h x 4 = 24; a: 2 in quota + 1 borrowed (half price) x 2 h:
+        // 4 x (4 + 0.5 x 2) = 20; idle 4, never negative. The borrowed GPU came from the pool.
+        let h100 = r.capacity_of("h100").unwrap();
+        assert!(close(h100.capacity_cost.unwrap(), 24.0));
+        assert!(close(h100.idle_cost.unwrap(), 4.0));
+        assert!(close(r.row(POOL).unwrap().lent_hours(), 2.0));
+        assert_eq!(r.over_lendable_seconds, 0.0);
+        assert!(r.rows.iter().all(|row| row.idle_cost.unwrap() >= 0.0));
+        assert_adds_up(&r);
+        // A sample from 1 h on: the estimate only before it.
+        let sample = cap(1, 10, &[("h100", 4), ("a100", 6)]);
+        let r = compute_usage(&runs, &[sample], &p);
+        assert_eq!(r.capacity_source, CapacitySource::EstimateUntil(T0 + H));
+        // h100: 3 for the first hour, 4 for the second.
+        assert!(close(
+            r.capacity_of("h100").unwrap().capacity_seconds,
+            7.0 * 3600.0
+        ));
+        assert_adds_up(&r);
+    }
+
+    #[test]
     fn gpu_types_are_priced_at_their_rates() {
         // One team, quota 2, on 2 h100 (70/h) and 2 untyped GPUs (10/h), for 1 h: it holds
         // 2 h100 + 1 untyped, so 2 GPU-hours in quota and 1 borrowed.

@@ -36,6 +36,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -132,11 +133,6 @@ fn run_keys(run: &RunUsage) -> impl Iterator<Item = (&str, u64)> + '_ {
         .iter()
         .filter(|&(_, n)| n > 0)
         .chain((untyped > 0).then_some((DEFAULT_RATE, untyped)))
-}
-
-/// The GPUs of a run in the split: its total, or the sum of its types where that is larger.
-fn run_gpus(run: &RunUsage) -> u64 {
-    run_keys(run).map(|(_, n)| n).sum()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -824,13 +820,22 @@ fn compute_usage_with(
     let (mut outside, mut last_outside): (Vec<AccountUse>, usize) = (Vec::new(), usize::MAX);
     let mut total_runs: Vec<Run> = Vec::new();
     let (mut key_runs, mut last_key): (Vec<(&str, Vec<Run>)>, usize) = (Vec::new(), usize::MAX);
+    // Runs share their partition's string: the last one's answer is tried first.
+    let mut last_partition: Option<(&Arc<str>, bool)> = None;
     for run in runs {
         let end = run.end.unwrap_or(params.now);
         let seconds = period.overlap(run.start, end);
         if run.gpus == 0 || seconds <= 0 {
             continue;
         }
-        let inside = params.governs(&run.partition);
+        let inside = match last_partition {
+            Some((p, inside)) if Arc::ptr_eq(p, &run.partition) => inside,
+            _ => {
+                let inside = params.governs(&run.partition);
+                last_partition = Some((&run.partition, inside));
+                inside
+            }
+        };
         let (accounts, last) = if inside {
             (&mut governed, &mut last_governed)
         } else {
@@ -840,7 +845,9 @@ fn compute_usage_with(
         let slot = find_or_push(accounts, last, |a| a.name == name, || AccountUse::new(name));
         let account = &mut accounts[slot];
         account.jobs += 1;
+        let mut run_gpus = 0;
         for (key, gpus) in run_keys(run) {
+            run_gpus += gpus;
             account.add(key, gpus, seconds);
             if inside && typed {
                 let k = find_or_push(
@@ -860,7 +867,7 @@ fn compute_usage_with(
         if inside && !typed {
             total_runs.push(Run {
                 team: run.account.clone(),
-                gpus: u32::try_from(run_gpus(run)).unwrap_or(u32::MAX),
+                gpus: u32::try_from(run_gpus).unwrap_or(u32::MAX),
                 start: run.start,
                 end,
             });

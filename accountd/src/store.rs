@@ -824,41 +824,46 @@ impl Store {
                 since.saturating_sub(longest)
             ])
             .map_err(|e| self.sql_err(e))?;
-        // The few accounts, partitions and GPU type mixes, each read once.
-        let (mut accounts, mut last): (Vec<Arc<str>>, usize) = (Vec::new(), usize::MAX);
-        let (mut partitions, mut last_partition): (Vec<Arc<str>>, usize) = (Vec::new(), usize::MAX);
-        let mut mixes: Vec<(String, GpuTypes)> = Vec::new();
+        // The few accounts, partitions and GPU type mixes, each read once: a row's text is
+        // compared as bytes with the one of the row before (most often the same), then with
+        // the others, and only a new one is checked for UTF-8 and kept.
+        let (mut accounts, mut last_account) = (Vec::new(), usize::MAX);
+        let (mut partitions, mut last_partition) = (Vec::new(), usize::MAX);
+        let (mut mixes, mut last_mix): (Vec<(Arc<str>, GpuTypes)>, usize) =
+            (Vec::new(), usize::MAX);
         let mut runs = Vec::new();
         let mut next = || -> rusqlite::Result<bool> {
             let Some(row) = rows.next()? else {
                 return Ok(false);
             };
-            let account = row.get_ref(1)?.as_str()?;
-            let slot = crate::model::find_or_push(
+            let account = intern(
                 &mut accounts,
-                &mut last,
-                |a| &**a == account,
-                || Arc::from(account),
-            );
-            let account = accounts[slot].clone();
-            let partition = row.get_ref(6)?.as_str()?;
-            let slot = crate::model::find_or_push(
+                &mut last_account,
+                row.get_ref(1)?.as_bytes()?,
+            )?;
+            let partition = intern(
                 &mut partitions,
                 &mut last_partition,
-                |p| &**p == partition,
-                || Arc::from(partition),
-            );
-            let partition = partitions[slot].clone();
-            let gpus_by_type = match row.get_ref(5)?.as_str_or_null()? {
+                row.get_ref(6)?.as_bytes()?,
+            )?;
+            let gpus_by_type = match row.get_ref(5)?.as_bytes_or_null()? {
                 None => GpuTypes::default(),
-                Some(text) => match mixes.iter().find(|(t, _)| t == text) {
-                    Some((_, mix)) => mix.clone(),
-                    None => {
-                        let mix = GpuTypes::new(&parse_gpu_types(text));
-                        mixes.push((text.to_string(), mix.clone()));
-                        mix
-                    }
-                },
+                Some(text) => {
+                    let known = match mixes.get(last_mix) {
+                        Some((t, _)) if t.as_bytes() == text => Some(last_mix),
+                        _ => mixes.iter().position(|(t, _)| t.as_bytes() == text),
+                    };
+                    last_mix = match known {
+                        Some(i) => i,
+                        None => {
+                            let text =
+                                std::str::from_utf8(text).map_err(rusqlite::Error::Utf8Error)?;
+                            mixes.push((Arc::from(text), GpuTypes::new(&parse_gpu_types(text))));
+                            mixes.len() - 1
+                        }
+                    };
+                    mixes[last_mix].1.clone()
+                }
             };
             runs.push(RunUsage {
                 id: row.get(0)?,
@@ -1388,6 +1393,24 @@ fn gpu_types_text(by_type: &BTreeMap<String, u64>) -> Option<String> {
         text.push_str(&n.to_string());
     }
     (!text.is_empty()).then_some(text)
+}
+
+/// The string of `seen` whose bytes are `bytes`, `seen[*last]` tried first; a new one is checked
+/// for UTF-8 and added. `*last` becomes its index.
+fn intern(seen: &mut Vec<Arc<str>>, last: &mut usize, bytes: &[u8]) -> rusqlite::Result<Arc<str>> {
+    let found = match seen.get(*last) {
+        Some(s) if s.as_bytes() == bytes => Some(*last),
+        _ => seen.iter().position(|s| s.as_bytes() == bytes),
+    };
+    *last = match found {
+        Some(i) => i,
+        None => {
+            let text = std::str::from_utf8(bytes).map_err(rusqlite::Error::Utf8Error)?;
+            seen.push(Arc::from(text));
+            seen.len() - 1
+        }
+    };
+    Ok(seen[*last].clone())
 }
 
 /// Read `job_runs.gpu_types` back; an entry that does not read is skipped (the column is only

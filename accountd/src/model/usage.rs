@@ -296,14 +296,17 @@ fn sweep(
         });
     }
     // Usage changes: (instant, account slot, GPUs added or removed); slots become rows below.
+    // Starts and ends apart: runs mostly come in order of start (a report reads them by start
+    // time), which a stable sort merely checks, so only the ends need a full sort.
     let mut slots: Vec<&str> = Vec::new();
-    let mut changes: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(2 * runs.len());
+    let mut starts: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(runs.len());
+    let mut ends: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(runs.len());
     let mut last_slot = usize::MAX;
     for (run, start, end) in clipped {
         let team: &str = &run.team;
         let slot = super::find_or_push(&mut slots, &mut last_slot, |&s| s == team, || team);
-        changes.push((start, slot, i64::from(run.gpus)));
-        changes.push((end, slot, -i64::from(run.gpus)));
+        starts.push((start, slot, i64::from(run.gpus)));
+        ends.push((end, slot, -i64::from(run.gpus)));
     }
     for &team in &slots {
         by_name.entry(team).or_insert_with(|| Lender {
@@ -314,15 +317,26 @@ fn sweep(
     }
     let index: BTreeMap<&str, usize> = by_name.keys().enumerate().map(|(i, &n)| (n, i)).collect();
     let row_of_slot: Vec<usize> = slots.iter().map(|&s| index[s]).collect();
-    for change in &mut changes {
-        change.1 = row_of_slot[change.1];
-    }
     let lenders: Vec<Lender> = by_name.into_values().collect();
     let pool_row = lenders.len();
     let total_quota: u64 = lenders.iter().map(|l| l.quota).sum();
     // Only the order of instants matters: every change at one instant is applied before the
     // interval that starts there is counted.
-    changes.sort_unstable_by_key(|&(t, _, _)| t);
+    starts.sort_by_key(|&(t, _, _)| t);
+    ends.sort_unstable_by_key(|&(t, _, _)| t);
+    let mut changes: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(starts.len() + ends.len());
+    let (mut s, mut e) = (starts.into_iter().peekable(), ends.into_iter().peekable());
+    loop {
+        let next = match (s.peek(), e.peek()) {
+            (Some(a), Some(b)) if a.0 <= b.0 => s.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => e.next(),
+            (Some(_), None) => s.next(),
+            (None, None) => break,
+        };
+        if let Some((t, slot, delta)) = next {
+            changes.push((t, row_of_slot[slot], delta));
+        }
+    }
 
     let mut steps = capacity.to_vec();
     steps.sort_by_key(|&(from, _)| from); // stable: of two steps at one instant the later wins
@@ -401,9 +415,7 @@ fn sweep(
         }
         if borrowed <= lendable {
             // One rounding per share: (B x weight x dt) / lendable.
-            let pro_rata = |weight: u64| {
-                (i128::from(borrowed) * i128::from(weight) * dt) as f64 / lendable as f64
-            };
+            let pro_rata = |weight: u64| exact(borrowed, weight, dt) / lendable as f64;
             for (row, &weight) in idle.iter().enumerate() {
                 sums.rows[row].lent += pro_rata(weight);
             }
@@ -411,7 +423,7 @@ fn sweep(
         } else {
             let excess = i128::from(borrowed - lendable) * dt;
             for (row, &weight) in idle.iter().enumerate() {
-                sums.rows[row].lent += (i128::from(weight) * dt) as f64;
+                sums.rows[row].lent += exact(weight, 1, dt);
             }
             sums.rows[pool_row].lent += (i128::from(pool) * dt + excess) as f64;
             sums.over_lendable += excess as f64;
@@ -429,6 +441,20 @@ fn sweep(
             finish(period, &lenders, sums)
         })
         .collect()
+}
+
+/// a x b x dt rounded once to f64: in 64-bit integers where the product fits (one instruction to
+/// convert), in 128-bit ones otherwise; the same value either way.
+fn exact(a: u64, b: u64, dt: i128) -> f64 {
+    let small = i64::try_from(dt)
+        .ok()
+        .zip(i64::try_from(a).ok())
+        .zip(i64::try_from(b).ok())
+        .and_then(|((dt, a), b)| a.checked_mul(b)?.checked_mul(dt));
+    match small {
+        Some(p) => p as f64,
+        None => (i128::from(a) * i128::from(b) * dt) as f64,
+    }
 }
 
 fn finish(period: Period, lenders: &[Lender], bucket: Bucket) -> UsageSplit {

@@ -833,6 +833,10 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
         })?;
         note_runaways(&runaway);
         if let Some(first) = days.first() {
+            let untyped: f64 = days.iter().map(|d| d.untyped_gpu_seconds).sum();
+            if first.typed && untyped > 0.0 {
+                note_untyped(untyped, first, &params);
+            }
             note_outside(
                 &days.iter().flat_map(|d| &d.outside).collect::<Vec<_>>(),
                 first,
@@ -898,16 +902,7 @@ fn note_capacity(usage: &report::UsageReport, params: &UsageParams) {
     }
     let untyped_warned = usage.typed && usage.untyped_gpu_seconds > 0.0;
     if untyped_warned {
-        say_err!(
-            "accountd: warning: {} GPU-hours in the governed partitions were allocated without a GPU type (sacct recorded none): they are counted under `{}`, where no team has a quota, so all of them are borrowed{}; Slurm records the type when AccountingStorageTRES lists gres/gpu:<type>",
-            h(usage.untyped_gpu_seconds),
-            report::DEFAULT_RATE,
-            match params.rates.get(None) {
-                Some(_) if usage.capacity_cost.is_some() => ", priced at the default rate",
-                None if usage.capacity_cost.is_some() => ", at no cost (no default rate)",
-                _ => "",
-            }
-        );
+        note_untyped(usage.untyped_gpu_seconds, usage, params);
     }
     let reason = |source: CapacitySource| match source {
         CapacitySource::Samples => {
@@ -941,6 +936,20 @@ fn note_capacity(usage: &report::UsageReport, params: &UsageParams) {
             );
         }
     }
+}
+
+/// GPUs allocated without a type under typed quotas, said on stderr: they are all borrowed.
+fn note_untyped(seconds: f64, usage: &report::UsageReport, params: &UsageParams) {
+    say_err!(
+        "accountd: warning: {:.4} GPU-hours in the governed partitions were allocated without a GPU type (sacct recorded none): they are counted under `{}`, where no team has a quota, so all of them are borrowed{}; Slurm records the type when AccountingStorageTRES lists gres/gpu:<type>",
+        seconds / 3600.0,
+        report::DEFAULT_RATE,
+        match params.rates.get(None) {
+            Some(_) if usage.capacity_cost.is_some() => ", priced at the default rate",
+            None if usage.capacity_cost.is_some() => ", at no cost (no default rate)",
+            _ => "",
+        }
+    );
 }
 
 /// GPU usage outside the governed partitions, said on stderr: it is reported apart.

@@ -869,6 +869,21 @@ fn report_typed_configuration() {
         out.contains("1.0000 GPU-hours were borrowed beyond what was lendable"),
         "{out}"
     );
+    // Day by day, the same notes on stderr.
+    let o = site.run(
+        false,
+        &[&["report", "teams", "--by-day"][..], &PERIOD].concat(),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("warning: 1.0000 GPU-hours in the governed partitions were allocated without a GPU type"),
+        "{err}"
+    );
+    assert!(
+        err.contains("note: 2.0000 GPU-hours ran outside the governed partitions"),
+        "{err}"
+    );
 }
 
 #[test]

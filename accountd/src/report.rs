@@ -44,10 +44,10 @@ use teamshare_config::{Config, IdleCostSplit, DEFAULT_GPU_TYPE};
 
 use crate::model::cost::{team_costs, CostRule, TeamHours, TypedUsage, IDLE};
 use crate::model::fairshare::{decayed_seconds, team_fair_shares};
-use crate::model::find_or_push;
 use crate::model::usage::{
     peak_gpus, split_usage, CapacityStep, Run, SplitTotals, TeamQuota, POOL,
 };
+use crate::model::{find_or_push, same_str};
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
 use crate::slurm_cli::slurm_name;
 use crate::store::{CapacitySample, RunUsage, Store, StoreError};
@@ -773,7 +773,7 @@ impl<'r> AccountUse<'r> {
     fn add(&mut self, key: &'r str, gpus: u64, seconds: i64) {
         let s = u128::from(gpus) * seconds as u128;
         self.gpu_seconds += s;
-        match self.by_key.iter_mut().find(|k| k.key == key) {
+        match self.by_key.iter_mut().find(|k| same_str(k.key, key)) {
             Some(k) => {
                 k.jobs += 1;
                 k.gpu_seconds += s;
@@ -842,7 +842,12 @@ fn compute_usage_with(
             (&mut outside, &mut last_outside)
         };
         let name: &str = &run.account;
-        let slot = find_or_push(accounts, last, |a| a.name == name, || AccountUse::new(name));
+        let slot = find_or_push(
+            accounts,
+            last,
+            |a| same_str(a.name, name),
+            || AccountUse::new(name),
+        );
         let account = &mut accounts[slot];
         account.jobs += 1;
         let mut run_gpus = 0;
@@ -853,7 +858,7 @@ fn compute_usage_with(
                 let k = find_or_push(
                     &mut key_runs,
                     &mut last_key,
-                    |(k, _)| *k == key,
+                    |(k, _)| same_str(k, key),
                     || (key, Vec::new()),
                 );
                 key_runs[k].1.push(Run {

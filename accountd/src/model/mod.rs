@@ -43,3 +43,9 @@ pub(crate) fn find_or_push<T>(
     }
     *last
 }
+
+/// Whether two strings are equal, the same string first: runs share their account's and GPU
+/// type's strings, so most comparisons are of a string with itself.
+pub(crate) fn same_str(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}

@@ -304,7 +304,12 @@ fn sweep(
     let mut last_slot = usize::MAX;
     for (run, start, end) in clipped {
         let team: &str = &run.team;
-        let slot = super::find_or_push(&mut slots, &mut last_slot, |&s| s == team, || team);
+        let slot = super::find_or_push(
+            &mut slots,
+            &mut last_slot,
+            |&s| super::same_str(s, team),
+            || team,
+        );
         starts.push((start, slot, i64::from(run.gpus)));
         ends.push((end, slot, -i64::from(run.gpus)));
     }

@@ -333,6 +333,22 @@ pub struct RunUsage {
     pub gpus_by_type: GpuTypes,
 }
 
+/// Start times of runs to read: finished runs that started in `[finished_from, until)`, running
+/// ones that started in `[running_from, until)`.
+#[derive(Debug, Clone, Copy)]
+struct StartRange {
+    finished_from: UnixSeconds,
+    running_from: UnixSeconds,
+    until: UnixSeconds,
+}
+
+/// The `path` of a database in memory.
+const MEMORY: &str = ":memory:";
+
+/// From how long a stretch of start times on [`Store::runs_overlapping`] reads with two
+/// connections: below it, a second connection costs more than it saves.
+const PARALLEL_READ_SPAN: i64 = 86_400;
+
 /// The typed part of a run's GPUs, in type order; empty for untyped GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct GpuTypes(Option<Arc<[(String, u64)]>>);
@@ -562,10 +578,10 @@ impl Store {
     /// A private database in memory (tests).
     pub fn open_in_memory() -> Result<Store, StoreError> {
         let conn = Connection::open_in_memory().map_err(|source| StoreError::Open {
-            path: ":memory:".into(),
+            path: MEMORY.into(),
             source,
         })?;
-        Store::init(conn, ":memory:".into())
+        Store::init(conn, MEMORY.into())
     }
 
     /// Open an existing database for reading only (reports): never created, migrated or written,
@@ -798,6 +814,11 @@ impl Store {
     /// A finished run that overlaps started at most the longest run before `since`, so only
     /// that stretch of `job_runs_by_start` is read; the running ones come from the partial
     /// index `job_runs_running`.
+    ///
+    /// A database file is read by two connections at once, one on another thread, each for the
+    /// runs that started in its half of the stretch (with the running ones that started there):
+    /// each run is read by one of them, whatever the daemon writes meanwhile. Where a second
+    /// connection cannot be opened (a database in memory), one connection reads it all.
     pub fn runs_overlapping(
         &self,
         cluster: &str,
@@ -805,6 +826,64 @@ impl Store {
         until: UnixSeconds,
     ) -> Result<Vec<RunUsage>, StoreError> {
         let longest = self.longest_run(cluster)?;
+        let lower = since.saturating_sub(longest);
+        let everything = StartRange {
+            finished_from: lower,
+            running_from: UnixSeconds::MIN,
+            until,
+        };
+        if until.saturating_sub(lower) < PARALLEL_READ_SPAN {
+            return self.runs_started_in(cluster, since, everything);
+        }
+        let Some(other) = self.second_reader() else {
+            return self.runs_started_in(cluster, since, everything);
+        };
+        let middle = lower + (until - lower) / 2;
+        let (first, second) = std::thread::scope(|scope| {
+            let second = scope.spawn(move || {
+                other.runs_started_in(
+                    cluster,
+                    since,
+                    StartRange {
+                        finished_from: middle,
+                        running_from: middle,
+                        until,
+                    },
+                )
+            });
+            let first = self.runs_started_in(
+                cluster,
+                since,
+                StartRange {
+                    until: middle,
+                    ..everything
+                },
+            );
+            (first, second.join())
+        });
+        let mut runs = first?;
+        match second {
+            Ok(second) => runs.extend(second?),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+        Ok(runs)
+    }
+
+    /// Another read-only connection to this database file, if it is one and can be opened.
+    fn second_reader(&self) -> Option<Store> {
+        if self.path == MEMORY {
+            return None;
+        }
+        Store::open_read_only(Path::new(&self.path)).ok()
+    }
+
+    /// The runs of [`Store::runs_overlapping`] that started in `range`.
+    fn runs_started_in(
+        &self,
+        cluster: &str,
+        since: UnixSeconds,
+        range: StartRange,
+    ) -> Result<Vec<RunUsage>, StoreError> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -813,15 +892,16 @@ impl Store {
                  UNION ALL
                  SELECT id, account, start_time, end_time, gpus, gpu_types, partition
                  FROM job_runs INDEXED BY job_runs_running
-                 WHERE cluster = ?1 AND end_time IS NULL AND start_time < ?3",
+                 WHERE cluster = ?1 AND end_time IS NULL AND start_time < ?3 AND start_time >= ?5",
             )
             .map_err(|e| self.sql_err(e))?;
         let mut rows = stmt
             .query(params![
                 cluster,
                 since,
-                until,
-                since.saturating_sub(longest)
+                range.until,
+                range.finished_from,
+                range.running_from
             ])
             .map_err(|e| self.sql_err(e))?;
         // The few accounts, partitions and GPU type mixes, each read once: a row's text is
@@ -1662,6 +1742,47 @@ pub(crate) mod tests {
         store.record_runs(&[], 3, Some(&adv(900))).unwrap();
         assert_eq!(store.watermark("c").unwrap(), Some(900));
         assert_eq!(store.watermark("other").unwrap(), None);
+    }
+
+    #[test]
+    fn a_file_is_read_by_two_connections_and_each_run_once() {
+        // Three days; the stretch read is split in the middle of [since - longest, until).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        let mut store = Store::open(&path).unwrap();
+        let day = 86_400;
+        let mut runs = Vec::new();
+        for i in 0..300u32 {
+            let start = i64::from(i) * 1000;
+            // Every fifth still running, the others 2 h long.
+            let end = (i % 5 != 0).then_some(start + 7200);
+            runs.push(run(i + 1, "a", start, end, 1));
+        }
+        runs.push(run(1000, "b", -10 * day, None, 2)); // running since long before
+        store.record_runs(&runs, 1, None).unwrap();
+        let (since, until) = (day / 2, 3 * day);
+        let mut got: Vec<i64> = store
+            .runs_overlapping("c", since, until)
+            .unwrap()
+            .iter()
+            .map(|r| r.start)
+            .collect();
+        got.sort_unstable();
+        let mut want: Vec<i64> = runs
+            .iter()
+            .filter(|r| r.start < until && r.end.map_or(true, |e| e > since))
+            .map(|r| r.start)
+            .collect();
+        want.sort_unstable();
+        assert_eq!(got, want);
+        assert!(want.len() > 200);
+        // The same as one connection reads it.
+        let mut memory = Store::open_in_memory().unwrap();
+        memory.record_runs(&runs, 1, None).unwrap();
+        assert_eq!(
+            memory.runs_overlapping("c", since, until).unwrap().len(),
+            want.len()
+        );
     }
 
     #[test]

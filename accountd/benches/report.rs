@@ -230,7 +230,7 @@ fn time_month(db: &Path, config: &teamshare_config::Config, name: &str, since: i
     let report = report::compute_usage(&runs, &capacity, &params);
     let compute_ms = t.elapsed().as_secs_f64() * 1000.0;
     let t = Instant::now();
-    let text = report::render_teams(&report, report::Format::Table, &chrono::Utc);
+    let text = report::render_teams(&report, report::Format::Table, true, &chrono::Utc);
     let render_ms = t.elapsed().as_secs_f64() * 1000.0;
     drop((runs, text));
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -228,6 +228,10 @@ struct ReportArgs {
     /// `teams`: one report per local day of the period (a job counts on every day it held GPUs)
     #[arg(long)]
     by_day: bool,
+    /// `teams`, table format: each row's GPU types on lines under it (CSV and JSON always carry
+    /// them)
+    #[arg(long)]
+    by_type: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -687,6 +691,9 @@ fn report_cmd(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow::
     if args.by_day && args.kind != ReportKind::Teams {
         return Err(UsageError("--by-day applies to `report teams` only".into()).into());
     }
+    if args.by_type && args.kind != ReportKind::Teams {
+        return Err(UsageError("--by-type applies to `report teams` only".into()).into());
+    }
     match args.kind {
         ReportKind::Teams => teams_report(config, database, args),
         ReportKind::Fairshare => fairshare_report(config, database, args),
@@ -825,9 +832,20 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
             ))
         })?;
         note_runaways(&runaway);
+        if let Some(first) = days.first() {
+            let untyped: f64 = days.iter().map(|d| d.untyped_gpu_seconds).sum();
+            if first.typed && untyped > 0.0 {
+                note_untyped(untyped, first, &params);
+            }
+            note_outside(
+                &days.iter().flat_map(|d| &d.outside).collect::<Vec<_>>(),
+                first,
+            );
+        }
         return print(&report::render_teams_by_day(
             &days,
             args.format.into(),
+            args.by_type,
             &chrono::Local,
         ));
     }
@@ -843,34 +861,112 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
             );
         }
     }
-    match usage.capacity_source {
-        CapacitySource::Samples => {}
-        CapacitySource::Quotas => say_err!(
-            "accountd: note: no capacity samples for the period (`accountd run` records them): the capacity is taken as the sum of quotas, {} GPUs",
-            usage.quota_sum
-        ),
-        CapacitySource::QuotasUntil(first) => say_err!(
-            "accountd: note: no capacity samples before {} (`accountd run` records them): until then the capacity is taken as the sum of quotas, {} GPUs",
-            format_local(first, &chrono::Local),
-            usage.quota_sum
-        ),
-    }
-    if usage.allocated_gpu_seconds > usage.capacity_gpu_seconds {
-        say_err!(
-            "accountd: warning: more GPU-hours were used ({:.4}) than the capacity holds ({:.4}), so the idle cost is negative: {}",
-            usage.allocated_gpu_seconds / 3600.0,
-            usage.capacity_gpu_seconds / 3600.0,
-            match usage.capacity_source {
-                CapacitySource::Samples => "the recorded capacity misses GPUs (check the governed partitions)",
-                _ => "the sum of quotas is smaller than the cluster (let `accountd run` record the capacity)",
-            }
-        );
-    }
+    note_capacity(&usage, &params);
+    note_outside(&usage.outside.iter().collect::<Vec<_>>(), &usage);
     print(&report::render_teams(
         &usage,
         args.format.into(),
+        args.by_type,
         &chrono::Local,
     ))
+}
+
+/// What the teams report's figures rest on, said on stderr (every format: CSV and JSON stay
+/// data only): an estimated capacity, GPUs without a type, usage beyond the capacity.
+fn note_capacity(usage: &report::UsageReport, params: &UsageParams) {
+    let h = |s: f64| format!("{:.4}", s / 3600.0);
+    if let Some(estimate) = &usage.estimate {
+        let parts: Vec<String> = estimate
+            .by_type
+            .iter()
+            .map(|t| format!("{} {}", t.gpu_type, t.gpus))
+            .collect();
+        let when = match usage.capacity_source {
+            CapacitySource::EstimateUntil(first) => format!(
+                "no capacity samples before {} (`accountd run` records them): until then",
+                format_local(first, &chrono::Local)
+            ),
+            _ => "no capacity samples for the period (`accountd run` records them):".to_string(),
+        };
+        say_err!(
+            "accountd: note: {when} the capacity is estimated as {} GPUs, per GPU type the larger of the sum of quotas and the most GPUs in use at once: {}",
+            estimate.gpus,
+            parts.join(", ")
+        );
+        let unpriced = estimate.unpriced_gpus(&params.rates);
+        if unpriced > 0 && usage.capacity_cost.is_some() {
+            say_err!(
+                "accountd: warning: {unpriced} GPUs of the estimated capacity have no GPU type and there is no [gpu_types.default] rate: they cost nothing, so the capacity and idle costs are too low by their price (give a default rate, or let `accountd run` record the capacity with its GPU types)"
+            );
+        }
+    }
+    let untyped_warned = usage.typed && usage.untyped_gpu_seconds > 0.0;
+    if untyped_warned {
+        note_untyped(usage.untyped_gpu_seconds, usage, params);
+    }
+    let reason = |source: CapacitySource| match source {
+        CapacitySource::Samples => {
+            "the recorded capacity misses GPUs (check the governed partitions)"
+        }
+        _ => "the recorded capacity after the estimate misses GPUs (check the governed partitions)",
+    };
+    if usage.allocated_gpu_seconds > usage.capacity_gpu_seconds {
+        say_err!(
+            "accountd: warning: more GPU-hours were used ({}) than the capacity holds ({}), so the idle cost is negative: {}",
+            h(usage.allocated_gpu_seconds),
+            h(usage.capacity_gpu_seconds),
+            reason(usage.capacity_source)
+        );
+        return;
+    }
+    for c in &usage.capacity_by_type {
+        if c.allocated_seconds > c.capacity_seconds
+            && !(untyped_warned && c.gpu_type == report::DEFAULT_RATE)
+        {
+            say_err!(
+                "accountd: warning: more {0} GPU-hours were used ({1}) than the {0} capacity holds ({2}), so the idle cost of {0} is negative: {3}",
+                c.gpu_type,
+                h(c.allocated_seconds),
+                h(c.capacity_seconds),
+                if c.gpu_type == report::DEFAULT_RATE {
+                    "GPUs allocated without a type ran on capacity recorded with types"
+                } else {
+                    reason(usage.capacity_source)
+                }
+            );
+        }
+    }
+}
+
+/// GPUs allocated without a type under typed quotas, said on stderr: they are all borrowed.
+fn note_untyped(seconds: f64, usage: &report::UsageReport, params: &UsageParams) {
+    say_err!(
+        "accountd: warning: {:.4} GPU-hours in the governed partitions were allocated without a GPU type (sacct recorded none): they are counted under `{}`, where no team has a quota, so all of them are borrowed{}; Slurm records the type when AccountingStorageTRES lists gres/gpu:<type>",
+        seconds / 3600.0,
+        report::DEFAULT_RATE,
+        match params.rates.get(None) {
+            Some(_) if usage.capacity_cost.is_some() => ", priced at the default rate",
+            None if usage.capacity_cost.is_some() => ", at no cost (no default rate)",
+            _ => "",
+        }
+    );
+}
+
+/// GPU usage outside the governed partitions, said on stderr: it is reported apart.
+fn note_outside(outside: &[&report::TeamRow], usage: &report::UsageReport) {
+    if outside.is_empty() {
+        return;
+    }
+    let seconds: u128 = outside.iter().map(|r| r.gpu_seconds).sum();
+    let mut accounts: Vec<&str> = outside.iter().map(|r| r.team.as_str()).collect();
+    accounts.sort_unstable();
+    accounts.dedup();
+    say_err!(
+        "accountd: note: {:.4} GPU-hours ran outside the governed partitions ({}), by {}: they are reported apart, in no team's quota",
+        seconds as f64 / 3600.0,
+        usage.partitions.join(", "),
+        accounts.join(", ")
+    );
 }
 
 fn fairshare_report(

@@ -20,8 +20,6 @@ use teamshare_policy::priority;
 use teamshare_policy::submit::{gpus_requested, GpuAsk};
 
 use crate::capacity;
-use crate::model::fairshare;
-use crate::model::usage::Run;
 use crate::period::{self, UnixSeconds};
 use crate::slurm_cli::{slurm_name, SlurmCommand, SlurmCommandError};
 use crate::store::Store;
@@ -615,33 +613,18 @@ impl Governor {
         if !db.exists() {
             return Ok(());
         }
-        let half_life = self.config.accountd.fairshare_half_life;
-        // Usage older than ten half-lives weighs under 0.1 %.
-        let horizon = i64::try_from(half_life.as_secs().saturating_mul(10)).unwrap_or(i64::MAX);
+        // The same computation as `accountd report fairshare` (DESIGN 5): usage in the governed
+        // partitions, each GPU-second weighed by its type's rate, decayed over ten half-lives.
         // Read-only: the daemon's ingest is the database's only writer.
-        let runs = match Store::open_read_only(db).and_then(|s| {
-            s.runs_overlapping(
-                &slurm_name(&self.config.cluster.name),
-                now.saturating_sub(horizon),
-                now,
-            )
-        }) {
+        let params =
+            crate::report::FairshareParams::from_config(&self.config, now, None, Vec::new());
+        let report = match Store::open_read_only(db)
+            .and_then(|s| crate::report::fairshare_report(&s, &params))
+        {
             Ok(r) => r,
             Err(e) => return Err(format!("fair-share not refreshed: {e}")),
         };
-        let runs: Vec<Run> = runs
-            .into_iter()
-            .map(|r| Run {
-                team: r.account,
-                gpus: u32::try_from(r.gpus).unwrap_or(u32::MAX),
-                start: r.start,
-                end: r.end.unwrap_or(now).min(now),
-            })
-            .collect();
-        let usage = fairshare::decayed_usage(&runs, now, half_life);
-        let weights = fairshare::weights_from_config(&self.config);
-        self.fairshare =
-            fairshare::factors(&weights, &usage, self.config.accountd.fairshare_dampening);
+        self.fairshare = report.factors();
         Ok(())
     }
 

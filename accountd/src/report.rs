@@ -8,38 +8,53 @@
 //! - A team is a Slurm account. Rows: every configured team and every account with GPU usage
 //!   (such an account has no quota: all its usage is borrowed), then `(pool)` (what the
 //!   unallocated capacity lent) and `(idle)` (the idle cost no team is charged); or only the
-//!   teams named.
+//!   teams named. Each row carries its figures per GPU type (`by_type`), which add up to it.
 //! - A run of g GPUs over [start, end) (end = now while it runs) is allocated g x its overlap with
 //!   the period. The period is counted up to now: the future has neither usage nor capacity.
+//!   Its typed GPUs are of their gres type; the rest (GPUs allocated without a type) are under
+//!   `default`.
+//! - Only runs in the governed partitions (`[cluster] partitions`) are a team's usage. Runs
+//!   elsewhere are reported apart (`outside`: jobs, GPU-hours, list price), in no other figure.
 //! - `jobs` counts the runs that held GPUs during the period (a requeued job's runs count apart).
 //! - The capacity is the step function `accountd run` records (`capacity_samples`); before the
-//!   first sample, or without any, it is the sum of the quotas (the report says so).
+//!   first sample, or without any, it is estimated ([`CapacityEstimate`]: per type, the larger
+//!   of the quotas and the most GPUs in use at once), and the report says so.
+//! - The split: in a typed configuration (quotas per GPU type), per type k with that type's runs,
+//!   each team's Q_{T,k} and L_{T,k} and the capacity of type k; a row's figures are the sums
+//!   over its types. In an untyped one, on whole GPUs against total quotas, as the governor
+//!   governs them; then a team's in-quota and borrowed hours of each type are in the proportions
+//!   of its GPU-seconds of that type, and what each row lent in the proportions of the types of
+//!   all borrowed hours (so that per type, too, lent equals borrowed).
 //! - Cost: typed GPUs at their type's rate, untyped ones and types without a rate at `default`;
 //!   no rates configured, no cost. `cost` is the list price of the GPU-hours used (as before the
 //!   split existed); `allocated_cost` prices borrowed hours with `borrowed_cost_factor`;
-//!   `idle_cost` is the team's share of the idle capacity cost (`idle_cost_split`);
-//!   `total_cost` = allocated + idle, and the rows' `total_cost` add up to the capacity cost.
-//! - The split is computed on whole GPUs against total quotas, as the governor governs them.
-//!   Where GPU types have different rates, a team's in-quota and borrowed hours are priced in the
-//!   proportions of the types it used in the period, and the capacity of each type at its rate.
+//!   `idle_cost` is the team's share of the idle capacity cost (`idle_cost_split`), each type's
+//!   split apart; `total_cost` = allocated + idle, and the rows' `total_cost` add up to the
+//!   capacity cost. In an untyped configuration the quota-share weights (quota hours, and the
+//!   unallocated hours) are spread over the types in the proportions of their capacity.
+//! - Fair-share: decayed usage in the governed partitions, each GPU-second at its type's rate.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use teamshare_config::Config;
+use teamshare_config::{Config, IdleCostSplit, DEFAULT_GPU_TYPE};
 
 use crate::model::cost::{team_costs, CostRule, TeamHours, TypedUsage, IDLE};
-use crate::model::fairshare::{decayed_usage, team_fair_shares};
-use crate::model::find_or_push;
-use crate::model::usage::{split_usage, CapacityStep, Run, TeamQuota, POOL};
+use crate::model::fairshare::{decayed_seconds, team_fair_shares};
+use crate::model::usage::{
+    peak_gpus, split_usage, CapacityStep, Run, SplitTotals, TeamQuota, POOL,
+};
+use crate::model::{find_or_push, same_str};
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
 use crate::slurm_cli::slurm_name;
 use crate::store::{CapacitySample, RunUsage, Store, StoreError};
 
-/// The rate name used for GPUs without a type, and for types without their own rate.
-pub const DEFAULT_RATE: &str = "default";
+/// The key of GPUs allocated without a type: the `[gpu_types]` rate they are priced at, and
+/// their entry in per-type breakdowns. Types without a rate of their own are priced at it too.
+pub const DEFAULT_RATE: &str = DEFAULT_GPU_TYPE;
 
 const SECONDS_PER_HOUR: f64 = 3600.0;
 
@@ -50,10 +65,12 @@ pub struct Rates {
 }
 
 impl Rates {
+    /// Rates by `[gpu_types]` key (`default` for untyped GPUs).
     pub fn new(per_hour: BTreeMap<String, f64>) -> Self {
         Rates { per_hour }
     }
 
+    /// The rates of the configuration's `[gpu_types]`.
     pub fn from_config(config: &Config) -> Self {
         Rates::new(
             config
@@ -64,16 +81,21 @@ impl Rates {
         )
     }
 
+    /// No rate at all: reports show no cost.
     pub fn is_empty(&self) -> bool {
         self.per_hour.is_empty()
     }
 
-    /// The hourly rate of a GPU of `gpu_type` (None: untyped).
+    /// The hourly rate of a GPU of `gpu_type` (None: untyped): its type's, else `default`'s,
+    /// else 0.
     pub fn rate(&self, gpu_type: Option<&str>) -> f64 {
-        self.per_hour
-            .get(self.key(gpu_type))
-            .copied()
-            .unwrap_or(0.0)
+        self.get(gpu_type).unwrap_or(0.0)
+    }
+
+    /// The configured rate that prices a GPU of `gpu_type` (its type's, else `default`'s); None
+    /// where neither is configured.
+    pub fn get(&self, gpu_type: Option<&str>) -> Option<f64> {
+        self.per_hour.get(self.key(gpu_type)).copied()
     }
 
     /// The rate a GPU of `gpu_type` is priced at: its type's, or [`DEFAULT_RATE`].
@@ -83,6 +105,34 @@ impl Rates {
             _ => DEFAULT_RATE,
         }
     }
+
+    /// Whether fair-share usage is weighted by rates: some rate is above 0. Without rates, or
+    /// with every rate at 0, usage is plain GPU-seconds.
+    pub fn weigh_usage(&self) -> bool {
+        self.per_hour.values().any(|&r| r > 0.0)
+    }
+
+    /// What one GPU-second of `gpu_type` (None: untyped) weighs in fair-share usage: its rate
+    /// ([`Rates::get`]); a GPU no rate prices weighs as the most expensive type, so that no GPU
+    /// is free in fair-share only because it has no rate. 1 when [`Rates::weigh_usage`] is false.
+    pub fn usage_weight(&self, gpu_type: Option<&str>) -> f64 {
+        if !self.weigh_usage() {
+            return 1.0;
+        }
+        self.get(gpu_type)
+            .unwrap_or_else(|| self.per_hour.values().copied().fold(0.0, f64::max))
+    }
+}
+
+/// Each GPU type's GPUs of a run, in type order, then its GPUs without a type under
+/// [`DEFAULT_RATE`]. A run whose typed GPUs add up to more than its total counts them all.
+fn run_keys(run: &RunUsage) -> impl Iterator<Item = (&str, u64)> + '_ {
+    let typed: u64 = run.gpus_by_type.iter().map(|(_, n)| n).sum();
+    let untyped = run.gpus.saturating_sub(typed);
+    run.gpus_by_type
+        .iter()
+        .filter(|&(_, n)| n > 0)
+        .chain((untyped > 0).then_some((DEFAULT_RATE, untyped)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -95,11 +145,18 @@ pub struct UsageParams {
     pub period: Period,
     /// Running jobs count up to now, and the period is counted up to now.
     pub now: UnixSeconds,
-    /// Every configured team, in file order.
+    /// Every configured team with its total quota, in file order.
     pub teams: Vec<TeamQuota>,
-    /// The sum of the teams' typed quotas per GPU type: the typed part of the capacity when it is
-    /// taken as the sum of quotas.
+    /// A typed configuration ([`Config::is_typed`]): for each governed GPU type, every team with
+    /// its quota Q_{T,k} and lend limit L_{T,k} of that type. Empty: an untyped configuration,
+    /// whose split is on total quotas.
+    pub typed_teams: BTreeMap<String, Vec<TeamQuota>>,
+    /// The sum of the teams' typed quotas per GPU type (part of the capacity estimate where no
+    /// capacity was recorded).
     pub quota_by_type: BTreeMap<String, u32>,
+    /// The governed partitions (`[cluster] partitions`): runs in others are reported apart, as
+    /// no team's quota usage. Empty: every partition is governed.
+    pub partitions: Vec<String>,
     pub rates: Rates,
     pub currency: Option<String>,
     pub cost_rule: CostRule,
@@ -108,6 +165,7 @@ pub struct UsageParams {
 }
 
 impl UsageParams {
+    /// The parameters of a report of `period` under `config`, for the rows `only` (empty: all).
     pub fn from_config(
         config: &Config,
         period: Period,
@@ -127,7 +185,9 @@ impl UsageParams {
             period,
             now,
             teams: TeamQuota::all_from_config(config),
+            typed_teams: TeamQuota::typed_from_config(config),
             quota_by_type,
+            partitions: config.cluster.partitions.clone(),
             rates: Rates::from_config(config),
             currency: Some(config.cluster.currency.clone()).filter(|c| !c.is_empty()),
             cost_rule: CostRule::from_settings(&config.accountd),
@@ -139,6 +199,15 @@ impl UsageParams {
         self.teams
             .iter()
             .fold(0u32, |sum, t| sum.saturating_add(t.quota))
+    }
+
+    /// Whether a run in `partition` is governed. sacct names one partition for a run that
+    /// started; a list (`a,b`) counts as governed when one of them is.
+    pub fn governs(&self, partition: &str) -> bool {
+        self.partitions.is_empty()
+            || partition
+                .split(',')
+                .any(|p| self.partitions.iter().any(|g| g == p))
     }
 }
 
@@ -155,29 +224,56 @@ pub enum RowKind {
     Idle,
 }
 
-/// One row of the teams report. Usage in GPU-seconds; costs None without rates.
+/// One GPU type's part of a row of the teams report. Usage in GPU-seconds; costs None without
+/// rates.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TeamRow {
-    pub team: String,
-    pub kind: RowKind,
+pub struct TypeRow {
+    /// The gres type; [`DEFAULT_RATE`] for GPUs allocated without a type.
+    pub gpu_type: String,
+    /// Q_{T,k}, the team's quota of this type, in a typed configuration; None otherwise (an
+    /// untyped quota is of no type) and for rows that are not teams.
+    pub quota: Option<u32>,
+    /// The runs that held GPUs of this type (a run of several types counts under each).
     pub jobs: u64,
-    /// Allocated GPU-seconds (exact).
+    /// Allocated GPU-seconds of this type (exact).
     pub gpu_seconds: u128,
+    /// In a typed configuration, Q_{T,k} over the counted period (for `(pool)`: the capacity of
+    /// this type no team has a quota on); None in an untyped one.
+    pub quota_seconds: Option<f64>,
     pub in_quota_seconds: f64,
     pub borrowed_seconds: f64,
     pub lent_seconds: f64,
-    /// None: not a team of the configuration.
-    pub quota: Option<u32>,
-    /// The list price of the GPU-hours used (borrowed hours at the full rate).
+    /// The list price of these GPU-hours, at this type's rate.
     pub cost: Option<f64>,
     pub allocated_cost: Option<f64>,
     pub idle_cost: Option<f64>,
     pub total_cost: Option<f64>,
 }
 
-impl TeamRow {
+impl TypeRow {
+    fn empty(gpu_type: &str, with_cost: bool) -> TypeRow {
+        let zero = with_cost.then_some(0.0);
+        TypeRow {
+            gpu_type: gpu_type.to_string(),
+            quota: None,
+            jobs: 0,
+            gpu_seconds: 0,
+            quota_seconds: None,
+            in_quota_seconds: 0.0,
+            borrowed_seconds: 0.0,
+            lent_seconds: 0.0,
+            cost: zero,
+            allocated_cost: zero,
+            idle_cost: zero,
+            total_cost: zero,
+        }
+    }
+
     pub fn gpu_hours(&self) -> f64 {
         self.gpu_seconds as f64 / SECONDS_PER_HOUR
+    }
+    pub fn quota_hours(&self) -> Option<f64> {
+        self.quota_seconds.map(|s| s / SECONDS_PER_HOUR)
     }
     pub fn in_quota_hours(&self) -> f64 {
         self.in_quota_seconds / SECONDS_PER_HOUR
@@ -189,6 +285,81 @@ impl TeamRow {
         self.lent_seconds / SECONDS_PER_HOUR
     }
 
+    /// In-quota GPU-hours over quota GPU-hours, in percent: where the type has a quota.
+    pub fn quota_used_percent(&self) -> Option<f64> {
+        self.quota
+            .and(self.quota_seconds)
+            .filter(|&q| q > 0.0)
+            .map(|q| 100.0 * self.in_quota_seconds / q)
+    }
+
+    /// Nothing to show: no usage, quota, lending or cost of this type.
+    fn is_empty(&self) -> bool {
+        let zero = |c: Option<f64>| c.map_or(true, |c| c == 0.0);
+        self.gpu_seconds == 0
+            && self.quota_seconds.map_or(true, |q| q == 0.0)
+            && self.lent_seconds == 0.0
+            && zero(self.allocated_cost)
+            && zero(self.idle_cost)
+    }
+}
+
+/// One row of the teams report. Usage in GPU-seconds; costs None without rates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeamRow {
+    pub team: String,
+    pub kind: RowKind,
+    pub jobs: u64,
+    /// Allocated GPU-seconds (exact).
+    pub gpu_seconds: u128,
+    /// The quota over the counted period: Q_T x its length (for `(pool)`: the unallocated
+    /// capacity, C - sum of Q where positive, integrated).
+    pub quota_seconds: f64,
+    pub in_quota_seconds: f64,
+    pub borrowed_seconds: f64,
+    pub lent_seconds: f64,
+    /// None: not a team of the configuration.
+    pub quota: Option<u32>,
+    /// The list price of the GPU-hours used (borrowed hours at the full rate).
+    pub cost: Option<f64>,
+    pub allocated_cost: Option<f64>,
+    pub idle_cost: Option<f64>,
+    pub total_cost: Option<f64>,
+    /// The same per GPU type, in the report's type order (`default` last); they add up to the
+    /// row's figures (`jobs` excepted: a run of several types counts under each). Types with
+    /// nothing to show are left out.
+    pub by_type: Vec<TypeRow>,
+}
+
+impl TeamRow {
+    pub fn gpu_hours(&self) -> f64 {
+        self.gpu_seconds as f64 / SECONDS_PER_HOUR
+    }
+    pub fn quota_hours(&self) -> f64 {
+        self.quota_seconds / SECONDS_PER_HOUR
+    }
+    pub fn in_quota_hours(&self) -> f64 {
+        self.in_quota_seconds / SECONDS_PER_HOUR
+    }
+    pub fn borrowed_hours(&self) -> f64 {
+        self.borrowed_seconds / SECONDS_PER_HOUR
+    }
+    pub fn lent_hours(&self) -> f64 {
+        self.lent_seconds / SECONDS_PER_HOUR
+    }
+
+    /// A team's in-quota GPU-hours over its quota GPU-hours in the counted period, in percent;
+    /// None for rows that are not teams with a quota.
+    pub fn quota_used_percent(&self) -> Option<f64> {
+        (self.kind == RowKind::Team && self.quota_seconds > 0.0)
+            .then(|| 100.0 * self.in_quota_seconds / self.quota_seconds)
+    }
+
+    /// The row of `gpu_type`, if it has one.
+    pub fn of_type(&self, gpu_type: &str) -> Option<&TypeRow> {
+        self.by_type.iter().find(|t| t.gpu_type == gpu_type)
+    }
+
     fn empty(team: &str, kind: RowKind, quota: Option<u32>, with_cost: bool) -> TeamRow {
         let zero = with_cost.then_some(0.0);
         TeamRow {
@@ -196,6 +367,7 @@ impl TeamRow {
             kind,
             jobs: 0,
             gpu_seconds: 0,
+            quota_seconds: 0.0,
             in_quota_seconds: 0.0,
             borrowed_seconds: 0.0,
             lent_seconds: 0.0,
@@ -204,7 +376,20 @@ impl TeamRow {
             allocated_cost: zero,
             idle_cost: zero,
             total_cost: zero,
+            by_type: Vec::new(),
         }
+    }
+
+    /// The type row of `gpu_type`, made empty if there is none yet.
+    fn type_row(&mut self, gpu_type: &str, with_cost: bool) -> &mut TypeRow {
+        let index = match self.by_type.iter().position(|t| t.gpu_type == gpu_type) {
+            Some(i) => i,
+            None => {
+                self.by_type.push(TypeRow::empty(gpu_type, with_cost));
+                self.by_type.len() - 1
+            }
+        };
+        &mut self.by_type[index]
     }
 }
 
@@ -213,12 +398,81 @@ impl TeamRow {
 pub enum CapacitySource {
     /// Recorded samples cover the whole period.
     Samples,
-    /// No sample before this instant: until then, the sum of the quotas.
-    QuotasUntil(UnixSeconds),
-    /// No sample at all: the sum of the quotas.
-    Quotas,
+    /// No sample before this instant: until then, the [`CapacityEstimate`].
+    EstimateUntil(UnixSeconds),
+    /// No sample at all: the [`CapacityEstimate`].
+    Estimate,
 }
 
+/// The capacity taken where none was recorded (before `accountd run` sampled it). GPUs that ran
+/// jobs were there, and the quotas fit in the capacity (`check-config`), so per GPU type the
+/// estimate is the larger of the two: the sum of the quotas of that type, and the most GPUs of
+/// that type held at once in the governed partitions over the part of the period it covers.
+/// Untyped quotas (an untyped configuration) stand for GPUs of any type: typed GPUs found in use
+/// beyond their typed quotas count towards them first, and the GPUs left (at least the most
+/// untyped GPUs held at once) are of no type, under [`DEFAULT_RATE`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityEstimate {
+    /// The sum over types.
+    pub gpus: u32,
+    /// In type order, [`DEFAULT_RATE`] last.
+    pub by_type: Vec<EstimatedType>,
+}
+
+/// One GPU type of a [`CapacityEstimate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EstimatedType {
+    pub gpu_type: String,
+    /// The estimate.
+    pub gpus: u32,
+    /// The sum of the quotas of this type (for [`DEFAULT_RATE`]: of the untyped quotas).
+    pub quotas: u32,
+    /// The most GPUs of this type held at once.
+    pub peak: u32,
+}
+
+impl CapacityEstimate {
+    /// The estimate as a capacity step from `ts`.
+    fn sample(&self, ts: UnixSeconds) -> CapacitySample {
+        CapacitySample {
+            ts,
+            gpus: self.gpus,
+            by_type: self
+                .by_type
+                .iter()
+                .filter(|t| t.gpu_type != DEFAULT_RATE)
+                .map(|t| (t.gpu_type.clone(), t.gpus))
+                .collect(),
+        }
+    }
+
+    /// The GPUs of the estimate without a type where no rate prices them (they cost nothing).
+    pub fn unpriced_gpus(&self, rates: &Rates) -> u32 {
+        self.by_type
+            .iter()
+            .filter(|t| t.gpu_type == DEFAULT_RATE && rates.get(None).is_none())
+            .map(|t| t.gpus)
+            .sum()
+    }
+}
+
+/// The capacity of one GPU type over the counted period.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeCapacity {
+    pub gpu_type: String,
+    /// None without rates.
+    pub rate_per_hour: Option<f64>,
+    /// The capacity of this type integrated over the counted period.
+    pub capacity_seconds: f64,
+    /// The GPU-seconds of this type allocated in the governed partitions.
+    pub allocated_seconds: f64,
+    pub capacity_cost: Option<f64>,
+    /// `capacity_cost` - the allocated cost of this type (negative when its usage exceeds its
+    /// capacity).
+    pub idle_cost: Option<f64>,
+}
+
+/// The teams report of one period.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UsageReport {
     pub cluster: String,
@@ -229,22 +483,50 @@ pub struct UsageReport {
     pub currency: Option<String>,
     /// Teams and accounts by name, then `(pool)`, then `(idle)` (with costs only).
     pub rows: Vec<TeamRow>,
+    /// GPU usage outside the governed partitions, one row per account by name (kind `Team` or
+    /// `Account`, no quota): jobs, GPU-hours and their list price only. It is in no other figure
+    /// of the report: not in quota, not borrowed, not in the capacity or its cost.
+    pub outside: Vec<TeamRow>,
+    /// The governed partitions; empty: every partition.
+    pub partitions: Vec<String>,
+    /// Whether the split is per GPU type (a typed configuration) or on total quotas.
+    pub typed: bool,
+    /// The rules the costs follow.
+    pub cost_rule: CostRule,
     /// The governed capacity integrated over the counted period.
     pub capacity_gpu_seconds: f64,
-    /// Every account's allocated GPU-seconds (also of rows left out by a filter).
+    /// Every account's allocated GPU-seconds in the governed partitions (also of rows left out
+    /// by a filter).
     pub allocated_gpu_seconds: f64,
     /// The price of that capacity; the sum of every row's `total_cost`.
     pub capacity_cost: Option<f64>,
     pub capacity_source: CapacitySource,
-    /// The capacity taken where there are no samples.
-    pub quota_sum: u32,
+    /// The capacity taken where there are no samples; None when samples cover the period.
+    pub estimate: Option<CapacityEstimate>,
+    /// Per GPU type, in the report's type order (`default` last).
+    pub capacity_by_type: Vec<TypeCapacity>,
     /// Borrowed GPU-seconds beyond what was lendable at the time (charged to `(pool)`).
     pub over_lendable_seconds: f64,
+    /// The governed GPU-seconds allocated without a GPU type (under [`DEFAULT_RATE`]).
+    pub untyped_gpu_seconds: f64,
 }
 
 impl UsageReport {
+    /// The row of `team` (or of `(pool)`, `(idle)`) in the governed partitions.
     pub fn row(&self, team: &str) -> Option<&TeamRow> {
         self.rows.iter().find(|r| r.team == team)
+    }
+
+    /// The usage of `account` outside the governed partitions.
+    pub fn outside_row(&self, account: &str) -> Option<&TeamRow> {
+        self.outside.iter().find(|r| r.team == account)
+    }
+
+    /// The capacity of `gpu_type`.
+    pub fn capacity_of(&self, gpu_type: &str) -> Option<&TypeCapacity> {
+        self.capacity_by_type
+            .iter()
+            .find(|c| c.gpu_type == gpu_type)
     }
 }
 
@@ -280,7 +562,9 @@ pub fn usage_report_by_day<Tz: chrono::TimeZone>(
     Ok(compute_usage_by_day(&runs, &capacity, params, tz))
 }
 
-/// The arithmetic of [`usage_report_by_day`], over runs and capacity samples already read.
+/// The arithmetic of [`usage_report_by_day`], over runs and capacity samples already read. The
+/// capacity estimate, where there are no samples, is the whole period's, so that the days add
+/// up to it.
 pub fn compute_usage_by_day<Tz: chrono::TimeZone>(
     runs: &[RunUsage],
     capacity: &[CapacitySample],
@@ -291,6 +575,7 @@ pub fn compute_usage_by_day<Tz: chrono::TimeZone>(
     if counted.since >= counted.until {
         return Vec::new();
     }
+    let estimate = estimate_for(runs, capacity, counted, params);
     let bounds = crate::period::local_day_bounds(counted, tz);
     bounds
         .windows(2)
@@ -316,36 +601,194 @@ pub fn compute_usage_by_day<Tz: chrono::TimeZone>(
                 period: day,
                 ..params.clone()
             };
-            compute_usage(&day_runs, &day_capacity, &day_params)
+            compute_usage_with(&day_runs, &day_capacity, &day_params, estimate.as_ref())
         })
         .collect()
 }
 
-/// The capacity steps of `period`: the samples, with the sum of quotas before the first one.
-fn capacity_steps(
+/// The estimate of the capacity where `history` has no sample in `period` (None where it
+/// covers the period): over the part before the first sample.
+fn estimate_for(
+    runs: &[RunUsage],
     history: &[CapacitySample],
     period: Period,
     params: &UsageParams,
+) -> Option<CapacityEstimate> {
+    let until = match history.first() {
+        None => period.until,
+        Some(first) if first.ts > period.since => first.ts.min(period.until),
+        Some(_) => return None,
+    };
+    Some(estimate_capacity(
+        runs,
+        params,
+        Period {
+            since: period.since,
+            until,
+        },
+    ))
+}
+
+/// The [`CapacityEstimate`] over `window`.
+fn estimate_capacity(runs: &[RunUsage], params: &UsageParams, window: Period) -> CapacityEstimate {
+    // The runs of each GPU type in the governed partitions, for their peaks.
+    let mut by_key: BTreeMap<&str, Vec<Run>> = BTreeMap::new();
+    for run in runs {
+        if run.gpus == 0 || !params.governs(&run.partition) {
+            continue;
+        }
+        let end = run.end.unwrap_or(params.now);
+        for (key, gpus) in run_keys(run) {
+            by_key.entry(key).or_default().push(Run {
+                team: run.account.clone(),
+                gpus: u32::try_from(gpus).unwrap_or(u32::MAX),
+                start: run.start,
+                end,
+            });
+        }
+    }
+    let peak_of = |key: &str| {
+        by_key.get(key).map_or(0, |runs| {
+            u32::try_from(peak_gpus(runs, window)).unwrap_or(u32::MAX)
+        })
+    };
+    let mut types: Vec<&str> = params
+        .quota_by_type
+        .keys()
+        .map(String::as_str)
+        .chain(by_key.keys().copied())
+        .filter(|&k| k != DEFAULT_RATE)
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    let (mut by_type, mut beyond_quotas) = (Vec::new(), 0u32);
+    for gpu_type in types {
+        let quotas = params.quota_by_type.get(gpu_type).copied().unwrap_or(0);
+        let peak = peak_of(gpu_type);
+        let gpus = quotas.max(peak);
+        beyond_quotas = beyond_quotas.saturating_add(gpus - quotas);
+        by_type.push(EstimatedType {
+            gpu_type: gpu_type.to_string(),
+            gpus,
+            quotas,
+            peak,
+        });
+    }
+    let typed_quotas = params
+        .quota_by_type
+        .values()
+        .fold(0u32, |s, &n| s.saturating_add(n));
+    let untyped_quotas = params.quota_sum().saturating_sub(typed_quotas);
+    let peak = peak_of(DEFAULT_RATE);
+    let gpus = peak.max(untyped_quotas.saturating_sub(beyond_quotas));
+    if gpus > 0 || untyped_quotas > 0 {
+        by_type.push(EstimatedType {
+            gpu_type: DEFAULT_RATE.to_string(),
+            gpus,
+            quotas: untyped_quotas,
+            peak,
+        });
+    }
+    CapacityEstimate {
+        gpus: by_type.iter().fold(0u32, |s, t| s.saturating_add(t.gpus)),
+        by_type,
+    }
+}
+
+/// The capacity steps of `period`: the samples, with the estimate before the first one.
+fn capacity_steps(
+    history: &[CapacitySample],
+    period: Period,
+    estimate: Option<&CapacityEstimate>,
 ) -> (Vec<CapacitySample>, CapacitySource) {
-    let quotas = CapacitySample {
-        ts: period.since,
-        gpus: params.quota_sum(),
-        by_type: params.quota_by_type.clone(),
+    let estimated = || {
+        estimate.map_or(
+            CapacitySample {
+                ts: period.since,
+                gpus: 0,
+                by_type: BTreeMap::new(),
+            },
+            |e| e.sample(period.since),
+        )
     };
     match history.first() {
-        None => (vec![quotas], CapacitySource::Quotas),
+        None => (vec![estimated()], CapacitySource::Estimate),
         Some(first) if first.ts > period.since => {
-            let mut steps = vec![quotas];
+            let mut steps = vec![estimated()];
             steps.extend_from_slice(history);
-            (steps, CapacitySource::QuotasUntil(first.ts))
+            (steps, CapacitySource::EstimateUntil(first.ts))
         }
         Some(_) => (history.to_vec(), CapacitySource::Samples),
     }
 }
 
+/// The GPUs of `key` in a capacity sample: its typed GPUs of that type, or for [`DEFAULT_RATE`]
+/// those without a type.
+fn sample_gpus(sample: &CapacitySample, key: &str) -> u32 {
+    if key == DEFAULT_RATE {
+        let typed = sample
+            .by_type
+            .iter()
+            .filter(|(t, _)| t.as_str() != DEFAULT_RATE)
+            .fold(0u32, |s, (_, &n)| s.saturating_add(n));
+        sample.gpus.saturating_sub(typed) + sample.by_type.get(DEFAULT_RATE).copied().unwrap_or(0)
+    } else {
+        sample.by_type.get(key).copied().unwrap_or(0)
+    }
+}
+
+fn key_steps(steps: &[CapacitySample], key: &str) -> Vec<CapacityStep> {
+    steps.iter().map(|s| (s.ts, sample_gpus(s, key))).collect()
+}
+
 /// The GPU-seconds of a step function over a period, as the model integrates it.
 fn integrate(steps: &[CapacityStep], period: Period) -> f64 {
     split_usage(&[], &[], steps, period).totals.capacity
+}
+
+/// One account's runs: how many, their exact GPU-seconds, and the same per GPU type.
+struct AccountUse<'r> {
+    name: &'r str,
+    jobs: u64,
+    gpu_seconds: u128,
+    by_key: Vec<KeyUse<'r>>,
+}
+
+struct KeyUse<'r> {
+    key: &'r str,
+    jobs: u64,
+    gpu_seconds: u128,
+}
+
+impl<'r> AccountUse<'r> {
+    fn new(name: &'r str) -> Self {
+        AccountUse {
+            name,
+            jobs: 0,
+            gpu_seconds: 0,
+            by_key: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, key: &'r str, gpus: u64, seconds: i64) {
+        let s = u128::from(gpus) * seconds as u128;
+        self.gpu_seconds += s;
+        match self.by_key.iter_mut().find(|k| same_str(k.key, key)) {
+            Some(k) => {
+                k.jobs += 1;
+                k.gpu_seconds += s;
+            }
+            None => self.by_key.push(KeyUse {
+                key,
+                jobs: 1,
+                gpu_seconds: s,
+            }),
+        }
+    }
+
+    fn of_key(&self, key: &str) -> Option<&KeyUse<'r>> {
+        self.by_key.iter().find(|k| k.key == key)
+    }
 }
 
 /// The arithmetic of the teams report, over runs and capacity samples already read.
@@ -355,88 +798,101 @@ pub fn compute_usage(
     params: &UsageParams,
 ) -> UsageReport {
     let period = counted_period(params.period, params.now);
-    let with_cost = !params.rates.is_empty();
-    let (steps, capacity_source) = capacity_steps(capacity, period, params);
-    let total_steps: Vec<CapacityStep> = steps.iter().map(|s| (s.ts, s.gpus)).collect();
+    let estimate = estimate_for(runs, capacity, period, params);
+    compute_usage_with(runs, capacity, params, estimate.as_ref())
+}
 
-    // Per account: runs, exact GPU-seconds, and GPU-seconds per rate. Few accounts, many runs
-    // (often several of one account in a row): a short list, the last one tried first.
-    struct Account<'r> {
-        name: &'r str,
-        jobs: u64,
-        gpu_seconds: u128,
-        by_rate: Vec<(&'r str, f64)>,
-    }
-    fn add<'k>(by_rate: &mut Vec<(&'k str, f64)>, key: &'k str, seconds: f64) {
-        match by_rate.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, s)) => *s += seconds,
-            None => by_rate.push((key, seconds)),
-        }
-    }
-    let mut accounts: Vec<Account> = Vec::new();
-    let mut last = usize::MAX;
-    let mut model_runs: Vec<Run> = Vec::with_capacity(runs.len());
+fn compute_usage_with(
+    runs: &[RunUsage],
+    capacity: &[CapacitySample],
+    params: &UsageParams,
+    estimate: Option<&CapacityEstimate>,
+) -> UsageReport {
+    let period = counted_period(params.period, params.now);
+    let with_cost = !params.rates.is_empty();
+    let typed = !params.typed_teams.is_empty();
+    let (steps, capacity_source) = capacity_steps(capacity, period, estimate);
+
+    // Per account, in the governed partitions and outside them. Few accounts, many runs (often
+    // several of one account in a row): short lists, the last one tried first. The split's
+    // runs: on totals (an untyped configuration), or per GPU type (a typed one).
+    let (mut governed, mut last_governed): (Vec<AccountUse>, usize) = (Vec::new(), usize::MAX);
+    let (mut outside, mut last_outside): (Vec<AccountUse>, usize) = (Vec::new(), usize::MAX);
+    let mut total_runs: Vec<Run> = Vec::new();
+    let (mut key_runs, mut last_key): (Vec<(&str, Vec<Run>)>, usize) = (Vec::new(), usize::MAX);
+    // Runs share their partition's string: the last one's answer is tried first.
+    let mut last_partition: Option<(&Arc<str>, bool)> = None;
     for run in runs {
         let end = run.end.unwrap_or(params.now);
         let seconds = period.overlap(run.start, end);
         if run.gpus == 0 || seconds <= 0 {
             continue;
         }
+        let inside = match last_partition {
+            Some((p, inside)) if Arc::ptr_eq(p, &run.partition) => inside,
+            _ => {
+                let inside = params.governs(&run.partition);
+                last_partition = Some((&run.partition, inside));
+                inside
+            }
+        };
+        let (accounts, last) = if inside {
+            (&mut governed, &mut last_governed)
+        } else {
+            (&mut outside, &mut last_outside)
+        };
         let name: &str = &run.account;
         let slot = find_or_push(
-            &mut accounts,
-            &mut last,
-            |a| a.name == name,
-            || Account {
-                name,
-                jobs: 0,
-                gpu_seconds: 0,
-                by_rate: Vec::new(),
-            },
+            accounts,
+            last,
+            |a| same_str(a.name, name),
+            || AccountUse::new(name),
         );
-        model_runs.push(Run {
-            team: run.account.clone(),
-            gpus: u32::try_from(run.gpus).unwrap_or(u32::MAX),
-            start: run.start,
-            end,
-        });
         let account = &mut accounts[slot];
         account.jobs += 1;
-        account.gpu_seconds += u128::from(run.gpus) * seconds as u128;
-        let mut typed = 0u64;
-        for (gpu_type, n) in run.gpus_by_type.iter() {
-            typed = typed.saturating_add(n);
-            add(
-                &mut account.by_rate,
-                params.rates.key(Some(gpu_type)),
-                n as f64 * seconds as f64,
-            );
+        let mut run_gpus = 0;
+        for (key, gpus) in run_keys(run) {
+            run_gpus += gpus;
+            account.add(key, gpus, seconds);
+            if inside && typed {
+                let k = find_or_push(
+                    &mut key_runs,
+                    &mut last_key,
+                    |(k, _)| same_str(k, key),
+                    || (key, Vec::new()),
+                );
+                key_runs[k].1.push(Run {
+                    team: run.account.clone(),
+                    gpus: u32::try_from(gpus).unwrap_or(u32::MAX),
+                    start: run.start,
+                    end,
+                });
+            }
         }
-        let untyped = run.gpus.saturating_sub(typed);
-        if untyped > 0 {
-            add(
-                &mut account.by_rate,
-                DEFAULT_RATE,
-                untyped as f64 * seconds as f64,
-            );
+        if inside && !typed {
+            total_runs.push(Run {
+                team: run.account.clone(),
+                gpus: u32::try_from(run_gpus).unwrap_or(u32::MAX),
+                start: run.start,
+                end,
+            });
         }
     }
-    let jobs: BTreeMap<&str, u64> = accounts.iter().map(|a| (a.name, a.jobs)).collect();
-    let gpu_seconds: BTreeMap<&str, u128> =
-        accounts.iter().map(|a| (a.name, a.gpu_seconds)).collect();
-    let by_rate: BTreeMap<&str, BTreeMap<&str, f64>> = accounts
-        .iter()
-        .map(|a| (a.name, a.by_rate.iter().copied().collect()))
-        .collect();
 
-    let split = split_usage(&model_runs, &params.teams, &total_steps, period);
-
-    // Costs: one priced usage per rate, each team's hours in the proportions of its types.
-    let costs = with_cost.then(|| {
-        let typed = priced_usage(&steps, period, &split, &by_rate, &params.rates);
-        team_costs(&typed, params.cost_rule)
-    });
-
+    // The GPU types of the report: governed ones, those with capacity, those used; `default`
+    // (no type) last.
+    let mut keys: Vec<&str> = params.typed_teams.keys().map(String::as_str).collect();
+    for s in &steps {
+        keys.extend(s.by_type.keys().map(String::as_str));
+        if sample_gpus(s, DEFAULT_RATE) > 0 {
+            keys.push(DEFAULT_RATE);
+        }
+    }
+    keys.extend(governed.iter().flat_map(|a| a.by_key.iter().map(|k| k.key)));
+    keys.sort_unstable_by_key(|&k| (k == DEFAULT_RATE, k));
+    keys.dedup();
+    let rank = |key: &str| keys.iter().position(|&k| k == key).unwrap_or(keys.len());
+    let account_of = |name: &str| governed.iter().find(|a| a.name == name);
     let quota_of = |team: &str| {
         params
             .teams
@@ -444,52 +900,267 @@ pub fn compute_usage(
             .find(|t| t.name == team)
             .map(|t| t.quota)
     };
-    let mut rows: Vec<TeamRow> = split
-        .rows
+    let kind_of = |name: &str| {
+        if name == POOL {
+            RowKind::Pool
+        } else if quota_of(name).is_some() {
+            RowKind::Team
+        } else {
+            RowKind::Account
+        }
+    };
+    let capacity_seconds: Vec<f64> = keys
         .iter()
-        .map(|r| {
-            let name = r.team.as_str();
-            let kind = if name == POOL {
-                RowKind::Pool
-            } else if quota_of(name).is_some() {
+        .map(|&k| integrate(&key_steps(&steps, k), period))
+        .collect();
+    let rate_of = |key: &str| params.rates.rate(Some(key));
+
+    // The split, into rows (teams and accounts by name, then the pool) with their type rows.
+    let mut rows: Vec<TeamRow> = Vec::new();
+    let mut row_index: BTreeMap<String, usize> = BTreeMap::new();
+    let mut row_of = |rows: &mut Vec<TeamRow>, name: &str| -> usize {
+        *row_index.entry(name.to_string()).or_insert_with(|| {
+            rows.push(TeamRow::empty(
+                name,
+                kind_of(name),
+                quota_of(name),
+                with_cost,
+            ));
+            rows.len() - 1
+        })
+    };
+    let (priced, totals) = if typed {
+        let no_quota: Vec<TeamQuota> = params
+            .teams
+            .iter()
+            .map(|t| TeamQuota {
+                name: t.name.clone(),
+                quota: 0,
+                lend_limit: 0,
+            })
+            .collect();
+        let mut priced = Vec::with_capacity(keys.len());
+        let mut totals = SplitTotals::default();
+        for (&key, &capacity) in keys.iter().zip(&capacity_seconds) {
+            let runs = key_runs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(&[][..], |(_, r)| r);
+            let teams = params.typed_teams.get(key).unwrap_or(&no_quota);
+            let split = split_usage(runs, teams, &key_steps(&steps, key), period);
+            debug_assert_eq!(split.totals.capacity, capacity);
+            for r in &split.rows {
+                let i = row_of(&mut rows, &r.team);
+                let row = &mut rows[i];
+                row.quota_seconds += r.quota;
+                row.in_quota_seconds += r.in_quota;
+                row.borrowed_seconds += r.borrowed;
+                row.lent_seconds += r.lent;
+                let used = account_of(&r.team).and_then(|a| a.of_key(key));
+                let team_quota = teams.iter().find(|t| t.name == r.team).map(|t| t.quota);
+                let kind = row.kind;
+                let t = row.type_row(key, with_cost);
+                t.quota = team_quota.filter(|_| kind == RowKind::Team);
+                t.jobs = used.map_or(0, |u| u.jobs);
+                t.gpu_seconds = used.map_or(0, |u| u.gpu_seconds);
+                t.quota_seconds = Some(r.quota);
+                t.in_quota_seconds = r.in_quota;
+                t.borrowed_seconds = r.borrowed;
+                t.lent_seconds = r.lent;
+            }
+            totals.capacity += split.totals.capacity;
+            totals.unallocated += split.totals.unallocated;
+            totals.allocated += split.totals.allocated;
+            totals.over_lendable += split.totals.over_lendable;
+            priced.push(TypedUsage::from_split(key, rate_of(key), &split));
+        }
+        (priced, totals)
+    } else {
+        let total_steps: Vec<CapacityStep> = steps.iter().map(|s| (s.ts, s.gpus)).collect();
+        let split = split_usage(&total_runs, &params.teams, &total_steps, period);
+        // Per type: each team's in-quota and borrowed hours in the proportions of its GPU-seconds
+        // of each type; what was lent in the proportions of every borrowed hour's type.
+        let mut borrowed_by_key = vec![0.0; keys.len()];
+        for r in &split.rows {
+            let i = row_of(&mut rows, &r.team);
+            let row = &mut rows[i];
+            row.quota_seconds = r.quota;
+            row.in_quota_seconds = r.in_quota;
+            row.borrowed_seconds = r.borrowed;
+            row.lent_seconds = r.lent;
+            let Some(used) = account_of(&r.team) else {
+                continue;
+            };
+            for k in &used.by_key {
+                let share = k.gpu_seconds as f64 / used.gpu_seconds as f64;
+                let t = row.type_row(k.key, with_cost);
+                t.jobs = k.jobs;
+                t.gpu_seconds = k.gpu_seconds;
+                t.in_quota_seconds = r.in_quota * share;
+                t.borrowed_seconds = r.borrowed * share;
+                borrowed_by_key[rank(k.key)] += t.borrowed_seconds;
+            }
+        }
+        let borrowed: f64 = borrowed_by_key.iter().sum();
+        if borrowed > 0.0 {
+            for row in rows.iter_mut().filter(|r| r.lent_seconds > 0.0) {
+                for (&key, b) in keys.iter().zip(&borrowed_by_key) {
+                    if *b > 0.0 {
+                        row.type_row(key, with_cost).lent_seconds = row.lent_seconds * b / borrowed;
+                    }
+                }
+            }
+        }
+        // Costs: each type's capacity at its rate; the quota hours (the quota-share weights) and
+        // the unallocated hours in the proportions of the capacity of each type.
+        let capacity_total: f64 = capacity_seconds.iter().sum();
+        let priced = keys
+            .iter()
+            .zip(&capacity_seconds)
+            .map(|(&key, &capacity)| {
+                let weight = if capacity_total > 0.0 {
+                    capacity / capacity_total
+                } else {
+                    1.0 / keys.len() as f64
+                };
+                TypedUsage {
+                    gpu_type: key.to_string(),
+                    rate_per_hour: rate_of(key),
+                    capacity_hours: capacity / SECONDS_PER_HOUR,
+                    unallocated_hours: split.totals.unallocated / SECONDS_PER_HOUR * weight,
+                    teams: split
+                        .rows
+                        .iter()
+                        .filter(|r| r.team != POOL)
+                        .map(|r| {
+                            let t = rows[row_index[&r.team]].of_type(key);
+                            TeamHours {
+                                team: r.team.clone(),
+                                quota_hours: r.quota / SECONDS_PER_HOUR * weight,
+                                in_quota_hours: t.map_or(0.0, |t| t.in_quota_hours()),
+                                borrowed_hours: t.map_or(0.0, |t| t.borrowed_hours()),
+                            }
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        (priced, split.totals)
+    };
+    // The pool after the teams and accounts, whichever split listed them first.
+    rows.sort_by(|a, b| {
+        (a.kind == RowKind::Pool, &a.team).cmp(&(b.kind == RowKind::Pool, &b.team))
+    });
+
+    // Jobs, exact GPU-seconds and list prices.
+    for row in &mut rows {
+        if let Some(used) = account_of(&row.team) {
+            row.jobs = used.jobs;
+            row.gpu_seconds = used.gpu_seconds;
+        }
+        if with_cost {
+            for t in &mut row.by_type {
+                t.cost = Some(t.gpu_seconds as f64 * rate_of(&t.gpu_type) / SECONDS_PER_HOUR);
+            }
+            row.cost = Some(row.by_type.iter().filter_map(|t| t.cost).sum());
+        }
+    }
+
+    // Costs.
+    let costs = with_cost.then(|| team_costs(&priced, params.cost_rule));
+    if let Some(costs) = &costs {
+        for row in &mut rows {
+            let Some(c) = costs.row(&row.team) else {
+                continue;
+            };
+            row.allocated_cost = Some(c.allocated_cost);
+            row.idle_cost = Some(c.idle_cost);
+            row.total_cost = Some(c.total_cost);
+            for tc in &c.by_type {
+                let t = row.type_row(&tc.gpu_type, true);
+                t.allocated_cost = Some(tc.allocated_cost);
+                t.idle_cost = Some(tc.idle_cost);
+                t.total_cost = Some(tc.total_cost);
+            }
+        }
+        if let Some(idle) = costs.row(IDLE) {
+            let mut row = TeamRow::empty(IDLE, RowKind::Idle, None, true);
+            row.idle_cost = Some(idle.idle_cost);
+            row.total_cost = Some(idle.total_cost);
+            for tc in &idle.by_type {
+                let t = row.type_row(&tc.gpu_type, true);
+                t.idle_cost = Some(tc.idle_cost);
+                t.total_cost = Some(tc.total_cost);
+            }
+            rows.push(row);
+        }
+    }
+    for row in &mut rows {
+        row.by_type.retain(|t| !t.is_empty());
+        row.by_type.sort_by_key(|t| rank(&t.gpu_type));
+    }
+
+    // Every type with capacity, usage or a quota (a rate alone makes no line).
+    let capacity_by_type: Vec<TypeCapacity> = keys
+        .iter()
+        .zip(&capacity_seconds)
+        .map(|(&key, &capacity)| {
+            let totals = costs
+                .as_ref()
+                .and_then(|c| c.types.iter().find(|t| t.gpu_type == key));
+            TypeCapacity {
+                gpu_type: key.to_string(),
+                rate_per_hour: with_cost.then(|| rate_of(key)),
+                capacity_seconds: capacity,
+                allocated_seconds: governed
+                    .iter()
+                    .filter_map(|a| a.of_key(key))
+                    .map(|k| k.gpu_seconds as f64)
+                    .sum(),
+                capacity_cost: totals.map(|t| t.capacity_cost),
+                idle_cost: totals.map(|t| t.idle_cost),
+            }
+        })
+        .filter(|c| {
+            c.capacity_seconds > 0.0
+                || c.allocated_seconds > 0.0
+                || params
+                    .quota_by_type
+                    .get(&c.gpu_type)
+                    .is_some_and(|&q| q > 0)
+        })
+        .collect();
+
+    // Outside the governed partitions: usage and its list price only.
+    outside.sort_by(|a, b| a.name.cmp(b.name));
+    let mut outside_rows: Vec<TeamRow> = outside
+        .iter()
+        .map(|a| {
+            let kind = if quota_of(a.name).is_some() {
                 RowKind::Team
             } else {
                 RowKind::Account
             };
-            let team_cost = costs
-                .as_ref()
-                .map(|c| c.row(name).cloned().unwrap_or_default());
-            let list_cost = by_rate.get(name).map_or(0.0, |rates| {
-                rates
-                    .iter()
-                    .map(|(key, s)| s * params.rates.rate(Some(key)))
-                    .sum::<f64>()
-                    / SECONDS_PER_HOUR
-            });
-            TeamRow {
-                team: r.team.clone(),
-                kind,
-                jobs: jobs.get(name).copied().unwrap_or(0),
-                gpu_seconds: gpu_seconds.get(name).copied().unwrap_or(0),
-                in_quota_seconds: r.in_quota,
-                borrowed_seconds: r.borrowed,
-                lent_seconds: r.lent,
-                quota: quota_of(name),
-                cost: with_cost.then_some(list_cost),
-                allocated_cost: team_cost.as_ref().map(|c| c.allocated_cost),
-                idle_cost: team_cost.as_ref().map(|c| c.idle_cost),
-                total_cost: team_cost.as_ref().map(|c| c.total_cost),
+            let mut row = TeamRow::empty(a.name, kind, None, false);
+            row.jobs = a.jobs;
+            row.gpu_seconds = a.gpu_seconds;
+            let mut by_type: Vec<&KeyUse> = a.by_key.iter().collect();
+            by_type.sort_by_key(|k| (k.key == DEFAULT_RATE, k.key));
+            for k in by_type {
+                let t = row.type_row(k.key, false);
+                t.jobs = k.jobs;
+                t.gpu_seconds = k.gpu_seconds;
+                t.cost =
+                    with_cost.then(|| k.gpu_seconds as f64 * rate_of(k.key) / SECONDS_PER_HOUR);
             }
+            row.cost = with_cost.then(|| row.by_type.iter().filter_map(|t| t.cost).sum());
+            row
         })
         .collect();
-    if let Some(idle) = costs.as_ref().and_then(|c| c.row(IDLE)) {
-        let mut row = TeamRow::empty(IDLE, RowKind::Idle, None, true);
-        row.idle_cost = Some(idle.idle_cost);
-        row.total_cost = Some(idle.total_cost);
-        rows.push(row);
-    }
+
     if !params.only.is_empty() {
         rows.retain(|r| params.only.contains(&r.team));
+        outside_rows.retain(|r| params.only.contains(&r.team));
         for name in &params.only {
             if !rows.iter().any(|r| &r.team == name) {
                 rows.push(TeamRow::empty(name, RowKind::Account, None, with_cost));
@@ -509,98 +1180,25 @@ pub fn compute_usage(
         counted: period,
         currency: params.currency.clone(),
         rows,
-        capacity_gpu_seconds: split.totals.capacity,
-        allocated_gpu_seconds: split.totals.allocated,
+        outside: outside_rows,
+        partitions: params.partitions.clone(),
+        typed,
+        cost_rule: params.cost_rule,
+        capacity_gpu_seconds: totals.capacity,
+        allocated_gpu_seconds: totals.allocated,
         capacity_cost: costs.as_ref().map(|c| c.capacity_cost),
         capacity_source,
-        quota_sum: params.quota_sum(),
-        over_lendable_seconds: split.totals.over_lendable,
+        estimate: estimate
+            .filter(|_| capacity_source != CapacitySource::Samples)
+            .cloned(),
+        capacity_by_type,
+        over_lendable_seconds: totals.over_lendable,
+        untyped_gpu_seconds: governed
+            .iter()
+            .filter_map(|a| a.of_key(DEFAULT_RATE))
+            .map(|k| k.gpu_seconds as f64)
+            .sum(),
     }
-}
-
-/// The model's priced usage: one [`TypedUsage`] per rate in use (by the capacity or by a run).
-/// A team's in-quota and borrowed hours are spread over the rates in the proportions of its
-/// GPU-seconds at each; its quota hours, and the unallocated hours, in the proportions of the
-/// capacity of each.
-fn priced_usage(
-    steps: &[CapacitySample],
-    period: Period,
-    split: &crate::model::usage::UsageSplit,
-    by_rate: &BTreeMap<&str, BTreeMap<&str, f64>>,
-    rates: &Rates,
-) -> Vec<TypedUsage> {
-    // The capacity per rate at each step: typed GPUs at their type's rate, the rest at default.
-    fn per_rate<'s>(s: &'s CapacitySample, rates: &Rates) -> BTreeMap<&'s str, u32> {
-        let mut out: BTreeMap<&str, u32> = BTreeMap::new();
-        let mut typed = 0u32;
-        for (t, n) in &s.by_type {
-            typed = typed.saturating_add(*n);
-            let e = out.entry(rates.key(Some(t.as_str()))).or_insert(0);
-            *e = e.saturating_add(*n);
-        }
-        let untyped = s.gpus.saturating_sub(typed);
-        if untyped > 0 {
-            *out.entry(DEFAULT_RATE).or_insert(0) += untyped;
-        }
-        out
-    }
-    let step_rates: Vec<(UnixSeconds, BTreeMap<&str, u32>)> =
-        steps.iter().map(|s| (s.ts, per_rate(s, rates))).collect();
-    let mut keys: Vec<&str> = step_rates
-        .iter()
-        .flat_map(|(_, m)| m.keys().copied())
-        .chain(by_rate.values().flat_map(|m| m.keys().copied()))
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    let capacity: BTreeMap<&str, f64> = keys
-        .iter()
-        .map(|&key| {
-            let steps: Vec<CapacityStep> = step_rates
-                .iter()
-                .map(|(ts, m)| (*ts, m.get(key).copied().unwrap_or(0)))
-                .collect();
-            (key, integrate(&steps, period))
-        })
-        .collect();
-    let capacity_total: f64 = capacity.values().sum();
-    let capacity_share = |key: &str| {
-        if capacity_total > 0.0 {
-            capacity[key] / capacity_total
-        } else {
-            1.0 / keys.len() as f64
-        }
-    };
-    keys.iter()
-        .map(|&key| {
-            let weight = capacity_share(key);
-            TypedUsage {
-                gpu_type: key.to_string(),
-                rate_per_hour: rates.rate(Some(key)),
-                capacity_hours: capacity[key] / SECONDS_PER_HOUR,
-                unallocated_hours: split.totals.unallocated / SECONDS_PER_HOUR * weight,
-                teams: split
-                    .rows
-                    .iter()
-                    .filter(|row| row.team != POOL)
-                    .map(|row| {
-                        let used = by_rate.get(row.team.as_str());
-                        let all: f64 = used.map_or(0.0, |m| m.values().sum());
-                        let share = match used.and_then(|m| m.get(key)) {
-                            Some(s) if all > 0.0 => s / all,
-                            _ => 0.0,
-                        };
-                        TeamHours {
-                            team: row.team.clone(),
-                            quota_hours: row.quota / SECONDS_PER_HOUR * weight,
-                            in_quota_hours: row.in_quota / SECONDS_PER_HOUR * share,
-                            borrowed_hours: row.borrowed / SECONDS_PER_HOUR * share,
-                        }
-                    })
-                    .collect(),
-            }
-        })
-        .collect()
 }
 
 /// Output formats of every report.
@@ -611,12 +1209,19 @@ pub enum Format {
     Json,
 }
 
-pub fn render_teams<Tz: chrono::TimeZone>(report: &UsageReport, format: Format, tz: &Tz) -> String
+/// The teams report as a table, CSV or JSON. `by_type`: the table shows each row's GPU types
+/// under it (CSV and JSON always carry them).
+pub fn render_teams<Tz: chrono::TimeZone>(
+    report: &UsageReport,
+    format: Format,
+    by_type: bool,
+    tz: &Tz,
+) -> String
 where
     Tz::Offset: std::fmt::Display,
 {
     match format {
-        Format::Table => teams_table(report, tz),
+        Format::Table => teams_table(report, by_type, tz),
         Format::Csv => teams_csv(report),
         Format::Json => teams_json(report),
     }
@@ -624,17 +1229,18 @@ where
 
 /// The day-by-day report: a table with the date first (a run counts on every day it held GPUs,
 /// so there is no total of jobs), or the rows of every day in one CSV or one JSON array (each
-/// row carries its day as `since`/`until`).
+/// row carries its day as `since`/`until`). `by_type`: as [`render_teams`].
 pub fn render_teams_by_day<Tz: chrono::TimeZone>(
     days: &[UsageReport],
     format: Format,
+    by_type: bool,
     tz: &Tz,
 ) -> String
 where
     Tz::Offset: std::fmt::Display,
 {
     match format {
-        Format::Table => teams_by_day_table(days, tz),
+        Format::Table => teams_by_day_table(days, by_type, tz),
         Format::Csv => {
             let mut out = String::new();
             for (i, day) in days.iter().enumerate() {
@@ -660,7 +1266,10 @@ where
     }
 }
 
-fn teams_by_day_table<Tz: chrono::TimeZone>(days: &[UsageReport], tz: &Tz) -> String
+/// The TYPE cell of a row's own line in a table with types: the row stands for all of them.
+const ALL_TYPES: &str = "all";
+
+fn teams_by_day_table<Tz: chrono::TimeZone>(days: &[UsageReport], by_type: bool, tz: &Tz) -> String
 where
     Tz::Offset: std::fmt::Display,
 {
@@ -669,20 +1278,23 @@ where
     };
     let with_cost = first.capacity_cost.is_some();
     let currency = currency_suffix(first);
-    let mut header: Vec<String> = [
-        "DATE",
-        "TEAM",
-        "JOBS",
-        "GPU-HOURS",
-        "IN-QUOTA",
-        "BORROWED",
-        "LENT",
-        "CAPACITY",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut header: Vec<String> = vec!["DATE".into(), "TEAM".into()];
+    if by_type {
+        header.push("TYPE".into());
+    }
+    header.extend(
+        [
+            "JOBS",
+            "GPU-HOURS",
+            "IN-QUOTA",
+            "BORROWED",
+            "LENT",
+            "CAPACITY",
+        ]
+        .map(String::from),
+    );
     if with_cost {
-        header.push(format!("COST{currency}"));
+        header.push(format!("TOTAL-COST{currency}"));
     }
     let mut lines: Vec<Vec<String>> = Vec::new();
     for day in days {
@@ -691,25 +1303,64 @@ where
             .earliest()
             .map(|t| t.naive_local().date().to_string())
             .unwrap_or_default();
-        for (i, r) in day.rows.iter().enumerate() {
-            let mut v = vec![
-                if i == 0 { date.clone() } else { String::new() },
-                r.team.clone(),
-                r.jobs.to_string(),
-                hours(r.gpu_hours()),
-                hours(r.in_quota_hours()),
-                hours(r.borrowed_hours()),
-                hours(r.lent_hours()),
-                if i == 0 {
-                    hours(day.capacity_gpu_seconds / SECONDS_PER_HOUR)
-                } else {
-                    String::new()
-                },
-            ];
-            if with_cost {
-                v.push(money(r.total_cost));
+        let mut first_line = true;
+        let mut push =
+            |team: &str, gpu_type: Option<&str>, cells: [String; 5], cost: Option<f64>| {
+                let mut v = vec![
+                    if first_line {
+                        date.clone()
+                    } else {
+                        String::new()
+                    },
+                    team.to_string(),
+                ];
+                if let Some(t) = gpu_type {
+                    v.push(t.to_string());
+                }
+                v.extend(cells);
+                v.insert(
+                    v.len(),
+                    if first_line {
+                        hours(day.capacity_gpu_seconds / SECONDS_PER_HOUR)
+                    } else {
+                        String::new()
+                    },
+                );
+                if with_cost {
+                    v.push(money(cost));
+                }
+                first_line = false;
+                lines.push(v);
+            };
+        for r in &day.rows {
+            push(
+                &r.team,
+                by_type.then_some(ALL_TYPES),
+                [
+                    r.jobs.to_string(),
+                    hours(r.gpu_hours()),
+                    hours(r.in_quota_hours()),
+                    hours(r.borrowed_hours()),
+                    hours(r.lent_hours()),
+                ],
+                r.total_cost,
+            );
+            if by_type {
+                for t in &r.by_type {
+                    push(
+                        &r.team,
+                        Some(&t.gpu_type),
+                        [
+                            t.jobs.to_string(),
+                            hours(t.gpu_hours()),
+                            hours(t.in_quota_hours()),
+                            hours(t.borrowed_hours()),
+                            hours(t.lent_hours()),
+                        ],
+                        t.total_cost,
+                    );
+                }
             }
-            lines.push(v);
         }
     }
     let last = &days[days.len() - 1];
@@ -722,7 +1373,8 @@ where
         },
         tz,
     );
-    out.push_str(&table(&header, &lines, false));
+    out.push_str(&rules(first));
+    out.push_str(&table(&header, &lines, None));
     out
 }
 
@@ -745,6 +1397,30 @@ where
     )
 }
 
+/// The second line of a teams table: the rules the figures follow.
+fn rules(report: &UsageReport) -> String {
+    let mut out = String::from(if report.typed {
+        "rules: in quota, borrowed and lent per GPU type"
+    } else {
+        "rules: in quota, borrowed and lent on total quotas"
+    });
+    if report.capacity_cost.is_some() {
+        let rule = &report.cost_rule;
+        let split = match rule.idle_split {
+            IdleCostSplit::QuotaShare => "quota-share\" (by quota GPU-hours)",
+            IdleCostSplit::UsageShare => "usage-share\" (by GPU-hours used)",
+            IdleCostSplit::IdleRow => "idle-row\" (all in the (idle) row)",
+        };
+        let _ = write!(
+            out,
+            "; idle capacity cost: idle_cost_split = \"{split}; borrowed GPU-hours: borrowed_cost_factor = {0} ({0} x rate)",
+            rule.borrowed_cost_factor
+        );
+    }
+    out.push('\n');
+    out
+}
+
 /// ` (BRL)` after a cost header; empty without a currency.
 fn currency_suffix(report: &UsageReport) -> String {
     report
@@ -762,8 +1438,13 @@ fn money(c: Option<f64>) -> String {
     c.map(|c| format!("{c:.2}")).unwrap_or_default()
 }
 
-/// Cells right-aligned under their headers, the first column left-aligned.
-fn table(header: &[String], lines: &[Vec<String>], rule_before_last: bool) -> String {
+fn percent(p: Option<f64>) -> String {
+    p.map(|p| format!("{p:.1}%")).unwrap_or_default()
+}
+
+/// Cells right-aligned under their headers, the first column left-aligned; a rule of dashes
+/// before line `rule_before`.
+fn table(header: &[String], lines: &[Vec<String>], rule_before: Option<usize>) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for l in lines {
         for (w, cell) in widths.iter_mut().zip(l) {
@@ -779,7 +1460,7 @@ fn table(header: &[String], lines: &[Vec<String>], rule_before_last: bool) -> St
     };
     let mut out = row(header);
     for (i, l) in lines.iter().enumerate() {
-        if rule_before_last && i + 1 == lines.len() {
+        if rule_before == Some(i) {
             let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
             out.push_str(&row(&rule));
         }
@@ -788,103 +1469,171 @@ fn table(header: &[String], lines: &[Vec<String>], rule_before_last: bool) -> St
     out
 }
 
-fn teams_table<Tz: chrono::TimeZone>(report: &UsageReport, tz: &Tz) -> String
+/// The figures of one line of the teams table.
+struct Line<'a> {
+    team: &'a str,
+    gpu_type: &'a str,
+    jobs: u64,
+    quota: Option<u64>,
+    hours: [f64; 4],
+    quota_used: Option<f64>,
+    costs: [Option<f64>; 3],
+}
+
+fn teams_table<Tz: chrono::TimeZone>(report: &UsageReport, by_type: bool, tz: &Tz) -> String
 where
     Tz::Offset: std::fmt::Display,
 {
     let with_cost = report.capacity_cost.is_some();
     let currency = currency_suffix(report);
-    let mut header: Vec<String> = [
-        "TEAM",
-        "JOBS",
-        "QUOTA",
-        "GPU-HOURS",
-        "IN-QUOTA",
-        "BORROWED",
-        "LENT",
-    ]
-    .map(String::from)
-    .to_vec();
-    if with_cost {
-        header.push("ALLOCATED".into());
-        header.push("IDLE".into());
-        header.push(format!("COST{currency}"));
+    let mut header: Vec<String> = vec!["TEAM".into()];
+    if by_type {
+        header.push("TYPE".into());
     }
-    let cells = |team: &str,
-                 jobs: u64,
-                 quota: Option<u64>,
-                 r: [f64; 4],
-                 c: [Option<f64>; 3]|
-     -> Vec<String> {
-        let mut v = vec![
-            team.to_string(),
-            jobs.to_string(),
-            quota.map(|q| q.to_string()).unwrap_or_default(),
-            hours(r[0]),
-            hours(r[1]),
-            hours(r[2]),
-            hours(r[3]),
-        ];
+    header.extend(
+        [
+            "JOBS",
+            "QUOTA",
+            "GPU-HOURS",
+            "IN-QUOTA",
+            "BORROWED",
+            "LENT",
+            "QUOTA-USED",
+        ]
+        .map(String::from),
+    );
+    if with_cost {
+        header.push("ALLOC-COST".into());
+        header.push("IDLE-COST".into());
+        header.push(format!("TOTAL-COST{currency}"));
+    }
+    let cells = |l: Line<'_>| -> Vec<String> {
+        let mut v = vec![l.team.to_string()];
+        if by_type {
+            v.push(l.gpu_type.to_string());
+        }
+        v.extend([
+            l.jobs.to_string(),
+            l.quota.map(|q| q.to_string()).unwrap_or_default(),
+            hours(l.hours[0]),
+            hours(l.hours[1]),
+            hours(l.hours[2]),
+            hours(l.hours[3]),
+            percent(l.quota_used),
+        ]);
         if with_cost {
-            v.extend(c.map(money));
+            v.extend(l.costs.map(money));
         }
         v
     };
-    let mut lines: Vec<Vec<String>> = report
-        .rows
-        .iter()
-        .map(|r| {
-            cells(
-                &r.team,
-                r.jobs,
-                r.quota.map(u64::from),
-                [
-                    r.gpu_hours(),
-                    r.in_quota_hours(),
-                    r.borrowed_hours(),
-                    r.lent_hours(),
-                ],
-                [r.allocated_cost, r.idle_cost, r.total_cost],
-            )
-        })
-        .collect();
-    let sum = |f: fn(&TeamRow) -> f64| report.rows.iter().map(f).sum::<f64>();
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    for r in &report.rows {
+        lines.push(cells(Line {
+            team: &r.team,
+            gpu_type: ALL_TYPES,
+            jobs: r.jobs,
+            quota: r.quota.map(u64::from),
+            hours: [
+                r.gpu_hours(),
+                r.in_quota_hours(),
+                r.borrowed_hours(),
+                r.lent_hours(),
+            ],
+            quota_used: r.quota_used_percent(),
+            costs: [r.allocated_cost, r.idle_cost, r.total_cost],
+        }));
+        if by_type {
+            for t in &r.by_type {
+                lines.push(cells(Line {
+                    team: &r.team,
+                    gpu_type: &t.gpu_type,
+                    jobs: t.jobs,
+                    quota: t.quota.map(u64::from),
+                    hours: [
+                        t.gpu_hours(),
+                        t.in_quota_hours(),
+                        t.borrowed_hours(),
+                        t.lent_hours(),
+                    ],
+                    quota_used: t.quota_used_percent(),
+                    costs: [t.allocated_cost, t.idle_cost, t.total_cost],
+                }));
+            }
+        }
+    }
+    let rule_before = lines.len();
+    // The total of the rows, then with types the total of each type's lines.
     let sum_cost =
-        |f: fn(&TeamRow) -> Option<f64>| report.rows.iter().filter_map(f).reduce(|a, b| a + b);
+        |costs: &mut dyn Iterator<Item = Option<f64>>| costs.flatten().reduce(|a, b| a + b);
+    let teams = || report.rows.iter().filter(|r| r.kind == RowKind::Team);
+    let team_quota: f64 = teams().map(|r| r.quota_seconds).sum();
+    let team_in_quota: f64 = teams().map(|r| r.in_quota_seconds).sum();
     let total_seconds: u128 = report.rows.iter().map(|r| r.gpu_seconds).sum();
-    lines.push(cells(
-        "total",
-        report.rows.iter().map(|r| r.jobs).sum(),
-        report
+    lines.push(cells(Line {
+        team: "total",
+        gpu_type: ALL_TYPES,
+        jobs: report.rows.iter().map(|r| r.jobs).sum(),
+        quota: report
             .rows
             .iter()
             .filter_map(|r| r.quota.map(u64::from))
             .reduce(|a, b| a + b),
-        [
+        hours: [
             total_seconds as f64 / SECONDS_PER_HOUR,
-            sum(TeamRow::in_quota_hours),
-            sum(TeamRow::borrowed_hours),
-            sum(TeamRow::lent_hours),
+            report.rows.iter().map(TeamRow::in_quota_hours).sum(),
+            report.rows.iter().map(TeamRow::borrowed_hours).sum(),
+            report.rows.iter().map(TeamRow::lent_hours).sum(),
         ],
-        [
-            sum_cost(|r| r.allocated_cost),
-            sum_cost(|r| r.idle_cost),
-            sum_cost(|r| r.total_cost),
+        quota_used: (team_quota > 0.0).then(|| 100.0 * team_in_quota / team_quota),
+        costs: [
+            sum_cost(&mut report.rows.iter().map(|r| r.allocated_cost)),
+            sum_cost(&mut report.rows.iter().map(|r| r.idle_cost)),
+            sum_cost(&mut report.rows.iter().map(|r| r.total_cost)),
         ],
-    ));
+    }));
+    if by_type {
+        for c in &report.capacity_by_type {
+            let of_type: Vec<(&TeamRow, &TypeRow)> = report
+                .rows
+                .iter()
+                .filter_map(|r| r.of_type(&c.gpu_type).map(|t| (r, t)))
+                .collect();
+            let team_types = || of_type.iter().filter(|(r, _)| r.kind == RowKind::Team);
+            let quota: f64 = team_types().filter_map(|(_, t)| t.quota_seconds).sum();
+            let in_quota: f64 = team_types().map(|(_, t)| t.in_quota_seconds).sum();
+            let h = |f: fn(&TypeRow) -> f64| of_type.iter().map(|(_, t)| f(t)).sum::<f64>();
+            lines.push(cells(Line {
+                team: "total",
+                gpu_type: &c.gpu_type,
+                jobs: of_type.iter().map(|(_, t)| t.jobs).sum(),
+                quota: team_types()
+                    .filter_map(|(_, t)| t.quota.map(u64::from))
+                    .reduce(|a, b| a + b),
+                hours: [
+                    h(TypeRow::gpu_hours),
+                    h(TypeRow::in_quota_hours),
+                    h(TypeRow::borrowed_hours),
+                    h(TypeRow::lent_hours),
+                ],
+                quota_used: (quota > 0.0).then(|| 100.0 * in_quota / quota),
+                costs: [
+                    sum_cost(&mut of_type.iter().map(|(_, t)| t.allocated_cost)),
+                    sum_cost(&mut of_type.iter().map(|(_, t)| t.idle_cost)),
+                    sum_cost(&mut of_type.iter().map(|(_, t)| t.total_cost)),
+                ],
+            }));
+        }
+    }
     let mut out = title(report, "", report.period, tz);
-    out.push_str(&table(&header, &lines, true));
+    out.push_str(&rules(report));
+    out.push_str(&table(&header, &lines, Some(rule_before)));
     let source = match report.capacity_source {
         CapacitySource::Samples => "recorded by accountd run".to_string(),
-        CapacitySource::QuotasUntil(t) => format!(
-            "the sum of quotas, {} GPUs, until the first sample at {}",
-            report.quota_sum,
+        CapacitySource::EstimateUntil(t) => format!(
+            "estimated until the first sample at {}",
             format_local(t, tz).replace('T', " ")
         ),
-        CapacitySource::Quotas => format!(
-            "the sum of quotas, {} GPUs: no capacity recorded",
-            report.quota_sum
-        ),
+        CapacitySource::Estimate => "estimated: no capacity recorded".to_string(),
     };
     let _ = write!(
         out,
@@ -895,6 +1644,41 @@ where
         let _ = write!(out, " costing {}{currency}", money(Some(c)));
     }
     let _ = writeln!(out, " ({source})");
+    if report.capacity_by_type.len() > 1 {
+        let parts: Vec<String> = report
+            .capacity_by_type
+            .iter()
+            .map(|c| {
+                let mut s = format!(
+                    "{} {}",
+                    c.gpu_type,
+                    hours(c.capacity_seconds / SECONDS_PER_HOUR)
+                );
+                if let Some(cost) = c.capacity_cost {
+                    let _ = write!(s, " costing {}", money(Some(cost)));
+                }
+                s
+            })
+            .collect();
+        let _ = writeln!(out, "capacity by GPU type: {}", parts.join(", "));
+    }
+    if let Some(estimate) = &report.estimate {
+        let parts: Vec<String> = estimate
+            .by_type
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} {} (quotas {}, most in use at once {})",
+                    t.gpu_type, t.gpus, t.quotas, t.peak
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "estimated capacity, per GPU type the larger of the quotas and the most GPUs in use at once: {}",
+            parts.join(", ")
+        );
+    }
     if report.counted.until < report.period.until {
         let _ = writeln!(
             out,
@@ -909,7 +1693,59 @@ where
             hours(report.over_lendable_seconds / SECONDS_PER_HOUR)
         );
     }
+    if report.typed && report.untyped_gpu_seconds > 0.0 {
+        let _ = writeln!(
+            out,
+            "{} GPU-hours were allocated without a GPU type: they are under `{DEFAULT_RATE}`, where no team has a quota",
+            hours(report.untyped_gpu_seconds / SECONDS_PER_HOUR)
+        );
+    }
+    if !report.outside.is_empty() {
+        out.push_str(&outside_table(report, by_type));
+    }
     out
+}
+
+/// The usage outside the governed partitions, after the teams table.
+fn outside_table(report: &UsageReport, by_type: bool) -> String {
+    let with_cost = report.capacity_cost.is_some();
+    let mut header: Vec<String> = vec!["TEAM".into()];
+    if by_type {
+        header.push("TYPE".into());
+    }
+    header.extend(["JOBS", "GPU-HOURS"].map(String::from));
+    if with_cost {
+        header.push(format!("LIST-COST{}", currency_suffix(report)));
+    }
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    let mut push = |team: &str, gpu_type: &str, jobs: u64, gpu_hours: f64, cost: Option<f64>| {
+        let mut v = vec![team.to_string()];
+        if by_type {
+            v.push(gpu_type.to_string());
+        }
+        v.extend([jobs.to_string(), hours(gpu_hours)]);
+        if with_cost {
+            v.push(money(cost));
+        }
+        lines.push(v);
+    };
+    for r in &report.outside {
+        push(&r.team, ALL_TYPES, r.jobs, r.gpu_hours(), r.cost);
+        if by_type {
+            for t in &r.by_type {
+                push(&r.team, &t.gpu_type, t.jobs, t.gpu_hours(), t.cost);
+            }
+        }
+    }
+    let partitions = if report.partitions.is_empty() {
+        "every partition".to_string()
+    } else {
+        report.partitions.join(", ")
+    };
+    format!(
+        "\nGPU usage outside the governed partitions ({partitions}): no team's quota, in none of the figures above\n{}",
+        table(&header, &lines, None)
+    )
 }
 
 /// Quote a CSV field when it needs it (RFC 4180).
@@ -922,34 +1758,85 @@ fn csv_field(s: &str) -> String {
 }
 
 fn teams_csv_header() -> &'static str {
-    // The first eight columns are those of the report before the split: keep their order.
+    // The first eight columns are those of the report before the split, the next six those of
+    // the split: keep their order; new columns go at the end.
     "team,jobs,gpu_hours,quota,cost,currency,since,until,\
-     in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost\n"
+     in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost,\
+     kind,gpu_type,rate_per_hour,quota_gpu_hours,quota_used_percent\n"
+}
+
+/// The `kind` of a row in CSV and JSON.
+fn kind_name(kind: RowKind, outside: bool) -> &'static str {
+    match kind {
+        _ if outside => "outside",
+        RowKind::Team => "team",
+        RowKind::Account => "account",
+        RowKind::Pool => "pool",
+        RowKind::Idle => "idle",
+    }
+}
+
+/// A row's quota GPU-hours as CSV and JSON give them: for teams and `(pool)` (its unallocated
+/// capacity).
+fn row_quota_hours(r: &TeamRow, outside: bool) -> Option<f64> {
+    (!outside && matches!(r.kind, RowKind::Team | RowKind::Pool)).then(|| r.quota_hours())
 }
 
 fn teams_csv(report: &UsageReport) -> String {
     let mut out = String::from(teams_csv_header());
     let since = format_rfc3339(report.period.since);
     let until = format_rfc3339(report.period.until);
-    for r in &report.rows {
+    let currency = csv_field(report.currency.as_deref().unwrap_or(""));
+    let rate_of = |gpu_type: &str| report.capacity_of(gpu_type).and_then(|c| c.rate_per_hour);
+    let opt_hours = |h: Option<f64>| h.map(hours).unwrap_or_default();
+    let all = report
+        .rows
+        .iter()
+        .map(|r| (r, false))
+        .chain(report.outside.iter().map(|r| (r, true)));
+    for (r, outside) in all {
+        let kind = kind_name(r.kind, outside);
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{currency},{since},{until},{},{},{},{},{},{},{kind},,,{},{}",
             csv_field(&r.team),
             r.jobs,
             hours(r.gpu_hours()),
             r.quota.map(|q| q.to_string()).unwrap_or_default(),
             money(r.cost),
-            csv_field(report.currency.as_deref().unwrap_or("")),
-            since,
-            until,
             hours(r.in_quota_hours()),
             hours(r.borrowed_hours()),
             hours(r.lent_hours()),
             money(r.allocated_cost),
             money(r.idle_cost),
             money(r.total_cost),
+            opt_hours(row_quota_hours(r, outside)),
+            r.quota_used_percent()
+                .map(|p| format!("{p:.2}"))
+                .unwrap_or_default(),
         );
+        for t in &r.by_type {
+            let _ =
+                writeln!(
+                out,
+                "{},{},{},{},{},{currency},{since},{until},{},{},{},{},{},{},{kind},{},{},{},{}",
+                csv_field(&r.team),
+                t.jobs,
+                hours(t.gpu_hours()),
+                t.quota.map(|q| q.to_string()).unwrap_or_default(),
+                money(t.cost),
+                hours(t.in_quota_hours()),
+                hours(t.borrowed_hours()),
+                hours(t.lent_hours()),
+                money(t.allocated_cost),
+                money(t.idle_cost),
+                money(t.total_cost),
+                csv_field(&t.gpu_type),
+                rate_of(&t.gpu_type).map(|r| r.to_string()).unwrap_or_default(),
+                opt_hours(t.quota_hours()),
+                t.quota_used_percent().map(|p| format!("{p:.2}")).unwrap_or_default(),
+            );
+        }
     }
     out
 }
@@ -971,6 +1858,29 @@ struct TeamJson<'a> {
     allocated_cost: Option<f64>,
     idle_cost: Option<f64>,
     total_cost: Option<f64>,
+    kind: &'static str,
+    quota_gpu_hours: Option<f64>,
+    quota_used_percent: Option<f64>,
+    by_type: Vec<TypeJson<'a>>,
+}
+
+/// One GPU type of a row, in its `by_type` array. Keys are an interface: keep them.
+#[derive(Serialize)]
+struct TypeJson<'a> {
+    gpu_type: &'a str,
+    rate_per_hour: Option<f64>,
+    jobs: u64,
+    quota: Option<u32>,
+    quota_gpu_hours: Option<f64>,
+    quota_used_percent: Option<f64>,
+    gpu_hours: f64,
+    in_quota_hours: f64,
+    borrowed_hours: f64,
+    lent_hours: f64,
+    cost: Option<f64>,
+    allocated_cost: Option<f64>,
+    idle_cost: Option<f64>,
+    total_cost: Option<f64>,
 }
 
 fn teams_json(report: &UsageReport) -> String {
@@ -983,10 +1893,13 @@ fn teams_json(report: &UsageReport) -> String {
 fn team_json_rows(report: &UsageReport) -> Vec<TeamJson<'_>> {
     let since = format_rfc3339(report.period.since);
     let until = format_rfc3339(report.period.until);
+    let rate_of = |gpu_type: &str| report.capacity_of(gpu_type).and_then(|c| c.rate_per_hour);
     report
         .rows
         .iter()
-        .map(|r| TeamJson {
+        .map(|r| (r, false))
+        .chain(report.outside.iter().map(|r| (r, true)))
+        .map(|(r, outside)| TeamJson {
             team: &r.team,
             jobs: r.jobs,
             gpu_hours: r.gpu_hours(),
@@ -1001,6 +1914,29 @@ fn team_json_rows(report: &UsageReport) -> Vec<TeamJson<'_>> {
             allocated_cost: r.allocated_cost,
             idle_cost: r.idle_cost,
             total_cost: r.total_cost,
+            kind: kind_name(r.kind, outside),
+            quota_gpu_hours: row_quota_hours(r, outside),
+            quota_used_percent: r.quota_used_percent(),
+            by_type: r
+                .by_type
+                .iter()
+                .map(|t| TypeJson {
+                    gpu_type: &t.gpu_type,
+                    rate_per_hour: rate_of(&t.gpu_type),
+                    jobs: t.jobs,
+                    quota: t.quota,
+                    quota_gpu_hours: t.quota_hours(),
+                    quota_used_percent: t.quota_used_percent(),
+                    gpu_hours: t.gpu_hours(),
+                    in_quota_hours: t.in_quota_hours(),
+                    borrowed_hours: t.borrowed_hours(),
+                    lent_hours: t.lent_hours(),
+                    cost: t.cost,
+                    allocated_cost: t.allocated_cost,
+                    idle_cost: t.idle_cost,
+                    total_cost: t.total_cost,
+                })
+                .collect(),
         })
         .collect()
 }
@@ -1020,6 +1956,11 @@ pub struct FairshareParams {
     pub dampening: f64,
     /// Every configured team's weight.
     pub weights: BTreeMap<String, u32>,
+    /// What a GPU-second of each type weighs in the usage ([`Rates::usage_weight`]).
+    pub rates: Rates,
+    /// The governed partitions: usage elsewhere does not count. Empty: every partition.
+    pub partitions: Vec<String>,
+    pub currency: Option<String>,
     /// Only these teams; empty: every team and every account with usage.
     pub only: Vec<String>,
 }
@@ -1045,8 +1986,18 @@ impl FairshareParams {
             half_life,
             dampening: config.accountd.fairshare_dampening,
             weights: crate::model::fairshare::weights_from_config(config),
+            rates: Rates::from_config(config),
+            partitions: config.cluster.partitions.clone(),
+            currency: Some(config.cluster.currency.clone()).filter(|c| !c.is_empty()),
             only: only.iter().map(|t| slurm_name(t)).collect(),
         }
+    }
+
+    fn governs(&self, partition: &str) -> bool {
+        self.partitions.is_empty()
+            || partition
+                .split(',')
+                .any(|p| self.partitions.iter().any(|g| g == p))
     }
 }
 
@@ -1061,6 +2012,7 @@ pub fn default_fairshare_since(as_of: UnixSeconds, half_life: Duration) -> UnixS
     as_of.saturating_sub(i64::try_from(horizon).unwrap_or(i64::MAX))
 }
 
+/// One team's (or account's) fair-share figures.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FairshareRow {
     pub team: String,
@@ -1070,12 +2022,17 @@ pub struct FairshareRow {
     pub normalized_shares: f64,
     /// GPU-seconds, each decayed by its age.
     pub decayed_gpu_seconds: f64,
-    /// U: the decayed usage over every account's decayed usage.
+    /// The same with each GPU-second at its type's hourly rate, divided by 3600: the decayed
+    /// cost of the usage, in the cluster's currency. None where usage is not weighted (no rate
+    /// above 0).
+    pub decayed_cost: Option<f64>,
+    /// U: the decayed usage (the cost where weighted) over every account's.
     pub normalized_usage: f64,
     /// F = 2^(-U/S/d).
     pub factor: f64,
 }
 
+/// The fair-share report: every team's factor as of an instant.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FairshareReport {
     pub cluster: String,
@@ -1083,10 +2040,26 @@ pub struct FairshareReport {
     pub since: UnixSeconds,
     pub half_life: Duration,
     pub dampening: f64,
+    /// Whether usage is weighted by each GPU type's rate ([`Rates::weigh_usage`]).
+    pub cost_weighted: bool,
+    pub currency: Option<String>,
     /// By team name.
     pub rows: Vec<FairshareRow>,
 }
 
+impl FairshareReport {
+    /// The factor of every configured team (accounts without a weight left out): what the
+    /// governor ranks borrowers by, from the same computation as the report.
+    pub fn factors(&self) -> BTreeMap<String, f64> {
+        self.rows
+            .iter()
+            .filter(|r| r.weight.is_some())
+            .map(|r| (r.team.clone(), r.factor))
+            .collect()
+    }
+}
+
+/// Read the usage since `params.since` and compute the fair-share report.
 pub fn fairshare_report(
     store: &Store,
     params: &FairshareParams,
@@ -1095,32 +2068,69 @@ pub fn fairshare_report(
     Ok(compute_fairshare(&runs, params))
 }
 
+/// The arithmetic of [`fairshare_report`], over runs already read: each run in the governed
+/// partitions, clipped to `[since, as_of)`, decayed to `as_of`; each of its GPU-seconds weighs
+/// its type's rate ([`Rates::usage_weight`]), so that the factor ranks teams by what their
+/// usage cost, not only by GPU-seconds. Usage is normalised over every account's, so a weight
+/// common to every GPU (one rate, or none) changes no factor.
 pub fn compute_fairshare(runs: &[RunUsage], params: &FairshareParams) -> FairshareReport {
-    let model_runs: Vec<Run> = runs
-        .iter()
-        .filter(|r| r.gpus > 0)
-        .map(|r| Run {
-            team: r.account.clone(),
-            gpus: u32::try_from(r.gpus).unwrap_or(u32::MAX),
-            start: r.start.max(params.since),
-            end: r.end.unwrap_or(params.as_of),
-        })
+    let weighted = params.rates.weigh_usage();
+    // Per account: decayed GPU-seconds, and the same with each GPU at its weight. Few accounts:
+    // a short list, the last one tried first.
+    let (mut accounts, mut last): (Vec<(&str, f64, f64)>, usize) = (Vec::new(), usize::MAX);
+    for run in runs {
+        if run.gpus == 0 || !params.governs(&run.partition) {
+            continue;
+        }
+        let end = run.end.unwrap_or(params.as_of);
+        let decayed = decayed_seconds(
+            run.start.max(params.since),
+            end,
+            params.as_of,
+            params.half_life,
+        );
+        let (mut gpus, mut weight) = (0u64, 0.0);
+        for (key, n) in run_keys(run) {
+            gpus += n;
+            let gpu_type = (key != DEFAULT_RATE).then_some(key);
+            weight += n as f64 * params.rates.usage_weight(gpu_type);
+        }
+        let name: &str = &run.account;
+        let i = find_or_push(
+            &mut accounts,
+            &mut last,
+            |a| a.0 == name,
+            || (name, 0.0, 0.0),
+        );
+        accounts[i].1 += gpus as f64 * decayed;
+        accounts[i].2 += weight * decayed;
+    }
+    let usage: BTreeMap<String, (f64, f64)> = accounts
+        .into_iter()
+        .map(|(name, plain, cost)| (name.to_string(), (plain, cost)))
         .collect();
-    let usage = decayed_usage(&model_runs, params.as_of, params.half_life);
+    let basis: BTreeMap<String, f64> = usage
+        .iter()
+        .map(|(a, &(plain, cost))| (a.clone(), if weighted { cost } else { plain }))
+        .collect();
     // Accounts with usage but no team have no shares (Slurm: factor 0 once they use anything).
     let mut shares = params.weights.clone();
     for account in usage.keys() {
         shares.entry(account.clone()).or_insert(0);
     }
-    let mut rows: Vec<FairshareRow> = team_fair_shares(&shares, &usage, params.dampening)
+    let mut rows: Vec<FairshareRow> = team_fair_shares(&shares, &basis, params.dampening)
         .into_iter()
-        .map(|f| FairshareRow {
-            weight: params.weights.get(&f.path).copied(),
-            decayed_gpu_seconds: usage.get(&f.path).copied().unwrap_or(0.0),
-            normalized_shares: f.normalized_shares,
-            normalized_usage: f.actual_usage,
-            factor: f.factor,
-            team: f.path,
+        .map(|f| {
+            let (plain, cost) = usage.get(&f.path).copied().unwrap_or((0.0, 0.0));
+            FairshareRow {
+                weight: params.weights.get(&f.path).copied(),
+                decayed_gpu_seconds: plain,
+                decayed_cost: weighted.then_some(cost / SECONDS_PER_HOUR),
+                normalized_shares: f.normalized_shares,
+                normalized_usage: f.actual_usage,
+                factor: f.factor,
+                team: f.path,
+            }
         })
         .collect();
     if !params.only.is_empty() {
@@ -1132,10 +2142,13 @@ pub fn compute_fairshare(runs: &[RunUsage], params: &FairshareParams) -> Fairsha
         since: params.since,
         half_life: params.half_life,
         dampening: params.dampening,
+        cost_weighted: weighted,
+        currency: params.currency.clone(),
         rows,
     }
 }
 
+/// The fair-share report as a table, CSV or JSON.
 pub fn render_fairshare<Tz: chrono::TimeZone>(
     report: &FairshareReport,
     format: Format,
@@ -1144,30 +2157,36 @@ pub fn render_fairshare<Tz: chrono::TimeZone>(
 where
     Tz::Offset: std::fmt::Display,
 {
+    let currency = report
+        .currency
+        .as_deref()
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default();
     match format {
         Format::Table => {
-            let header: Vec<String> = [
-                "TEAM",
-                "WEIGHT",
-                "SHARE",
-                "DECAYED GPU-HOURS",
-                "USAGE",
-                "FACTOR",
-            ]
-            .map(String::from)
-            .to_vec();
+            let mut header: Vec<String> = ["TEAM", "WEIGHT", "SHARE", "DECAYED GPU-HOURS"]
+                .map(String::from)
+                .to_vec();
+            if report.cost_weighted {
+                header.push(format!("DECAYED COST{currency}"));
+            }
+            header.extend(["USAGE", "FACTOR"].map(String::from));
             let lines: Vec<Vec<String>> = report
                 .rows
                 .iter()
                 .map(|r| {
-                    vec![
+                    let mut v = vec![
                         r.team.clone(),
                         r.weight.map(|w| w.to_string()).unwrap_or_default(),
                         format!("{:.4}", r.normalized_shares),
                         hours(r.decayed_gpu_seconds / SECONDS_PER_HOUR),
-                        format!("{:.4}", r.normalized_usage),
-                        format!("{:.4}", r.factor),
-                    ]
+                    ];
+                    if report.cost_weighted {
+                        v.push(money(r.decayed_cost));
+                    }
+                    v.push(format!("{:.4}", r.normalized_usage));
+                    v.push(format!("{:.4}", r.factor));
+                    v
                 })
                 .collect();
             let mut out = format!(
@@ -1182,17 +2201,22 @@ where
                 },
                 report.dampening
             );
-            out.push_str(&table(&header, &lines, false));
+            out.push_str(if report.cost_weighted {
+                "usage: GPU-hours in the governed partitions, each at its GPU type's rate (USAGE is the share of the decayed cost)\n"
+            } else {
+                "usage: GPU-hours in the governed partitions (no rates: every GPU-hour alike)\n"
+            });
+            out.push_str(&table(&header, &lines, None));
             out
         }
         Format::Csv => {
             let mut out = String::from(
-                "team,weight,normalized_shares,decayed_gpu_hours,normalized_usage,fairshare_factor,since,as_of,half_life_seconds\n",
+                "team,weight,normalized_shares,decayed_gpu_hours,normalized_usage,fairshare_factor,since,as_of,half_life_seconds,decayed_cost\n",
             );
             for r in &report.rows {
                 let _ = writeln!(
                     out,
-                    "{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{}",
                     csv_field(&r.team),
                     r.weight.map(|w| w.to_string()).unwrap_or_default(),
                     r.normalized_shares,
@@ -1201,7 +2225,8 @@ where
                     r.factor,
                     format_rfc3339(report.since),
                     format_rfc3339(report.as_of),
-                    report.half_life.as_secs()
+                    report.half_life.as_secs(),
+                    r.decayed_cost.map(|c| c.to_string()).unwrap_or_default(),
                 );
             }
             out
@@ -1218,6 +2243,7 @@ where
                 since: String,
                 as_of: String,
                 half_life_seconds: u64,
+                decayed_cost: Option<f64>,
             }
             let rows: Vec<Row<'_>> = report
                 .rows
@@ -1232,6 +2258,7 @@ where
                     since: format_rfc3339(report.since),
                     as_of: format_rfc3339(report.as_of),
                     half_life_seconds: report.half_life.as_secs(),
+                    decayed_cost: r.decayed_cost,
                 })
                 .collect();
             let mut s = serde_json::to_string_pretty(&rows).expect("plain data serialises");
@@ -1272,6 +2299,7 @@ mod tests {
         RunUsage {
             id,
             account: account.into(),
+            partition: "gpu".into(),
             start: T0 + start_h * H,
             end: end_h.map(|e| T0 + e * H),
             gpus,
@@ -1306,7 +2334,9 @@ mod tests {
             },
             now: T0 + now_h * H,
             teams: vec![quota("a", 2, 2), quota("b", 4, 1), quota("c", 2, 2)],
+            typed_teams: BTreeMap::new(),
             quota_by_type: BTreeMap::new(),
+            partitions: vec!["gpu".into()],
             rates: Rates::new(BTreeMap::from([(DEFAULT_RATE.to_string(), 10.0)])),
             currency: Some("BRL".into()),
             cost_rule: CostRule {
@@ -1487,13 +2517,67 @@ mod tests {
     #[test]
     fn without_samples_the_capacity_is_the_sum_of_quotas() {
         let r = compute_usage(&example_runs(), &[], &params(6, 6));
-        assert_eq!(r.capacity_source, CapacitySource::Quotas);
+        assert_eq!(r.capacity_source, CapacitySource::Estimate);
         assert!(close(r.capacity_gpu_seconds / 3600.0, 8.0 * 6.0));
         assert_adds_up(&r);
         // Samples from 4 h on: quotas (8) before, 10 after.
         let r = compute_usage(&example_runs(), &[cap(4, 10, &[])], &params(6, 6));
-        assert_eq!(r.capacity_source, CapacitySource::QuotasUntil(T0 + 4 * H));
+        assert_eq!(r.capacity_source, CapacitySource::EstimateUntil(T0 + 4 * H));
         assert!(close(r.capacity_gpu_seconds / 3600.0, 52.0));
+        assert_adds_up(&r);
+    }
+
+    #[test]
+    fn a_typed_estimate_holds_the_quotas_and_what_was_in_use() {
+        // Typed quotas a {h100 = 2}, b {a100 = 6}; rates h100 4, a100 2, no default. a holds 3
+        // h100 in [0, 2) h (one beyond its quota, from the pool the estimate must have), b 2 a100
+        // in [0, 1) h. Estimate: h100 max(2, 3) = 3, a100 max(6, 2) = 6; no untyped quota.
+        let mut p = params(2, 2);
+        p.teams = vec![quota("a", 2, 2), quota("b", 6, 6)];
+        let zero = |name: &str| quota(name, 0, 0);
+        p.typed_teams = BTreeMap::from([
+            ("h100".to_string(), vec![quota("a", 2, 2), zero("b")]),
+            ("a100".to_string(), vec![zero("a"), quota("b", 6, 6)]),
+        ]);
+        p.quota_by_type = BTreeMap::from([("h100".to_string(), 2), ("a100".to_string(), 6)]);
+        p.rates = Rates::new(BTreeMap::from([
+            ("h100".to_string(), 4.0),
+            ("a100".to_string(), 2.0),
+        ]));
+        let typed = |id, team: &str, gpu_type: &str, gpus: u64, hours: i64| {
+            let mut r = run(id, team, 0, Some(hours), gpus);
+            r.gpus_by_type = GpuTypes::new(&BTreeMap::from([(gpu_type.to_string(), gpus)]));
+            r
+        };
+        let runs = [typed(1, "a", "h100", 3, 2), typed(2, "b", "a100", 2, 1)];
+        let r = compute_usage(&runs, &[], &p);
+        assert_eq!(r.capacity_source, CapacitySource::Estimate);
+        let estimate = r.estimate.as_ref().unwrap();
+        let parts: Vec<(&str, u32, u32, u32)> = estimate
+            .by_type
+            .iter()
+            .map(|t| (t.gpu_type.as_str(), t.gpus, t.quotas, t.peak))
+            .collect();
+        assert_eq!(parts, [("a100", 6, 6, 2), ("h100", 3, 2, 3)]);
+        assert_eq!(estimate.unpriced_gpus(&p.rates), 0);
+        // h100: capacity 3 x 2 h x 4 = 24; a: 2 in quota + 1 borrowed (half price) x 2 h:
+        // 4 x (4 + 0.5 x 2) = 20; idle 4, never negative. The borrowed GPU came from the pool.
+        let h100 = r.capacity_of("h100").unwrap();
+        assert!(close(h100.capacity_cost.unwrap(), 24.0));
+        assert!(close(h100.idle_cost.unwrap(), 4.0));
+        assert!(close(r.row(POOL).unwrap().lent_hours(), 2.0));
+        assert_eq!(r.over_lendable_seconds, 0.0);
+        assert!(r.rows.iter().all(|row| row.idle_cost.unwrap() >= 0.0));
+        assert_adds_up(&r);
+        // A sample from 1 h on: the estimate only before it.
+        let sample = cap(1, 10, &[("h100", 4), ("a100", 6)]);
+        let r = compute_usage(&runs, &[sample], &p);
+        assert_eq!(r.capacity_source, CapacitySource::EstimateUntil(T0 + H));
+        // h100: 3 for the first hour, 4 for the second.
+        assert!(close(
+            r.capacity_of("h100").unwrap().capacity_seconds,
+            7.0 * 3600.0
+        ));
         assert_adds_up(&r);
     }
 
@@ -1562,22 +2646,26 @@ mod tests {
             .all(|row| row.cost.is_none() && row.total_cost.is_none()));
         assert!(r.row(IDLE).is_none());
         assert_eq!(r.capacity_cost, None);
-        let t = render_teams(&r, Format::Table, &Utc);
+        let t = render_teams(&r, Format::Table, false, &Utc);
         assert!(!t.contains("COST"), "{t}");
     }
 
     #[test]
-    fn table_has_a_total_row_and_the_capacity() {
+    fn table_has_the_rules_a_total_row_and_the_capacity() {
         let r = compute_usage(&example_runs(), &example_capacity(), &params(6, 6));
-        let t = render_teams(&r, Format::Table, &Utc);
+        let t = render_teams(&r, Format::Table, false, &Utc);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
             lines[0],
             "GPU usage on c from 2024-03-01 00:00:00 to 2024-03-01 06:00:00 (local time), GPU-hours and cost"
         );
+        assert_eq!(
+            lines[1],
+            "rules: in quota, borrowed and lent on total quotas; idle capacity cost: idle_cost_split = \"quota-share\" (by quota GPU-hours); borrowed GPU-hours: borrowed_cost_factor = 0.5 (0.5 x rate)"
+        );
         let cells = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
         assert_eq!(
-            cells(lines[1]),
+            cells(lines[2]),
             [
                 "TEAM",
                 "JOBS",
@@ -1586,90 +2674,139 @@ mod tests {
                 "IN-QUOTA",
                 "BORROWED",
                 "LENT",
-                "ALLOCATED",
-                "IDLE",
-                "COST",
+                "QUOTA-USED",
+                "ALLOC-COST",
+                "IDLE-COST",
+                "TOTAL-COST",
                 "(BRL)"
             ]
         );
+        // a: 6 of its 2 x 6 = 12 quota GPU-hours used: 50 %.
         assert_eq!(
-            cells(lines[2]),
-            ["a", "2", "2", "10.0000", "6.0000", "4.0000", "0.7500", "80.00", "69.23", "149.23"]
+            cells(lines[3]),
+            [
+                "a", "2", "2", "10.0000", "6.0000", "4.0000", "0.7500", "50.0%", "80.00", "69.23",
+                "149.23"
+            ]
         );
+        // c: 4 of 12: 33.3 %.
+        assert_eq!(cells(lines[5])[7], "33.3%");
         assert_eq!(
-            cells(lines[5]),
+            cells(lines[6]),
             ["(pool)", "0", "0.0000", "0.0000", "0.0000", "0.5000", "0.00", "0.00", "0.00"]
         );
-        assert!(lines[7].starts_with("---"));
+        assert!(lines[8].starts_with("---"));
+        // In quota 19 of the teams' 48 quota GPU-hours: 39.6 %.
         assert_eq!(
-            cells(lines[8]),
+            cells(lines[9]),
             [
-                "total", "6", "8", "25.0000", "19.0000", "6.0000", "6.0000", "220.00", "300.00",
-                "520.00"
+                "total", "6", "8", "25.0000", "19.0000", "6.0000", "6.0000", "39.6%", "220.00",
+                "300.00", "520.00"
             ]
         );
         assert_eq!(
-            lines[9],
+            lines[10],
             "capacity: 52.0000 GPU-hours costing 520.00 (BRL) (recorded by accountd run)"
         );
+        assert_eq!(lines.len(), 11, "{t}");
         // Every table line has the header's width at most, the first row exactly.
-        assert!(lines[2..9].iter().all(|l| l.len() <= lines[1].len()), "{t}");
+        assert!(
+            lines[3..10].iter().all(|l| l.len() <= lines[2].len()),
+            "{t}"
+        );
     }
 
     #[test]
-    fn csv_keeps_the_old_columns_first() {
+    fn csv_keeps_the_old_columns_first_and_gives_each_type_a_line() {
         let r = compute_usage(&example_runs(), &example_capacity(), &params(6, 6));
-        let c = render_teams(&r, Format::Csv, &Utc);
+        let c = render_teams(&r, Format::Csv, false, &Utc);
         let lines: Vec<&str> = c.lines().collect();
         assert_eq!(
             lines[0],
-            "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost"
+            "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost,kind,gpu_type,rate_per_hour,quota_gpu_hours,quota_used_percent"
         );
         assert_eq!(
             lines[1],
-            "a,2,10.0000,2,100.00,BRL,2024-03-01T00:00:00Z,2024-03-01T06:00:00Z,6.0000,4.0000,0.7500,80.00,69.23,149.23"
+            "a,2,10.0000,2,100.00,BRL,2024-03-01T00:00:00Z,2024-03-01T06:00:00Z,6.0000,4.0000,0.7500,80.00,69.23,149.23,team,,,12.0000,50.00"
         );
-        assert_eq!(lines.len(), 6);
+        // Untyped quotas: the type line has no quota of its own.
+        assert_eq!(
+            lines[2],
+            "a,2,10.0000,,100.00,BRL,2024-03-01T00:00:00Z,2024-03-01T06:00:00Z,6.0000,4.0000,0.7500,80.00,69.23,149.23,team,default,10,,"
+        );
+        // Each of a, b, c, (pool), (idle) and its one type.
+        assert_eq!(lines.len(), 11, "{c}");
+        assert!(lines[7].starts_with("(pool),0,0.0000,,0.00,"), "{c}");
+        assert!(lines[7].ends_with(",pool,,,4.0000,"), "{c}");
+        assert!(lines[9].starts_with("(idle),"), "{c}");
+        assert!(lines[10].contains(",idle,default,10,,"), "{c}");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
     }
 
     #[test]
     fn json_has_stable_keys_and_full_precision() {
         let r = compute_usage(&example_runs(), &example_capacity(), &params(6, 6));
-        let j = render_teams(&r, Format::Json, &Utc);
+        let j = render_teams(&r, Format::Json, false, &Utc);
         let v: serde_json::Value = serde_json::from_str(&j).unwrap();
         let rows = v.as_array().unwrap();
         assert_eq!(rows.len(), 5);
-        let mut keys: Vec<&str> = rows[0]
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(|k| k.as_str())
-            .collect();
-        keys.sort();
+        let keys = |o: &serde_json::Value| {
+            let mut k: Vec<String> = o.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
         assert_eq!(
-            keys,
+            keys(&rows[0]),
             [
                 "allocated_cost",
                 "borrowed_hours",
+                "by_type",
                 "cost",
                 "currency",
                 "gpu_hours",
                 "idle_cost",
                 "in_quota_hours",
                 "jobs",
+                "kind",
                 "lent_hours",
                 "quota",
+                "quota_gpu_hours",
+                "quota_used_percent",
                 "since",
                 "team",
                 "total_cost",
                 "until"
             ]
         );
+        assert_eq!(
+            keys(&rows[0]["by_type"][0]),
+            [
+                "allocated_cost",
+                "borrowed_hours",
+                "cost",
+                "gpu_hours",
+                "gpu_type",
+                "idle_cost",
+                "in_quota_hours",
+                "jobs",
+                "lent_hours",
+                "quota",
+                "quota_gpu_hours",
+                "quota_used_percent",
+                "rate_per_hour",
+                "total_cost"
+            ]
+        );
         assert_eq!(rows[1]["team"], "b");
+        assert_eq!(rows[1]["kind"], "team");
         assert_eq!(rows[1]["lent_hours"].as_f64().unwrap(), 23.0 / 12.0);
+        assert_eq!(rows[1]["quota_used_percent"].as_f64().unwrap(), 37.5);
+        assert_eq!(rows[1]["by_type"][0]["gpu_type"], "default");
+        assert_eq!(rows[1]["by_type"][0]["rate_per_hour"], 10.0);
         assert_eq!(rows[0]["since"], "2024-03-01T00:00:00Z");
         assert!(rows[3]["quota"].is_null());
+        assert_eq!(rows[3]["kind"], "pool");
+        assert_eq!(rows[4]["kind"], "idle");
         let total: f64 = rows.iter().map(|r| r["total_cost"].as_f64().unwrap()).sum();
         assert!(close(total, 520.0));
     }
@@ -1686,6 +2823,9 @@ mod tests {
                 ("b".to_string(), 1),
                 ("z".to_string(), 2),
             ]),
+            rates: Rates::default(),
+            partitions: vec![],
+            currency: None,
             only: vec![],
         }
     }
@@ -1724,10 +2864,67 @@ mod tests {
         assert_eq!(v[0]["half_life_seconds"], 0);
         let t = render_fairshare(&r, Format::Table, &Utc);
         assert!(t.contains("half-life 0 (no decay)"), "{t}");
-        assert!(t.lines().nth(1).unwrap().starts_with("TEAM"), "{t}");
+        assert!(t.lines().nth(1).unwrap().contains("no rates"), "{t}");
+        assert!(t.lines().nth(2).unwrap().starts_with("TEAM"), "{t}");
         let c = render_fairshare(&r, Format::Csv, &Utc);
         assert!(c.starts_with("team,weight,normalized_shares"), "{c}");
         assert_eq!(c.lines().count(), 5);
+    }
+
+    #[test]
+    fn fair_share_weighs_each_gpu_second_at_its_rate_in_the_governed_partitions() {
+        // No decay. a: 1 h100 for 2 h at 4/h = 8; b: 2 a100 for 2 h at 2/h = 8; c: 1 h100 for 5 h
+        // in `debug`, not governed: not counted. Plain GPU-hours would be 2 against 4; the cost
+        // is 8 against 8, so with equal shares both are at their share: F = 2^-1 = 0.5.
+        let typed = |id, team: &str, gpu_type: &str, gpus: u64, hours: i64| {
+            let mut r = run(id, team, 0, Some(hours), gpus);
+            r.gpus_by_type = GpuTypes::new(&BTreeMap::from([(gpu_type.to_string(), gpus)]));
+            r
+        };
+        let mut debug = typed(3, "c", "h100", 1, 5);
+        debug.partition = "debug".into();
+        let runs = [
+            typed(1, "a", "h100", 1, 2),
+            typed(2, "b", "a100", 2, 2),
+            debug,
+        ];
+        let mut p = fairshare_params();
+        p.weights = BTreeMap::from([("a".to_string(), 1), ("b".to_string(), 1)]);
+        p.partitions = vec!["gpu".into()];
+        p.rates = Rates::new(BTreeMap::from([
+            ("h100".to_string(), 4.0),
+            ("a100".to_string(), 2.0),
+        ]));
+        let r = compute_fairshare(&runs, &p);
+        assert!(r.cost_weighted);
+        let names: Vec<&str> = r.rows.iter().map(|r| r.team.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(r.rows[0].decayed_cost, Some(8.0));
+        assert_eq!(r.rows[1].decayed_cost, Some(8.0));
+        assert_eq!(r.rows[1].decayed_gpu_seconds, 4.0 * 3600.0);
+        assert_eq!(
+            r.factors(),
+            BTreeMap::from([("a".into(), 0.5), ("b".into(), 0.5)])
+        );
+        // One rate for both: the factors of plain GPU-seconds (usage is normalised): a used 1/3,
+        // F = 2^(-(1/3)/(1/2)) = 2^(-2/3); b 2^(-4/3).
+        p.rates = Rates::new(BTreeMap::from([
+            ("h100".to_string(), 3.0),
+            ("a100".to_string(), 3.0),
+        ]));
+        let one_rate = compute_fairshare(&runs, &p).factors();
+        p.rates = Rates::default();
+        let unweighted = compute_fairshare(&runs, &p);
+        assert!(!unweighted.cost_weighted && unweighted.rows[0].decayed_cost.is_none());
+        for (team, expected) in [("a", (-2.0f64 / 3.0).exp2()), ("b", (-4.0f64 / 3.0).exp2())] {
+            assert!(close(one_rate[team], expected), "{team}");
+            assert!(close(unweighted.factors()[team], expected), "{team}");
+        }
+        // An account without a weight has a row (factor 0) but no factor for the governor.
+        p.weights.remove("b");
+        let r = compute_fairshare(&runs, &p);
+        assert_eq!(r.rows.len(), 2);
+        assert_eq!(r.factors().len(), 1);
     }
 
     #[test]
@@ -1776,7 +2973,7 @@ weight = 1
 
 [[team]]
 name = "training"
-quota = { h100 = 1, a100 = 3 }
+quota = { a100 = 4 }
 weight = 3
 
 [accountd]
@@ -1795,10 +2992,21 @@ idle_cost_split = "idle-row"
         assert_eq!(p.teams[0].name, "agents");
         assert_eq!(p.teams[0].quota, 3);
         assert_eq!(p.quota_sum(), 7);
+        assert_eq!(p.teams[1].quota, 4);
         assert_eq!(
             p.quota_by_type,
-            BTreeMap::from([("a100".to_string(), 4), ("h100".to_string(), 3)])
+            BTreeMap::from([("a100".to_string(), 5), ("h100".to_string(), 2)])
         );
+        // Typed: per type, every team with its quota and lend limit of that type.
+        let a100: Vec<(&str, u32, u32)> = p.typed_teams["a100"]
+            .iter()
+            .map(|t| (t.name.as_str(), t.quota, t.lend_limit))
+            .collect();
+        assert_eq!(a100, [("agents", 1, 1), ("training", 4, 4)]);
+        assert_eq!(p.typed_teams["h100"][1].quota, 0);
+        assert_eq!(p.typed_teams.len(), 2);
+        assert_eq!(p.partitions, ["gpu"]);
+        assert!(p.governs("gpu") && !p.governs("debug") && p.governs("debug,gpu"));
         assert_eq!(p.only, ["agents"]);
         assert_eq!(p.cost_rule.borrowed_cost_factor, 0.5);
         assert_eq!(
@@ -1810,5 +3018,11 @@ idle_cost_split = "idle-row"
         let f = FairshareParams::from_config(&config, 10 * 86_400 * 7, None, vec![]);
         assert_eq!(f.since, 0); // default half-life 7 days, ten of them
         assert_eq!(f.weights["training"], 3);
+        assert_eq!(f.partitions, ["gpu"]);
+        assert_eq!(f.currency.as_deref(), Some("BRL"));
+        // The GPU-seconds weigh their rates; a type without one (and no default) the highest.
+        assert_eq!(f.rates.usage_weight(Some("h100")), 70.0);
+        assert_eq!(f.rates.usage_weight(Some("l4")), 70.0);
+        assert_eq!(f.rates.usage_weight(None), 70.0);
     }
 }

@@ -317,17 +317,37 @@ pub struct RunStart {
     pub start: UnixSeconds,
 }
 
-/// A stored run, as reports need it. A report reads hundreds of thousands of them: the account
-/// and the typed GPUs are shared between the runs that have the same, not copied per run.
+/// A stored run, as reports need it. A report reads hundreds of thousands of them: the account,
+/// the partition and the typed GPUs are shared between the runs that have the same, not copied
+/// per run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunUsage {
     pub id: i64,
     pub account: Arc<str>,
+    /// The partition it ran in, as sacct gives it: runs outside the governed partitions are no
+    /// team's quota usage.
+    pub partition: Arc<str>,
     pub start: UnixSeconds,
     pub end: Option<UnixSeconds>,
     pub gpus: u64,
     pub gpus_by_type: GpuTypes,
 }
+
+/// Start times of runs to read: finished runs that started in `[finished_from, until)`, running
+/// ones that started in `[running_from, until)`.
+#[derive(Debug, Clone, Copy)]
+struct StartRange {
+    finished_from: UnixSeconds,
+    running_from: UnixSeconds,
+    until: UnixSeconds,
+}
+
+/// The `path` of a database in memory.
+const MEMORY: &str = ":memory:";
+
+/// From how long a stretch of start times on [`Store::runs_overlapping`] reads with two
+/// connections: below it, a second connection costs more than it saves.
+const PARALLEL_READ_SPAN: i64 = 86_400;
 
 /// The typed part of a run's GPUs, in type order; empty for untyped GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -558,10 +578,10 @@ impl Store {
     /// A private database in memory (tests).
     pub fn open_in_memory() -> Result<Store, StoreError> {
         let conn = Connection::open_in_memory().map_err(|source| StoreError::Open {
-            path: ":memory:".into(),
+            path: MEMORY.into(),
             source,
         })?;
-        Store::init(conn, ":memory:".into())
+        Store::init(conn, MEMORY.into())
     }
 
     /// Open an existing database for reading only (reports): never created, migrated or written,
@@ -794,6 +814,11 @@ impl Store {
     /// A finished run that overlaps started at most the longest run before `since`, so only
     /// that stretch of `job_runs_by_start` is read; the running ones come from the partial
     /// index `job_runs_running`.
+    ///
+    /// A database file is read by two connections at once, one on another thread, each for the
+    /// runs that started in its half of the stretch (with the running ones that started there):
+    /// each run is read by one of them, whatever the daemon writes meanwhile. Where a second
+    /// connection cannot be opened (a database in memory), one connection reads it all.
     pub fn runs_overlapping(
         &self,
         cluster: &str,
@@ -801,55 +826,129 @@ impl Store {
         until: UnixSeconds,
     ) -> Result<Vec<RunUsage>, StoreError> {
         let longest = self.longest_run(cluster)?;
+        let lower = since.saturating_sub(longest);
+        let everything = StartRange {
+            finished_from: lower,
+            running_from: UnixSeconds::MIN,
+            until,
+        };
+        if until.saturating_sub(lower) < PARALLEL_READ_SPAN {
+            return self.runs_started_in(cluster, since, everything);
+        }
+        let Some(other) = self.second_reader() else {
+            return self.runs_started_in(cluster, since, everything);
+        };
+        let middle = lower + (until - lower) / 2;
+        let (first, second) = std::thread::scope(|scope| {
+            let second = scope.spawn(move || {
+                other.runs_started_in(
+                    cluster,
+                    since,
+                    StartRange {
+                        finished_from: middle,
+                        running_from: middle,
+                        until,
+                    },
+                )
+            });
+            let first = self.runs_started_in(
+                cluster,
+                since,
+                StartRange {
+                    until: middle,
+                    ..everything
+                },
+            );
+            (first, second.join())
+        });
+        let mut runs = first?;
+        match second {
+            Ok(second) => runs.extend(second?),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+        Ok(runs)
+    }
+
+    /// Another read-only connection to this database file, if it is one and can be opened.
+    fn second_reader(&self) -> Option<Store> {
+        if self.path == MEMORY {
+            return None;
+        }
+        Store::open_read_only(Path::new(&self.path)).ok()
+    }
+
+    /// The runs of [`Store::runs_overlapping`] that started in `range`.
+    fn runs_started_in(
+        &self,
+        cluster: &str,
+        since: UnixSeconds,
+        range: StartRange,
+    ) -> Result<Vec<RunUsage>, StoreError> {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT id, account, start_time, end_time, gpus, gpu_types FROM job_runs
+                "SELECT id, account, start_time, end_time, gpus, gpu_types, partition FROM job_runs
                  WHERE cluster = ?1 AND start_time < ?3 AND start_time >= ?4 AND end_time > ?2
                  UNION ALL
-                 SELECT id, account, start_time, end_time, gpus, gpu_types
+                 SELECT id, account, start_time, end_time, gpus, gpu_types, partition
                  FROM job_runs INDEXED BY job_runs_running
-                 WHERE cluster = ?1 AND end_time IS NULL AND start_time < ?3",
+                 WHERE cluster = ?1 AND end_time IS NULL AND start_time < ?3 AND start_time >= ?5",
             )
             .map_err(|e| self.sql_err(e))?;
         let mut rows = stmt
             .query(params![
                 cluster,
                 since,
-                until,
-                since.saturating_sub(longest)
+                range.until,
+                range.finished_from,
+                range.running_from
             ])
             .map_err(|e| self.sql_err(e))?;
-        // The few accounts and GPU type mixes, each read once.
-        let (mut accounts, mut last): (Vec<Arc<str>>, usize) = (Vec::new(), usize::MAX);
-        let mut mixes: Vec<(String, GpuTypes)> = Vec::new();
+        // The few accounts, partitions and GPU type mixes, each read once: a row's text is
+        // compared as bytes with the one of the row before (most often the same), then with
+        // the others, and only a new one is checked for UTF-8 and kept.
+        let (mut accounts, mut last_account) = (Vec::new(), usize::MAX);
+        let (mut partitions, mut last_partition) = (Vec::new(), usize::MAX);
+        let (mut mixes, mut last_mix): (Vec<(Arc<str>, GpuTypes)>, usize) =
+            (Vec::new(), usize::MAX);
         let mut runs = Vec::new();
         let mut next = || -> rusqlite::Result<bool> {
             let Some(row) = rows.next()? else {
                 return Ok(false);
             };
-            let account = row.get_ref(1)?.as_str()?;
-            let slot = crate::model::find_or_push(
+            let account = intern(
                 &mut accounts,
-                &mut last,
-                |a| &**a == account,
-                || Arc::from(account),
-            );
-            let account = accounts[slot].clone();
-            let gpus_by_type = match row.get_ref(5)?.as_str_or_null()? {
+                &mut last_account,
+                row.get_ref(1)?.as_bytes()?,
+            )?;
+            let partition = intern(
+                &mut partitions,
+                &mut last_partition,
+                row.get_ref(6)?.as_bytes()?,
+            )?;
+            let gpus_by_type = match row.get_ref(5)?.as_bytes_or_null()? {
                 None => GpuTypes::default(),
-                Some(text) => match mixes.iter().find(|(t, _)| t == text) {
-                    Some((_, mix)) => mix.clone(),
-                    None => {
-                        let mix = GpuTypes::new(&parse_gpu_types(text));
-                        mixes.push((text.to_string(), mix.clone()));
-                        mix
-                    }
-                },
+                Some(text) => {
+                    let known = match mixes.get(last_mix) {
+                        Some((t, _)) if t.as_bytes() == text => Some(last_mix),
+                        _ => mixes.iter().position(|(t, _)| t.as_bytes() == text),
+                    };
+                    last_mix = match known {
+                        Some(i) => i,
+                        None => {
+                            let text =
+                                std::str::from_utf8(text).map_err(rusqlite::Error::Utf8Error)?;
+                            mixes.push((Arc::from(text), GpuTypes::new(&parse_gpu_types(text))));
+                            mixes.len() - 1
+                        }
+                    };
+                    mixes[last_mix].1.clone()
+                }
             };
             runs.push(RunUsage {
                 id: row.get(0)?,
                 account,
+                partition,
                 start: row.get(2)?,
                 end: row.get(3)?,
                 gpus: u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0),
@@ -1376,6 +1475,24 @@ fn gpu_types_text(by_type: &BTreeMap<String, u64>) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
+/// The string of `seen` whose bytes are `bytes`, `seen[*last]` tried first; a new one is checked
+/// for UTF-8 and added. `*last` becomes its index.
+fn intern(seen: &mut Vec<Arc<str>>, last: &mut usize, bytes: &[u8]) -> rusqlite::Result<Arc<str>> {
+    let found = match seen.get(*last) {
+        Some(s) if s.as_bytes() == bytes => Some(*last),
+        _ => seen.iter().position(|s| s.as_bytes() == bytes),
+    };
+    *last = match found {
+        Some(i) => i,
+        None => {
+            let text = std::str::from_utf8(bytes).map_err(rusqlite::Error::Utf8Error)?;
+            seen.push(Arc::from(text));
+            seen.len() - 1
+        }
+    };
+    Ok(seen[*last].clone())
+}
+
 /// Read `job_runs.gpu_types` back; an entry that does not read is skipped (the column is only
 /// written by [`gpu_types_text`]).
 fn parse_gpu_types(text: &str) -> BTreeMap<String, u64> {
@@ -1628,11 +1745,53 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_file_is_read_by_two_connections_and_each_run_once() {
+        // Three days; the stretch read is split in the middle of [since - longest, until).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        let mut store = Store::open(&path).unwrap();
+        let day = 86_400;
+        let mut runs = Vec::new();
+        for i in 0..300u32 {
+            let start = i64::from(i) * 1000;
+            // Every fifth still running, the others 2 h long.
+            let end = (i % 5 != 0).then_some(start + 7200);
+            runs.push(run(i + 1, "a", start, end, 1));
+        }
+        runs.push(run(1000, "b", -10 * day, None, 2)); // running since long before
+        store.record_runs(&runs, 1, None).unwrap();
+        let (since, until) = (day / 2, 3 * day);
+        let mut got: Vec<i64> = store
+            .runs_overlapping("c", since, until)
+            .unwrap()
+            .iter()
+            .map(|r| r.start)
+            .collect();
+        got.sort_unstable();
+        let mut want: Vec<i64> = runs
+            .iter()
+            .filter(|r| r.start < until && r.end.map_or(true, |e| e > since))
+            .map(|r| r.start)
+            .collect();
+        want.sort_unstable();
+        assert_eq!(got, want);
+        assert!(want.len() > 200);
+        // The same as one connection reads it.
+        let mut memory = Store::open_in_memory().unwrap();
+        memory.record_runs(&runs, 1, None).unwrap();
+        assert_eq!(
+            memory.runs_overlapping("c", since, until).unwrap().len(),
+            want.len()
+        );
+    }
+
+    #[test]
     fn overlapping_runs_are_selected_with_their_types() {
         let mut store = Store::open_in_memory().unwrap();
         let mut typed = run(3, "b", 150, None, 3);
         typed.gpus_by_type.insert("a100".into(), 1);
         typed.gpus_by_type.insert("h100".into(), 2);
+        typed.partition = "debug".into();
         let mut other_cluster = run(4, "a", 150, None, 1);
         other_cluster.cluster = "elsewhere".into();
         store
@@ -1654,6 +1813,7 @@ pub(crate) mod tests {
         assert_eq!(runs[1].gpus_by_type.len(), 2);
         assert_eq!(runs[1].gpus_by_type.get("h100"), Some(2));
         assert_eq!(runs[1].end, None);
+        assert_eq!([&*runs[0].partition, &*runs[1].partition], ["gpu", "debug"]);
     }
 
     fn capacity(ts: i64, gpus: u32, types: &[(&str, u32)]) -> CapacitySample {

@@ -459,3 +459,413 @@ fn one_tier_of_the_slurm_example_is_what_factors_computes() {
     assert_close!(association(&tree, "A").factor, f["A"], "A in the tree");
     assert_close!(association(&tree, "D").factor, f["D"], "D in the tree");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Quotas per GPU type (issue 10): a month of two GPU types, through the teams report.
+
+mod typed_month {
+    use std::collections::BTreeMap;
+
+    use accountd::period::Period;
+    use accountd::report::{
+        compute_fairshare, compute_usage, CapacitySource, FairshareParams, TeamRow, TypeRow,
+        UsageParams, UsageReport,
+    };
+    use accountd::store::{CapacitySample, GpuTypes, RunUsage};
+
+    use super::close;
+
+    const H: i64 = 3600;
+    /// 2024-06-01T00:00:00Z: June has 30 days, 720 hours.
+    const T0: i64 = 1_717_200_000;
+    const MONTH: i64 = 720;
+
+    /// 4 h100 at 4.00/h (two nodes of 2) and 6 a100 at 2.00/h. Borrowed GPU-hours at half price,
+    /// idle capacity cost by quota share (changed per test).
+    const CONFIG: &str = r#"
+[cluster]
+name = "golden"
+partitions = ["gpu"]
+currency = "USD"
+
+[gpu_types.h100]
+rate_per_hour = 4.0
+
+[gpu_types.a100]
+rate_per_hour = 2.0
+
+[[team]]
+name = "agents"
+quota = { h100 = 2 }
+weight = 40
+
+[[team]]
+name = "training"
+quota = { a100 = 4 }
+weight = 40
+
+[[team]]
+name = "research"
+quota = { h100 = 1, a100 = 1 }
+lend_limit = { a100 = 1 }
+weight = 20
+
+[accountd]
+borrowed_cost_factor = 0.5
+idle_cost_split = "quota-share"
+"#;
+
+    fn run(
+        id: i64,
+        team: &str,
+        partition: &str,
+        gpu_type: &str,
+        gpus: u64,
+        from_h: i64,
+        to_h: i64,
+    ) -> RunUsage {
+        RunUsage {
+            id,
+            account: team.into(),
+            partition: partition.into(),
+            start: T0 + from_h * H,
+            end: Some(T0 + to_h * H),
+            gpus,
+            gpus_by_type: GpuTypes::new(&BTreeMap::from([(gpu_type.to_string(), gpus)])),
+        }
+    }
+
+    /// The month's runs (hours from June 1st, 00:00 UTC):
+    ///
+    /// | run | team     | GPUs   | hours      |                                                  |
+    /// |-----|----------|--------|------------|--------------------------------------------------|
+    /// | 1   | agents   | 1 h100 | [0, 720)   | in its h100 quota                                |
+    /// | 2   | agents   | 1 a100 | [0, 720)   | no a100 quota: borrowed, across types            |
+    /// | 3   | training | 4 a100 | [0, 360)   | its whole a100 quota, then none                  |
+    /// | 4   | training | 2 h100 | [100, 300) | no h100 quota: borrowed, across types            |
+    /// | 5   | research | 1 a100 | [0, 720)   | its a100 quota                                   |
+    /// | 6   | research | 1 h100 | [500, 600) | its h100 quota                                   |
+    /// | 7   | agents   | 2 h100 | [0, 10)    | in partition `debug`: not governed, apart        |
+    fn runs() -> Vec<RunUsage> {
+        vec![
+            run(1, "agents", "gpu", "h100", 1, 0, MONTH),
+            run(2, "agents", "gpu", "a100", 1, 0, MONTH),
+            run(3, "training", "gpu", "a100", 4, 0, 360),
+            run(4, "training", "gpu", "h100", 2, 100, 300),
+            run(5, "research", "gpu", "a100", 1, 0, MONTH),
+            run(6, "research", "gpu", "h100", 1, 500, 600),
+            run(7, "agents", "debug", "h100", 2, 0, 10),
+        ]
+    }
+
+    /// One h100 node (2 GPUs) drained from hour 240 to hour 360 (days 11 to 15).
+    fn capacity() -> Vec<CapacitySample> {
+        let sample = |h: i64, h100: u32| CapacitySample {
+            ts: T0 + h * H,
+            gpus: h100 + 6,
+            by_type: BTreeMap::from([("h100".to_string(), h100), ("a100".to_string(), 6)]),
+        };
+        vec![sample(0, 4), sample(240, 2), sample(360, 4)]
+    }
+
+    fn params(config: &str) -> UsageParams {
+        let config = teamshare_config::parse(config, "teamshare.toml").unwrap();
+        let period = Period {
+            since: T0,
+            until: T0 + MONTH * H,
+        };
+        UsageParams::from_config(&config, period, T0 + 800 * H, Vec::new())
+    }
+
+    fn report(config: &str) -> UsageReport {
+        compute_usage(&runs(), &capacity(), &params(config))
+    }
+
+    fn row<'r>(r: &'r UsageReport, team: &str) -> &'r TeamRow {
+        r.row(team).unwrap_or_else(|| panic!("no row {team}"))
+    }
+
+    fn of<'r>(r: &'r UsageReport, team: &str, gpu_type: &str) -> &'r TypeRow {
+        row(r, team)
+            .of_type(gpu_type)
+            .unwrap_or_else(|| panic!("no {gpu_type} in {team}"))
+    }
+
+    macro_rules! assert_close {
+        ($actual:expr, $expected:expr, $what:expr) => {{
+            let (a, e) = ($actual, $expected);
+            assert!(close(a, e), "{}: got {a}, expected {e}", $what);
+        }};
+    }
+
+    /// (team, type, quota GPU-hours, allocated, in quota, borrowed, lent), GPU-hours.
+    type Expected = (&'static str, &'static str, f64, f64, f64, f64, f64);
+
+    /// h100, interval by interval (capacity C; pool = max(0, C - sum of quotas 2 + 0 + 1);
+    /// idle = min(L, Q - in-quota): agents L 2, research L 0 (it lends only a100)):
+    ///
+    /// | hours      | C | U agents, training, research | borrowed   | lendable             | lent                           |
+    /// |------------|---|------------------------------|------------|----------------------|--------------------------------|
+    /// | [0, 100)   | 4 | 1, 0, 0                      | -          |                      |                                |
+    /// | [100, 240) | 4 | 1, 2, 0                      | training 2 | agents 1 + pool 1    | agents 1 x 140, pool 1 x 140   |
+    /// | [240, 300) | 2 | 1, 2, 0                      | training 2 | agents 1 + pool 0    | agents 1 x 60; 1 x 60 beyond   |
+    /// |            |   |                              |            |                      | what was lendable, to (pool)   |
+    /// | [300, 500) | 2, then 4 at 360 | 1, 0, 0       | -          |                      |                                |
+    /// | [500, 600) | 4 | 1, 0, 1                      | -          |                      |                                |
+    /// | [600, 720) | 4 | 1, 0, 0                      | -          |                      |                                |
+    ///
+    /// agents: allocated = in quota 720; lent 140 + 60 = 200; quota 2 x 720 = 1440.
+    /// training: allocated = borrowed 2 x 200 = 400. research: 100 in quota; quota 720.
+    /// (pool): lent 140 + 60 = 200; its quota (the unallocated h100) 1 x 240 + 0 + 1 x 360 = 600.
+    /// Capacity 4 x 240 + 2 x 120 + 4 x 360 = 2640. Borrowed 400 = lent 200 + 200.
+    ///
+    /// a100 (C = 6, quotas training 4 + research 1, pool 1; training L 4, research L 1):
+    ///
+    /// | hours      | U agents, training, research | borrowed | lendable                      | lent                          |
+    /// |------------|------------------------------|----------|-------------------------------|-------------------------------|
+    /// | [0, 360)   | 1, 4, 1                      | agents 1 | pool 1                        | pool 1 x 360                  |
+    /// | [360, 720) | 1, 0, 1                      | agents 1 | training 4 + research 0 + pool 1 | training 4/5 x 360 = 288, pool 1/5 x 360 = 72 |
+    ///
+    /// agents: borrowed 720. training: in quota 4 x 360 = 1440, lent 288, quota 2880.
+    /// research: 720 in quota, quota 720. (pool): lent 360 + 72 = 432, quota 720.
+    /// Capacity 6 x 720 = 4320. Borrowed 720 = lent 288 + 432.
+    const EXPECTED: [Expected; 8] = [
+        ("agents", "h100", 1440.0, 720.0, 720.0, 0.0, 200.0),
+        ("agents", "a100", 0.0, 720.0, 0.0, 720.0, 0.0),
+        ("training", "h100", 0.0, 400.0, 0.0, 400.0, 0.0),
+        ("training", "a100", 2880.0, 1440.0, 1440.0, 0.0, 288.0),
+        ("research", "h100", 720.0, 100.0, 100.0, 0.0, 0.0),
+        ("research", "a100", 720.0, 720.0, 720.0, 0.0, 0.0),
+        ("(pool)", "h100", 600.0, 0.0, 0.0, 0.0, 200.0),
+        ("(pool)", "a100", 720.0, 0.0, 0.0, 0.0, 432.0),
+    ];
+
+    #[test]
+    fn the_split_is_per_gpu_type() {
+        let r = report(CONFIG);
+        assert!(r.typed);
+        assert_eq!(r.capacity_source, CapacitySource::Samples);
+        for (team, gpu_type, quota, allocated, in_quota, borrowed, lent) in EXPECTED {
+            let t = of(&r, team, gpu_type);
+            let what = format!("{team} {gpu_type}");
+            assert_close!(t.quota_hours().unwrap(), quota, format!("{what} quota"));
+            assert_close!(t.gpu_hours(), allocated, format!("{what} allocated"));
+            assert_close!(t.in_quota_hours(), in_quota, format!("{what} in quota"));
+            assert_close!(t.borrowed_hours(), borrowed, format!("{what} borrowed"));
+            assert_close!(t.lent_hours(), lent, format!("{what} lent"));
+        }
+        // The administrator's case: agents (quota h100 = 2) runs 1 h100 and 1 a100 all month:
+        // 720 GPU-hours in quota (h100) and 720 borrowed (a100, from training and the pool),
+        // not 1440 in quota.
+        let agents = row(&r, "agents");
+        assert_close!(agents.gpu_hours(), 1440.0, "agents allocated");
+        assert_close!(agents.in_quota_hours(), 720.0, "agents in quota");
+        assert_close!(agents.borrowed_hours(), 720.0, "agents borrowed");
+        assert_close!(agents.lent_hours(), 200.0, "agents lent");
+        // Rows are the sums of their types: training 400 + 1440 = 1840, 1440 in quota,
+        // 400 borrowed, 288 lent; research 820 in quota; (pool) 200 + 432 = 632.
+        let training = row(&r, "training");
+        assert_close!(training.gpu_hours(), 1840.0, "training allocated");
+        assert_close!(training.borrowed_hours(), 400.0, "training borrowed");
+        assert_close!(training.lent_hours(), 288.0, "training lent");
+        assert_close!(row(&r, "research").in_quota_hours(), 820.0, "research");
+        assert_close!(row(&r, "(pool)").lent_hours(), 632.0, "pool lent");
+        // % of quota used: agents 720 of 1440 = 50 %; research (100 + 720) of (720 + 720),
+        // 56.94 %; its h100 100 of 720 = 13.89 %, its a100 720 of 720 = 100 %.
+        assert_close!(agents.quota_used_percent().unwrap(), 50.0, "agents %");
+        assert_close!(
+            row(&r, "research").quota_used_percent().unwrap(),
+            100.0 * 820.0 / 1440.0,
+            "research %"
+        );
+        assert_close!(
+            of(&r, "research", "h100").quota_used_percent().unwrap(),
+            100.0 * 100.0 / 720.0,
+            "research h100 %"
+        );
+        assert_close!(
+            of(&r, "research", "a100").quota_used_percent().unwrap(),
+            100.0,
+            "research a100 %"
+        );
+        // Capacity 2640 + 4320 = 6960 GPU-hours; 60 h100 GPU-hours were borrowed beyond what was
+        // lendable (the drain under training's running jobs).
+        assert_close!(r.capacity_gpu_seconds / 3600.0, 6960.0, "capacity");
+        assert_close!(
+            r.capacity_of("h100").unwrap().capacity_seconds / 3600.0,
+            2640.0,
+            "h100"
+        );
+        assert_close!(r.over_lendable_seconds / 3600.0, 60.0, "over lendable");
+        // Allocated in the governed partitions: 1440 + 1840 + 820 = 4100 (run 7 is not in it).
+        assert_close!(r.allocated_gpu_seconds / 3600.0, 4100.0, "allocated");
+        // Jobs: agents 2 (run 7 is outside), one per type.
+        assert_eq!((agents.jobs, of(&r, "agents", "h100").jobs), (2, 1));
+    }
+
+    #[test]
+    fn runs_outside_the_governed_partitions_are_apart() {
+        let r = report(CONFIG);
+        // Run 7: 2 h100 for 10 h in `debug`: 20 GPU-hours at 4.00 = 80, in no other figure.
+        let debug = r.outside_row("agents").unwrap();
+        assert_eq!((debug.jobs, debug.gpu_seconds), (1, 20 * 3600));
+        assert_close!(debug.cost.unwrap(), 80.0, "list price");
+        assert_eq!((debug.in_quota_seconds, debug.total_cost), (0.0, None));
+        assert_eq!(r.outside.len(), 1);
+    }
+
+    /// Costs at 4.00 (h100) and 2.00 (a100), borrowed hours at 0.5:
+    ///
+    /// - allocated: agents 4 x 720 + 2 x 0.5 x 720 = 2880 + 720 = 3600;
+    ///   training 4 x 0.5 x 400 + 2 x 1440 = 800 + 2880 = 3680; research 4 x 100 + 2 x 720 =
+    ///   400 + 1440 = 1840.
+    /// - capacity: h100 4 x 2640 = 10560, a100 2 x 4320 = 8640; 19200 in all.
+    /// - idle: h100 10560 - (2880 + 800 + 400) = 6480; a100 8640 - (720 + 2880 + 1440) = 3600.
+    /// - list price (`cost`): agents 4 x 720 + 2 x 720 = 4320; training 4 x 400 + 2 x 1440 = 4480;
+    ///   research 4 x 100 + 2 x 720 = 1840.
+    fn assert_allocated_and_capacity(r: &UsageReport) {
+        for (team, h100, a100, list) in [
+            ("agents", 2880.0, 720.0, 4320.0),
+            ("training", 800.0, 2880.0, 4480.0),
+            ("research", 400.0, 1440.0, 1840.0),
+        ] {
+            assert_close!(
+                of(r, team, "h100").allocated_cost.unwrap(),
+                h100,
+                format!("{team} h100 allocated")
+            );
+            assert_close!(
+                of(r, team, "a100").allocated_cost.unwrap(),
+                a100,
+                format!("{team} a100 allocated")
+            );
+            assert_close!(
+                row(r, team).allocated_cost.unwrap(),
+                h100 + a100,
+                format!("{team} allocated")
+            );
+            assert_close!(row(r, team).cost.unwrap(), list, format!("{team} list"));
+        }
+        assert_close!(r.capacity_cost.unwrap(), 19200.0, "capacity cost");
+        let h100 = r.capacity_of("h100").unwrap();
+        let a100 = r.capacity_of("a100").unwrap();
+        assert_close!(h100.capacity_cost.unwrap(), 10560.0, "h100 capacity cost");
+        assert_close!(h100.idle_cost.unwrap(), 6480.0, "h100 idle cost");
+        assert_close!(a100.capacity_cost.unwrap(), 8640.0, "a100 capacity cost");
+        assert_close!(a100.idle_cost.unwrap(), 3600.0, "a100 idle cost");
+        let total: f64 = r.rows.iter().filter_map(|row| row.total_cost).sum();
+        assert_close!(total, 19200.0, "rows add up to the capacity cost");
+    }
+
+    /// (team, h100 idle cost, a100 idle cost).
+    fn assert_idle(r: &UsageReport, expected: [(&str, f64, f64); 4]) {
+        for (team, h100, a100) in expected {
+            let t = row(r, team);
+            let idle =
+                |gpu_type: &str| t.of_type(gpu_type).and_then(|x| x.idle_cost).unwrap_or(0.0);
+            assert_close!(idle("h100"), h100, format!("{team} h100 idle"));
+            assert_close!(idle("a100"), a100, format!("{team} a100 idle"));
+            assert_close!(t.idle_cost.unwrap(), h100 + a100, format!("{team} idle"));
+            assert_close!(
+                t.total_cost.unwrap(),
+                t.allocated_cost.unwrap() + h100 + a100,
+                format!("{team} total")
+            );
+        }
+    }
+
+    #[test]
+    fn costs_per_type_with_the_idle_cost_by_quota_share() {
+        let r = report(CONFIG);
+        assert_allocated_and_capacity(&r);
+        // h100 weights: quota hours agents 1440, research 720, and the unallocated 600 to (idle);
+        // 2760 in all: agents 6480 x 1440/2760 = 77760/23, research 38880/23, (idle) 32400/23.
+        // a100: training 2880, research 720, unallocated 720; 4320 in all: training 3600 x
+        // 2880/4320 = 2400, research 600, (idle) 600.
+        assert_idle(
+            &r,
+            [
+                ("agents", 77760.0 / 23.0, 0.0),
+                ("training", 0.0, 2400.0),
+                ("research", 38880.0 / 23.0, 600.0),
+                ("(idle)", 32400.0 / 23.0, 600.0),
+            ],
+        );
+        // agents: 3600 + 77760/23 = 6980.87...; training 3680 + 2400 = 6080.
+        assert_close!(
+            row(&r, "agents").total_cost.unwrap(),
+            3600.0 + 77760.0 / 23.0,
+            "agents total"
+        );
+        assert_close!(row(&r, "training").total_cost.unwrap(), 6080.0, "training");
+    }
+
+    #[test]
+    fn costs_per_type_with_the_idle_cost_by_usage_share() {
+        let r = report(&CONFIG.replace("quota-share", "usage-share"));
+        assert_allocated_and_capacity(&r);
+        // h100 weights: allocated hours agents 720, training 400, research 100; 1220 in all:
+        // 6480 x 720/1220 = 233280/61, x 400/1220 = 129600/61, x 100/1220 = 32400/61.
+        // a100: agents 720, training 1440, research 720 of 2880: 900, 1800, 900.
+        assert_idle(
+            &r,
+            [
+                ("agents", 233280.0 / 61.0, 900.0),
+                ("training", 129600.0 / 61.0, 1800.0),
+                ("research", 32400.0 / 61.0, 900.0),
+                ("(idle)", 0.0, 0.0),
+            ],
+        );
+    }
+
+    #[test]
+    fn costs_per_type_with_the_idle_cost_in_an_idle_row() {
+        let r = report(&CONFIG.replace("quota-share", "idle-row"));
+        assert_allocated_and_capacity(&r);
+        assert_idle(
+            &r,
+            [
+                ("agents", 0.0, 0.0),
+                ("training", 0.0, 0.0),
+                ("research", 0.0, 0.0),
+                ("(idle)", 6480.0, 3600.0),
+            ],
+        );
+    }
+
+    /// Fair-share over the month (no decay), each GPU-hour at its rate, runs in `gpu` only:
+    /// agents 4 x 720 + 2 x 720 = 4320, training 4 x 400 + 2 x 1440 = 4480, research
+    /// 4 x 100 + 2 x 720 = 1840; 10640 in all. Shares 40/100, 40/100, 20/100.
+    /// F = 2^(-U/S): agents 2^(-(4320/10640)/0.4), training 2^(-(4480/10640)/0.4), research
+    /// 2^(-(1840/10640)/0.2). In plain GPU-hours (1440, 1840, 820 of 4100) research, whose hours
+    /// are mostly the cheaper a100, would be exactly at its share (F = 0.5): by cost it is
+    /// under it.
+    #[test]
+    fn fair_share_is_over_cost_weighted_usage() {
+        let config = teamshare_config::parse(CONFIG, "teamshare.toml").unwrap();
+        let mut params =
+            FairshareParams::from_config(&config, T0 + MONTH * H, Some(T0), Vec::new());
+        params.half_life = std::time::Duration::ZERO;
+        let r = compute_fairshare(&runs(), &params);
+        let f = r.factors();
+        assert_close!(f["agents"], (-(4320.0 / 10640.0) / 0.4f64).exp2(), "agents");
+        assert_close!(
+            f["training"],
+            (-(4480.0 / 10640.0) / 0.4f64).exp2(),
+            "training"
+        );
+        assert_close!(
+            f["research"],
+            (-(1840.0 / 10640.0) / 0.2f64).exp2(),
+            "research"
+        );
+        assert!(f["research"] > 0.5);
+        let research = r.rows.iter().find(|x| x.team == "research").unwrap();
+        assert_close!(research.decayed_cost.unwrap(), 1840.0, "research cost");
+        assert_close!(
+            research.decayed_gpu_seconds / 3600.0,
+            820.0,
+            "research GPU-hours"
+        );
+    }
+}

@@ -458,3 +458,395 @@ fn fair_share_factors_order_teams_by_usage_against_shares() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The teams report per GPU type (issue 10).
+
+mod per_type {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use accountd::model::usage::{split_usage, CapacityStep, Run, TeamQuota, UsageSplit, POOL};
+    use accountd::model::CostRule;
+    use accountd::period::Period;
+    use accountd::report::{compute_usage, Rates, TeamRow, UsageParams, UsageReport, DEFAULT_RATE};
+    use accountd::store::{CapacitySample, GpuTypes, RunUsage};
+    use teamshare_config::IdleCostSplit;
+
+    use super::{close, scenario, Lcg};
+
+    const TYPES: [&str; 2] = ["a100", "h100"];
+
+    fn params(rng: &mut Lcg, teams: Vec<TeamQuota>, period: Period) -> UsageParams {
+        UsageParams {
+            cluster: "c".into(),
+            period,
+            now: period.until + 1_000_000,
+            teams,
+            typed_teams: BTreeMap::new(),
+            quota_by_type: BTreeMap::new(),
+            partitions: vec!["gpu".into()],
+            rates: Rates::new(BTreeMap::from([
+                ("h100".to_string(), rng.unit() * 10.0),
+                ("a100".to_string(), rng.unit() * 5.0),
+                (DEFAULT_RATE.to_string(), rng.unit() * 3.0),
+            ])),
+            currency: None,
+            cost_rule: CostRule {
+                borrowed_cost_factor: rng.unit(),
+                idle_split: [
+                    IdleCostSplit::QuotaShare,
+                    IdleCostSplit::UsageShare,
+                    IdleCostSplit::IdleRow,
+                ][rng.range(0, 2) as usize],
+            },
+            only: Vec::new(),
+        }
+    }
+
+    fn usage_run(
+        id: i64,
+        team: &str,
+        partition: &str,
+        start: i64,
+        end: i64,
+        by_type: &[(&str, u64)],
+        untyped: u64,
+    ) -> RunUsage {
+        let typed: BTreeMap<String, u64> = by_type
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|&(t, n)| (t.to_string(), n))
+            .collect();
+        RunUsage {
+            id,
+            account: Arc::from(team),
+            partition: Arc::from(partition),
+            start,
+            end: Some(end),
+            gpus: typed.values().sum::<u64>() + untyped,
+            gpus_by_type: GpuTypes::new(&typed),
+        }
+    }
+
+    /// The GPUs of `key` in a sample: its typed ones, or for `default` the rest.
+    fn sample_gpus(s: &CapacitySample, key: &str) -> u32 {
+        if key == DEFAULT_RATE {
+            s.gpus - s.by_type.values().sum::<u32>()
+        } else {
+            s.by_type.get(key).copied().unwrap_or(0)
+        }
+    }
+
+    /// Figures of a row (or a row's type) that must match: quota, allocated, in quota, borrowed,
+    /// lent, in GPU-seconds.
+    fn figures(row: Option<&TeamRow>, gpu_type: Option<&str>) -> [f64; 5] {
+        let Some(row) = row else { return [0.0; 5] };
+        match gpu_type {
+            None => [
+                row.quota_seconds,
+                row.gpu_seconds as f64,
+                row.in_quota_seconds,
+                row.borrowed_seconds,
+                row.lent_seconds,
+            ],
+            Some(t) => row.of_type(t).map_or([0.0; 5], |t| {
+                [
+                    t.quota_seconds.unwrap_or(0.0),
+                    t.gpu_seconds as f64,
+                    t.in_quota_seconds,
+                    t.borrowed_seconds,
+                    t.lent_seconds,
+                ]
+            }),
+        }
+    }
+
+    fn assert_matches(
+        report: &UsageReport,
+        split: &UsageSplit,
+        gpu_type: Option<&str>,
+        what: &str,
+    ) {
+        for s in &split.rows {
+            let got = figures(report.row(&s.team), gpu_type);
+            let want = [s.quota, s.allocated, s.in_quota, s.borrowed, s.lent];
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    close(*g, w, w),
+                    "{what} {} {gpu_type:?} field {i}: {g} vs {w}",
+                    s.team
+                );
+            }
+        }
+    }
+
+    /// Per type: the lent GPU-seconds (the pool's included) equal the borrowed ones; each row's
+    /// types add up to the row; the costs add up to the capacity cost, per type too.
+    fn assert_adds_up(r: &UsageReport, what: &str) {
+        let mut types: Vec<&str> = r
+            .capacity_by_type
+            .iter()
+            .map(|c| c.gpu_type.as_str())
+            .collect();
+        types.extend(
+            r.rows
+                .iter()
+                .flat_map(|row| row.by_type.iter().map(|t| t.gpu_type.as_str())),
+        );
+        types.sort_unstable();
+        types.dedup();
+        for t in &types {
+            let of = |f: fn(&accountd::report::TypeRow) -> f64| -> f64 {
+                r.rows.iter().filter_map(|row| row.of_type(t)).map(f).sum()
+            };
+            let (lent, borrowed) = (of(|x| x.lent_seconds), of(|x| x.borrowed_seconds));
+            assert!(
+                close(lent, borrowed, borrowed),
+                "{what} {t}: lent {lent}, borrowed {borrowed}"
+            );
+            if let Some(c) = r.capacity_of(t).and_then(|c| c.capacity_cost) {
+                let total = of(|x| x.total_cost.unwrap_or(0.0));
+                assert!(close(total, c, c.abs()), "{what} {t}: costs {total} vs {c}");
+            }
+        }
+        for row in &r.rows {
+            let sum =
+                |f: fn(&accountd::report::TypeRow) -> f64| row.by_type.iter().map(f).sum::<f64>();
+            let seconds: u128 = row.by_type.iter().map(|t| t.gpu_seconds).sum();
+            assert_eq!(seconds, row.gpu_seconds, "{what} {}", row.team);
+            for (a, b) in [
+                (sum(|t| t.in_quota_seconds), row.in_quota_seconds),
+                (sum(|t| t.borrowed_seconds), row.borrowed_seconds),
+                (sum(|t| t.lent_seconds), row.lent_seconds),
+                (
+                    sum(|t| t.idle_cost.unwrap_or(0.0)),
+                    row.idle_cost.unwrap_or(0.0),
+                ),
+                (
+                    sum(|t| t.allocated_cost.unwrap_or(0.0)),
+                    row.allocated_cost.unwrap_or(0.0),
+                ),
+            ] {
+                assert!(close(a, b, b.abs()), "{what} {}: {a} vs {b}", row.team);
+            }
+            assert!(
+                close(
+                    row.gpu_seconds as f64,
+                    row.in_quota_seconds + row.borrowed_seconds,
+                    row.gpu_seconds as f64
+                ),
+                "{what} {row:?}"
+            );
+        }
+        let total: f64 = r.rows.iter().filter_map(|row| row.total_cost).sum();
+        let capacity = r.capacity_cost.unwrap();
+        assert!(
+            close(total, capacity, capacity.abs()),
+            "{what}: {total} vs {capacity}"
+        );
+    }
+
+    /// Typed quotas: each type's figures are the split of that type's runs, quotas and
+    /// capacity; per type, lent equals borrowed; rows are the sums of their types.
+    #[test]
+    fn a_typed_configuration_is_split_per_type() {
+        let mut rng = Lcg(0x1_0000);
+        let mut borrowed_cases = 0;
+        for case in 0..200 {
+            let what = format!("case {case}");
+            let team_count = rng.range(1, 4);
+            let names: Vec<String> = (0..team_count).map(|i| format!("team{i}")).collect();
+            let mut typed_teams: BTreeMap<String, Vec<TeamQuota>> = BTreeMap::new();
+            for t in TYPES {
+                typed_teams.insert(
+                    t.to_string(),
+                    names
+                        .iter()
+                        .map(|n| {
+                            let quota = rng.range(0, 3) as u32;
+                            TeamQuota {
+                                name: n.clone(),
+                                quota,
+                                lend_limit: rng.range(0, i64::from(quota)) as u32,
+                            }
+                        })
+                        .collect(),
+                );
+            }
+            let teams: Vec<TeamQuota> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| TeamQuota {
+                    name: n.clone(),
+                    quota: TYPES.iter().map(|t| typed_teams[*t][i].quota).sum(),
+                    lend_limit: TYPES.iter().map(|t| typed_teams[*t][i].lend_limit).sum(),
+                })
+                .collect();
+            let period = Period {
+                since: rng.range(0, 20) * 60,
+                until: rng.range(100, 200) * 60,
+            };
+            let mut p = params(&mut rng, teams, period);
+            for (t, quotas) in &typed_teams {
+                p.quota_by_type
+                    .insert(t.clone(), quotas.iter().map(|q| q.quota).sum());
+            }
+            p.typed_teams = typed_teams.clone();
+            // Capacity samples, the first at or before the period (so that no estimate is used).
+            let mut capacity: Vec<CapacitySample> = (0..rng.range(1, 4))
+                .map(|i| {
+                    let h100 = rng.range(0, 6) as u32;
+                    let a100 = rng.range(0, 6) as u32;
+                    CapacitySample {
+                        ts: if i == 0 {
+                            period.since - 60
+                        } else {
+                            rng.range(0, 200) * 60
+                        },
+                        gpus: h100 + a100 + rng.range(0, 1) as u32,
+                        by_type: BTreeMap::from([("h100".into(), h100), ("a100".into(), a100)]),
+                    }
+                })
+                .collect();
+            capacity.sort_by_key(|s| s.ts);
+            capacity.dedup_by_key(|s| s.ts);
+            let runs: Vec<RunUsage> = (0..rng.range(0, 30))
+                .map(|id| {
+                    let pick = rng.range(0, team_count);
+                    let team = if pick == team_count {
+                        "stray".to_string()
+                    } else {
+                        names[pick as usize].clone()
+                    };
+                    let start = rng.range(-20, 220) * 60;
+                    let end = start + rng.range(1, 80) * 60;
+                    let (h100, a100, untyped) = match rng.range(0, 5) {
+                        0 | 1 => (rng.range(1, 4) as u64, 0, 0),
+                        2 | 3 => (0, rng.range(1, 4) as u64, 0),
+                        4 => (1, 1, 0),
+                        _ => (0, 0, rng.range(1, 2) as u64),
+                    };
+                    let partition = if rng.range(0, 9) == 0 { "debug" } else { "gpu" };
+                    usage_run(
+                        id,
+                        &team,
+                        partition,
+                        start,
+                        end,
+                        &[("h100", h100), ("a100", a100)],
+                        untyped,
+                    )
+                })
+                .collect();
+            let r = compute_usage(&runs, &capacity, &p);
+            assert!(r.typed);
+            borrowed_cases += usize::from(r.rows.iter().any(|row| row.borrowed_seconds > 0.0));
+            assert_adds_up(&r, &what);
+            // Each type on its own, straight from the model.
+            for key in ["h100", "a100", DEFAULT_RATE] {
+                let model_runs: Vec<Run> = runs
+                    .iter()
+                    .filter(|run| &*run.partition == "gpu")
+                    .filter_map(|run| {
+                        let n = if key == DEFAULT_RATE {
+                            run.gpus - run.gpus_by_type.iter().map(|(_, n)| n).sum::<u64>()
+                        } else {
+                            run.gpus_by_type.get(key).unwrap_or(0)
+                        };
+                        (n > 0).then(|| Run {
+                            team: run.account.clone(),
+                            gpus: n as u32,
+                            start: run.start,
+                            end: run.end.unwrap(),
+                        })
+                    })
+                    .collect();
+                let no_quota: Vec<TeamQuota> = names
+                    .iter()
+                    .map(|n| TeamQuota {
+                        name: n.clone(),
+                        quota: 0,
+                        lend_limit: 0,
+                    })
+                    .collect();
+                let quotas = typed_teams.get(key).unwrap_or(&no_quota);
+                let steps: Vec<CapacityStep> = capacity
+                    .iter()
+                    .map(|s| (s.ts, sample_gpus(s, key)))
+                    .collect();
+                let split = split_usage(&model_runs, quotas, &steps, period);
+                assert_matches(&r, &split, Some(key), &what);
+            }
+            // Outside the governed partitions: apart, with all of their GPU-seconds.
+            let debug: i64 = runs
+                .iter()
+                .filter(|run| &*run.partition == "debug")
+                .map(|run| run.gpus as i64 * period.overlap(run.start, run.end.unwrap()))
+                .sum();
+            let outside: u128 = r.outside.iter().map(|row| row.gpu_seconds).sum();
+            assert_eq!(outside, debug as u128, "{what}");
+            assert!(r
+                .rows
+                .iter()
+                .all(|row| row.team != POOL || row.gpu_seconds == 0));
+        }
+        assert!(borrowed_cases > 100, "{borrowed_cases}");
+    }
+
+    /// An untyped configuration: the same team totals as the split on totals (the report before
+    /// GPU types), whatever types the runs had; per type, lent equals borrowed.
+    #[test]
+    fn an_untyped_configuration_gives_the_team_totals_of_the_split_on_totals() {
+        let mut rng = Lcg(0x2_0000);
+        for case in 0..200 {
+            let what = format!("case {case}");
+            let mut s = scenario(&mut rng, 60);
+            s.capacity.sort_by_key(|&(ts, _)| ts);
+            // The first sample in force at the period's start, as the model takes it.
+            s.capacity[0].0 = s.capacity[0].0.min(s.period.since);
+            let capacity: Vec<CapacitySample> = s
+                .capacity
+                .iter()
+                .map(|&(ts, gpus)| {
+                    let h100 = rng.range(0, i64::from(gpus)) as u32;
+                    CapacitySample {
+                        ts,
+                        gpus,
+                        by_type: BTreeMap::from([("h100".into(), h100)]),
+                    }
+                })
+                .collect();
+            let runs: Vec<RunUsage> = s
+                .runs
+                .iter()
+                .enumerate()
+                .map(|(id, run)| {
+                    let g = u64::from(run.gpus);
+                    let h100 = rng.range(0, g as i64) as u64;
+                    let a100 = rng.range(0, (g - h100) as i64) as u64;
+                    usage_run(
+                        id as i64,
+                        &run.team,
+                        "gpu",
+                        run.start,
+                        run.end,
+                        &[("h100", h100), ("a100", a100)],
+                        g - h100 - a100,
+                    )
+                })
+                .collect();
+            let p = params(&mut rng, s.teams.clone(), s.period);
+            let r = compute_usage(&runs, &capacity, &p);
+            assert!(!r.typed);
+            let split = split_usage(&s.runs, &s.teams, &s.capacity, s.period);
+            assert_matches(&r, &split, None, &what);
+            assert!(close(
+                r.capacity_gpu_seconds,
+                split.totals.capacity,
+                split.totals.capacity
+            ));
+            assert_adds_up(&r, &what);
+        }
+    }
+}

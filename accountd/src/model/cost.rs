@@ -93,6 +93,33 @@ pub struct TeamCost {
     pub idle_cost: f64,
     /// `allocated_cost + idle_cost`.
     pub total_cost: f64,
+    /// The same per GPU type, one entry per [`TypedUsage`] that gave the row a cost or a weight,
+    /// in the order of the usage given; they add up to the row's figures.
+    pub by_type: Vec<TypeCost>,
+}
+
+/// A row's cost of one GPU type.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TypeCost {
+    pub gpu_type: String,
+    pub allocated_cost: f64,
+    pub idle_cost: f64,
+    /// `allocated_cost + idle_cost`.
+    pub total_cost: f64,
+}
+
+/// The costs of one GPU type over every row.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TypeCostTotals {
+    pub gpu_type: String,
+    pub rate_per_hour: f64,
+    /// rate x capacity hours.
+    pub capacity_cost: f64,
+    /// The sum of the teams' allocated cost of this type.
+    pub allocated_cost: f64,
+    /// `capacity_cost - allocated_cost`: negative when the type's usage exceeds its recorded
+    /// capacity (or, with a borrowed factor above 1, by the surcharge).
+    pub idle_cost: f64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +133,8 @@ pub struct CostReport {
     /// The part of `idle_cost` that is the price cut given to borrowed work:
     /// sum of r x (1 - f) x borrowed hours (negative when f > 1).
     pub borrowed_discount: f64,
+    /// Per GPU type, in the order of the usage given.
+    pub types: Vec<TypeCostTotals>,
 }
 
 impl CostReport {
@@ -134,22 +163,36 @@ impl CostReport {
 pub fn team_costs(usage: &[TypedUsage], rule: CostRule) -> CostReport {
     let factor = rule.borrowed_cost_factor;
     let mut rows: BTreeMap<&str, TeamCost> = BTreeMap::new();
-    let mut idle_row = 0.0;
+    let mut idle_row = TeamCost {
+        team: IDLE.to_string(),
+        ..TeamCost::default()
+    };
     let (mut capacity_cost, mut idle_cost, mut borrowed_discount) = (0.0, 0.0, 0.0);
+    let mut types = Vec::with_capacity(usage.len());
 
     for typed in usage {
         let rate = typed.rate_per_hour;
+        let gpu_type = typed.gpu_type.as_str();
         let mut allocated_total = 0.0;
         for hours in &typed.teams {
             let allocated = rate * (hours.in_quota_hours + factor * hours.borrowed_hours);
             allocated_total += allocated;
             borrowed_discount += rate * (1.0 - factor) * hours.borrowed_hours;
-            row(&mut rows, &hours.team).allocated_cost += allocated;
+            let row = row(&mut rows, &hours.team);
+            row.allocated_cost += allocated;
+            type_cost(row, gpu_type).allocated_cost += allocated;
         }
         let capacity = rate * typed.capacity_hours;
         let idle = capacity - allocated_total;
         capacity_cost += capacity;
         idle_cost += idle;
+        types.push(TypeCostTotals {
+            gpu_type: gpu_type.to_string(),
+            rate_per_hour: rate,
+            capacity_cost: capacity,
+            allocated_cost: allocated_total,
+            idle_cost: idle,
+        });
 
         let (weights, unclaimed): (Vec<f64>, f64) = match rule.idle_split {
             IdleCostSplit::QuotaShare => (
@@ -167,31 +210,35 @@ pub fn team_costs(usage: &[TypedUsage], rule: CostRule) -> CostReport {
             IdleCostSplit::IdleRow => (Vec::new(), 0.0),
         };
         let total_weight: f64 = weights.iter().sum::<f64>() + unclaimed;
-        if total_weight > 0.0 {
+        let unclaimed_idle = if total_weight > 0.0 {
             for (hours, weight) in typed.teams.iter().zip(&weights) {
-                row(&mut rows, &hours.team).idle_cost += idle * weight / total_weight;
+                let share = idle * weight / total_weight;
+                let row = row(&mut rows, &hours.team);
+                row.idle_cost += share;
+                type_cost(row, gpu_type).idle_cost += share;
             }
-            idle_row += idle * unclaimed / total_weight;
+            idle * unclaimed / total_weight
         } else {
-            idle_row += idle;
-        }
+            idle
+        };
+        idle_row.idle_cost += unclaimed_idle;
+        type_cost(&mut idle_row, gpu_type).idle_cost += unclaimed_idle;
     }
 
     let mut rows: Vec<TeamCost> = rows.into_values().collect();
-    rows.push(TeamCost {
-        team: IDLE.to_string(),
-        allocated_cost: 0.0,
-        idle_cost: idle_row,
-        total_cost: 0.0,
-    });
+    rows.push(idle_row);
     for row in &mut rows {
         row.total_cost = row.allocated_cost + row.idle_cost;
+        for t in &mut row.by_type {
+            t.total_cost = t.allocated_cost + t.idle_cost;
+        }
     }
     CostReport {
         rows,
         capacity_cost,
         idle_cost,
         borrowed_discount,
+        types,
     }
 }
 
@@ -200,6 +247,21 @@ fn row<'a, 'n>(rows: &'a mut BTreeMap<&'n str, TeamCost>, team: &'n str) -> &'a 
         team: team.to_string(),
         ..TeamCost::default()
     })
+}
+
+/// The row's entry for `gpu_type` (the last one is the usual one: types are summed in turn).
+fn type_cost<'a>(row: &'a mut TeamCost, gpu_type: &str) -> &'a mut TypeCost {
+    let index = match row.by_type.iter().rposition(|t| t.gpu_type == gpu_type) {
+        Some(i) => i,
+        None => {
+            row.by_type.push(TypeCost {
+                gpu_type: gpu_type.to_string(),
+                ..TypeCost::default()
+            });
+            row.by_type.len() - 1
+        }
+    };
+    &mut row.by_type[index]
 }
 
 #[cfg(test)]
@@ -254,6 +316,39 @@ mod tests {
         assert_eq!(report.row(IDLE).unwrap().total_cost, 0.0);
         assert!((report.capacity_cost - 440.0).abs() < 1e-9);
         assert!((report.borrowed_discount - 50.0).abs() < 1e-9);
+        // The same per type: a's h100 100 + 300, a100 20 + 20/3.
+        let types: Vec<(&str, f64, f64)> = a
+            .by_type
+            .iter()
+            .map(|t| (t.gpu_type.as_str(), t.allocated_cost, t.idle_cost))
+            .collect();
+        assert_eq!(types[0], ("h100", 100.0, 300.0));
+        assert_eq!((types[1].0, types[1].1), ("a100", 20.0));
+        assert!((types[1].2 - 20.0 / 3.0).abs() < 1e-9);
+        assert_eq!(types.len(), 2);
+        let totals: Vec<(&str, f64, f64, f64)> = report
+            .types
+            .iter()
+            .map(|t| {
+                (
+                    t.gpu_type.as_str(),
+                    t.capacity_cost,
+                    t.allocated_cost,
+                    t.idle_cost,
+                )
+            })
+            .collect();
+        assert_eq!(
+            totals,
+            [("h100", 400.0, 100.0, 300.0), ("a100", 40.0, 30.0, 10.0)]
+        );
+        // Every row's types add up to the row.
+        for row in &report.rows {
+            let idle: f64 = row.by_type.iter().map(|t| t.idle_cost).sum();
+            let total: f64 = row.by_type.iter().map(|t| t.total_cost).sum();
+            assert!((idle - row.idle_cost).abs() < 1e-9, "{row:?}");
+            assert!((total - row.total_cost).abs() < 1e-9, "{row:?}");
+        }
     }
 
     #[test]

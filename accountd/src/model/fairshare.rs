@@ -28,30 +28,32 @@ pub fn weights_from_config(config: &Config) -> BTreeMap<String, u32> {
 }
 
 /// Each team's usage decayed to `now`, in GPU-seconds: a GPU-second used at t counts
-/// 2^(-(now - t)/h) (Slurm's `PriorityDecayHalfLife` h), integrated exactly over each run:
-///
-/// g x ∫ from s to e of 2^(-(now - t)/h) dt = g x h/ln 2 x 2^(-(now - e)/h) x (1 - 2^(-(e - s)/h)).
-///
-/// Usage after `now` does not count (a run's end is clipped to `now`). A zero half-life means no
-/// decay, as in Slurm: plain GPU-seconds. Every account with a run appears, possibly with 0.
+/// 2^(-(now - t)/h) (Slurm's `PriorityDecayHalfLife` h), integrated exactly over each run
+/// ([`decayed_seconds`]). Usage after `now` does not count (a run's end is clipped to `now`). A
+/// zero half-life means no decay, as in Slurm: plain GPU-seconds. Every account with a run
+/// appears, possibly with 0.
 pub fn decayed_usage(runs: &[Run], now: UnixSeconds, half_life: Duration) -> BTreeMap<String, f64> {
-    let h = half_life.as_secs_f64();
+    decayed_weighted_usage(runs.iter().map(|run| (run, 1.0)), now, half_life)
+}
+
+/// [`decayed_usage`] with each run's GPU-seconds multiplied by its weight: with each run's mean
+/// hourly rate per GPU as its weight, the decayed cost of each team's usage (what the fair-share
+/// factor is computed from, so that an hour of an expensive GPU counts for more than an hour of
+/// a cheap one). A weight that is not finite and positive counts as 0.
+pub fn decayed_weighted_usage<'r>(
+    runs: impl IntoIterator<Item = (&'r Run, f64)>,
+    now: UnixSeconds,
+    half_life: Duration,
+) -> BTreeMap<String, f64> {
     let mut usage: BTreeMap<String, f64> = BTreeMap::new();
-    for run in runs {
-        let end = run.end.min(now);
-        let seconds = if run.start < end {
-            (end - run.start) as f64
+    for (run, weight) in runs {
+        let weight = if weight.is_finite() && weight > 0.0 {
+            weight
         } else {
             0.0
         };
-        let decayed = if seconds == 0.0 || h == 0.0 {
-            seconds
-        } else {
-            // k = ln 2 / h; expm1 keeps short runs exact where 1 - 2^(-x) would cancel.
-            let k = std::f64::consts::LN_2 / h;
-            (-k * (now - end) as f64).exp() * -(-k * seconds).exp_m1() / k
-        };
-        let used = f64::from(run.gpus) * decayed;
+        let used =
+            f64::from(run.gpus) * weight * decayed_seconds(run.start, run.end, now, half_life);
         match usage.get_mut(&*run.team) {
             Some(u) => *u += used,
             None => {
@@ -60,6 +62,31 @@ pub fn decayed_usage(runs: &[Run], now: UnixSeconds, half_life: Duration) -> BTr
         }
     }
     usage
+}
+
+/// The seconds of `[start, end)` (clipped to `now`) decayed to `now` with half-life h:
+///
+/// ∫ from s to e of 2^(-(now - t)/h) dt = h/ln 2 x 2^(-(now - e)/h) x (1 - 2^(-(e - s)/h)).
+///
+/// A zero half-life means no decay: plain seconds.
+pub fn decayed_seconds(
+    start: UnixSeconds,
+    end: UnixSeconds,
+    now: UnixSeconds,
+    half_life: Duration,
+) -> f64 {
+    let h = half_life.as_secs_f64();
+    let end = end.min(now);
+    if start >= end {
+        return 0.0;
+    }
+    let seconds = (end - start) as f64;
+    if h == 0.0 {
+        return seconds;
+    }
+    // k = ln 2 / h; expm1 keeps short runs exact where 1 - 2^(-x) would cancel.
+    let k = std::f64::consts::LN_2 / h;
+    (-k * (now - end) as f64).exp() * -(-k * seconds).exp_m1() / k
 }
 
 /// The fair-share factor of an association with normalised (effective) usage `usage` and
@@ -231,6 +258,36 @@ mod tests {
         );
         assert_eq!(usage["a"], 250.0);
         assert_eq!(usage["b"], 0.0);
+    }
+
+    #[test]
+    fn weights_multiply_gpu_seconds_and_a_common_weight_changes_no_factor() {
+        let runs = [run("a", 2, 0, 100), run("b", 1, 0, 100)];
+        let weighted = decayed_weighted_usage(
+            [(&runs[0], 4.0), (&runs[1], 2.0)],
+            100,
+            Duration::from_secs(3600),
+        );
+        let plain = decayed_usage(&runs, 100, Duration::from_secs(3600));
+        assert!((weighted["a"] - 4.0 * plain["a"]).abs() < 1e-9);
+        assert!((weighted["b"] - 2.0 * plain["b"]).abs() < 1e-9);
+        // A weight that is not a positive number counts for nothing.
+        let odd = decayed_weighted_usage(
+            [(&runs[0], f64::NAN), (&runs[1], -1.0)],
+            100,
+            Duration::ZERO,
+        );
+        assert_eq!((odd["a"], odd["b"]), (0.0, 0.0));
+        // The same weight everywhere: the same factors (usage is normalised).
+        let shares = BTreeMap::from([("a".to_string(), 1), ("b".to_string(), 1)]);
+        let same = decayed_weighted_usage(runs.iter().map(|r| (r, 3.5)), 100, Duration::ZERO);
+        let f_same = factors(&shares, &same, 1.0);
+        let f_plain = factors(&shares, &decayed_usage(&runs, 100, Duration::ZERO), 1.0);
+        for team in ["a", "b"] {
+            assert!((f_same[team] - f_plain[team]).abs() < 1e-12, "{team}");
+        }
+        assert_eq!(decayed_seconds(50, 40, 100, Duration::ZERO), 0.0);
+        assert_eq!(decayed_seconds(50, 400, 100, Duration::ZERO), 50.0);
     }
 
     #[test]

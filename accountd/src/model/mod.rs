@@ -1,22 +1,26 @@
 //! The accounting model (DESIGN §5): pure arithmetic over plain values, no I/O.
 //!
 //! - `usage`: the in-quota / borrowed / lent split of GPU-seconds per team over a period, and per
-//!   day;
+//!   day (per GPU type where quotas are typed: the caller splits each type apart);
 //! - `cost`: allocated and idle cost per team, with the idle cost split by the configured rule;
-//! - `fairshare`: decayed usage and Slurm's classic fair-share factor.
+//! - `fairshare`: decayed usage (plain, or weighted by each GPU's rate) and Slurm's classic
+//!   fair-share factor.
 
 pub mod cost;
 pub mod fairshare;
 pub mod usage;
 
-pub use cost::{team_costs, CostReport, CostRule, TeamCost, TeamHours, TypedUsage, IDLE};
+pub use cost::{
+    team_costs, CostReport, CostRule, TeamCost, TeamHours, TypeCost, TypeCostTotals, TypedUsage,
+    IDLE,
+};
 pub use fairshare::{
-    decayed_usage, factor, factors, hierarchy_factors, team_fair_shares, weights_from_config,
-    Association, AssociationFairShare,
+    decayed_seconds, decayed_usage, decayed_weighted_usage, factor, factors, hierarchy_factors,
+    team_fair_shares, weights_from_config, Association, AssociationFairShare,
 };
 pub use usage::{
-    split_usage, split_usage_by_day, CapacityStep, DaySplit, Run, SplitTotals, TeamQuota,
-    TeamSplit, UsageSplit, POOL,
+    peak_gpus, split_usage, split_usage_by_day, CapacityStep, DaySplit, Run, SplitTotals,
+    TeamQuota, TeamSplit, UsageSplit, POOL,
 };
 
 /// The index of the item of `items` that `matches` accepts, `*last` tried first (runs come with
@@ -38,4 +42,10 @@ pub(crate) fn find_or_push<T>(
         };
     }
     *last
+}
+
+/// Whether two strings are equal, the same string first: runs share their account's and GPU
+/// type's strings, so most comparisons are of a string with itself.
+pub(crate) fn same_str(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
 }

@@ -17,13 +17,13 @@
 //! so that the sum of lent always equals the sum of borrowed.
 //!
 //! The split knows nothing of GPU types: where quotas are typed, the caller splits each type
-//! apart, with that type's runs, quotas and capacity.
+//! apart, with that type's runs, quotas and capacity ([`TeamQuota::typed_from_config`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, FixedOffset, NaiveDate};
-use teamshare_config::Config;
+use teamshare_config::{Config, DEFAULT_GPU_TYPE};
 
 use crate::period::{Period, UnixSeconds};
 
@@ -71,6 +71,56 @@ impl TeamQuota {
             })
             .collect()
     }
+
+    /// Every team of the configuration with its quota Q_{T,k} and lend limit L_{T,k} of
+    /// `gpu_type`, in file order (a team without quota of that type has 0 of both).
+    pub fn of_type_from_config(config: &Config, gpu_type: &str) -> Vec<TeamQuota> {
+        config
+            .teams
+            .iter()
+            .map(|team| TeamQuota {
+                name: team.name.clone(),
+                quota: team.quota_of(gpu_type),
+                lend_limit: team.lend_limit_of(gpu_type),
+            })
+            .collect()
+    }
+
+    /// A typed configuration ([`Config::is_typed`]): [`TeamQuota::of_type_from_config`] for
+    /// every governed GPU type. An untyped configuration gives an empty map: its split is on
+    /// total quotas. GPUs without a type (the `default` key) have no quota in a typed
+    /// configuration, and so are not in the map.
+    pub fn typed_from_config(config: &Config) -> BTreeMap<String, Vec<TeamQuota>> {
+        if !config.is_typed() {
+            return BTreeMap::new();
+        }
+        config
+            .governed_types()
+            .into_iter()
+            .filter(|t| *t != DEFAULT_GPU_TYPE)
+            .map(|t| (t.to_string(), TeamQuota::of_type_from_config(config, t)))
+            .collect()
+    }
+}
+
+/// The most GPUs `runs` held at once within `period` (runs clipped to it); 0 for none.
+pub fn peak_gpus(runs: &[Run], period: Period) -> u64 {
+    let mut changes: Vec<(UnixSeconds, i64)> = Vec::with_capacity(2 * runs.len());
+    for run in runs {
+        let (start, end) = (run.start.max(period.since), run.end.min(period.until));
+        if start < end && run.gpus > 0 {
+            changes.push((start, i64::from(run.gpus)));
+            changes.push((end, -i64::from(run.gpus)));
+        }
+    }
+    // At one instant, ends before starts: a run that ends where another starts never overlaps it.
+    changes.sort_unstable();
+    let (mut held, mut peak) = (0i64, 0i64);
+    for (_, delta) in changes {
+        held += delta;
+        peak = peak.max(held);
+    }
+    peak.max(0) as u64
 }
 
 /// One row of the split, in GPU-seconds.
@@ -246,14 +296,22 @@ fn sweep(
         });
     }
     // Usage changes: (instant, account slot, GPUs added or removed); slots become rows below.
+    // Starts and ends apart: runs mostly come in order of start (a report reads them by start
+    // time), which a stable sort merely checks, so only the ends need a full sort.
     let mut slots: Vec<&str> = Vec::new();
-    let mut changes: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(2 * runs.len());
+    let mut starts: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(runs.len());
+    let mut ends: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(runs.len());
     let mut last_slot = usize::MAX;
     for (run, start, end) in clipped {
         let team: &str = &run.team;
-        let slot = super::find_or_push(&mut slots, &mut last_slot, |&s| s == team, || team);
-        changes.push((start, slot, i64::from(run.gpus)));
-        changes.push((end, slot, -i64::from(run.gpus)));
+        let slot = super::find_or_push(
+            &mut slots,
+            &mut last_slot,
+            |&s| super::same_str(s, team),
+            || team,
+        );
+        starts.push((start, slot, i64::from(run.gpus)));
+        ends.push((end, slot, -i64::from(run.gpus)));
     }
     for &team in &slots {
         by_name.entry(team).or_insert_with(|| Lender {
@@ -264,15 +322,26 @@ fn sweep(
     }
     let index: BTreeMap<&str, usize> = by_name.keys().enumerate().map(|(i, &n)| (n, i)).collect();
     let row_of_slot: Vec<usize> = slots.iter().map(|&s| index[s]).collect();
-    for change in &mut changes {
-        change.1 = row_of_slot[change.1];
-    }
     let lenders: Vec<Lender> = by_name.into_values().collect();
     let pool_row = lenders.len();
     let total_quota: u64 = lenders.iter().map(|l| l.quota).sum();
     // Only the order of instants matters: every change at one instant is applied before the
     // interval that starts there is counted.
-    changes.sort_unstable_by_key(|&(t, _, _)| t);
+    starts.sort_by_key(|&(t, _, _)| t);
+    ends.sort_unstable_by_key(|&(t, _, _)| t);
+    let mut changes: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(starts.len() + ends.len());
+    let (mut s, mut e) = (starts.into_iter().peekable(), ends.into_iter().peekable());
+    loop {
+        let next = match (s.peek(), e.peek()) {
+            (Some(a), Some(b)) if a.0 <= b.0 => s.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => e.next(),
+            (Some(_), None) => s.next(),
+            (None, None) => break,
+        };
+        if let Some((t, slot, delta)) = next {
+            changes.push((t, row_of_slot[slot], delta));
+        }
+    }
 
     let mut steps = capacity.to_vec();
     steps.sort_by_key(|&(from, _)| from); // stable: of two steps at one instant the later wins
@@ -351,9 +420,7 @@ fn sweep(
         }
         if borrowed <= lendable {
             // One rounding per share: (B x weight x dt) / lendable.
-            let pro_rata = |weight: u64| {
-                (i128::from(borrowed) * i128::from(weight) * dt) as f64 / lendable as f64
-            };
+            let pro_rata = |weight: u64| exact(borrowed, weight, dt) / lendable as f64;
             for (row, &weight) in idle.iter().enumerate() {
                 sums.rows[row].lent += pro_rata(weight);
             }
@@ -361,7 +428,7 @@ fn sweep(
         } else {
             let excess = i128::from(borrowed - lendable) * dt;
             for (row, &weight) in idle.iter().enumerate() {
-                sums.rows[row].lent += (i128::from(weight) * dt) as f64;
+                sums.rows[row].lent += exact(weight, 1, dt);
             }
             sums.rows[pool_row].lent += (i128::from(pool) * dt + excess) as f64;
             sums.over_lendable += excess as f64;
@@ -379,6 +446,20 @@ fn sweep(
             finish(period, &lenders, sums)
         })
         .collect()
+}
+
+/// a x b x dt rounded once to f64: in 64-bit integers where the product fits (one instruction to
+/// convert), in 128-bit ones otherwise; the same value either way.
+fn exact(a: u64, b: u64, dt: i128) -> f64 {
+    let small = i64::try_from(dt)
+        .ok()
+        .zip(i64::try_from(a).ok())
+        .zip(i64::try_from(b).ok())
+        .and_then(|((dt, a), b)| a.checked_mul(b)?.checked_mul(dt));
+    match small {
+        Some(p) => p as f64,
+        None => (i128::from(a) * i128::from(b) * dt) as f64,
+    }
 }
 
 fn finish(period: Period, lenders: &[Lender], bucket: Bucket) -> UsageSplit {
@@ -514,6 +595,20 @@ mod tests {
 
     fn utc() -> FixedOffset {
         FixedOffset::east_opt(0).unwrap()
+    }
+
+    #[test]
+    fn the_peak_is_the_most_gpus_held_at_once_within_the_period() {
+        let runs = [
+            run("a", 2, 0, 10),
+            run("b", 3, 10, 20), // starts where a's ends: 3, not 5
+            run("a", 1, 15, 30),
+            run("c", 8, 40, 50), // outside the period
+        ];
+        assert_eq!(peak_gpus(&runs, period(0, 40)), 4);
+        assert_eq!(peak_gpus(&runs, period(0, 10)), 2);
+        assert_eq!(peak_gpus(&runs, period(45, 46)), 8);
+        assert_eq!(peak_gpus(&[], period(0, 40)), 0);
     }
 
     #[test]

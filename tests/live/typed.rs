@@ -210,8 +210,78 @@ fn borrow_and_reclaim(c: &Cluster) -> TestResult {
         ensure(
             held_of(&h, "training", "a100") == 6 && held_of(&h, "research", "a100") == 2,
             || format!("A100 holders after the reclaim: {h:?}"),
-        )
+        )?;
+        reported_per_type(c)
     })
+}
+
+/// Acceptance 1, the report: agents' A100 hours are borrowed (it has no A100 quota), its H100
+/// hours in quota and borrowed; per type, what was lent equals what was borrowed, and the A100
+/// lent came from the teams that hold A100 quota (training, research) or the pool, never
+/// from agents.
+fn reported_per_type(c: &Cluster) -> TestResult {
+    let out = c.accountd_cmd(&["ingest", "--since", "now-1h", "--until", "now+1h"])?;
+    ensure(out.status.success(), || {
+        format!("ingest failed: {}", String::from_utf8_lossy(&out.stderr))
+    })?;
+    let out = c.accountd_cmd(&[
+        "report", "teams", "--since", "now-1h", "--until", "now+1h", "--format", "json",
+    ])?;
+    ensure(out.status.success(), || {
+        format!("report failed: {}", String::from_utf8_lossy(&out.stderr))
+    })?;
+    let rows: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("report JSON: {e}"))?;
+    let rows = rows.as_array().ok_or("the report is not an array")?;
+    let of = |team: &str, k: &str, field: &str| -> f64 {
+        rows.iter()
+            .find(|r| r["team"] == team)
+            .and_then(|r| r["by_type"].as_array())
+            .and_then(|types| types.iter().find(|t| t["gpu_type"] == k))
+            .and_then(|t| t[field].as_f64())
+            .unwrap_or(0.0)
+    };
+    let text = || String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure(
+        of("agents", "a100", "borrowed_hours") > 0.0
+            && of("agents", "a100", "in_quota_hours") == 0.0,
+        || format!("agents' A100 hours are not all borrowed:\n{}", text()),
+    )?;
+    ensure(
+        of("agents", "h100", "in_quota_hours") > 0.0
+            && of("agents", "h100", "borrowed_hours") > 0.0,
+        || {
+            format!(
+                "agents' H100 hours are not in quota and borrowed:\n{}",
+                text()
+            )
+        },
+    )?;
+    ensure(of("agents", "a100", "lent_hours") == 0.0, || {
+        format!(
+            "agents, without A100 quota, is reported lending A100:\n{}",
+            text()
+        )
+    })?;
+    ensure(of("training", "a100", "lent_hours") > 0.0, || {
+        format!(
+            "training's idle A100 quota is not reported lent:\n{}",
+            text()
+        )
+    })?;
+    for k in ["a100", "h100"] {
+        let sum = |field: &str| -> f64 {
+            ["agents", "training", "research", "(pool)"]
+                .iter()
+                .map(|t| of(t, k, field))
+                .sum()
+        };
+        let (lent, borrowed) = (sum("lent_hours"), sum("borrowed_hours"));
+        ensure((lent - borrowed).abs() < 1e-6, || {
+            format!("{k}: lent {lent} h, borrowed {borrowed} h:\n{}", text())
+        })?;
+    }
+    Ok(())
 }
 
 /// One team's limits, per type, as the configuration says.

@@ -938,17 +938,27 @@ fn note_capacity(usage: &report::UsageReport, params: &UsageParams) {
     }
 }
 
-/// GPUs allocated without a type under typed quotas, said on stderr: they are all borrowed.
+/// GPUs allocated without a type under typed quotas, said on stderr: they are all borrowed, and
+/// where a default rate prices them against no capacity of their own, the idle cost of
+/// `default` is negative.
 fn note_untyped(seconds: f64, usage: &report::UsageReport, params: &UsageParams) {
+    let idle = usage
+        .capacity_of(report::DEFAULT_RATE)
+        .and_then(|c| c.idle_cost)
+        .filter(|&c| c < 0.0);
+    let priced = match (params.rates.get(None), idle) {
+        _ if usage.capacity_cost.is_none() => String::new(),
+        (None, _) => ", at no cost (no default rate)".to_string(),
+        (Some(_), None) => ", priced at the default rate".to_string(),
+        (Some(_), Some(idle)) => format!(
+            ", priced at the default rate; as little capacity without a type was recorded, the idle cost of `{}` is negative ({idle:.2}) and the idle cost of the types they ran on is too high",
+            report::DEFAULT_RATE
+        ),
+    };
     say_err!(
-        "accountd: warning: {:.4} GPU-hours in the governed partitions were allocated without a GPU type (sacct recorded none): they are counted under `{}`, where no team has a quota, so all of them are borrowed{}; Slurm records the type when AccountingStorageTRES lists gres/gpu:<type>",
+        "accountd: warning: {:.4} GPU-hours in the governed partitions were allocated without a GPU type (sacct recorded none): they are counted under `{}`, where no team has a quota, so all of them are borrowed{priced}; Slurm records the type when AccountingStorageTRES lists gres/gpu:<type>",
         seconds / 3600.0,
         report::DEFAULT_RATE,
-        match params.rates.get(None) {
-            Some(_) if usage.capacity_cost.is_some() => ", priced at the default rate",
-            None if usage.capacity_cost.is_some() => ", at no cost (no default rate)",
-            _ => "",
-        }
     );
 }
 

@@ -869,6 +869,20 @@ fn report_typed_configuration() {
         out.contains("1.0000 GPU-hours were borrowed beyond what was lendable"),
         "{out}"
     );
+    // With a default rate, the untyped GPU-hour is priced against no capacity of its own: the
+    // warning says the idle cost of `default` is negative (1 GPU-hour at 1.00).
+    let priced = TYPED_CONFIG.replace(
+        "[gpu_types.a100]",
+        "[gpu_types.default]\nrate_per_hour = 1.0\n\n[gpu_types.a100]",
+    );
+    fs::write(site.path("teamshare.toml"), priced).unwrap();
+    let o = site.run(false, &[&["report", "teams"][..], &PERIOD].concat());
+    assert!(
+        stderr(&o).contains("so all of them are borrowed, priced at the default rate; as little capacity without a type was recorded, the idle cost of `default` is negative (-1.00)"),
+        "{}",
+        stderr(&o)
+    );
+    fs::write(site.path("teamshare.toml"), TYPED_CONFIG).unwrap();
     // Day by day, the same notes on stderr.
     let o = site.run(
         false,

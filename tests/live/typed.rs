@@ -315,13 +315,16 @@ const LIMITS: [Limits; 3] = [
     },
 ];
 
-/// Acceptance 3: with n2 (4 A100) drained, A100 quotas (8) exceed the A100 capacity (4): no
+/// Acceptance 3: first research's lend limit of 1 A100 ([`lend_limit_per_type`]). Then, with
+/// n2 (4 A100) drained, A100 quotas (8) exceed the A100 capacity (4): no
 /// A100 is lendable. Sampled every 0.5 s while every team asks for more than it may hold of
 /// both types: each team's ceiling holds per type (and agents' over all types), A100s run
 /// only inside quotas, the H100 borrowed never exceed what is lent (research's lend limit of
 /// 2 H100, agents' idle quota), and once research wants its H100 back, they go back to it.
 fn sampled_with_drain(c: &Cluster) -> TestResult {
     isolated(c, |c| {
+        lend_limit_per_type(c)?;
+        c.reset()?;
         c.ok(
             "scontrol",
             &[
@@ -387,6 +390,34 @@ fn sampled_with_drain(c: &Cluster) -> TestResult {
         let resumed = c.ok("scontrol", &["update", "nodename=n2", "state=resume"]);
         r.and(resumed.map(|_| ()))
     })
+}
+
+/// All nodes up, the A100 are all quota (training 6, research 2). With training holding its
+/// 6, only research's idle A100 are lendable, and research lends at most 1 of its 2: agents,
+/// asking for 3 A100, holds 1, sampled every 0.2 s until it does and over three governor
+/// passes after.
+fn lend_limit_per_type(c: &Cluster) -> TestResult {
+    submit(c, "training", "a100", 6, LONG)?;
+    wait_held(c, "training", "a100", 6)?;
+    submit(c, "agents", "a100", 3, LONG)?;
+    let within = |c: &Cluster| -> Result<u32, String> {
+        let n = held_of(&held(c)?, "agents", "a100");
+        ensure(n <= 1, || {
+            format!("agents holds {n} A100: research lends at most 1 and nothing else is idle")
+        })?;
+        Ok(n)
+    };
+    c.wait_for(
+        "agents to borrow research's 1 lendable A100",
+        2 * MINUTE,
+        || Ok((within(c)? == 1).then_some(())),
+    )
+    .map_err(|e| format!("{e}\n{}", c.diagnosis()))?;
+    for _ in 0..3 {
+        c.wait_governor_pass()?;
+        within(c)?;
+    }
+    Ok(())
 }
 
 /// Samples until `stop`; returns the samples that broke a rule.

@@ -121,7 +121,7 @@ TZ=UTC sacct -n -X -D -P -j "$list" -o JobID,Account,State,Start,End | sort -t'|
 step "accounting: accountd ingest (twice: the second changes nothing) and the reports"
 accountd ingest --since now-1h --until now+1h
 accountd ingest --since now-1h --until now+1h
-accountd report teams --since now-1h --until now+1h
+accountd report teams --since now-1h --until now+1h --by-type
 accountd report fairshare
 
 step "Prometheus metrics served by accountd run (a few of them)"

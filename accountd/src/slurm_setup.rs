@@ -69,7 +69,7 @@ pub fn desired(config: &Config) -> Vec<AccountSpec> {
             )]);
             let mut quota = GpuLimits::from([(String::new(), u64::from(t.quota.total))]);
             for k in &types {
-                let b = t.borrow_limit_of(k).or(t.borrow_limit);
+                let b = t.borrow_limit_for(k);
                 gpu_limit.insert(
                     (*k).to_string(),
                     b.map(|b| u64::from(t.quota_of(k)) + u64::from(b)),

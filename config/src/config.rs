@@ -111,6 +111,12 @@ impl Team {
             .map(|m| m.get(gpu_type).copied().unwrap_or(0))
     }
 
+    /// B_{T,k} as a ceiling sees it: the table's entry, else the number (over all types, so
+    /// at most that of any one); `None` without a borrow limit.
+    pub fn borrow_limit_for(&self, gpu_type: &str) -> Option<u32> {
+        self.borrow_limit_of(gpu_type).or(self.borrow_limit)
+    }
+
     /// L_{T,k}: the most GPUs of the team's idle `gpu_type` quota others may use; with a
     /// number (`lend_limit = N`) it also bounds the total over types (see `lend_limit`).
     pub fn lend_limit_of(&self, gpu_type: &str) -> u32 {

@@ -385,10 +385,7 @@ pub(crate) enum Screened<'c> {
 /// quota and borrow limit it is made of; `None` without a borrow limit.
 pub(crate) fn team_ceiling(team: &Team, gpu_type: Option<&str>) -> Option<(u64, u32, u32)> {
     let (quota, borrow) = match gpu_type {
-        Some(k) => (
-            team.quota_of(k),
-            team.borrow_limit_of(k).or(team.borrow_limit)?,
-        ),
+        Some(k) => (team.quota_of(k), team.borrow_limit_for(k)?),
         None => (team.quota.total, team.borrow_limit?),
     };
     Some((u64::from(quota) + u64::from(borrow), quota, borrow))

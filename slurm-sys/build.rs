@@ -7,10 +7,15 @@
 use std::env;
 use std::path::{Path, PathBuf};
 
+#[path = "src/release.rs"]
+mod release;
+use release::{release_cfgs, Release, ALL_CFGS};
+
 fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
     println!("cargo:rerun-if-env-changed=LIBCLANG_PATH");
     println!("cargo:rerun-if-changed=wrapper.h");
+    println!("cargo:rerun-if-changed=src/release.rs");
 
     let include_dir = match env::var_os("SLURM_INCLUDE_DIR") {
         Some(dir) => PathBuf::from(dir),
@@ -24,6 +29,21 @@ fn main() {
              SLURM_INCLUDE_DIR to the directory that holds slurm/slurm.h.",
             slurm_h.display()
         ));
+    }
+    let release = release_of(&include_dir.join("slurm/slurm_version.h"));
+    // What the dependents build for (DEP_SLURM_* in their build scripts, the way nginx-sys
+    // tells ngx-rust which nginx it found): the version number and the cfgs that name what
+    // differs between releases. This table is the one place that knows those differences.
+    println!("cargo:version_number={:#08x}", release.number);
+    println!("cargo:release={}.{:02}", release.major, release.minor);
+    let cfgs = release_cfgs(&release);
+    println!("cargo:cfgs={}", cfgs.join(","));
+    println!("cargo:all_cfgs={}", ALL_CFGS.join(","));
+    for cfg in ALL_CFGS {
+        println!("cargo::rustc-check-cfg=cfg({cfg})");
+    }
+    for cfg in &cfgs {
+        println!("cargo:rustc-cfg={cfg}");
     }
     for h in [
         "slurm/slurm.h",
@@ -55,13 +75,10 @@ fn main() {
         .allowlist_function("slurm_free_node_info_msg")
         .allowlist_function("slurm_load_partitions")
         .allowlist_function("slurm_free_partition_info_msg")
-        .allowlist_function("slurm_get_errno")
         .allowlist_function("slurm_strerror")
         .allowlist_type("job_info_msg_t")
         .allowlist_type("node_info_msg_t")
         .allowlist_type("partition_info_msg_t")
-        .allowlist_var("SHOW_ALL")
-        .allowlist_var("SHOW_DETAIL")
         .allowlist_var("JOB_STATE_BASE")
         .allowlist_var("JOB_COMPLETING")
         .allowlist_type("job_states")
@@ -82,6 +99,14 @@ fn main() {
     };
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo"));
     write(&bindings, &out.join("bindings.rs"));
+}
+
+/// The release of slurm_version.h, or the end of the build with the reason.
+fn release_of(path: &Path) -> Release {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", path.display())));
+    let headers = path.parent().and_then(Path::parent).unwrap_or(path);
+    release::parse(&text, &headers.display().to_string()).unwrap_or_else(|e| fail(&e))
 }
 
 fn write(bindings: &bindgen::Bindings, path: &Path) {

@@ -67,13 +67,20 @@ fn init() -> Result<(), ApiError> {
     .clone()
 }
 
+/// `SHOW_ALL` (`SLURM_BIT(0)` from 23.02, a macro bindgen cannot evaluate; 1 in every release).
+const SHOW_ALL: u16 = 1;
+
+/// The error code of the last libslurm call on this thread. libslurm sets errno itself
+/// (`slurm_get_errno()` only returned it, and is gone from 24.11's headers).
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
 /// The last error of a libslurm call on this thread, as Slurm words it.
 fn last_error(call: &'static str) -> ApiError {
-    // SAFETY: both only read libslurm's thread-local errno and its static message table.
-    let message = unsafe {
-        let errno = sys::slurm_get_errno();
-        text(sys::slurm_strerror(errno))
-    };
+    let errno = errno();
+    // SAFETY: only reads libslurm's static message table.
+    let message = unsafe { text(sys::slurm_strerror(errno)) };
     ApiError::Call { call, message }
 }
 
@@ -142,14 +149,12 @@ impl Session {
         let mut out: *mut T = ptr::null_mut();
         *calls += 1;
         // SAFETY: libslurm writes a message it allocated into `out`, or leaves it NULL.
-        let rc = unsafe { load(since, &mut out, sys::SHOW_ALL as u16) };
+        let rc = unsafe { load(since, &mut out, SHOW_ALL) };
         if rc == 0 && !out.is_null() {
             *slot = Some(Owned { ptr: out, free });
             return Ok(());
         }
-        // SAFETY: reads libslurm's thread-local errno.
-        let errno = unsafe { sys::slurm_get_errno() };
-        if errno == NO_CHANGE_IN_DATA && slot.is_some() {
+        if errno() == NO_CHANGE_IN_DATA && slot.is_some() {
             return Ok(());
         }
         Err(last_error(call))

@@ -22,6 +22,9 @@ mod generated {
 
 pub use generated::*;
 
+/// The supported releases and what differs between them (shared with the build script).
+pub mod release;
+
 use std::os::raw::c_char;
 
 /// The Slurm release these bindings were generated from, as `SLURM_VERSION_NUMBER`
@@ -58,11 +61,16 @@ extern "C" {
 // Symbols of libslurm (the client library) that Slurm's public headers do not declare: the
 // names squeue and sinfo print for a job's state and reason and a node's compact state. They
 // return static strings (never freed). Signatures of src/common/slurm_protocol_defs.h, the same
-// from 22.05 to 26.05; only accountd, which links libslurm, calls them.
+// from 22.05 to 26.05 (one name changed); only accountd, which links libslurm, calls them.
 extern "C" {
     /// `job_state_string` (squeue's State column).
     pub fn slurm_job_state_string(state: u32) -> *const c_char;
-    /// `job_reason_string` (squeue's Reason column when the job has no `state_desc`).
+    /// `job_reason_string` (squeue's Reason column when the job has no `state_desc`); named
+    /// `job_state_reason_string` from 24.11 on, under this one name here.
+    #[cfg_attr(
+        slurm_job_state_reason_string,
+        link_name = "slurm_job_state_reason_string"
+    )]
     pub fn slurm_job_reason_string(reason: u32) -> *const c_char;
     /// `node_state_string_compact` (sinfo's `%t`, in upper case).
     pub fn slurm_node_state_string_compact(state: u32) -> *const c_char;

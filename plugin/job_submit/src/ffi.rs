@@ -244,12 +244,18 @@ fn set_qos(desc: &mut job_desc_msg_t, qos: &str) {
 
 /// `scontrol update` on a job. The request holds only the changed fields; the job record is
 /// never read (its layout is internal to slurmctld), so the rules of
-/// `teamshare_policy::modify` decide from what the update itself says. 22.05 passes no err_msg
-/// here: the refusal reaches the user as the error code, the message goes to the log.
+/// `teamshare_policy::modify` decide from what the update itself says. The refusal's text goes
+/// to the log, and to the user through `err_msg` where the release passes one (23.02 on;
+/// NULL before: the user sees the error code's text).
 ///
 /// # Safety
-/// `job_desc` is slurmctld's request for the duration of the call.
-pub unsafe fn job_modify(job_desc: *mut job_desc_msg_t, submit_uid: u32) -> c_int {
+/// `job_desc` is slurmctld's request for the duration of the call; `err_msg` is NULL or its
+/// out-pointer.
+pub unsafe fn job_modify(
+    job_desc: *mut job_desc_msg_t,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
     if job_desc.is_null() {
         return SUCCESS;
     }
@@ -288,6 +294,7 @@ pub unsafe fn job_modify(job_desc: *mut job_desc_msg_t, submit_uid: u32) -> c_in
                 r.kind.key(),
                 r.message
             ));
+            set_err_msg(err_msg, &r.message);
             error_code(r.kind)
         }
     }
@@ -304,7 +311,7 @@ fn error_code(kind: RejectKind) -> c_int {
         RejectKind::UntypedGpus | RejectKind::SeveralGpuTypes | RejectKind::GpuTypeNotOffered => {
             err::ESLURM_INVALID_GRES
         }
-        // job_modify: 22.05 shows only the code's text, so the code carries the gist.
+        // job_modify: 22.05 shows only the code's text, so the code carries the gist there.
         RejectKind::QosChange | RejectKind::PriorityChange => err::ESLURM_ACCESS_DENIED,
         RejectKind::IncompleteUpdate => err::ESLURM_INVALID_GRES,
     }) as c_int

@@ -54,11 +54,34 @@ pub unsafe extern "C" fn job_submit(
     ffi::guard_submit(err_msg, || ffi::job_submit(job_desc, submit_uid, err_msg))
 }
 
+/// `int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr, uint32_t submit_uid,
+/// char **err_msg)` from 23.02: the refusal's own text reaches the user.
+///
+/// # Safety
+/// Called by slurmctld with a valid request and a valid (or NULL) `err_msg` out-pointer;
+/// `job_ptr` is never dereferenced.
+#[cfg(slurm_job_modify_err_msg)]
+#[no_mangle]
+pub unsafe extern "C" fn job_modify(
+    job_desc: *mut job_desc_msg_t,
+    _job_ptr: *mut job_record_t,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
+    ffi::guard(
+        "job_modify",
+        slurm_sys::slurm_err_t::ESLURM_ACCOUNTING_POLICY as c_int,
+        || ffi::job_modify(job_desc, submit_uid, err_msg),
+    )
+}
+
 /// `int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr, uint32_t submit_uid)`:
-/// three arguments in 22.05 (no err_msg).
+/// three arguments before 23.02 (22.05), so a refusal reaches the user as its error code's
+/// text only; teamshare's message goes to slurmctld's log.
 ///
 /// # Safety
 /// Called by slurmctld with a valid request; `job_ptr` is never dereferenced.
+#[cfg(not(slurm_job_modify_err_msg))]
 #[no_mangle]
 pub unsafe extern "C" fn job_modify(
     job_desc: *mut job_desc_msg_t,
@@ -68,6 +91,6 @@ pub unsafe extern "C" fn job_modify(
     ffi::guard(
         "job_modify",
         slurm_sys::slurm_err_t::ESLURM_ACCOUNTING_POLICY as c_int,
-        || ffi::job_modify(job_desc, submit_uid),
+        || ffi::job_modify(job_desc, submit_uid, std::ptr::null_mut()),
     )
 }

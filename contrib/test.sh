@@ -1,18 +1,107 @@
 #!/usr/bin/env bash
-# Run every test: unit and in-memory tests of each crate, then the live-cluster scenarios
-# (tests/live), which start a throwaway Slurm cluster and fail (never skip) if it cannot start.
+# Run every test: unit and in-memory tests of each crate once, then the live-cluster scenarios
+# (tests/live) on every supported Slurm release: the host's natively (22.05 on Debian 12), the
+# others in a Debian root each (contrib/slurm-release.sh). A live suite fails, never skips, when
+# its cluster cannot start.
+#
+#   contrib/test.sh                      everything, every release
+#   contrib/test.sh --slurm 24.11        unit tests, then the live suite on 24.11 only
+#   contrib/test.sh --slurm 24.11 -- f11 ... with arguments for the live test binary (a filter)
+#   contrib/test.sh --live-only ...      skip the unit tests
+#
+# The suites of the non-native releases run side by side with the native one (their ports are
+# moved by LIVE_PORT_OFFSET); each suite's output is in target/live-<release>.log and printed
+# at its end, and a failed suite keeps its clusters' logs in target/live-logs-<release>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
+REPO=$(pwd -P)
+
+releases=()
+unit=1
+live_args=()
+while (($#)); do
+    case $1 in
+        --slurm) releases+=("${2:?--slurm needs a release}"); shift 2 ;;
+        --slurm=*) releases+=("${1#--slurm=}"); shift ;;
+        --live-only) unit=0; shift ;;
+        --) shift; live_args=("$@"); break ;;
+        -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) live_args=("$@"); break ;;
+    esac
+done
+supported=$(contrib/slurm-release.sh list)
+if ((${#releases[@]} == 0)); then mapfile -t releases <<<"$supported"; fi
+for r in "${releases[@]}"; do
+    grep -qx -- "$r" <<<"$supported" ||
+        { echo "test.sh: Slurm $r is not supported; supported: $(tr '\n' ' ' <<<"$supported")" >&2; exit 2; }
+done
 
 contrib/install-deps.sh
+native=$(contrib/slurm-release.sh native)
+T0=$SECONDS
+stamp() { printf '[test.sh %4ds] %s\n' $((SECONDS - T0)) "$*"; }
 
-# The live tests load a plugin built with the test-only panic trigger; the production build
-# (which must not contain it) is built afterwards and checked by the tests too.
+# The host's build: the live tests load a plugin built with the test-only panic trigger; the
+# production build (which must not contain it) is built afterwards and checked by the tests too.
+stamp "building for the host's Slurm ${native:-(none)}"
 cargo build --release --locked -p job-submit-teamshare --features test-panic
 mkdir -p target/live-plugin
 cp target/release/libjob_submit_teamshare.so target/live-plugin/libjob_submit_teamshare.so
 cargo build --release --locked --workspace
+live_bin=$(cargo test --release --locked --no-run -p teamshare-live-tests 2>&1 |
+    grep -o 'target/release/deps/live-[a-z0-9]*' | head -n 1)
+[[ -x $live_bin ]] || { echo "test.sh: cannot find the live test binary" >&2; exit 1; }
 
-export TEAMSHARE_PLUGIN="$PWD/target/live-plugin/libjob_submit_teamshare.so"
-cargo test --release --locked --workspace -- "$@"
+if ((unit)); then
+    stamp "unit and in-memory tests"
+    cargo test --release --locked --workspace --exclude teamshare-live-tests
+fi
+
+# The other releases' roots and builds (before any suite starts: builds take both cores).
+declare -A build_dir=()
+for r in "${releases[@]}"; do
+    if [[ $r != "$native" ]]; then
+        stamp "building for Slurm $r"
+        build_dir[$r]=$(contrib/slurm-release.sh build "$r")
+    fi
+done
+
+# One live suite: its output to target/live-REL.log, its exit code to target/live-REL.rc.
+run_suite() { # release port-offset
+    local r=$1 offset=$2 log=target/live-$1.log
+    local env=(LIVE_PORT_OFFSET="$offset" LIVE_LOGS="$REPO/target/live-logs-$r"
+        TEAMSHARE_LIVE_DIR="/tmp/teamshare-live-$r-$$")
+    rm -rf "target/live-logs-$r"
+    if [[ $r == "$native" ]]; then
+        env "${env[@]}" TEAMSHARE_PLUGIN="$REPO/target/live-plugin/libjob_submit_teamshare.so" \
+            "$live_bin" "${live_args[@]}" >"$log" 2>&1
+    else
+        env "${env[@]}" TEAMSHARE_PLUGIN="${build_dir[$r]}/libjob_submit_teamshare-test-panic.so" \
+            TEAMSHARE_BUILD_DIR="${build_dir[$r]}" \
+            contrib/slurm-release.sh exec "$r" "$REPO/$live_bin" "${live_args[@]}" >"$log" 2>&1
+    fi
+}
+
+declare -A pid=()
+offset=0
+for r in "${releases[@]}"; do
+    stamp "live suite on Slurm $r (ports +$offset; output: target/live-$r.log)"
+    run_suite "$r" "$offset" &
+    pid[$r]=$!
+    offset=$((offset + 1000))
+done
+failed=()
+for r in "${releases[@]}"; do
+    rc=0
+    wait "${pid[$r]}" || rc=$?
+    echo
+    echo "==================== live suite on Slurm $r (exit $rc)"
+    cat "target/live-$r.log"
+    ((rc == 0)) || failed+=("$r")
+done
+stamp "done"
+if ((${#failed[@]})); then
+    echo "test.sh: the live suite failed on Slurm ${failed[*]} (logs: target/live-logs-<release>/)" >&2
+    exit 1
+fi

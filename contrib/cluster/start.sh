@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start a throwaway Slurm 22.05 cluster entirely on loopback under DIR.
+# Start a throwaway Slurm cluster (22.05, 24.11 or 26.05) entirely on loopback under DIR.
 #
 #   contrib/cluster/start.sh DIR
 #
@@ -535,12 +535,15 @@ launch mariadbd mariadbd --no-defaults --user=root --datadir="$DB" --socket="$MA
     "${MARIADB_OPTS[@]}"
 wait_until "mariadbd" "$READY_TIMEOUT" mariadbd mariadb_ok
 mariadb --no-defaults --socket="$MARIADB_SOCKET" -uroot >>"$LOG/mariadb-install.log" 2>&1 <<EOF ||
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
 CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
 GRANT ALL PRIVILEGES ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
 EOF
     fail "cannot create the MariaDB user 'slurm'@'127.0.0.1' (see $LOG/mariadb-install.log)"
 
 # ----------------------------------------------------------------- slurmdbd
+# The database exists before slurmdbd starts (above): slurmdbd 24.11/26.05 with their MariaDB
+# client library die on the first start otherwise (error 5027 on a reused connection handle).
 step "starting slurmdbd (port $SLURMDBD_PORT)" "$LOG/slurmdbd.log" "$LOG/slurmdbd.out"
 launch slurmdbd slurmdbd -D
 wait_until "slurmdbd listening on $SLURMDBD_PORT" "$READY_TIMEOUT" slurmdbd port_listening "$SLURMDBD_PORT"

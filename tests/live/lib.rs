@@ -34,9 +34,9 @@ pub struct Cluster {
     /// The configuration the cluster started with (scenarios that change it restore it).
     original_config: String,
     /// Where `accountd run` serves /metrics (the configuration's metrics_listen).
-    metrics_addr: &'static str,
+    metrics_addr: String,
     /// Where its logs are kept when a test failed.
-    logs_dest: &'static str,
+    logs_dest: PathBuf,
 }
 
 /// What differs between the live clusters of one run.
@@ -54,8 +54,9 @@ pub struct Spec {
     pub metrics_addr: &'static str,
     /// Appended to the cluster's directory name.
     pub dir_suffix: &'static str,
-    /// Under the repository root: where logs are kept when a test failed.
-    pub logs_dest: &'static str,
+    /// Appended to where logs are kept when a test failed (`LIVE_LOGS`, by default
+    /// target/live-logs under the repository root).
+    pub logs_suffix: &'static str,
 }
 
 impl Spec {
@@ -68,7 +69,7 @@ impl Spec {
         port_offset: 0,
         metrics_addr: "127.0.0.1:29477",
         dir_suffix: "",
-        logs_dest: "target/live-logs",
+        logs_suffix: "",
     };
 
     /// The cluster of the per-GPU-type scenarios (issue 10): n1 and n2 with 4 A100 each, n3
@@ -81,8 +82,20 @@ impl Spec {
         port_offset: 100,
         metrics_addr: "127.0.0.1:29478",
         dir_suffix: "-typed",
-        logs_dest: "target/live-logs-typed",
+        logs_suffix: "-typed",
     };
+}
+
+/// `addr` (`host:port`) with its port moved by `offset`.
+fn shift_port(addr: &str, offset: u16) -> Result<String, String> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{addr}: not host:port"))?;
+    let port: u16 = port.parse().map_err(|_| format!("{addr}: not host:port"))?;
+    let port = port
+        .checked_add(offset)
+        .ok_or_else(|| format!("{addr} moved by {offset} is past port 65535"))?;
+    Ok(format!("{host}:{port}"))
 }
 
 /// A Linux user that is not an operator, for the refusals users must get.
@@ -108,8 +121,11 @@ impl Cluster {
                 .join("target/live-plugin/libjob_submit_teamshare.so")
                 .to_string_lossy(),
         ));
-        let accountd = target.join("accountd");
-        let production_plugin = target.join("libjob_submit_teamshare.so");
+        // accountd and the release plugin of the Slurm under test: target/release for the
+        // host's, contrib/slurm-release.sh's build directory for another release.
+        let build = PathBuf::from(env_or("TEAMSHARE_BUILD_DIR", &target.to_string_lossy()));
+        let accountd = build.join("accountd");
+        let production_plugin = build.join("libjob_submit_teamshare.so");
         for (what, p) in [
             ("the plugin built with --features test-panic", &plugin),
             ("accountd (cargo build --release)", &accountd),
@@ -132,10 +148,31 @@ impl Cluster {
             ) + spec.dir_suffix,
         );
         let config = root.join("tests/live").join(spec.config);
+        // LIVE_PORT_OFFSET moves every port of the run (Slurm's, MariaDB's, /metrics), so
+        // that suites of several Slurm releases can run side by side on one host.
+        let offset: u16 = env_or("LIVE_PORT_OFFSET", "0")
+            .parse()
+            .map_err(|_| "LIVE_PORT_OFFSET must be a number of ports (0-30000)".to_string())?;
+        if offset > 30_000 {
+            return Err("LIVE_PORT_OFFSET must be a number of ports (0-30000)".into());
+        }
         let port = |var: &str, default: u16| {
             let base: u16 = env_or(var, &default.to_string()).parse().unwrap_or(default);
-            (base + spec.port_offset).to_string()
+            (base + spec.port_offset + offset).to_string()
         };
+        let metrics_addr = shift_port(spec.metrics_addr, offset)?;
+        // The configuration as the cluster gets it: metrics_listen moved with the other ports.
+        let original_config =
+            std::fs::read_to_string(&config).map_err(|e| format!("{}: {e}", config.display()))?;
+        let listen = format!("metrics_listen = \"{}\"", spec.metrics_addr);
+        if !original_config.contains(&listen) {
+            return Err(format!("{} must say {listen}", config.display()));
+        }
+        let original_config =
+            original_config.replacen(&listen, &format!("metrics_listen = \"{metrics_addr}\""), 1);
+        let config = PathBuf::from(format!("{}.teamshare.toml", dir.display()));
+        std::fs::write(&config, &original_config)
+            .map_err(|e| format!("{}: {e}", config.display()))?;
         ensure_plain_user()?;
         let start = Instant::now();
         let out = Command::new(root.join("contrib/cluster/start.sh"))
@@ -168,7 +205,6 @@ impl Cluster {
             start.elapsed().as_secs_f64(),
             dir.display()
         );
-        let original_config = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
         let cluster = Cluster {
             slurm_conf: dir.join("etc/slurm.conf"),
             dir,
@@ -178,8 +214,13 @@ impl Cluster {
             keep_logs: Mutex::new(false),
             governor: Mutex::new(None),
             original_config,
-            metrics_addr: spec.metrics_addr,
-            logs_dest: spec.logs_dest,
+            metrics_addr,
+            logs_dest: PathBuf::from(
+                env_or(
+                    "LIVE_LOGS",
+                    &root.join("target/live-logs").to_string_lossy(),
+                ) + spec.logs_suffix,
+            ),
         };
         cluster.start_governor()?;
         Ok(cluster)
@@ -243,7 +284,7 @@ impl Cluster {
     /// GET /metrics from the daemon.
     pub fn metrics(&self) -> Result<String, String> {
         use std::io::{Read, Write};
-        let addr = self.metrics_addr;
+        let addr = self.metrics_addr.as_str();
         let mut s =
             std::net::TcpStream::connect(addr).map_err(|e| format!("metrics at {addr}: {e}"))?;
         s.set_read_timeout(Some(Duration::from_secs(10)))
@@ -551,6 +592,21 @@ impl Cluster {
         ])
     }
 
+    /// The Slurm release of the cluster's clients (`scontrol --version`: `slurm 24.11.5`), as
+    /// (major, minor). The one place the scenarios learn which release they run against.
+    pub fn slurm_release(&self) -> Result<(u32, u32), String> {
+        let out = self.ok("scontrol", &["--version"])?;
+        let version = out
+            .split_whitespace()
+            .nth(1)
+            .ok_or_else(|| format!("scontrol --version said {out:?}"))?;
+        let mut parts = version.split('.').map(|p| p.parse::<u32>());
+        match (parts.next(), parts.next()) {
+            (Some(Ok(major)), Some(Ok(minor))) => Ok((major, minor)),
+            _ => Err(format!("scontrol --version said {out:?}")),
+        }
+    }
+
     /// Any Slurm client as the unprivileged test user (`runuser -u tsuser -- program args`).
     pub fn run_as_user(&self, program: &str, args: &[&str]) -> Result<Output, String> {
         let mut full: Vec<&str> = vec!["-u", PLAIN_USER, "--", program];
@@ -726,7 +782,7 @@ impl Drop for Cluster {
             .arg(&self.dir)
             .status();
         if keep {
-            let dest = repo_root().join(self.logs_dest);
+            let dest = &self.logs_dest;
             let _ = std::fs::remove_dir_all(&dest);
             let _ = std::fs::create_dir_all(&dest);
             let _ = Command::new("cp")

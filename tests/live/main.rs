@@ -44,7 +44,10 @@ fn main() -> std::process::ExitCode {
 
     let run = |cluster: Result<Arc<Cluster>, String>, f: Scenario| -> Result<(), Failed> {
         let cluster = cluster.map_err(|e| Failed::from(format!("no live cluster: {e}")))?;
+        let started = std::time::Instant::now();
         let r = f(&cluster);
+        // How long each scenario takes, for the CI budget (docs/benchmarks.md).
+        eprint!("[{:.1} s] ", started.elapsed().as_secs_f64());
         cluster.cancel_submitted();
         if r.is_err() {
             cluster.keep_logs();

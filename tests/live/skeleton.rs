@@ -19,6 +19,10 @@ pub const SCENARIOS: &[Scenario] = &[
         "skeleton::over_limit_request_is_refused_with_its_message",
         over_limit,
     ),
+    (
+        "skeleton::modify_refusal_reaches_the_user_where_the_release_allows",
+        modify_refusal,
+    ),
     ("skeleton::valid_jobs_run", valid_jobs_run),
     (
         "skeleton::planted_panic_rejects_the_job_and_slurmctld_lives",
@@ -93,6 +97,39 @@ fn unknown_account(c: &Cluster) -> TestResult {
         err.contains("teamshare: account nosuchteam is not a team on this cluster; use -A with one of: agents, training, research"),
         || format!("sbatch did not show the plugin's message: {err}"),
     )
+}
+
+/// `scontrol update` of a job's QOS by its user is refused. From 23.02 job_modify can hand
+/// slurmctld a message, and the user reads teamshare's own; 22.05 has no such argument, so the
+/// user reads the error code's text and the message is in slurmctld's log.
+fn modify_refusal(c: &Cluster) -> TestResult {
+    const MESSAGE: &str = "teamshare: a job's QOS is set by teamshare, so you cannot";
+    let id = c.held_gpu_job_as_user("agents")?;
+    let out = c.run_as_user(
+        "scontrol",
+        &["update", &format!("jobid={id}"), "qos=normal"],
+    )?;
+    let _ = c.run("scancel", &[&id]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure(!out.status.success(), || {
+        format!("the QOS change was accepted: {said}")
+    })?;
+    let release = c.slurm_release()?;
+    if release >= (23, 2) {
+        ensure(said.contains(MESSAGE), || {
+            format!("on Slurm {release:?} scontrol did not show teamshare's message: {said:?}")
+        })
+    } else {
+        ensure(said.contains("Access/permission denied"), || {
+            format!("on Slurm {release:?} scontrol said {said:?}")
+        })?;
+        let log = std::fs::read_to_string(c.dir.join("log/slurmctld.log")).unwrap_or_default();
+        ensure(
+            log.lines()
+                .any(|l| l.contains("reject modify") && l.contains(MESSAGE)),
+            || "teamshare's message is not in slurmctld.log".into(),
+        )
+    }
 }
 
 fn over_limit(c: &Cluster) -> TestResult {

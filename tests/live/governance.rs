@@ -84,11 +84,17 @@ fn borrowing(c: &Cluster) -> TestResult {
             .iter()
             .find(|id| c.job_state(id).ok().as_deref() == Some("PENDING"))
             .ok_or("no training job is pending")?;
-        let reason = c.reason(ninth)?;
-        ensure(
-            ["AssocGrpGRES", "Resources", "Priority"].contains(&reason.as_str()),
-            || format!("the 9th job's reason {reason:?} is not one a user can read"),
-        )
+        // From 24.11 the reason reads None for about a second every few seconds while the
+        // scheduler re-evaluates the job: a readable reason must show within a few seconds.
+        let readable = ["AssocGrpGRES", "Resources", "Priority"];
+        let mut reason = String::new();
+        let seen = c.wait_for("a readable reason", Duration::from_secs(20), || {
+            reason = c.reason(ninth)?;
+            Ok(readable.contains(&reason.as_str()).then_some(()))
+        });
+        ensure(seen.is_ok(), || {
+            format!("the 9th job's reason {reason:?} is not one a user can read")
+        })
     })
 }
 

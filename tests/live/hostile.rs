@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use teamshare_live_tests::{ensure, Cluster, Scenario, TestResult};
+use teamshare_live_tests::{ensure, gres_text, Cluster, Scenario, TestResult};
 
 use crate::governance::{fill, isolated, wait_victims};
 
@@ -210,7 +210,7 @@ fn absurd_gpu_counts(c: &Cluster) -> TestResult {
             })?;
         }
         let tres = c.ok("squeue", &["-h", "-j", &id, "-O", "tres-per-node"])?;
-        ensure(tres.trim() == "gres:gpu:1", || {
+        ensure(gres_text(&tres) == "gres:gpu:1", || {
             format!("the job's request changed to {tres:?}")
         })?;
         c.wait_governor_pass()?;

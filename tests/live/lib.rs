@@ -98,6 +98,12 @@ fn shift_port(addr: &str, offset: u16) -> Result<String, String> {
     Ok(format!("{host}:{port}"))
 }
 
+/// A GRES request as squeue and scontrol print it, in one spelling: `gres:gpu:1` (22.05)
+/// and `gres/gpu:1` (24.11 on) both read `gres:gpu:1`.
+pub fn gres_text(s: &str) -> String {
+    s.trim().replace("gres/", "gres:")
+}
+
 /// A Linux user that is not an operator, for the refusals users must get.
 pub const PLAIN_USER: &str = "tsuser";
 
@@ -605,6 +611,26 @@ impl Cluster {
             (Some(Ok(major)), Some(Ok(minor))) => Ok((major, minor)),
             _ => Err(format!("scontrol --version said {out:?}")),
         }
+    }
+
+    /// What the user reads of a refused `scontrol update`: its own stderr from 23.02 on, where
+    /// the plugin's message reaches the user; on 22.05 the user sees only the error code's text,
+    /// so the plugin's message is taken from its last `reject modify` line in slurmctld.log.
+    pub fn modify_refusal(&self, out: &Output) -> Result<String, String> {
+        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if out.status.success() {
+            return Err(format!("the update was accepted ({said:?})"));
+        }
+        if self.slurm_release()? >= (23, 2) {
+            return Ok(said);
+        }
+        let log = self.slurmctld_log();
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("job_submit/teamshare: reject modify"))
+            .ok_or_else(|| format!("scontrol said {said:?} and slurmctld.log has no refusal"))?;
+        Ok(format!("{said} [slurmctld.log: {line}]"))
     }
 
     /// Any Slurm client as the unprivileged test user (`runuser -u tsuser -- program args`).

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use teamshare_live_tests::{ensure, Cluster, TestResult};
+use teamshare_live_tests::{ensure, gres_text, Cluster, TestResult};
 
 use crate::governance::isolated;
 
@@ -522,14 +522,40 @@ fn untyped_requests(c: &Cluster) -> TestResult {
             "more H100 than the cluster has",
             "have 4 usable h100 GPUs; this job asks for 5",
         )?;
-        // A typed job is accepted; an update to untyped GPUs is refused like a submission.
-        let ok = submit(c, "agents", "h100", 1, LONG)?.remove(0);
-        let update = c.run(
+        // A typed job is accepted; a user's update to untyped GPUs is refused like a
+        // submission, with the same reason.
+        let held = c.sbatch_as_user(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:h100:1",
+            "--hold",
+            "--wrap",
+            "sleep 60",
+        ])?;
+        let update = c.run_as_user(
             "scontrol",
-            &["update", &format!("jobid={ok}"), "TresPerNode=gres:gpu:1"],
+            &[
+                "update",
+                &format!("jobid={held}"),
+                "Account=agents",
+                "TresPerJob=gres:gpu:1",
+                "TresPerNode=",
+                "TresPerTask=",
+                "TresPerSocket=",
+            ],
         )?;
-        ensure(!update.status.success(), || {
-            "an update to untyped GPUs was accepted".into()
+        let said = c
+            .modify_refusal(&update)
+            .map_err(|e| format!("an update to untyped GPUs: {e}"))?;
+        ensure(
+            said.contains("GPUs are governed per type on this cluster"),
+            || format!("an update to untyped GPUs was refused with {said:?}"),
+        )?;
+        let tres = c.ok("squeue", &["-h", "-j", &held, "-O", "tres-per-node"])?;
+        ensure(gres_text(&tres) == "gres:gpu:h100:1", || {
+            format!("the refused update changed the job's request to {tres:?}")
         })?;
 
         // Left over from an untyped configuration: an untyped job waiting for its begin time.

@@ -84,7 +84,9 @@ make_root() { # release: build the root once (about 70 s), reuse it after
     fi
     command -v mmdebstrap >/dev/null || {
         say "installing mmdebstrap"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends mmdebstrap >/dev/null
+        { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap; } >/dev/null ||
+            die "cannot install mmdebstrap"
     }
     m=$(mirror)
     # testing's Release files may be past their Valid-Until on a mirror snapshot.

@@ -25,15 +25,16 @@ cd "$(dirname "$0")/.."
 REPO=$(pwd -P)
 
 # ------------------------------------------------------------- the list
-# Release, Debian suite, apt options. Keep in step with slurm-sys/build.rs's SUPPORTED.
+# Release, Debian suite, apt options. Keep in step with SUPPORTED in slurm-sys/src/release.rs.
 RELEASES=(
     "22.05 bookworm"
     "24.11 trixie"
     "26.05 testing"
 )
 # What a root holds: Slurm's daemons and clients, its headers and libslurm (the builds), and
-# what the cluster script and the live tests run. A root made from another list is remade.
-PACKAGES=slurmctld,slurmd,slurmdbd,slurm-client,libslurm-dev,slurm-wlm-basic-plugins,slurm-wlm-mysql-plugin,munge,mariadb-server,mariadb-client,python3,procps,util-linux,binutils,hostname,passwd
+# what the cluster script, the live tests and the benchmarks run. A root made from another list
+# is remade.
+PACKAGES=slurmctld,slurmd,slurmdbd,slurm-client,libslurm-dev,slurm-wlm-basic-plugins,slurm-wlm-mysql-plugin,munge,mariadb-server,mariadb-client,python3,procps,util-linux,binutils,hostname,passwd,bc,time
 CACHE=${TEAMSHARE_CACHE:-/var/cache/teamshare}
 
 die() { echo "slurm-release: $*" >&2; exit 1; }

@@ -30,3 +30,15 @@ if ! command -v cargo >/dev/null 2>&1; then
         apt-get install -y -qq --no-install-recommends cargo rustc >/dev/null
     fi
 fi
+
+# contrib/test.sh gates formatting, lints and docs.
+if command -v rustup >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/rustup" ]; then
+    rustup=$(command -v rustup || echo "$HOME/.cargo/bin/rustup")
+    installed=$("$rustup" component list --installed 2>/dev/null || true)
+    for c in clippy rustfmt; do
+        case $installed in
+            *"$c"*) ;;
+            *) echo "install-deps: adding the $c component" >&2; "$rustup" component add "$c" >/dev/null ;;
+        esac
+    done
+fi

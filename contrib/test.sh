@@ -42,6 +42,25 @@ native=$(contrib/slurm-release.sh native)
 T0=$SECONDS
 stamp() { printf '[test.sh %4ds] %s\n' $((SECONDS - T0)) "$*"; }
 
+# Gates that need no cluster: formatting, lints (warnings are errors; the unsafe-code lints are
+# the workspace's, Cargo.toml) and the docs (broken links are errors).
+stamp "rust-version, cargo fmt --check, clippy -D warnings, cargo doc"
+# rust-version is true to Cargo.lock: no locked dependency needs a newer toolchain than it says.
+cargo metadata --format-version 1 --locked | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+ours = set(m["workspace_members"])
+ver = lambda s: tuple(([int(x) for x in s.split(".")] + [0, 0])[:3])
+have = min(ver(p["rust_version"]) for p in m["packages"] if p["id"] in ours)
+need = max((ver(p["rust_version"]), p["name"]) for p in m["packages"]
+           if p["id"] not in ours and p.get("rust_version"))
+if need[0] > have:
+    sys.exit(f"rust-version {have} is older than {need[1]} needs ({need[0]}): raise it in Cargo.toml")
+'
+cargo fmt --all -- --check
+cargo clippy --release --locked --workspace --all-targets --features job-submit-teamshare/test-panic -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --release --locked --workspace --no-deps --document-private-items
+
 # The host's build: the live tests load a plugin built with the test-only panic trigger; the
 # production build (which must not contain it) is built afterwards and checked by the tests too.
 stamp "building for the host's Slurm ${native:-(none)}"

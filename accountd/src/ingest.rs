@@ -153,7 +153,7 @@ pub fn plan(
         });
     }
     // No watermark yet, or the window does not start after it.
-    let contiguous = watermark.map_or(true, |w| since <= w);
+    let contiguous = watermark.is_none_or(|w| since <= w);
     Ok(IngestPlan {
         cluster: cluster.to_string(),
         window: Period { since, until },

@@ -598,7 +598,7 @@ impl Exporter {
         let mut cache = lock(&self.month);
         if cache
             .computed_at
-            .map_or(true, |t| t.elapsed() >= MONTH_REFRESH)
+            .is_none_or(|t| t.elapsed() >= MONTH_REFRESH)
         {
             cache.computed_at = Some(Instant::now());
             let figures = Store::open(&self.database)
@@ -993,7 +993,7 @@ weight = 1
         assert!(garbage.starts_with("HTTP/1.1 400 "), "{garbage}");
         // A head that never ends is cut at the limit.
         let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
-        huge.extend(std::iter::repeat(b'a').take(MAX_REQUEST_BYTES * 2));
+        huge.extend(std::iter::repeat_n(b'a', MAX_REQUEST_BYTES * 2));
         let big = exchange(addr, &huge);
         assert!(big.starts_with("HTTP/1.1 431 "), "{big}");
         // A client that connects and says nothing does not stop the server for long.

@@ -295,9 +295,9 @@ impl TypeRow {
 
     /// Nothing to show: no usage, quota, lending or cost of this type.
     fn is_empty(&self) -> bool {
-        let zero = |c: Option<f64>| c.map_or(true, |c| c == 0.0);
+        let zero = |c: Option<f64>| c.is_none_or(|c| c == 0.0);
         self.gpu_seconds == 0
-            && self.quota_seconds.map_or(true, |q| q == 0.0)
+            && self.quota_seconds.is_none_or(|q| q == 0.0)
             && self.lent_seconds == 0.0
             && zero(self.allocated_cost)
             && zero(self.idle_cost)
@@ -586,7 +586,7 @@ pub fn compute_usage_by_day<Tz: chrono::TimeZone>(
             };
             let day_runs: Vec<RunUsage> = runs
                 .iter()
-                .filter(|r| r.start < day.until && r.end.map_or(true, |e| e > day.since))
+                .filter(|r| r.start < day.until && r.end.is_none_or(|e| e > day.since))
                 .cloned()
                 .collect();
             // The sample in force at the day's start, then those inside it.
@@ -2273,9 +2273,9 @@ pub fn format_duration(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         _ if d.subsec_nanos() != 0 => format!("{}ms", d.as_millis()),
-        _ if s != 0 && s % 86_400 == 0 => format!("{}d", s / 86_400),
-        _ if s != 0 && s % 3600 == 0 => format!("{}h", s / 3600),
-        _ if s != 0 && s % 60 == 0 => format!("{}m", s / 60),
+        _ if s != 0 && s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+        _ if s != 0 && s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s != 0 && s.is_multiple_of(60) => format!("{}m", s / 60),
         _ => format!("{s}s"),
     }
 }

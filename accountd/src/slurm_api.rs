@@ -279,8 +279,13 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
     if !wanted_state {
         return;
     }
-    // SAFETY (all reads below): fields of the live record; strings owned by the message.
-    let partition = unsafe { text(j.partition) };
+    // The string fields of `j`, read only through this: each is NULL or a NUL-terminated
+    // string owned by the live message (this function's contract).
+    let field = |p: *mut c_char| {
+        // SAFETY: `p` is one of `j`'s string fields, as above.
+        unsafe { text(p) }
+    };
+    let partition = field(j.partition);
     if !partition
         .split(',')
         .any(|p| partitions.iter().any(|want| want == p))
@@ -290,40 +295,42 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
     let or_na = |s: String| if s.is_empty() { "N/A".to_string() } else { s };
     let is_array = !j.array_task_str.is_null() || j.array_task_id != sys::NO_VAL;
     let task = if !j.array_task_str.is_null() {
-        unsafe { text(j.array_task_str) }
+        field(j.array_task_str)
     } else if j.array_task_id != sys::NO_VAL {
         j.array_task_id.to_string()
     } else {
         "N/A".to_string()
     };
     let reason = if j.state_desc.is_null() {
+        // SAFETY: libslurm's table of reason names: a static string for any value.
         unsafe { text(sys::slurm_job_reason_string(u32::from(j.state_reason))) }
     } else {
-        unsafe { text(j.state_desc) }
+        field(j.state_desc)
     };
     let tres_alloc = if !j.tres_alloc_str.is_null() {
-        unsafe { text(j.tres_alloc_str) }
+        field(j.tres_alloc_str)
     } else if !j.tres_req_str.is_null() {
-        unsafe { text(j.tres_req_str) }
+        field(j.tres_req_str)
     } else {
         "N/A".to_string()
     };
     let fields: [String; 19] = [
         j.job_id.to_string(),
-        unsafe { text(j.account) },
+        field(j.account),
+        // SAFETY: libslurm's table of state names: a static string for any value.
         unsafe { text(sys::slurm_job_state_string(j.job_state)) },
         j.priority.to_string(),
         time(j.submit_time),
         time(j.start_time),
         tres_alloc,
-        or_na(unsafe { text(j.tres_per_job) }),
-        or_na(unsafe { text(j.tres_per_node) }),
-        or_na(unsafe { text(j.tres_per_task) }),
+        or_na(field(j.tres_per_job)),
+        or_na(field(j.tres_per_node)),
+        or_na(field(j.tres_per_task)),
         j.num_nodes.to_string(),
         j.num_tasks.to_string(),
         reason,
         j.batch_flag.to_string(),
-        unsafe { text(j.nodes) },
+        field(j.nodes),
         time(j.eligible_time),
         if is_array {
             j.array_job_id.to_string()
@@ -331,7 +338,7 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
             "N/A".to_string()
         },
         task,
-        unsafe { text(j.admin_comment) },
+        field(j.admin_comment),
     ];
     // squeue ends every field, the last one included, with the separator.
     for f in &fields {
@@ -374,6 +381,7 @@ mod tests {
         let s = CString::new("x").unwrap();
         // SAFETY: a live NUL-terminated string.
         assert_eq!(unsafe { text(s.as_ptr()) }, "x");
+        // SAFETY: NULL is allowed.
         assert_eq!(unsafe { text(ptr::null()) }, "");
     }
 }

@@ -1770,7 +1770,7 @@ pub(crate) mod tests {
         got.sort_unstable();
         let mut want: Vec<i64> = runs
             .iter()
-            .filter(|r| r.start < until && r.end.map_or(true, |e| e > since))
+            .filter(|r| r.start < until && r.end.is_none_or(|e| e > since))
             .map(|r| r.start)
             .collect();
         want.sort_unstable();

@@ -41,7 +41,7 @@ pub struct Cluster {
 
 /// What differs between the live clusters of one run.
 pub struct Spec {
-    /// Slurm's ClusterName, as the configuration's [cluster] name.
+    /// Slurm's ClusterName, as the configuration's `[cluster]` name.
     pub name: &'static str,
     /// The configuration, under tests/live/.
     pub config: &'static str,
@@ -809,12 +809,12 @@ impl Drop for Cluster {
             .status();
         if keep {
             let dest = &self.logs_dest;
-            let _ = std::fs::remove_dir_all(&dest);
-            let _ = std::fs::create_dir_all(&dest);
+            let _ = std::fs::remove_dir_all(dest);
+            let _ = std::fs::create_dir_all(dest);
             let _ = Command::new("cp")
                 .arg("-r")
                 .arg(self.dir.join("log"))
-                .arg(&dest)
+                .arg(dest)
                 .status();
             eprintln!(
                 "a live test failed: the cluster's logs are kept in {} (and {})",

@@ -122,7 +122,7 @@ pub fn parse_gres_devices(text: &str) -> Result<GresDevices, String> {
                 files.extend(expanded.into_iter().map(|p| Some(PathBuf::from(p))));
             }
             // A GPU without a device file still takes its place in the IDX order.
-            None => files.extend(std::iter::repeat(None).take(count.unwrap_or(1))),
+            None => files.extend(std::iter::repeat_n(None, count.unwrap_or(1))),
         }
     }
     Ok(GresDevices { files })

@@ -513,7 +513,7 @@ impl Checker<'_> {
     }
 
     /// A table of GPU type = count (`{ h100 = 2, a100 = 1 }`): every type declared in
-    /// [gpu_types] and not `default`; `None` when invalid (reported).
+    /// `[gpu_types]` and not `default`; `None` when invalid (reported).
     fn per_type(
         &mut self,
         field: &Field<'_>,

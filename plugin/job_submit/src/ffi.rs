@@ -323,7 +323,8 @@ unsafe fn copy_request(desc: &job_desc_msg_t, submit_uid: u32) -> SubmitRequest 
     // NO_VAL is "not given"; 0 is given (the policy reads 0 as no count where that is
     // Slurm's meaning).
     let u32_opt = |v: u32| (v != NO_VAL).then_some(v);
-    // SAFETY (all opt_string calls): guaranteed by this function's contract.
+    // SAFETY: every opt_string call reads a field of `desc`, NULL or a NUL-terminated string
+    // by this function's contract.
     unsafe {
         SubmitRequest {
             account: opt_string(desc.account),

@@ -51,7 +51,11 @@ pub unsafe extern "C" fn job_submit(
     submit_uid: u32,
     err_msg: *mut *mut c_char,
 ) -> c_int {
-    ffi::guard_submit(err_msg, || ffi::job_submit(job_desc, submit_uid, err_msg))
+    // SAFETY: slurmctld passes a valid request and out-pointer for the duration of the call
+    // (this function's contract), which is what ffi::job_submit requires.
+    ffi::guard_submit(err_msg, || unsafe {
+        ffi::job_submit(job_desc, submit_uid, err_msg)
+    })
 }
 
 /// `int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr, uint32_t submit_uid,
@@ -71,7 +75,9 @@ pub unsafe extern "C" fn job_modify(
     ffi::guard(
         "job_modify",
         slurm_sys::slurm_err_t::ESLURM_ACCOUNTING_POLICY as c_int,
-        || ffi::job_modify(job_desc, submit_uid, err_msg),
+        // SAFETY: slurmctld passes a valid request and a valid or NULL out-pointer (this
+        // function's contract), which is what ffi::job_modify requires.
+        || unsafe { ffi::job_modify(job_desc, submit_uid, err_msg) },
     )
 }
 
@@ -91,6 +97,8 @@ pub unsafe extern "C" fn job_modify(
     ffi::guard(
         "job_modify",
         slurm_sys::slurm_err_t::ESLURM_ACCOUNTING_POLICY as c_int,
-        || ffi::job_modify(job_desc, submit_uid, std::ptr::null_mut()),
+        // SAFETY: slurmctld passes a valid request (this function's contract); a NULL err_msg
+        // is allowed by ffi::job_modify.
+        || unsafe { ffi::job_modify(job_desc, submit_uid, std::ptr::null_mut()) },
     )
 }

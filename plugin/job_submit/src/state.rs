@@ -1,21 +1,21 @@
 //! What the plugin knows, held in memory so the submit path never touches a file.
 //!
 //! `init` loads teamshare.toml once; a background thread then watches it and the governor's
-//! state, and swaps in each new valid version. Reading is `teamshare_policy::inputs` (bounded,
-//! regular files only, never blocking); an invalid new file keeps the last good one, with one
-//! log line per change of the file saying why (job_submit/lua does the same with its script).
+//! state, and swaps in each new valid version. What to read when, and what it means, is
+//! `teamshare_policy::inputs::Reloader` (pure, tested there; reads bounded, regular files only,
+//! never blocking); an invalid new file keeps the last good one, with one log line per change of
+//! the file saying why (job_submit/lua does the same with its script). This module only holds
+//! the snapshots the submit path reads and runs the thread.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use teamshare_config::Config;
 use teamshare_policy::governance::PublishedState;
-use teamshare_policy::inputs::{
-    Change, ConfigSource, LogLine, Staleness, StalenessLog, StateSource,
-};
+use teamshare_policy::inputs::{Event, LogLine, Reloader, Staleness, StalenessLog};
 use teamshare_policy::submit::Admitted;
 
 use crate::log;
@@ -30,11 +30,6 @@ static ADMITTED: Mutex<Admitted> = Mutex::new(Admitted::new());
 static STALE_LOG: Mutex<StalenessLog> = Mutex::new(StalenessLog::new());
 static STOP: AtomicBool = AtomicBool::new(false);
 static RELOADER: Mutex<Option<JoinHandle<()>>> = Mutex::new(None);
-
-/// How often the reloader looks at the configuration's stamp.
-const WATCH_INTERVAL: Duration = Duration::from_secs(2);
-/// How often it looks at the governor's state file (rewritten every governor pass).
-const STATE_INTERVAL: Duration = Duration::from_millis(250);
 
 fn read<T: Clone>(lock: &RwLock<T>) -> T {
     // A poisoned lock only means a writer panicked mid-swap; the value inside is still whole.
@@ -93,35 +88,24 @@ fn config_path() -> PathBuf {
     }
 }
 
-pub fn init() -> i32 {
-    let mut config = ConfigSource::new(config_path());
-    match config.poll() {
-        Some(Change::Loaded(c)) => {
-            log::info(&format!(
-                "loaded {} cluster={} teams={} digest={} version={}",
-                config.path().display(),
-                c.cluster.name,
-                c.teams.len(),
-                c.digest,
-                env!("CARGO_PKG_VERSION")
-            ));
-            write(&CURRENT, Some(c));
+/// Do what a [`Reloader`] step says: swap the snapshots the submit path reads, log the lines.
+fn apply(events: Vec<Event>) {
+    for e in events {
+        match e {
+            Event::Config(c, line) => {
+                log::info(&line);
+                write(&CURRENT, Some(c));
+            }
+            Event::State(s) => write(&GOVERNOR, s),
+            Event::Error(line) => log::error(&line),
         }
-        // Refusing to start would take slurmctld down with it; refuse GPU jobs instead,
-        // loudly, until a valid file appears.
-        Some(Change::Kept(why)) => log::error(&format!(
-            "no valid configuration at {}; GPU jobs are refused until it is fixed: {why}",
-            config.path().display()
-        )),
-        None => {}
     }
-    let mut state = config
-        .current()
-        .map(|c| StateSource::new(c.accountd.state_file.clone()));
-    if let Some(s) = state.as_mut() {
-        poll_state(s);
-    }
-    start_reloader(config, state);
+}
+
+pub fn init() -> i32 {
+    let mut reloader = Reloader::new(config_path(), env!("CARGO_PKG_VERSION"));
+    apply(reloader.start(Instant::now()));
+    start_reloader(reloader);
     slurm_sys::SLURM_SUCCESS as i32
 }
 
@@ -140,13 +124,13 @@ pub fn fini() -> i32 {
     slurm_sys::SLURM_SUCCESS as i32
 }
 
-fn start_reloader(config: ConfigSource, state: Option<StateSource>) {
+fn start_reloader(reloader: Reloader) {
     STOP.store(false, Ordering::SeqCst);
     let spawned = std::thread::Builder::new()
         .name("teamshare-watch".into())
         .spawn(move || {
             // Never let a panic end the watcher silently.
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| watch(config, state)));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| watch(reloader)));
             if r.is_err() {
                 log::error("configuration watcher stopped after an internal error; restart slurmctld to resume reloads");
             }
@@ -161,53 +145,13 @@ fn start_reloader(config: ConfigSource, state: Option<StateSource>) {
     }
 }
 
-fn watch(mut config: ConfigSource, mut state: Option<StateSource>) {
-    let mut last_config_check = Instant::now();
+/// The watcher thread: wake every [`Reloader::STATE_INTERVAL`] until `fini`.
+fn watch(mut reloader: Reloader) {
     while !STOP.load(Ordering::SeqCst) {
-        std::thread::park_timeout(STATE_INTERVAL);
+        std::thread::park_timeout(Reloader::STATE_INTERVAL);
         if STOP.load(Ordering::SeqCst) {
             break;
         }
-        if let Some(s) = state.as_mut() {
-            poll_state(s);
-        }
-        if last_config_check.elapsed() < WATCH_INTERVAL {
-            continue;
-        }
-        last_config_check = Instant::now();
-        match config.poll() {
-            Some(Change::Loaded(c)) => {
-                log::info(&format!(
-                    "reloaded {} teams={} digest={}",
-                    config.path().display(),
-                    c.teams.len(),
-                    c.digest
-                ));
-                // A new state file path starts a new watch (and a read at the next poll).
-                if state.as_ref().map(|s| s.path()) != Some(c.accountd.state_file.as_path()) {
-                    state = Some(StateSource::new(c.accountd.state_file.clone()));
-                    write(&GOVERNOR, None);
-                }
-                write(&CURRENT, Some(c));
-            }
-            Some(Change::Kept(why)) => log::error(&format!(
-                "{} changed but is not usable; keeping the last good configuration: {why}",
-                config.path().display()
-            )),
-            None => {}
-        }
-    }
-}
-
-/// Read the governor's state when the file changed; a bad file keeps the previous state (which
-/// then ages into staleness) and is logged once per change.
-fn poll_state(source: &mut StateSource) {
-    match source.poll() {
-        Some(Change::Loaded(s)) => write(&GOVERNOR, Some(s)),
-        Some(Change::Kept(why)) => log::error(&format!(
-            "ignoring governance state {}: {why}",
-            source.path().display()
-        )),
-        None => {}
+        apply(reloader.tick(Instant::now()));
     }
 }

@@ -20,6 +20,7 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use teamshare_config::Config;
 
@@ -275,6 +276,134 @@ impl StateSource {
                 Some(Change::Loaded(s))
             }
             Err(e) => Some(Change::Kept(one_line(&e))),
+        }
+    }
+}
+
+/// What the plugin's watcher thread does, as code that can be tested without slurmctld: when to
+/// look at which file, what a new configuration means for the state the plugin follows, and
+/// the log lines. The thread only sleeps, calls [`Reloader::tick`] and applies the events.
+#[derive(Debug)]
+pub struct Reloader {
+    config: ConfigSource,
+    state: Option<StateSource>,
+    last_config_check: Option<Instant>,
+    /// The plugin's version, for the first "loaded" line.
+    version: &'static str,
+}
+
+/// What the plugin is to do after a [`Reloader`] step, in order.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// Judge requests with this configuration from now on; the line is for slurmctld's log at
+    /// info level.
+    Config(Arc<Config>, String),
+    /// Use this governor's state from now on (`None`: forget the one held, the configuration
+    /// names another file).
+    State(Option<Arc<PublishedState>>),
+    /// A line for slurmctld's log at error level.
+    Error(String),
+}
+
+impl Reloader {
+    /// How often teamshare.toml's stamp is looked at.
+    pub const CONFIG_INTERVAL: Duration = Duration::from_secs(2);
+    /// How often the governor's state file is looked at (rewritten every governor pass); the
+    /// watcher thread wakes this often.
+    pub const STATE_INTERVAL: Duration = Duration::from_millis(250);
+
+    pub fn new(config_path: PathBuf, version: &'static str) -> Reloader {
+        Reloader {
+            config: ConfigSource::new(config_path),
+            state: None,
+            last_config_check: None,
+            version,
+        }
+    }
+
+    /// The first load, when slurmctld loads the plugin. An invalid or missing file does not
+    /// stop slurmctld: GPU jobs are refused until a valid one appears.
+    pub fn start(&mut self, now: Instant) -> Vec<Event> {
+        let mut events = Vec::new();
+        self.last_config_check = Some(now);
+        match self.config.poll() {
+            Some(Change::Loaded(c)) => {
+                let line = format!(
+                    "loaded {} cluster={} teams={} digest={} version={}",
+                    self.config.path().display(),
+                    c.cluster.name,
+                    c.teams.len(),
+                    c.digest,
+                    self.version
+                );
+                self.state = Some(StateSource::new(c.accountd.state_file.clone()));
+                events.push(Event::Config(c, line));
+            }
+            Some(Change::Kept(why)) => events.push(Event::Error(format!(
+                "no valid configuration at {}; GPU jobs are refused until it is fixed: {why}",
+                self.config.path().display()
+            ))),
+            None => {}
+        }
+        self.poll_state(&mut events);
+        events
+    }
+
+    /// One wake-up of the watcher at `now`: the state file every time, teamshare.toml when
+    /// [`Reloader::CONFIG_INTERVAL`] has passed since it was last looked at. An invalid edit
+    /// keeps the last good configuration, said once per change of the file.
+    pub fn tick(&mut self, now: Instant) -> Vec<Event> {
+        let mut events = Vec::new();
+        self.poll_state(&mut events);
+        let due = self
+            .last_config_check
+            .is_none_or(|t| now.saturating_duration_since(t) >= Self::CONFIG_INTERVAL);
+        if !due {
+            return events;
+        }
+        self.last_config_check = Some(now);
+        match self.config.poll() {
+            Some(Change::Loaded(c)) => {
+                let line = format!(
+                    "reloaded {} teams={} digest={}",
+                    self.config.path().display(),
+                    c.teams.len(),
+                    c.digest
+                );
+                // A new state file path starts a new watch, read at the next wake-up.
+                if self.state.as_ref().map(|s| s.path()) != Some(c.accountd.state_file.as_path()) {
+                    self.state = Some(StateSource::new(c.accountd.state_file.clone()));
+                    events.push(Event::State(None));
+                }
+                events.push(Event::Config(c, line));
+            }
+            Some(Change::Kept(why)) => events.push(Event::Error(format!(
+                "{} changed but is not usable; keeping the last good configuration: {why}",
+                self.config.path().display()
+            ))),
+            None => {}
+        }
+        events
+    }
+
+    /// The configuration requests are judged with (the last good one).
+    pub fn config(&self) -> Option<Arc<Config>> {
+        self.config.current()
+    }
+
+    /// Read the governor's state when its file changed; a bad file keeps the previous state
+    /// (which then ages into staleness) and is said once per change.
+    fn poll_state(&mut self, events: &mut Vec<Event>) {
+        let Some(source) = self.state.as_mut() else {
+            return;
+        };
+        match source.poll() {
+            Some(Change::Loaded(s)) => events.push(Event::State(Some(s))),
+            Some(Change::Kept(why)) => events.push(Event::Error(format!(
+                "ignoring governance state {}: {why}",
+                source.path().display()
+            ))),
+            None => {}
         }
     }
 }
@@ -537,6 +666,118 @@ mod tests {
         std::fs::write(&path, vec![b'#'; CONFIG_LIMIT as usize + 1]).unwrap();
         assert!(matches!(source.poll(), Some(Change::Kept(_))));
         assert_eq!(source.current().unwrap().digest, first.digest);
+    }
+
+    fn lines(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::Config(c, line) => format!("config {} {line}", c.teams.len()),
+                Event::State(Some(s)) => format!("state {}", s.generated_at),
+                Event::State(None) => "state none".to_string(),
+                Event::Error(line) => format!("error {line}"),
+            })
+            .collect()
+    }
+
+    /// The plugin's watcher, step by step: the first load, the intervals, an invalid edit that
+    /// keeps the last good configuration (said once), a valid edit, a state file that moves.
+    #[test]
+    fn the_reloader_keeps_the_last_good_configuration_and_follows_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("teamshare.toml");
+        std::fs::write(
+            &path,
+            format!("{CONFIG}\n[accountd]\nstate_file = \"state.json\"\n"),
+        )
+        .unwrap();
+        let c = config();
+        std::fs::write(
+            dir.path().join("state.json"),
+            state(100, &c.digest).to_json(),
+        )
+        .unwrap();
+        let mut r = Reloader::new(path.clone(), "9.9.9");
+        let t0 = Instant::now();
+        let got = lines(&r.start(t0));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(
+            got[0].starts_with("config 1 loaded ")
+                && got[0].contains(" cluster=t teams=1 digest=")
+                && got[0].ends_with(" version=9.9.9"),
+            "{got:?}"
+        );
+        assert_eq!(got[1], "state 100");
+        let first = r.config().unwrap().digest.clone();
+
+        // An invalid edit: not looked at before the interval, then kept, said once.
+        std::fs::write(&path, format!("{CONFIG}\n[[team]]\nnmae = \"x\"\n")).unwrap();
+        assert!(r.tick(t0 + Duration::from_millis(250)).is_empty());
+        let got = lines(&r.tick(t0 + Reloader::CONFIG_INTERVAL));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            got[0].starts_with("error ")
+                && got[0]
+                    .contains("changed but is not usable; keeping the last good configuration"),
+            "{got:?}"
+        );
+        assert!(r.tick(t0 + 2 * Reloader::CONFIG_INTERVAL).is_empty());
+        assert_eq!(r.config().unwrap().digest, first);
+
+        // A new state is picked up at every wake-up, whatever the configuration does.
+        std::fs::write(
+            dir.path().join("state.json"),
+            state(200, &c.digest).to_json(),
+        )
+        .unwrap();
+        let got = lines(&r.tick(t0 + 2 * Reloader::CONFIG_INTERVAL + Duration::from_millis(250)));
+        assert_eq!(got, ["state 200"]);
+
+        // A valid edit naming another state file: the old state is forgotten, the new file
+        // read at the next wake-up.
+        std::fs::write(
+            &path,
+            "[cluster]\nname = \"t\"\npartitions = [\"gpu\"]\n\n[[team]]\nname = \"agents\"\nquota = 2\n\n\
+             [[team]]\nname = \"research\"\nquota = 1\n\n[governance]\nstate_max_age = \"30s\"\n\n\
+             [accountd]\nstate_file = \"other.json\"\n",
+        )
+        .unwrap();
+        let t1 = t0 + 4 * Reloader::CONFIG_INTERVAL;
+        let got = lines(&r.tick(t1));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0], "state none");
+        assert!(
+            got[1].starts_with("config 2 reloaded ") && got[1].contains("teams=2"),
+            "{got:?}"
+        );
+        assert_ne!(r.config().unwrap().digest, first);
+        std::fs::write(dir.path().join("other.json"), state(300, "x").to_json()).unwrap();
+        assert_eq!(
+            lines(&r.tick(t1 + Duration::from_millis(250))),
+            ["state 300"]
+        );
+    }
+
+    #[test]
+    fn the_reloader_starts_without_a_valid_configuration_and_takes_one_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("teamshare.toml");
+        let mut r = Reloader::new(path.clone(), "1");
+        let t0 = Instant::now();
+        let got = lines(&r.start(t0));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            got[0].contains("no valid configuration at") && got[0].contains("GPU jobs are refused"),
+            "{got:?}"
+        );
+        assert!(r.config().is_none());
+        std::fs::write(&path, CONFIG).unwrap();
+        // The first valid file also starts the watch of its state file.
+        let got = lines(&r.tick(t0 + Reloader::CONFIG_INTERVAL));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0], "state none");
+        assert!(got[1].starts_with("config 1 reloaded "), "{got:?}");
+        assert!(r.config().is_some());
     }
 
     #[test]

@@ -160,7 +160,7 @@ Exit codes:
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Time between governor passes
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = teamshare_config::parse_duration_ms)]
     govern_interval: std::time::Duration,
     /// Serve /metrics on this address instead of [accountd] metrics_listen
     #[arg(long, value_name = "ADDR:PORT")]
@@ -267,7 +267,7 @@ impl From<FormatArg> for Format {
 #[derive(Debug, Args)]
 struct GovernArgs {
     /// Time between passes
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = teamshare_config::parse_duration_ms)]
     interval: std::time::Duration,
     /// Run one pass and exit
     #[arg(long)]
@@ -276,17 +276,6 @@ struct GovernArgs {
     /// the state or changing anything in Slurm
     #[arg(long, conflicts_with = "once")]
     dry_run: bool,
-}
-
-fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
-    if let Some(ms) = s.strip_suffix("ms") {
-        return ms
-            .trim()
-            .parse::<u64>()
-            .map(std::time::Duration::from_millis)
-            .map_err(|e| format!("{s}: {e}"));
-    }
-    teamshare_config::parse_duration(s)
 }
 
 #[derive(Debug, Args)]

@@ -40,10 +40,10 @@ use crate::governor::{Governor, SlurmReader};
 use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
 use crate::period;
-use crate::report::format_duration;
 use crate::sample::collect;
 use crate::slurm_cli::slurm_name;
 use crate::store::{self, CapacitySample, Store};
+use teamshare_config::format_duration;
 
 /// The steps, as they are named in the log.
 pub const STEP_GOVERN: &str = "govern";

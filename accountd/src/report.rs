@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use teamshare_config::{Config, IdleCostSplit, DEFAULT_GPU_TYPE};
+use teamshare_config::{format_duration, Config, IdleCostSplit, DEFAULT_GPU_TYPE};
 
 use crate::model::cost::{team_costs, CostRule, TeamHours, TypedUsage, IDLE};
 use crate::model::fairshare::{decayed_seconds, team_fair_shares};
@@ -2268,18 +2268,6 @@ where
     }
 }
 
-/// A duration as the configuration writes it: `7d`, `12h`, `90s`, `200ms`.
-pub fn format_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        _ if d.subsec_nanos() != 0 => format!("{}ms", d.as_millis()),
-        _ if s != 0 && s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
-        _ if s != 0 && s.is_multiple_of(3600) => format!("{}h", s / 3600),
-        _ if s != 0 && s.is_multiple_of(60) => format!("{}m", s / 60),
-        _ => format!("{s}s"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2925,16 +2913,6 @@ mod tests {
         let r = compute_fairshare(&runs, &p);
         assert_eq!(r.rows.len(), 2);
         assert_eq!(r.factors().len(), 1);
-    }
-
-    #[test]
-    fn durations_are_written_as_the_configuration_writes_them() {
-        let f = |s: u64| format_duration(Duration::from_secs(s));
-        assert_eq!(
-            [f(0), f(45), f(120), f(7200), f(7 * 86_400), f(90 * 60 + 1)],
-            ["0s", "45s", "2m", "2h", "7d", "5401s"]
-        );
-        assert_eq!(format_duration(Duration::from_millis(200)), "200ms");
     }
 
     #[test]

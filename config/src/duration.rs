@@ -1,4 +1,5 @@
-//! The one duration parser of the project: `"30s"`, `"5m"`, `"1h30m"`, `"2d"`, `"90"`.
+//! The one duration parser of the project, with its formatter: `"30s"`, `"5m"`, `"1h30m"`,
+//! `"2d"`, `"90"`, and on the command line also `"200ms"` (intervals shorter than a second).
 
 use std::time::Duration;
 
@@ -81,6 +82,35 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(seconds))
 }
 
+/// [`parse_duration`], or whole milliseconds (`"200ms"`): the command line's intervals, which
+/// may be shorter than a second. teamshare.toml's durations are whole seconds.
+///
+/// # Errors
+/// A one-line reason, naming the input.
+pub fn parse_duration_ms(s: &str) -> Result<Duration, String> {
+    let text = s.trim();
+    match text.strip_suffix("ms").map(str::trim_end) {
+        Some(ms) if !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()) => ms
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("duration \"{text}\" is too large")),
+        _ => parse_duration(text),
+    }
+}
+
+/// A duration as the configuration writes it, the largest whole unit: `7d`, `12h`, `2m`,
+/// `90s`, and `200ms` below whole seconds. [`parse_duration_ms`] reads every result back.
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        _ if d.subsec_nanos() != 0 => format!("{}ms", d.as_millis()),
+        _ if s != 0 && s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+        _ if s != 0 && s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s != 0 && s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +161,42 @@ mod tests {
         assert!(error("1h  30m").contains("expected a number"));
         assert!(error("99999999999999999999").contains("too large"));
         assert!(error("9999999999999999d").contains("too large"));
+    }
+
+    #[test]
+    fn milliseconds_on_the_command_line() {
+        assert_eq!(parse_duration_ms("200ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(
+            parse_duration_ms(" 500 ms "),
+            Ok(Duration::from_millis(500))
+        );
+        assert_eq!(parse_duration_ms("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration_ms("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration_ms("ms")
+            .unwrap_err()
+            .contains("expected a number"));
+        assert!(parse_duration_ms("1.5ms").is_err());
+        assert!(parse_duration_ms("99999999999999999999ms")
+            .unwrap_err()
+            .contains("too large"));
+        assert!(parse_duration_ms("fast").is_err());
+    }
+
+    #[test]
+    fn durations_are_written_as_the_configuration_writes_them_and_read_back() {
+        let f = |s: u64| format_duration(Duration::from_secs(s));
+        assert_eq!(
+            [f(0), f(45), f(120), f(7200), f(7 * 86_400), f(90 * 60 + 1)],
+            ["0s", "45s", "2m", "2h", "7d", "5401s"]
+        );
+        assert_eq!(format_duration(Duration::from_millis(200)), "200ms");
+        for d in [
+            Duration::from_millis(1),
+            Duration::from_millis(1_500),
+            Duration::from_secs(59),
+            Duration::from_secs(3_600 * 25),
+        ] {
+            assert_eq!(parse_duration_ms(&format_duration(d)), Ok(d));
+        }
     }
 }

@@ -24,7 +24,7 @@ pub use crate::config::{
     OnStaleState, PriorityClass, Quota, ReclaimMode, Team, WithinTeam, DEFAULT_GPU_TYPE,
 };
 pub use crate::diagnostic::{ConfigError, Diagnostic, Diagnostics, Location};
-pub use crate::duration::parse_duration;
+pub use crate::duration::{format_duration, parse_duration, parse_duration_ms};
 
 /// The configuration's file name; it lives beside `slurm.conf`.
 pub const FILE_NAME: &str = "teamshare.toml";

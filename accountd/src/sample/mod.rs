@@ -103,12 +103,7 @@ impl Sample {
 /// Read a sampling interval: `200ms`, or a duration in the configuration's syntax (`10s`, `1m`).
 pub fn parse_interval(text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let d = match t.strip_suffix("ms") {
-        Some(ms) if !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()) => {
-            Duration::from_millis(ms.parse().map_err(|_| format!("`{t}` is too large"))?)
-        }
-        _ => teamshare_config::parse_duration(t)?,
-    };
+    let d = teamshare_config::parse_duration_ms(t)?;
     if d < Duration::from_millis(10) {
         return Err(format!("interval `{t}` is shorter than 10ms"));
     }

@@ -126,4 +126,4 @@ accountd report fairshare
 
 step "Prometheus metrics served by accountd run (a few of them)"
 python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:19477/metrics").read().decode())' |
-    grep -E '^teamshare_(quota_gpus|gpus_in_use|preemptions_total|capacity_gpus)' | head -20
+    grep -E '^teamshare_(quota_gpus|gpus_in_use|governor_requeues_total|month_preempted_runs|capacity_gpus)' | head -20

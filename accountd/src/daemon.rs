@@ -180,7 +180,7 @@ impl Drop for SetOnDrop {
     }
 }
 
-/// Why the governor requeued a job (its reason in `teamshare_preemptions_total`).
+/// Why the governor requeued a job (its reason in `teamshare_governor_requeues_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Requeue {
     /// For a higher class of its team.

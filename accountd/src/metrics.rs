@@ -1,5 +1,6 @@
 //! Metrics in Prometheus' text exposition format (version 0.0.4), every name `teamshare_*`
-//! (DESIGN 6), and the small HTTP/1.1 server that serves them on `GET /metrics`.
+//! (DESIGN 6), served on `GET /metrics`. The `prometheus` crate writes the exposition and
+//! hyper serves it; this module decides what the figures are.
 //!
 //! Two sources:
 //! - what the daemon knows now ([`Live`]): the governor's last pass (limits, GPUs in use), the
@@ -14,15 +15,16 @@
 //! costs only where the administrator allows it).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http_body_util::Full;
+use prometheus::{CounterVec, GaugeVec, Opts, Registry, TextEncoder};
 use teamshare_config::Config;
 
 use crate::model::cost::IDLE;
@@ -37,13 +39,8 @@ use crate::store::{Store, StoreError};
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// How often the database figures are computed again, at most.
 pub const MONTH_REFRESH: Duration = Duration::from_secs(10);
-/// The largest request head the server reads; a longer one is refused (431).
-pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
-const READ_TIMEOUT: Duration = Duration::from_secs(2);
-const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-const ACCEPT_POLL: Duration = Duration::from_millis(50);
 
-/// Preemption reasons (`teamshare_preemptions_total{reason}`).
+/// Why the governor requeued a job (`teamshare_governor_requeues_total{reason}`).
 pub const REASON_RECLAIM: &str = "reclaim";
 pub const REASON_PRIORITY_CLASS: &str = "priority_class";
 
@@ -164,7 +161,7 @@ pub fn month_figures<Tz: chrono::TimeZone>(
 }
 
 // ---------------------------------------------------------------------------------------------
-// The exposition
+// The exposition (the `prometheus` crate's families and text encoder)
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -172,171 +169,161 @@ enum Kind {
     Counter,
 }
 
-/// One metric family being written: HELP and TYPE once, before its first sample; a family
-/// without samples is left out.
-struct Family<'a> {
-    out: &'a mut String,
-    name: &'static str,
-    help: &'static str,
-    kind: Kind,
-    started: bool,
+/// One metric family of a scrape.
+enum Family {
+    Gauge(GaugeVec),
+    Counter(CounterVec),
 }
 
-impl Family<'_> {
-    fn sample(&mut self, labels: &[(&str, &str)], value: f64) {
-        if !self.started {
-            self.started = true;
-            let kind = match self.kind {
-                Kind::Gauge => "gauge",
-                Kind::Counter => "counter",
-            };
-            let _ = writeln!(self.out, "# HELP {} {}", self.name, escape_help(self.help));
-            let _ = writeln!(self.out, "# TYPE {} {kind}", self.name);
-        }
-        self.out.push_str(self.name);
-        if !labels.is_empty() {
-            self.out.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
+impl Family {
+    /// One series. A counter's value is what the daemon counted so far (never negative); a
+    /// non-finite value is left out of a counter.
+    fn sample(&self, labels: &[&str], value: f64) {
+        match self {
+            Family::Gauge(g) => g.with_label_values(labels).set(value),
+            Family::Counter(c) => {
+                if value.is_finite() && value > 0.0 {
+                    c.with_label_values(labels).inc_by(value);
+                } else {
+                    // Present at 0: a counter at 0 says "none yet".
+                    c.with_label_values(labels);
                 }
-                let _ = write!(self.out, "{k}=\"{}\"", escape_label(v));
             }
-            self.out.push('}');
-        }
-        let _ = writeln!(self.out, " {}", number(value));
-    }
-}
-
-fn family<'a>(
-    out: &'a mut String,
-    name: &'static str,
-    kind: Kind,
-    help: &'static str,
-) -> Family<'a> {
-    Family {
-        out,
-        name,
-        help,
-        kind,
-        started: false,
-    }
-}
-
-/// A label value: backslash, double quote and line feed escaped.
-pub fn escape_label(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
         }
     }
-    s
 }
 
-/// HELP text: backslash and line feed escaped.
-fn escape_help(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('\n', "\\n")
+/// The families of one scrape, built from values the daemon already holds: a registry per
+/// scrape (a few dozen series) keeps the values where they are computed. A family without
+/// series is left out by the registry.
+struct Exposition {
+    registry: Registry,
 }
 
-/// A sample value as Prometheus reads it (Go's ParseFloat): shortest round-trip decimal, `NaN`,
-/// `+Inf`, `-Inf`.
-fn number(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{v}")
+impl Exposition {
+    fn new() -> Exposition {
+        Exposition {
+            registry: Registry::new(),
+        }
     }
+
+    fn family(
+        &self,
+        name: &str,
+        kind: Kind,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<Family, prometheus::Error> {
+        let opts = Opts::new(name, help);
+        let family = match kind {
+            Kind::Gauge => {
+                let g = GaugeVec::new(opts, labels)?;
+                self.registry.register(Box::new(g.clone()))?;
+                Family::Gauge(g)
+            }
+            Kind::Counter => {
+                let c = CounterVec::new(opts, labels)?;
+                self.registry.register(Box::new(c.clone()))?;
+                Family::Counter(c)
+            }
+        };
+        Ok(family)
+    }
+
+    /// The text exposition (format 0.0.4): families sorted by name, series by label values.
+    fn text(&self) -> Result<String, prometheus::Error> {
+        TextEncoder::new().encode_to_string(&self.registry.gather())
+    }
+}
+
+/// The names are the crate's own and fixed, so encoding cannot fail in practice; if it ever
+/// did, the scrape says why in a comment rather than serving half a page.
+fn finish(built: Result<String, prometheus::Error>) -> String {
+    built.unwrap_or_else(|e| format!("# teamshare: cannot encode the metrics: {e}\n"))
 }
 
 /// The exposition of `live` and, when the database could be read, `month`.
 pub fn render(config: &Config, live: &Live, month: Option<&MonthFigures>) -> String {
-    let mut out = String::new();
+    finish(try_render(config, live, month))
+}
+
+fn try_render(
+    config: &Config,
+    live: &Live,
+    month: Option<&MonthFigures>,
+) -> Result<String, prometheus::Error> {
+    let e = Exposition::new();
     let quota = |team: &str| config.team(team).map(|t| t.quota.total);
 
-    let mut f = family(
-        &mut out,
+    let f = e.family(
         "teamshare_quota_gpus",
         Kind::Gauge,
         "Guaranteed GPUs of the team (teamshare.toml).",
-    );
+        &["team"],
+    )?;
     for t in &config.teams {
-        f.sample(&[("team", &t.name)], f64::from(t.quota.total));
+        f.sample(&[&t.name], f64::from(t.quota.total));
     }
 
-    let mut f = family(
-        &mut out,
+    let f = e.family(
         "teamshare_gpu_limit",
         Kind::Gauge,
         "GPUs the team may hold now (GrpTRES gres/gpu set by the governor's last pass).",
-    );
+        &["team"],
+    )?;
     for (team, t) in &live.teams {
-        f.sample(&[("team", team)], f64::from(t.gpu_limit));
+        f.sample(&[team], f64::from(t.gpu_limit));
     }
 
-    let mut f = family(
-        &mut out,
+    let f = e.family(
         "teamshare_gpus_in_use",
         Kind::Gauge,
         "GPUs held by the team's running jobs at the governor's last pass, in quota and borrowed.",
-    );
+        &["team", "kind"],
+    )?;
     for (team, t) in &live.teams {
         let in_quota = t.running_gpus.min(quota(team).unwrap_or(0));
-        f.sample(&[("team", team), ("kind", "in_quota")], f64::from(in_quota));
-        f.sample(
-            &[("team", team), ("kind", "borrowed")],
-            f64::from(t.running_gpus - in_quota),
-        );
+        f.sample(&[team, "in_quota"], f64::from(in_quota));
+        f.sample(&[team, "borrowed"], f64::from(t.running_gpus - in_quota));
     }
 
     if let Some(m) = month {
-        let mut f = family(
-            &mut out,
-            "teamshare_gpu_hours_total",
+        let f = e.family(
+            "teamshare_month_gpu_seconds",
             Kind::Gauge,
-            "GPU-hours this month so far (as accountd report teams): allocated = in_quota + borrowed; lent is what other teams borrowed of the team's idle quota ((pool): of unallocated capacity). Resets at the start of each month.",
-        );
+            "GPU-seconds this month so far (accountd report teams' hours x 3600): allocated = in_quota + borrowed; lent is what other teams borrowed of the team's idle quota ((pool): of unallocated capacity). Resets at the start of each month (local time).",
+            &["team", "kind"],
+        )?;
         for r in &m.teams.rows {
             match r.kind {
                 RowKind::Team | RowKind::Account => {
-                    f.sample(&[("team", &r.team), ("kind", "allocated")], r.gpu_hours());
-                    f.sample(
-                        &[("team", &r.team), ("kind", "in_quota")],
-                        r.in_quota_hours(),
-                    );
-                    f.sample(
-                        &[("team", &r.team), ("kind", "borrowed")],
-                        r.borrowed_hours(),
-                    );
-                    f.sample(&[("team", &r.team), ("kind", "lent")], r.lent_hours());
+                    f.sample(&[&r.team, "allocated"], r.gpu_hours() * 3600.0);
+                    f.sample(&[&r.team, "in_quota"], r.in_quota_hours() * 3600.0);
+                    f.sample(&[&r.team, "borrowed"], r.borrowed_hours() * 3600.0);
+                    f.sample(&[&r.team, "lent"], r.lent_hours() * 3600.0);
                 }
-                RowKind::Pool => f.sample(&[("team", POOL), ("kind", "lent")], r.lent_hours()),
+                RowKind::Pool => f.sample(&[POOL, "lent"], r.lent_hours() * 3600.0),
                 RowKind::Idle => {}
             }
         }
 
-        let mut f = family(
-            &mut out,
+        let f = e.family(
             "teamshare_fairshare_factor",
             Kind::Gauge,
             "Slurm classic fair-share factor 2^(-U/S/d) of the team now (0..1; 0.5 = used exactly its share).",
-        );
+            &["team"],
+        )?;
         for r in &m.fairshare.rows {
-            f.sample(&[("team", &r.team)], r.factor);
+            f.sample(&[&r.team], r.factor);
         }
 
         let currency = m.teams.currency.as_deref().unwrap_or("");
-        let mut f = family(
-            &mut out,
-            "teamshare_cost_total",
+        let f = e.family(
+            "teamshare_month_cost",
             Kind::Gauge,
-            "Cost this month so far: allocated cost (borrowed hours at the borrowed factor) plus the team's share of the idle capacity cost; (idle) holds what no team is charged. The rows add up to the capacity cost. Resets at the start of each month.",
-        );
+            "Cost this month so far: allocated cost (borrowed hours at the borrowed factor) plus the team's share of the idle capacity cost; (idle) holds what no team is charged. The rows add up to the capacity cost. Resets at the start of each month (local time).",
+            &["team", "currency"],
+        )?;
         for r in &m.teams.rows {
             if r.kind == RowKind::Pool {
                 continue;
@@ -347,167 +334,164 @@ pub fn render(config: &Config, live: &Live, month: Option<&MonthFigures>) -> Str
                 } else {
                     &r.team
                 };
-                f.sample(&[("team", team), ("currency", currency)], c);
+                f.sample(&[team, currency], c);
             }
         }
 
-        let mut f = family(
-            &mut out,
+        let f = e.family(
             "teamshare_gpu_utilisation_ratio",
             Kind::Gauge,
             "Mean GPU utilisation of the team's jobs this month so far (0..1), from NVML samples.",
-        );
+            &["team"],
+        )?;
         for (team, u) in &m.utilisation {
-            f.sample(&[("team", team)], *u);
+            f.sample(&[team], *u);
         }
-    }
 
-    let mut f = family(
-        &mut out,
-        "teamshare_preemptions_total",
-        Kind::Counter,
-        "Jobs preempted: reason=reclaim, runs Slurm preempted this month (sacct state PREEMPTED; resets monthly) plus jobs the governor requeued itself to reclaim quota since the daemon started; reason=priority_class, jobs the governor requeued for a higher class of their team since the daemon started.",
-    );
-    let mut preemptions: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-    if let Some(m) = month {
+        let f = e.family(
+            "teamshare_month_preempted_runs",
+            Kind::Gauge,
+            "Job runs Slurm preempted this month so far (sacct state PREEMPTED, by their end). Resets at the start of each month (local time).",
+            &["team"],
+        )?;
         for (team, n) in &m.preempted {
-            preemptions.insert((team.as_str(), REASON_RECLAIM), *n);
+            f.sample(&[team], *n as f64);
         }
-    }
-    for (team, n) in &live.reclaimed {
-        *preemptions
-            .entry((team.as_str(), REASON_RECLAIM))
-            .or_default() += n;
-    }
-    for (team, n) in &live.displaced {
-        preemptions.insert((team.as_str(), REASON_PRIORITY_CLASS), *n);
-    }
-    for ((team, reason), n) in preemptions {
-        f.sample(&[("team", team), ("reason", reason)], n as f64);
-    }
 
-    if let Some(m) = month {
-        let mut f = family(
-            &mut out,
+        let f = e.family(
             "teamshare_admission_wait_seconds",
             Kind::Gauge,
             "Mean time from submit to start of the team's job runs that started this month.",
-        );
+            &["team"],
+        )?;
         for (team, w) in &m.admission_wait {
-            f.sample(&[("team", team)], *w);
+            f.sample(&[team], *w);
         }
     }
 
-    let mut f = family(
-        &mut out,
+    let f = e.family(
+        "teamshare_governor_requeues_total",
+        Kind::Counter,
+        "Jobs the governor requeued itself since the daemon started: reason=reclaim, to give a team its quota back when Slurm had not preempted within the fallback delay; reason=priority_class, for a higher class of the same team.",
+        &["team", "reason"],
+    )?;
+    for (team, n) in &live.reclaimed {
+        f.sample(&[team, REASON_RECLAIM], *n as f64);
+    }
+    for (team, n) in &live.displaced {
+        f.sample(&[team, REASON_PRIORITY_CLASS], *n as f64);
+    }
+
+    let f = e.family(
         "teamshare_capacity_gpus",
         Kind::Gauge,
         "Governed capacity: GPUs on usable nodes of the governed partitions, as last measured.",
-    );
+        &[],
+    )?;
     if let Some(c) = live.capacity {
         f.sample(&[], f64::from(c));
     }
-    let mut f = family(
-        &mut out,
+    let f = e.family(
         "teamshare_governor_last_pass_timestamp_seconds",
         Kind::Gauge,
         "When the governor's last successful pass ended (unix seconds).",
-    );
+        &[],
+    )?;
     if let Some(t) = live.governor_last_pass {
         f.sample(&[], t as f64);
     }
     if live.governor_passes > 0 {
-        family(
-            &mut out,
+        e.family(
             "teamshare_governor_passes_total",
             Kind::Counter,
             "Governor passes that completed.",
-        )
+            &[],
+        )?
         .sample(&[], live.governor_passes as f64);
-        family(
-            &mut out,
+        e.family(
             "teamshare_governor_pass_seconds_total",
             Kind::Counter,
             "Seconds the completed governor passes (read, plan, publish) took together.",
-        )
+            &[],
+        )?
         .sample(&[], live.governor_pass_seconds);
-        family(
-            &mut out,
+        e.family(
             "teamshare_governor_slurm_calls_total",
             Kind::Counter,
             "Slurm client commands (squeue, sinfo) the governor's passes ran to read Slurm (their actions are counted apart).",
-        )
+            &[],
+        )?
         .sample(&[], live.governor_slurm_calls as f64);
     }
     if let Some(d) = live.governor_last_pass_seconds {
-        family(
-            &mut out,
+        e.family(
             "teamshare_governor_last_pass_seconds",
             Kind::Gauge,
             "How long the governor's last completed pass took to read Slurm, plan and publish.",
-        )
+            &[],
+        )?
         .sample(&[], d);
     }
     if let Some(n) = live.governor_last_pass_slurm_calls {
-        family(
-            &mut out,
+        e.family(
             "teamshare_governor_last_pass_slurm_calls",
             Kind::Gauge,
             "Slurm client commands the governor's last completed pass ran.",
-        )
+            &[],
+        )?
         .sample(&[], n as f64);
     }
     if live.governor_acts > 0 {
-        family(
-            &mut out,
+        e.family(
             "teamshare_governor_acts_total",
             Kind::Counter,
             "Plans the governor finished acting on (limits, requeues, priorities, parking, holds), beside its passes.",
-        )
+            &[],
+        )?
         .sample(&[], live.governor_acts as f64);
-        family(
-            &mut out,
+        e.family(
             "teamshare_governor_act_seconds_total",
             Kind::Counter,
             "Seconds the governor's actions on plans took together.",
-        )
+            &[],
+        )?
         .sample(&[], live.governor_act_seconds);
-        family(
-            &mut out,
+        e.family(
             "teamshare_governor_act_slurm_calls_total",
             Kind::Counter,
             "Slurm client commands the governor's actions on plans ran.",
-        )
+            &[],
+        )?
         .sample(&[], live.governor_act_slurm_calls as f64);
     }
     if let Some(d) = live.governor_last_act_seconds {
-        family(
-            &mut out,
+        e.family(
             "teamshare_governor_last_act_seconds",
             Kind::Gauge,
             "How long the governor's last finished actions on a plan took.",
-        )
+            &[],
+        )?
         .sample(&[], d);
     }
     if let Some(n) = live.governor_last_act_slurm_calls {
-        family(
-            &mut out,
+        e.family(
             "teamshare_governor_last_act_slurm_calls",
             Kind::Gauge,
             "Slurm client commands the governor's last finished actions on a plan ran.",
-        )
+            &[],
+        )?
         .sample(&[], n as f64);
     }
-    let mut f = family(
-        &mut out,
+    let f = e.family(
         "teamshare_ingest_last_success_timestamp_seconds",
         Kind::Gauge,
         "When the last successful sacct ingest ended (unix seconds).",
-    );
+        &[],
+    )?;
     if let Some(t) = live.ingest_last_success {
         f.sample(&[], t as f64);
     }
-    out
+    e.text()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -529,15 +513,19 @@ pub struct Counters {
 
 /// The exposition of `counters` (always present: a counter at 0 says "none yet").
 pub fn render_counters(counters: &Counters) -> String {
-    let mut out = String::new();
-    let mut f = family(
-        &mut out,
-        "teamshare_governor_unreadable_jobs_total",
-        Kind::Counter,
-        "squeue lines the governor could not read since the daemon started; their jobs were treated as never in quota (each line is logged once).",
-    );
-    f.sample(&[], counters.governor_unreadable_jobs as f64);
-    out
+    let e = Exposition::new();
+    let built = e
+        .family(
+            "teamshare_governor_unreadable_jobs_total",
+            Kind::Counter,
+            "squeue lines the governor could not read since the daemon started; their jobs were treated as never in quota (each line is logged once).",
+            &[],
+        )
+        .and_then(|f| {
+            f.sample(&[], counters.governor_unreadable_jobs as f64);
+            e.text()
+        });
+    finish(built)
 }
 
 /// The daemon's metrics: it updates [`Live`]; scrapes read both sources.
@@ -617,13 +605,25 @@ impl Exporter {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The HTTP server
+// The HTTP server (hyper's HTTP/1.1 on a one-thread tokio runtime of its own)
 
 /// What the server answers `GET /metrics` with.
 pub type Body = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// `GET /metrics` on a listening socket, in a thread of its own, one connection at a time (a
-/// scraper's requests are few and small; every read and write has a timeout).
+/// The largest request head a connection may send (hyper's smallest read buffer limit); a
+/// longer one is refused with 431.
+pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
+/// How long a client may take to send a request head.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one connection may stay open, keep-alive included (a scraper reconnects).
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the accept loop looks at the stop flag; also the pause after a failed accept
+/// (too many open files): the server waits and goes on.
+const ACCEPT_POLL: Duration = Duration::from_millis(50);
+
+/// `GET /metrics` (and `HEAD`) on a listening socket, in a thread of its own. Connections are
+/// tasks of the thread's runtime, so a client that connects and says nothing holds up no one;
+/// each scrape is computed on a blocking thread, where a panic stays (the answer is 500).
 pub struct MetricsServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -633,14 +633,26 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Bind `listen` and serve until [`MetricsServer::stop`] (or drop).
     pub fn start(listen: SocketAddr, body: Body) -> std::io::Result<MetricsServer> {
-        let listener = TcpListener::bind(listen)?;
+        let listener = std::net::TcpListener::bind(listen)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let listener = {
+            let _inside = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)?
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("metrics".into())
-            .spawn(move || serve(&listener, &stopping, &body))?;
+            .spawn(move || {
+                runtime.block_on(serve(listener, body, stopping));
+                // A scrape still computing is not waited for long.
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            })?;
         Ok(MetricsServer {
             addr,
             stop,
@@ -671,128 +683,83 @@ impl Drop for MetricsServer {
     }
 }
 
-fn serve(listener: &TcpListener, stop: &AtomicBool, body: &Body) {
+async fn serve(listener: tokio::net::TcpListener, body: Body, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                // Whatever happens in one exchange stays there.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let _ = answer(stream, body);
-                }));
+        match tokio::time::timeout(ACCEPT_POLL, listener.accept()).await {
+            Err(_) => {} // nobody came: look at the stop flag again
+            Ok(Ok((stream, _))) => {
+                tokio::spawn(connection(stream, Arc::clone(&body)));
             }
-            // WouldBlock: nobody waiting; other errors (a connection reset before accept, too
-            // many open files): wait a little and go on.
-            Err(_) => std::thread::sleep(ACCEPT_POLL),
+            Ok(Err(_)) => tokio::time::sleep(ACCEPT_POLL).await,
         }
     }
 }
 
-/// What a request head asks for.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Request {
-    Metrics { head_only: bool },
-    WrongMethod,
-    NotFound,
-    Bad,
+async fn connection(stream: tokio::net::TcpStream, body: Body) {
+    let service = hyper::service::service_fn(move |request| answer(request, Arc::clone(&body)));
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_REQUEST_BYTES)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    // Errors (a client gone, a malformed request hyper already answered) end this connection
+    // only.
+    let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
 }
 
-/// Read a request line (`GET /metrics HTTP/1.1`); the headers are not needed.
-pub fn parse_request(head: &[u8]) -> Request {
-    let Ok(text) = std::str::from_utf8(head) else {
-        return Request::Bad;
-    };
-    let line = text.lines().next().unwrap_or("");
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Request::Bad;
-    };
-    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
-        return Request::Bad;
+type Answer = hyper::Response<Full<Bytes>>;
+
+fn response(status: u16, content_type: &str, text: String, extra: &[(&str, &str)]) -> Answer {
+    let mut builder = hyper::Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, content_type);
+    for (name, value) in extra {
+        builder = builder.header(*name, *value);
     }
-    let path = target.split('?').next().unwrap_or("");
-    match (method, path) {
-        ("GET", "/metrics") => Request::Metrics { head_only: false },
-        ("HEAD", "/metrics") => Request::Metrics { head_only: true },
-        (_, "/metrics") => Request::WrongMethod,
-        _ => Request::NotFound,
-    }
+    // The status and headers are this file's constants; were one refused, the answer is an
+    // empty 500 rather than a panic.
+    builder
+        .body(Full::new(Bytes::from(text)))
+        .unwrap_or_else(|_| {
+            let mut r = hyper::Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+            r
+        })
 }
 
-/// Read the request head: up to the blank line, at most [`MAX_REQUEST_BYTES`].
-fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            return Ok(Some(head)); // the client closed: answer what came, if anything
-        }
-        head.extend_from_slice(&buf[..n]);
-        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-            return Ok(Some(head));
-        }
-        if head.len() > MAX_REQUEST_BYTES {
-            return Ok(None);
-        }
-    }
-}
+const PLAIN: &str = "text/plain; charset=utf-8";
 
-fn answer(mut stream: TcpStream, body: &Body) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(READ_TIMEOUT))?;
-    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-    let (status, extra, content_type, text, head_only) = match read_head(&mut stream)? {
-        None => (
-            "431 Request Header Fields Too Large",
-            "",
-            "text/plain; charset=utf-8",
-            "request too large\n".to_string(),
-            false,
-        ),
-        Some(head) => match parse_request(&head) {
-            Request::Metrics { head_only } => ("200 OK", "", CONTENT_TYPE, body(), head_only),
-            Request::WrongMethod => (
-                "405 Method Not Allowed",
-                "Allow: GET, HEAD\r\n",
-                "text/plain; charset=utf-8",
-                "only GET /metrics\n".to_string(),
-                false,
-            ),
-            Request::NotFound => (
-                "404 Not Found",
-                "",
-                "text/plain; charset=utf-8",
-                "not found: the metrics are at /metrics\n".to_string(),
-                false,
-            ),
-            Request::Bad => (
-                "400 Bad Request",
-                "",
-                "text/plain; charset=utf-8",
-                "bad request\n".to_string(),
-                false,
-            ),
-        },
-    };
-    let mut response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
-        text.len()
-    )
-    .into_bytes();
-    if !head_only {
-        response.extend_from_slice(text.as_bytes());
+async fn answer(
+    request: hyper::Request<hyper::body::Incoming>,
+    body: Body,
+) -> Result<Answer, std::convert::Infallible> {
+    if request.uri().path() != "/metrics" {
+        let text = "not found: the metrics are at /metrics\n".to_string();
+        return Ok(response(404, PLAIN, text, &[]));
     }
-    stream.write_all(&response)?;
-    stream.flush()?;
-    let _ = stream.shutdown(std::net::Shutdown::Both);
-    Ok(())
+    Ok(match *request.method() {
+        // hyper sends no body for HEAD, with the same headers.
+        hyper::Method::GET | hyper::Method::HEAD => {
+            match tokio::task::spawn_blocking(move || body()).await {
+                Ok(text) => response(200, CONTENT_TYPE, text, &[]),
+                Err(_) => {
+                    let text = "the metrics could not be computed; see accountd's log\n";
+                    response(500, PLAIN, text.to_string(), &[])
+                }
+            }
+        }
+        _ => {
+            let text = "only GET /metrics\n".to_string();
+            response(405, PLAIN, text, &[("Allow", "GET, HEAD")])
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpStream;
 
     fn config() -> Config {
         teamshare_config::parse(
@@ -822,13 +789,33 @@ weight = 1
 
     #[test]
     fn labels_and_help_are_escaped() {
-        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-        assert_eq!(escape_help("x\\y\nz"), "x\\\\y\\nz");
-        assert_eq!(number(0.5), "0.5");
-        assert_eq!(number(3.0), "3");
-        assert_eq!(number(f64::NAN), "NaN");
-        assert_eq!(number(f64::NEG_INFINITY), "-Inf");
-        assert_eq!(number(1e-7).parse::<f64>().unwrap(), 1e-7);
+        // A team name is the administrator's text: quote, backslash and line feed escaped.
+        let mut c = config();
+        c.teams[0].name = "a\"b\\c\nd".to_string();
+        let text = render(&c, &Live::default(), None);
+        assert!(
+            text.contains("teamshare_quota_gpus{team=\"a\\\"b\\\\c\\nd\"} 2\n"),
+            "{text}"
+        );
+        // Values as Prometheus reads them (Go's ParseFloat).
+        let live = |capacity| Live {
+            governor_last_pass_seconds: Some(capacity),
+            ..Live::default()
+        };
+        let value = |v: f64| {
+            let text = render(&config(), &live(v), None);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("teamshare_governor_last_pass_seconds "))
+                .map(|l| l.rsplit(' ').next().unwrap_or("").to_string());
+            line.unwrap_or_else(|| panic!("{text}"))
+        };
+        assert_eq!(value(0.5), "0.5");
+        assert_eq!(value(3.0), "3");
+        assert_eq!(value(f64::NAN), "NaN");
+        // The crate writes "-inf"; Prometheus reads infinities without regard to case.
+        assert!(value(f64::NEG_INFINITY).eq_ignore_ascii_case("-Inf"));
+        assert_eq!(value(1e-7).parse::<f64>().unwrap(), 1e-7);
     }
 
     #[test]
@@ -880,21 +867,23 @@ weight = 1
             text.contains("teamshare_gpu_limit{team=\"agents\"} 4\n"),
             "{text}"
         );
-        assert!(text.contains("teamshare_gpus_in_use{team=\"agents\",kind=\"in_quota\"} 2\n"));
-        assert!(text.contains("teamshare_gpus_in_use{team=\"agents\",kind=\"borrowed\"} 1\n"));
+        assert!(text.contains("teamshare_gpus_in_use{kind=\"in_quota\",team=\"agents\"} 2\n"));
+        assert!(text.contains("teamshare_gpus_in_use{kind=\"borrowed\",team=\"agents\"} 1\n"));
         assert!(text.contains(
-            "teamshare_preemptions_total{team=\"agents\\\"x\",reason=\"priority_class\"} 2\n"
+            "teamshare_governor_requeues_total{reason=\"priority_class\",team=\"agents\\\"x\"} 2\n"
         ));
-        assert!(text.contains("# TYPE teamshare_preemptions_total counter\n"));
+        assert!(text.contains("# TYPE teamshare_governor_requeues_total counter\n"));
         assert!(
-            text.contains("teamshare_preemptions_total{team=\"training\",reason=\"reclaim\"} 3\n"),
+            text.contains(
+                "teamshare_governor_requeues_total{reason=\"reclaim\",team=\"training\"} 3\n"
+            ),
             "{text}"
         );
         assert!(text.contains("teamshare_capacity_gpus 8\n"));
         assert!(text.contains("teamshare_governor_last_pass_timestamp_seconds 1700000000\n"));
         // No samples, no family: neither the ingest timestamp nor the database's figures.
         assert!(!text.contains("teamshare_ingest_last_success"), "{text}");
-        assert!(!text.contains("teamshare_gpu_hours_total"), "{text}");
+        assert!(!text.contains("teamshare_month_"), "{text}");
     }
 
     #[test]
@@ -930,31 +919,6 @@ weight = 1
         assert!(!text.contains("team=\"training\""), "{text}");
     }
 
-    #[test]
-    fn request_lines() {
-        assert_eq!(
-            parse_request(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Request::Metrics { head_only: false }
-        );
-        assert_eq!(
-            parse_request(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n"),
-            Request::Metrics { head_only: false }
-        );
-        assert_eq!(
-            parse_request(b"HEAD /metrics HTTP/1.1\r\n\r\n"),
-            Request::Metrics { head_only: true }
-        );
-        assert_eq!(
-            parse_request(b"POST /metrics HTTP/1.1\r\n\r\n"),
-            Request::WrongMethod
-        );
-        assert_eq!(parse_request(b"GET / HTTP/1.1\r\n\r\n"), Request::NotFound);
-        assert_eq!(parse_request(b"GET /metrics\r\n\r\n"), Request::Bad);
-        assert_eq!(parse_request(b"\xff\xfe"), Request::Bad);
-        assert_eq!(parse_request(b""), Request::Bad);
-        assert_eq!(parse_request(b"GET metrics HTTP/1.1\r\n\r\n"), Request::Bad);
-    }
-
     fn exchange(addr: SocketAddr, request: &[u8]) -> String {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -969,36 +933,41 @@ weight = 1
         let body: Body = Arc::new(|| "teamshare_capacity_gpus 8\n".to_string());
         let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), body).unwrap();
         let addr = server.local_addr();
-        let ok = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let ok = exchange(
+            addr,
+            b"GET /metrics HTTP/1.1\r\nConnection: close\r\nHost: x\r\n\r\n",
+        );
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        // Header names are case-insensitive (hyper writes them in lower case).
+        let lower = ok.to_ascii_lowercase();
         assert!(
-            ok.contains("Content-Type: text/plain; version=0.0.4"),
+            lower.contains("content-type: text/plain; version=0.0.4"),
             "{ok}"
         );
-        assert!(ok.contains("Content-Length: 26\r\n"), "{ok}");
+        assert!(lower.contains("content-length: 26\r\n"), "{ok}");
         assert!(ok.ends_with("\r\n\r\nteamshare_capacity_gpus 8\n"), "{ok}");
-        let head = exchange(addr, b"HEAD /metrics HTTP/1.1\r\n\r\n");
+        let head = exchange(addr, b"HEAD /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
         assert!(
             head.starts_with("HTTP/1.1 200 OK\r\n") && head.ends_with("\r\n\r\n"),
             "{head}"
         );
-        let missing = exchange(addr, b"GET /other HTTP/1.1\r\n\r\n");
+        let missing = exchange(addr, b"GET /other HTTP/1.1\r\nConnection: close\r\n\r\n");
         assert!(missing.starts_with("HTTP/1.1 404 "), "{missing}");
-        let post = exchange(addr, b"POST /metrics HTTP/1.1\r\n\r\n");
+        let post = exchange(addr, b"POST /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
         assert!(
-            post.starts_with("HTTP/1.1 405 ") && post.contains("Allow: GET"),
+            post.starts_with("HTTP/1.1 405 ") && post.to_ascii_lowercase().contains("allow: get"),
             "{post}"
         );
         let garbage = exchange(addr, b"\x00\x01 nonsense\r\n\r\n");
         assert!(garbage.starts_with("HTTP/1.1 400 "), "{garbage}");
         // A head that never ends is cut at the limit.
-        let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+        let mut huge = b"GET /metrics HTTP/1.1\r\nConnection: close\r\nX: ".to_vec();
         huge.extend(std::iter::repeat_n(b'a', MAX_REQUEST_BYTES * 2));
         let big = exchange(addr, &huge);
         assert!(big.starts_with("HTTP/1.1 431 "), "{big}");
         // A client that connects and says nothing does not stop the server for long.
         let idle = TcpStream::connect(addr).unwrap();
-        let again = exchange(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+        let again = exchange(addr, b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
         assert!(again.starts_with("HTTP/1.1 200 OK"), "{again}");
         drop(idle);
         server.stop();
@@ -1016,8 +985,14 @@ weight = 1
             "ok\n".to_string()
         });
         let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), body).unwrap();
-        let _ = exchange(server.local_addr(), b"GET /metrics HTTP/1.1\r\n\r\n");
-        let second = exchange(server.local_addr(), b"GET /metrics HTTP/1.1\r\n\r\n");
+        let _ = exchange(
+            server.local_addr(),
+            b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n",
+        );
+        let second = exchange(
+            server.local_addr(),
+            b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n",
+        );
         assert!(second.ends_with("\r\n\r\nok\n"), "{second}");
     }
 }

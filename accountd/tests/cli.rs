@@ -1198,7 +1198,11 @@ fn run_once_reports_a_failing_step_and_does_the_others() {
 fn http_get(addr: &str, path: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
@@ -1237,7 +1241,8 @@ fn run_serves_metrics_until_sigterm_and_exits_0() {
     let body = loop {
         let response = http_get(&addr, "/metrics");
         assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
-        if response.contains("teamshare_gpus_in_use{team=\"training\",kind=\"borrowed\"} 1") {
+        // The encoder writes labels in name order.
+        if response.contains("teamshare_gpus_in_use{kind=\"borrowed\",team=\"training\"} 1") {
             break response;
         }
         assert!(
@@ -1246,8 +1251,10 @@ fn run_serves_metrics_until_sigterm_and_exits_0() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
+    // Header names are case-insensitive (hyper writes them in lower case).
     assert!(
-        body.contains("Content-Type: text/plain; version=0.0.4"),
+        body.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
         "{body}"
     );
     assert!(body.contains("teamshare_capacity_gpus 8\n"), "{body}");

@@ -457,12 +457,14 @@ fn metrics_agree(c: &Cluster) -> TestResult {
             ("borrowed", "borrowed_hours"),
             ("lent", "lent_hours"),
         ] {
+            // GPU-seconds in the exposition, hours in the report.
             let m = metric(
                 &samples,
-                "teamshare_gpu_hours_total",
+                "teamshare_month_gpu_seconds",
                 &[("team", team), ("kind", kind)],
             )
-            .ok_or_else(|| format!("no teamshare_gpu_hours_total{{team={team},kind={kind}}}"))?;
+            .map(|s| s / 3600.0)
+            .ok_or_else(|| format!("no teamshare_month_gpu_seconds{{team={team},kind={kind}}}"))?;
             ensure((m - f(row, key)).abs() < 1e-6, || {
                 format!("{team} {kind}: metrics {m}, report {}", f(row, key))
             })?;

@@ -639,13 +639,13 @@ fn interactive_displaced(c: &Cluster) -> TestResult {
     })
 }
 
-/// teamshare_preemptions_total for agents displaced by a higher class of their team.
+/// teamshare_governor_requeues_total for agents displaced by a higher class of their team.
 fn displaced_count(c: &Cluster) -> Result<u64, String> {
     let text = c.metrics()?;
     Ok(text
         .lines()
         .find(|l| {
-            l.starts_with("teamshare_preemptions_total{")
+            l.starts_with("teamshare_governor_requeues_total{")
                 && l.contains("team=\"agents\"")
                 && l.contains("reason=\"priority_class\"")
         })

@@ -1,5 +1,10 @@
-//! Property tests of the accounting model on pseudo-random timelines: the invariants of DESIGN §5,
-//! and the sweep checked against a second-by-second recomputation.
+//! Property tests of the accounting model on generated timelines: the invariants of DESIGN §5,
+//! and the sweep checked against a second-by-second recomputation. proptest generates the
+//! inputs and shrinks a failing one to a minimal case; failures are saved in
+//! `model_properties.proptest-regressions` (next to this file, to commit) and rerun first.
+//!
+//! A soak sets `PROPTEST_CASES`, e.g. `PROPTEST_CASES=20000 cargo test --release -p accountd
+//! --test model_properties`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,30 +16,32 @@ use accountd::model::usage::{
 };
 use accountd::period::Period;
 use chrono::FixedOffset;
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
 use teamshare_config::IdleCostSplit;
 
-/// Knuth's MMIX linear congruential generator: deterministic, no crates.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        self.0 >> 33
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i64
-    }
-
-    fn unit(&mut self) -> f64 {
-        self.next() as f64 / (1u64 << 31) as f64
-    }
+/// `cases` cases per property, or `PROPTEST_CASES` for a soak.
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(cases),
+    )
 }
 
+/// `count` values of `strategy` drawn with proptest's fixed seed: the same ones on every run,
+/// for the checks that the generated cases do reach the interesting regions.
+fn samples<S: Strategy>(strategy: S, count: usize) -> Vec<S::Value> {
+    let mut runner = TestRunner::deterministic();
+    (0..count)
+        .map(|_| strategy.new_tree(&mut runner).unwrap().current())
+        .collect()
+}
+
+#[derive(Debug, Clone)]
 struct Scenario {
     runs: Vec<Run>,
     teams: Vec<TeamQuota>,
@@ -42,57 +49,66 @@ struct Scenario {
     period: Period,
 }
 
+/// A quota of `0..=max` GPUs and a lend limit of `0..=quota`.
+fn quota_and_lend_limit(max: u32) -> impl Strategy<Value = (u32, u32)> {
+    (0..=max).prop_flat_map(|quota| (Just(quota), 0..=quota))
+}
+
+/// The account of a run: `team{pick}`, or for `pick == team_count` one without quota.
+fn account(pick: usize, team_count: usize) -> String {
+    if pick == team_count {
+        "stray".to_string()
+    } else {
+        format!("team{pick}")
+    }
+}
+
 /// Up to 5 teams, capacity steps that sometimes fall below the sum of quotas (so that borrowing
 /// can exceed what is lendable), runs that overlap the period's ends, and an account without
 /// quota. Times are multiplied by `scale` seconds.
-fn scenario(rng: &mut Lcg, scale: i64) -> Scenario {
-    let team_count = rng.range(1, 5);
-    let teams: Vec<TeamQuota> = (0..team_count)
-        .map(|i| {
-            let quota = rng.range(0, 5) as u32;
-            TeamQuota {
-                name: format!("team{i}"),
-                quota,
-                lend_limit: rng.range(0, i64::from(quota)) as u32,
-            }
-        })
-        .collect();
-    let total_quota: i64 = teams.iter().map(|t| i64::from(t.quota)).sum();
-    let capacity = (0..rng.range(1, 4))
-        .map(|_| {
+fn scenario(scale: i64) -> impl Strategy<Value = Scenario> {
+    vec(quota_and_lend_limit(5), 1..=5)
+        .prop_flat_map(|quotas| {
+            let team_count = quotas.len();
+            let total_quota: u32 = quotas.iter().map(|&(quota, _)| quota).sum();
             (
-                rng.range(-20, 200) * scale,
-                rng.range(0, total_quota + 4) as u32,
+                Just(quotas),
+                // Steps: (from, GPUs).
+                vec((-20i64..=200, 0..=total_quota + 4), 1..=4),
+                // Runs: (account pick, GPUs, start, length).
+                vec((0..=team_count, 1u32..=6, -20i64..=220, 1i64..=80), 0..=30),
+                0i64..=20,
+                100i64..=200,
             )
         })
-        .collect();
-    let runs = (0..rng.range(0, 30))
-        .map(|_| {
-            let pick = rng.range(0, team_count);
-            let team = if pick == team_count {
-                "stray".to_string()
-            } else {
-                format!("team{pick}")
-            };
-            let start = rng.range(-20, 220);
-            Run {
-                team: team.into(),
-                gpus: rng.range(1, 6) as u32,
-                start: start * scale,
-                end: (start + rng.range(1, 80)) * scale,
-            }
+        .prop_map(move |(quotas, steps, runs, since, until)| Scenario {
+            runs: runs
+                .into_iter()
+                .map(|(pick, gpus, start, length)| Run {
+                    team: account(pick, quotas.len()).into(),
+                    gpus,
+                    start: start * scale,
+                    end: (start + length) * scale,
+                })
+                .collect(),
+            teams: quotas
+                .iter()
+                .enumerate()
+                .map(|(i, &(quota, lend_limit))| TeamQuota {
+                    name: format!("team{i}"),
+                    quota,
+                    lend_limit,
+                })
+                .collect(),
+            capacity: steps
+                .into_iter()
+                .map(|(from, gpus)| (from * scale, gpus))
+                .collect(),
+            period: Period {
+                since: since * scale,
+                until: until * scale,
+            },
         })
-        .collect();
-    let period = Period {
-        since: rng.range(0, 20) * scale,
-        until: rng.range(100, 200) * scale,
-    };
-    Scenario {
-        runs,
-        teams,
-        capacity,
-        period,
-    }
 }
 
 fn close(actual: f64, expected: f64, scale: f64) -> bool {
@@ -217,17 +233,14 @@ fn check_invariants(s: &Scenario, split: &UsageSplit, what: &str) {
     );
 }
 
-#[test]
-fn the_sweep_equals_a_second_by_second_recomputation() {
-    let mut rng = Lcg(0x7ea3_5ba2e);
-    let (mut borrowing, mut over_lendable) = (0, 0);
-    for case in 0..300 {
-        let s = scenario(&mut rng, 1);
+proptest! {
+    #![proptest_config(config(300))]
+
+    #[test]
+    fn the_sweep_equals_a_second_by_second_recomputation(s in scenario(1)) {
         let split = split_usage(&s.runs, &s.teams, &s.capacity, s.period);
-        borrowing += usize::from(split.totals.borrowed > 0.0);
-        over_lendable += usize::from(split.totals.over_lendable > 0.0);
-        let what = format!("case {case}");
-        check_invariants(&s, &split, &what);
+        let what = "sweep";
+        check_invariants(&s, &split, what);
         let (expected, capacity, over) = brute_force(&s);
         let names: Vec<&String> = expected.keys().filter(|n| *n != POOL).collect();
         let got: Vec<&String> = split.rows.iter().map(|r| &r.team).collect();
@@ -250,25 +263,21 @@ fn the_sweep_equals_a_second_by_second_recomputation() {
             "{what}: over_lendable"
         );
     }
-    // The scenarios do exercise borrowing, and borrowing beyond what is lendable.
-    assert!(
-        borrowing > 150 && over_lendable > 30,
-        "{borrowing} {over_lendable}"
-    );
 }
 
-#[test]
-fn days_add_up_to_the_period_and_each_is_the_period_clipped_to_it() {
-    let mut rng = Lcg(42);
-    let mut days_seen = 0;
-    for case in 0..100 {
+proptest! {
+    #![proptest_config(config(100))]
+
+    #[test]
+    fn days_add_up_to_the_period_and_each_is_the_period_clipped_to_it(
         // Times in units of 30 minutes: periods of 2 to 4 days.
-        let s = scenario(&mut rng, 1800);
-        let offset = FixedOffset::east_opt(rng.range(-12, 14) as i32 * 3600).unwrap();
+        s in scenario(1800),
+        offset_hours in -12i32..=14,
+    ) {
+        let offset = FixedOffset::east_opt(offset_hours * 3600).unwrap();
         let whole = split_usage(&s.runs, &s.teams, &s.capacity, s.period);
         let days = split_usage_by_day(&s.runs, &s.teams, &s.capacity, s.period, offset);
-        days_seen += days.len();
-        let what = format!("case {case}");
+        let what = "by day";
         assert_eq!(days.first().unwrap().split.period.since, s.period.since);
         assert_eq!(days.last().unwrap().split.period.until, s.period.until);
         for pair in days.windows(2) {
@@ -281,7 +290,7 @@ fn days_add_up_to_the_period_and_each_is_the_period_clipped_to_it() {
             );
         }
         for day in &days {
-            check_invariants(&s, &day.split, &what);
+            check_invariants(&s, &day.split, what);
             let alone = split_usage(&s.runs, &s.teams, &s.capacity, day.split.period);
             // The day's rows also list the accounts with usage on other days of the period.
             for a in &alone.rows {
@@ -304,25 +313,52 @@ fn days_add_up_to_the_period_and_each_is_the_period_clipped_to_it() {
             assert!(close(sum(|r| r.lent), row.lent, row.lent), "{what}");
         }
     }
+}
+
+/// The scenarios do exercise borrowing, borrowing beyond what is lendable, and periods across
+/// midnights (checked on fixed samples of the strategies, the properties' counts of cases).
+#[test]
+fn the_scenarios_borrow_beyond_what_is_lendable_and_cross_midnights() {
+    let (mut borrowing, mut over_lendable) = (0, 0);
+    for s in samples(scenario(1), 300) {
+        let split = split_usage(&s.runs, &s.teams, &s.capacity, s.period);
+        borrowing += usize::from(split.totals.borrowed > 0.0);
+        over_lendable += usize::from(split.totals.over_lendable > 0.0);
+    }
+    assert!(
+        borrowing > 150 && over_lendable > 30,
+        "{borrowing} {over_lendable}"
+    );
+    let days_seen: usize = samples((scenario(1800), -12i32..=14), 100)
+        .into_iter()
+        .map(|(s, offset_hours)| {
+            let offset = FixedOffset::east_opt(offset_hours * 3600).unwrap();
+            split_usage_by_day(&s.runs, &s.teams, &s.capacity, s.period, offset).len()
+        })
+        .sum();
     assert!(
         days_seen > 250,
         "the scenarios cross midnights ({days_seen} days)"
     );
 }
 
-#[test]
-fn costs_add_up_to_the_capacity_cost_under_every_rule() {
-    let mut rng = Lcg(7);
-    for case in 0..200 {
+proptest! {
+    #![proptest_config(config(200))]
+
+    #[test]
+    fn costs_add_up_to_the_capacity_cost_under_every_rule(
+        // Per GPU type: a scenario and its rate per hour.
+        usage in prop::array::uniform2((scenario(60), 0.0..100.0f64)),
+        factor in 0.0..2.0f64,
+    ) {
         let typed: Vec<TypedUsage> = ["h100", "a100"]
             .iter()
-            .map(|gpu_type| {
-                let s = scenario(&mut rng, 60);
+            .zip(&usage)
+            .map(|(gpu_type, (s, rate))| {
                 let split = split_usage(&s.runs, &s.teams, &s.capacity, s.period);
-                TypedUsage::from_split(gpu_type, rng.unit() * 100.0, &split)
+                TypedUsage::from_split(gpu_type, *rate, &split)
             })
             .collect();
-        let factor = rng.unit() * 2.0;
         for idle_split in [
             IdleCostSplit::QuotaShare,
             IdleCostSplit::UsageShare,
@@ -335,7 +371,7 @@ fn costs_add_up_to_the_capacity_cost_under_every_rule() {
                     idle_split,
                 },
             );
-            let what = format!("case {case} {idle_split:?}");
+            let what = format!("{idle_split:?}");
             let capacity: f64 = typed
                 .iter()
                 .map(|t| t.rate_per_hour * t.capacity_hours)
@@ -368,13 +404,15 @@ fn costs_add_up_to_the_capacity_cost_under_every_rule() {
     }
 }
 
-#[test]
-fn decayed_usage_matches_numeric_integration_and_halves_each_half_life() {
-    let mut rng = Lcg(99);
-    let h = Duration::from_secs(3600);
-    for case in 0..50 {
-        let s = scenario(&mut rng, 60);
-        let now = rng.range(50, 250) * 60;
+proptest! {
+    #![proptest_config(config(50))]
+
+    #[test]
+    fn decayed_usage_matches_numeric_integration_and_halves_each_half_life(
+        s in scenario(60),
+        now in (50i64..=250).prop_map(|minutes| minutes * 60),
+    ) {
+        let h = Duration::from_secs(3600);
         let usage = decayed_usage(&s.runs, now, h);
         for (team, &value) in &usage {
             // Midpoint rule, one-second steps: error far below 1e-6 relative for h = 1 hour.
@@ -387,7 +425,7 @@ fn decayed_usage_matches_numeric_integration_and_halves_each_half_life() {
                 .sum();
             assert!(
                 (value - numeric).abs() <= 1e-6 * numeric.max(1.0),
-                "case {case} {team}: {value} vs {numeric}"
+                "{team}: {value} vs {numeric}"
             );
             // With no usage after `now`, two hours later it is a quarter (only runs that ended).
             let ended: Vec<Run> = s
@@ -404,55 +442,52 @@ fn decayed_usage_matches_numeric_integration_and_halves_each_half_life() {
                 .get(team)
                 .copied()
                 .unwrap_or(0.0);
-            assert!(close(after, before / 4.0, before), "case {case} {team}");
+            assert!(close(after, before / 4.0, before), "{team}");
         }
     }
 }
 
-#[test]
-fn fair_share_factors_order_teams_by_usage_against_shares() {
-    let mut rng = Lcg(2024);
-    for case in 0..200 {
-        let n = rng.range(1, 6);
-        let shares: BTreeMap<String, u32> = (0..n)
-            .map(|i| (format!("t{i}"), rng.range(1, 100) as u32))
+proptest! {
+    #![proptest_config(config(200))]
+
+    #[test]
+    fn fair_share_factors_order_teams_by_usage_against_shares(
+        // Per team: its shares, and a random usage (none for a quarter of the teams).
+        teams in vec((1u32..=100, prop_oneof![1 => Just(0.0), 3 => 0.0..1e5f64]), 1..=6),
+        dampening in 1.0..4.0f64,
+        scale in 1.0..1e6 + 1.0,
+    ) {
+        let shares: BTreeMap<String, u32> = teams
+            .iter()
+            .enumerate()
+            .map(|(i, &(w, _))| (format!("t{i}"), w))
             .collect();
-        let dampening = 1.0 + rng.unit() * 3.0;
         // Usage exactly proportional to the shares: every team at its share, F = 2^(-1/d).
-        let scale = 1.0 + rng.unit() * 1e6;
         let proportional: BTreeMap<String, f64> = shares
             .iter()
             .map(|(t, &w)| (t.clone(), f64::from(w) * scale))
             .collect();
         for (team, f) in factors(&shares, &proportional, dampening) {
             let expected = (-1.0 / dampening).exp2();
-            assert!(close(f, expected, 1.0), "case {case} {team}: {f}");
+            assert!(close(f, expected, 1.0), "{team}: {f}");
         }
         // Random usage: F in [0, 1]; a larger usage/share ratio never has a larger factor.
-        let usage: BTreeMap<String, f64> = shares
-            .keys()
-            .map(|t| {
-                (
-                    t.clone(),
-                    if rng.range(0, 3) == 0 {
-                        0.0
-                    } else {
-                        rng.unit() * 1e5
-                    },
-                )
-            })
+        let usage: BTreeMap<String, f64> = teams
+            .iter()
+            .enumerate()
+            .map(|(i, &(_, u))| (format!("t{i}"), u))
             .collect();
         let f = factors(&shares, &usage, dampening);
         for (a, fa) in &f {
-            assert!((0.0..=1.0).contains(fa), "case {case}");
+            assert!((0.0..=1.0).contains(fa), "{a}: {fa}");
             if usage[a] == 0.0 {
-                assert_eq!(*fa, 1.0, "case {case}: no usage");
+                assert_eq!(*fa, 1.0, "{a}: no usage");
             }
             for (b, fb) in &f {
                 let ra = usage[a] / f64::from(shares[a]);
                 let rb = usage[b] / f64::from(shares[b]);
                 if ra > rb {
-                    assert!(fa <= fb, "case {case}: {a} {fa} vs {b} {fb}");
+                    assert!(fa <= fb, "{a} {fa} vs {b} {fb}");
                 }
             }
         }
@@ -471,37 +506,51 @@ mod per_type {
     use accountd::period::Period;
     use accountd::report::{compute_usage, Rates, TeamRow, UsageParams, UsageReport, DEFAULT_RATE};
     use accountd::store::{CapacitySample, GpuTypes, RunUsage};
+    use proptest::collection::vec;
+    use proptest::prelude::*;
     use teamshare_config::IdleCostSplit;
 
-    use super::{close, scenario, Lcg};
+    use super::{account, close, config, quota_and_lend_limit, samples, scenario, Scenario};
 
     const TYPES: [&str; 2] = ["a100", "h100"];
 
-    fn params(rng: &mut Lcg, teams: Vec<TeamQuota>, period: Period) -> UsageParams {
-        UsageParams {
-            cluster: "c".into(),
-            period,
-            now: period.until + 1_000_000,
-            teams,
-            typed_teams: BTreeMap::new(),
-            quota_by_type: BTreeMap::new(),
-            partitions: vec!["gpu".into()],
-            rates: Rates::new(BTreeMap::from([
-                ("h100".to_string(), rng.unit() * 10.0),
-                ("a100".to_string(), rng.unit() * 5.0),
-                (DEFAULT_RATE.to_string(), rng.unit() * 3.0),
-            ])),
-            currency: None,
-            cost_rule: CostRule {
-                borrowed_cost_factor: rng.unit(),
-                idle_split: [
-                    IdleCostSplit::QuotaShare,
-                    IdleCostSplit::UsageShare,
-                    IdleCostSplit::IdleRow,
-                ][rng.range(0, 2) as usize],
-            },
-            only: Vec::new(),
-        }
+    /// The report's parameters for `teams` over `period`, with random rates, borrowed cost
+    /// factor and idle cost rule.
+    fn params(teams: Vec<TeamQuota>, period: Period) -> impl Strategy<Value = UsageParams> {
+        let idle_split = prop_oneof![
+            Just(IdleCostSplit::QuotaShare),
+            Just(IdleCostSplit::UsageShare),
+            Just(IdleCostSplit::IdleRow),
+        ];
+        (
+            0.0..10.0f64,
+            0.0..5.0f64,
+            0.0..3.0f64,
+            0.0..1.0f64,
+            idle_split,
+        )
+            .prop_map(
+                move |(h100, a100, default, borrowed_cost_factor, idle_split)| UsageParams {
+                    cluster: "c".into(),
+                    period,
+                    now: period.until + 1_000_000,
+                    teams: teams.clone(),
+                    typed_teams: BTreeMap::new(),
+                    quota_by_type: BTreeMap::new(),
+                    partitions: vec!["gpu".into()],
+                    rates: Rates::new(BTreeMap::from([
+                        ("h100".to_string(), h100),
+                        ("a100".to_string(), a100),
+                        (DEFAULT_RATE.to_string(), default),
+                    ])),
+                    currency: None,
+                    cost_rule: CostRule {
+                        borrowed_cost_factor,
+                        idle_split,
+                    },
+                    only: Vec::new(),
+                },
+            )
     }
 
     fn usage_run(
@@ -647,102 +696,149 @@ mod per_type {
         );
     }
 
-    /// Typed quotas: each type's figures are the split of that type's runs, quotas and
-    /// capacity; per type, lent equals borrowed; rows are the sums of their types.
-    #[test]
-    fn a_typed_configuration_is_split_per_type() {
-        let mut rng = Lcg(0x1_0000);
-        let mut borrowed_cases = 0;
-        for case in 0..200 {
-            let what = format!("case {case}");
-            let team_count = rng.range(1, 4);
-            let names: Vec<String> = (0..team_count).map(|i| format!("team{i}")).collect();
-            let mut typed_teams: BTreeMap<String, Vec<TeamQuota>> = BTreeMap::new();
-            for t in TYPES {
-                typed_teams.insert(
-                    t.to_string(),
-                    names
-                        .iter()
-                        .map(|n| {
-                            let quota = rng.range(0, 3) as u32;
-                            TeamQuota {
+    /// A typed configuration: per type, each team's quota and lend limit, and the report's
+    /// inputs.
+    #[derive(Debug)]
+    struct TypedCase {
+        names: Vec<String>,
+        typed_teams: BTreeMap<String, Vec<TeamQuota>>,
+        period: Period,
+        p: UsageParams,
+        capacity: Vec<CapacitySample>,
+        runs: Vec<RunUsage>,
+    }
+
+    /// GPUs of a capacity sample: H100s, A100s, untyped.
+    fn sample_parts() -> impl Strategy<Value = (u32, u32, u32)> {
+        (0u32..=6, 0u32..=6, 0u32..=1)
+    }
+
+    /// GPUs of a run: H100s, A100s, untyped.
+    fn run_parts() -> impl Strategy<Value = (u64, u64, u64)> {
+        prop_oneof![
+            2 => (1u64..=4).prop_map(|n| (n, 0, 0)),
+            2 => (1u64..=4).prop_map(|n| (0, n, 0)),
+            1 => Just((1, 1, 0)),
+            1 => (1u64..=2).prop_map(|n| (0, 0, n)),
+        ]
+    }
+
+    /// Up to 4 teams with quotas of up to 3 GPUs of each type; 1 to 4 capacity samples, the
+    /// first at or before the period (so that no estimate is used); runs of one type, of both
+    /// or untyped, a tenth of them outside the governed partition, some of an account without
+    /// quota.
+    fn typed_case() -> impl Strategy<Value = TypedCase> {
+        let quotas = (1usize..=4).prop_flat_map(|team_count| {
+            prop::array::uniform2(vec(quota_and_lend_limit(3), team_count))
+        });
+        (quotas, 0i64..=20, 100i64..=200)
+            .prop_flat_map(|(quotas, since, until)| {
+                let period = Period {
+                    since: since * 60,
+                    until: until * 60,
+                };
+                let team_count = quotas[0].len();
+                let names: Vec<String> = (0..team_count).map(|i| format!("team{i}")).collect();
+                let typed_teams: BTreeMap<String, Vec<TeamQuota>> = TYPES
+                    .iter()
+                    .zip(&quotas)
+                    .map(|(t, quotas)| {
+                        let teams = names
+                            .iter()
+                            .zip(quotas)
+                            .map(|(n, &(quota, lend_limit))| TeamQuota {
                                 name: n.clone(),
                                 quota,
-                                lend_limit: rng.range(0, i64::from(quota)) as u32,
-                            }
-                        })
-                        .collect(),
-                );
-            }
-            let teams: Vec<TeamQuota> = names
-                .iter()
-                .enumerate()
-                .map(|(i, n)| TeamQuota {
-                    name: n.clone(),
-                    quota: TYPES.iter().map(|t| typed_teams[*t][i].quota).sum(),
-                    lend_limit: TYPES.iter().map(|t| typed_teams[*t][i].lend_limit).sum(),
-                })
-                .collect();
-            let period = Period {
-                since: rng.range(0, 20) * 60,
-                until: rng.range(100, 200) * 60,
-            };
-            let mut p = params(&mut rng, teams, period);
-            for (t, quotas) in &typed_teams {
-                p.quota_by_type
-                    .insert(t.clone(), quotas.iter().map(|q| q.quota).sum());
-            }
-            p.typed_teams = typed_teams.clone();
-            // Capacity samples, the first at or before the period (so that no estimate is used).
-            let mut capacity: Vec<CapacitySample> = (0..rng.range(1, 4))
-                .map(|i| {
-                    let h100 = rng.range(0, 6) as u32;
-                    let a100 = rng.range(0, 6) as u32;
-                    CapacitySample {
-                        ts: if i == 0 {
-                            period.since - 60
-                        } else {
-                            rng.range(0, 200) * 60
-                        },
-                        gpus: h100 + a100 + rng.range(0, 1) as u32,
+                                lend_limit,
+                            })
+                            .collect();
+                        (t.to_string(), teams)
+                    })
+                    .collect();
+                let teams: Vec<TeamQuota> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| TeamQuota {
+                        name: n.clone(),
+                        quota: TYPES.iter().map(|t| typed_teams[*t][i].quota).sum(),
+                        lend_limit: TYPES.iter().map(|t| typed_teams[*t][i].lend_limit).sum(),
+                    })
+                    .collect();
+                (
+                    Just((names, typed_teams)),
+                    params(teams, period),
+                    // The first sample, then the others with their times.
+                    (sample_parts(), vec((0i64..=200, sample_parts()), 0..=3)),
+                    // Runs: (account pick, start, length, GPUs, outside the partition).
+                    vec(
+                        (
+                            0..=team_count,
+                            -20i64..=220,
+                            1i64..=80,
+                            run_parts(),
+                            prop::bool::weighted(0.1),
+                        ),
+                        0..=30,
+                    ),
+                )
+            })
+            .prop_map(|((names, typed_teams), mut p, (first, others), runs)| {
+                let period = p.period;
+                for (t, quotas) in &typed_teams {
+                    p.quota_by_type
+                        .insert(t.clone(), quotas.iter().map(|q| q.quota).sum());
+                }
+                p.typed_teams = typed_teams.clone();
+                let mut capacity: Vec<CapacitySample> = std::iter::once((period.since - 60, first))
+                    .chain(others.into_iter().map(|(ts, parts)| (ts * 60, parts)))
+                    .map(|(ts, (h100, a100, untyped))| CapacitySample {
+                        ts,
+                        gpus: h100 + a100 + untyped,
                         by_type: BTreeMap::from([("h100".into(), h100), ("a100".into(), a100)]),
-                    }
-                })
-                .collect();
-            capacity.sort_by_key(|s| s.ts);
-            capacity.dedup_by_key(|s| s.ts);
-            let runs: Vec<RunUsage> = (0..rng.range(0, 30))
-                .map(|id| {
-                    let pick = rng.range(0, team_count);
-                    let team = if pick == team_count {
-                        "stray".to_string()
-                    } else {
-                        names[pick as usize].clone()
-                    };
-                    let start = rng.range(-20, 220) * 60;
-                    let end = start + rng.range(1, 80) * 60;
-                    let (h100, a100, untyped) = match rng.range(0, 5) {
-                        0 | 1 => (rng.range(1, 4) as u64, 0, 0),
-                        2 | 3 => (0, rng.range(1, 4) as u64, 0),
-                        4 => (1, 1, 0),
-                        _ => (0, 0, rng.range(1, 2) as u64),
-                    };
-                    let partition = if rng.range(0, 9) == 0 { "debug" } else { "gpu" };
-                    usage_run(
-                        id,
-                        &team,
-                        partition,
-                        start,
-                        end,
-                        &[("h100", h100), ("a100", a100)],
-                        untyped,
+                    })
+                    .collect();
+                capacity.sort_by_key(|s| s.ts);
+                capacity.dedup_by_key(|s| s.ts);
+                let runs = runs
+                    .into_iter()
+                    .enumerate()
+                    .map(
+                        |(id, (pick, start, length, (h100, a100, untyped), debug))| {
+                            usage_run(
+                                id as i64,
+                                &account(pick, names.len()),
+                                if debug { "debug" } else { "gpu" },
+                                start * 60,
+                                (start + length) * 60,
+                                &[("h100", h100), ("a100", a100)],
+                                untyped,
+                            )
+                        },
                     )
-                })
-                .collect();
+                    .collect();
+                TypedCase {
+                    names,
+                    typed_teams,
+                    period,
+                    p,
+                    capacity,
+                    runs,
+                }
+            })
+    }
+
+    proptest! {
+        #![proptest_config(config(200))]
+
+        /// Typed quotas: each type's figures are the split of that type's runs, quotas and
+        /// capacity; per type, lent equals borrowed; rows are the sums of their types.
+        #[test]
+        fn a_typed_configuration_is_split_per_type(c in typed_case()) {
+            let TypedCase { names, typed_teams, period, p, capacity, runs } = c;
+            let what = "typed";
             let r = compute_usage(&runs, &capacity, &p);
             assert!(r.typed);
-            borrowed_cases += usize::from(r.rows.iter().any(|row| row.borrowed_seconds > 0.0));
-            assert_adds_up(&r, &what);
+            assert_adds_up(&r, what);
             // Each type on its own, straight from the model.
             for key in ["h100", "a100", DEFAULT_RATE] {
                 let model_runs: Vec<Run> = runs
@@ -776,7 +872,7 @@ mod per_type {
                     .map(|s| (s.ts, sample_gpus(s, key)))
                     .collect();
                 let split = split_usage(&model_runs, quotas, &steps, period);
-                assert_matches(&r, &split, Some(key), &what);
+                assert_matches(&r, &split, Some(key), what);
             }
             // Outside the governed partitions: apart, with all of their GPU-seconds.
             let debug: i64 = runs
@@ -791,62 +887,97 @@ mod per_type {
                 .iter()
                 .all(|row| row.team != POOL || row.gpu_seconds == 0));
         }
+    }
+
+    /// The typed cases do borrow (checked on a fixed sample of the strategy, the property's
+    /// count of cases).
+    #[test]
+    fn the_typed_cases_borrow() {
+        let borrowed_cases = samples(typed_case(), 200)
+            .iter()
+            .map(|c| compute_usage(&c.runs, &c.capacity, &c.p))
+            .filter(|r| r.rows.iter().any(|row| row.borrowed_seconds > 0.0))
+            .count();
         assert!(borrowed_cases > 100, "{borrowed_cases}");
     }
 
-    /// An untyped configuration: the same team totals as the split on totals (the report before
-    /// GPU types), whatever types the runs had; per type, lent equals borrowed.
-    #[test]
-    fn an_untyped_configuration_gives_the_team_totals_of_the_split_on_totals() {
-        let mut rng = Lcg(0x2_0000);
-        for case in 0..200 {
-            let what = format!("case {case}");
-            let mut s = scenario(&mut rng, 60);
-            s.capacity.sort_by_key(|&(ts, _)| ts);
-            // The first sample in force at the period's start, as the model takes it.
-            s.capacity[0].0 = s.capacity[0].0.min(s.period.since);
-            let capacity: Vec<CapacitySample> = s
-                .capacity
-                .iter()
-                .map(|&(ts, gpus)| {
-                    let h100 = rng.range(0, i64::from(gpus)) as u32;
-                    CapacitySample {
+    /// A scenario (its capacity steps sorted, the first in force at the period's start, as the
+    /// model takes it), its steps and runs given random GPU types, and the report's parameters.
+    fn untyped_case(
+    ) -> impl Strategy<Value = (Scenario, Vec<CapacitySample>, Vec<RunUsage>, UsageParams)> {
+        scenario(60)
+            .prop_map(|mut s| {
+                s.capacity.sort_by_key(|&(ts, _)| ts);
+                s.capacity[0].0 = s.capacity[0].0.min(s.period.since);
+                s
+            })
+            .prop_flat_map(|s| {
+                // Per step, its H100s; per run, its H100s and A100s (the rest untyped).
+                let h100: Vec<_> = s.capacity.iter().map(|&(_, gpus)| 0..=gpus).collect();
+                let typed: Vec<_> = s
+                    .runs
+                    .iter()
+                    .map(|run| {
+                        let g = u64::from(run.gpus);
+                        (0..=g).prop_flat_map(move |h100| (Just(h100), 0..=g - h100))
+                    })
+                    .collect();
+                let p = params(s.teams.clone(), s.period);
+                (Just(s), h100, typed, p)
+            })
+            .prop_map(|(s, h100, typed, p)| {
+                let capacity = s
+                    .capacity
+                    .iter()
+                    .zip(h100)
+                    .map(|(&(ts, gpus), h100)| CapacitySample {
                         ts,
                         gpus,
                         by_type: BTreeMap::from([("h100".into(), h100)]),
-                    }
-                })
-                .collect();
-            let runs: Vec<RunUsage> = s
-                .runs
-                .iter()
-                .enumerate()
-                .map(|(id, run)| {
-                    let g = u64::from(run.gpus);
-                    let h100 = rng.range(0, g as i64) as u64;
-                    let a100 = rng.range(0, (g - h100) as i64) as u64;
-                    usage_run(
-                        id as i64,
-                        &run.team,
-                        "gpu",
-                        run.start,
-                        run.end,
-                        &[("h100", h100), ("a100", a100)],
-                        g - h100 - a100,
-                    )
-                })
-                .collect();
-            let p = params(&mut rng, s.teams.clone(), s.period);
+                    })
+                    .collect();
+                let runs = s
+                    .runs
+                    .iter()
+                    .zip(typed)
+                    .enumerate()
+                    .map(|(id, (run, (h100, a100)))| {
+                        let g = u64::from(run.gpus);
+                        usage_run(
+                            id as i64,
+                            &run.team,
+                            "gpu",
+                            run.start,
+                            run.end,
+                            &[("h100", h100), ("a100", a100)],
+                            g - h100 - a100,
+                        )
+                    })
+                    .collect();
+                (s, capacity, runs, p)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(config(200))]
+
+        /// An untyped configuration: the same team totals as the split on totals (the report
+        /// before GPU types), whatever types the runs had; per type, lent equals borrowed.
+        #[test]
+        fn an_untyped_configuration_gives_the_team_totals_of_the_split_on_totals(
+            (s, capacity, runs, p) in untyped_case(),
+        ) {
+            let what = "untyped";
             let r = compute_usage(&runs, &capacity, &p);
             assert!(!r.typed);
             let split = split_usage(&s.runs, &s.teams, &s.capacity, s.period);
-            assert_matches(&r, &split, None, &what);
+            assert_matches(&r, &split, None, what);
             assert!(close(
                 r.capacity_gpu_seconds,
                 split.totals.capacity,
                 split.totals.capacity
             ));
-            assert_adds_up(&r, &what);
+            assert_adds_up(&r, what);
         }
     }
 }

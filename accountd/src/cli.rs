@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 use teamshare_config::{Config, ConfigError};
 
 use accountd::capacity::{self, Capacity};
@@ -36,28 +36,18 @@ macro_rules! say_err_inline {
     }};
 }
 
-/// Success; also a command whose stdout reader went away early (`accountd report | head`).
-pub const EXIT_OK: u8 = 0;
-/// A runtime error: I/O, sacct/sinfo/sacctmgr failure, database.
-pub const EXIT_RUNTIME: u8 = 1;
-/// An invalid configuration or invalid command-line usage.
-pub const EXIT_INVALID: u8 = 2;
+mod docs;
+mod generate;
 
-const AFTER_HELP: &str = "\
-Exit codes:
-  0  success (also when stdout's reader goes away early, as with `| head`)
-  1  runtime error (I/O, sacct/sinfo/sacctmgr failure, database)
-  2  invalid configuration or usage
+pub use docs::ExitStatus;
 
-Times (--since, --until) are YYYY-MM-DD (local midnight), YYYY-MM-DDTHH:MM:SS (local time),
-`now`, or `now-<duration>`/`now+<duration>` such as now-2h, now-30m, now+1h.";
-
+/// The definitions of the command line; [`command`] adds each command's notes and exit codes
+/// (from [`docs`]) to its help.
 #[derive(Debug, Parser)]
 #[command(
-    name = "accountd",
+    name = generate::BIN,
     version,
-    about = "teamshare accounting: Slurm accounting into SQLite, GPU usage and cost reports, Slurm association setup",
-    after_help = AFTER_HELP
+    about = "teamshare accounting: Slurm accounting into SQLite, GPU usage and cost reports, Slurm association setup"
 )]
 struct Cli {
     /// teamshare.toml to use [default: teamshare.toml beside $SLURM_CONF]
@@ -75,44 +65,50 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Validate teamshare.toml and print a summary; check quotas against the capacity
-    #[command(after_help = AFTER_HELP)]
     CheckConfig(CheckConfigArgs),
     /// Read job runs from sacct into the database (idempotent; overlapping windows are safe)
-    #[command(after_help = AFTER_HELP)]
     Ingest(IngestArgs),
     /// Reports: per-team usage, borrowing, lending and cost; jobs with idle GPUs; utilisation;
     /// fair-share
-    #[command(after_help = AFTER_HELP)]
     Report(ReportArgs),
     /// The daemon: governor passes, sacct ingest, sample collection, capacity samples, and
     /// /metrics, until SIGTERM or SIGINT
-    #[command(after_help = RUN_AFTER_HELP)]
     Run(RunArgs),
     /// Make Slurm's accounts match teamshare.toml with sacctmgr
-    #[command(after_help = AFTER_HELP)]
     SetupSlurm(SetupSlurmArgs),
     /// Keep Slurm's job priorities and team GPU limits matching the governance rules, and
     /// publish the state the plugin reads (runs until killed; --once for one pass)
-    #[command(after_help = AFTER_HELP)]
     Govern(GovernArgs),
     /// On a GPU node: sample every GPU through NVML at an interval into the local spool
-    #[command(after_help = SAMPLE_AFTER_HELP)]
     Sample(SampleArgs),
     /// On the head: store every node's spooled GPU samples in the database (idempotent)
-    #[command(after_help = AFTER_HELP)]
     CollectSamples(CollectSamplesArgs),
+    /// Man pages and shell completions, made from these definitions (for packaging)
+    #[command(hide = true)]
+    Generate(GenerateArgs),
 }
 
-const SAMPLE_AFTER_HELP: &str = "\
-Samples go to SPOOL/<node>/ready/, one file per tick, written atomically; `accountd
-collect-samples` on the head stores and removes them. Each GPU is keyed by its UUID and mapped to
-the Slurm job holding it by its minor number (scontrol -d show job, slurmd -G); without
-SLURM_CONF, or with --no-jobs, samples carry no job.
+#[derive(Debug, Args)]
+struct GenerateArgs {
+    #[command(subcommand)]
+    what: Generated,
+}
 
-Exit codes:
-  0  success (--once)
-  1  runtime error: NVML library missing or failing, spool not writable
-  2  invalid configuration or usage";
+#[derive(Debug, Subcommand)]
+enum Generated {
+    /// Write accountd.1 and a page per command (accountd-report.1, ...) into DIR; print their
+    /// paths
+    Man {
+        /// Where the pages go (created if missing)
+        #[arg(value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Print the completion script of SHELL
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+}
 
 #[derive(Debug, Args)]
 struct SampleArgs {
@@ -139,24 +135,6 @@ struct SampleArgs {
     no_jobs: bool,
 }
 
-const RUN_AFTER_HELP: &str = "\
-Every --govern-interval, on a thread of its own: one governor pass (as `accountd govern`). Every
-[accountd] ingest_interval, on another: sacct into the database (as `accountd ingest`, with the
-runaway check), the nodes' GPU samples from [accountd] sample_spool (as `accountd
-collect-samples`), and the governed capacity (sinfo) into capacity_samples; a slow sacct never
-delays governance. /metrics is served on [accountd] metrics_listen (127.0.0.1:9477 by default).
-teamshare.toml is followed: looked at every 2 s and on SIGHUP; a valid new file is in force at
-once, an invalid one is logged once and the last good one stays. A failing step is logged to
-stderr (once per distinct error, with a timestamp) and tried again at its next turn; the other
-steps go on. SIGTERM or SIGINT: the governor's pass under way finishes, the ingest thread's step
-is waited for 5 s at most, then accountd exits 0; a second signal exits at once (1).
-
-Exit codes:
-  0  stopped by SIGTERM/SIGINT; with --once, every step succeeded
-  1  with --once, a step failed (see stderr); a runtime error before the loop started; a thread
-     of the daemon ended unexpectedly (a bug: the service manager should start it again)
-  2  invalid configuration or usage";
-
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Time between governor passes
@@ -168,7 +146,7 @@ struct RunArgs {
     /// Spool root of the nodes' GPU samples [default: [accountd] sample_spool]
     #[arg(long, value_name = "DIR")]
     spool: Option<PathBuf>,
-    /// Run each step once, then exit (exit 1 if one failed)
+    /// Run each step once, then exit (unsuccessfully if one failed)
     #[arg(long)]
     once: bool,
     /// Do not govern (no governor passes: Slurm's priorities and limits are left alone)
@@ -288,7 +266,7 @@ struct SetupSlurmArgs {
     dry_run: bool,
 }
 
-/// A mistake in how accountd was called (exit 2).
+/// A mistake in how accountd was called ([`ExitStatus::Invalid`]).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(String);
@@ -303,8 +281,8 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     })
 }
 
-/// The exit code an error ends the program with.
-pub fn exit_code_for(err: &anyhow::Error) -> u8 {
+/// The exit status an error ends the program with.
+pub fn exit_code_for(err: &anyhow::Error) -> ExitStatus {
     let invalid = err.chain().any(|cause| {
         cause.is::<UsageError>()
             || cause.is::<TimeError>()
@@ -318,19 +296,33 @@ pub fn exit_code_for(err: &anyhow::Error) -> u8 {
             )
     });
     if invalid {
-        EXIT_INVALID
+        ExitStatus::Invalid
     } else {
-        EXIT_RUNTIME
+        ExitStatus::Runtime
     }
 }
 
+/// The command line as clap sees it: [`Cli`]'s definitions, each command's help ending with its
+/// notes and exit codes from [`docs`] (as its man page does).
+fn command() -> clap::Command {
+    Cli::command()
+        .after_help(docs::COMMON.after_help())
+        .mut_subcommands(|sub| {
+            let doc = docs::of_command(sub.get_name());
+            sub.after_help(doc.after_help())
+        })
+}
+
 pub fn run() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    let mut cmd = command();
+    let matches = cmd.get_matches_mut();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut cmd).exit());
     let config_path = cli
         .config
         .clone()
         .unwrap_or_else(teamshare_config::default_path);
     match &cli.command {
+        Command::Generate(args) => generate_cmd(args),
         Command::CheckConfig(args) => check_config(&config_path, args),
         Command::Ingest(args) => {
             let config = load_config(&config_path)?;
@@ -368,7 +360,8 @@ fn database_path(cli: &Cli, config: &Config) -> PathBuf {
         .unwrap_or_else(|| config.accountd.database.clone())
 }
 
-/// Load the configuration; an invalid one has every problem printed, then fails with exit 2.
+/// Load the configuration; an invalid one has every problem printed, then fails with
+/// [`ExitStatus::Invalid`].
 fn load_config(path: &Path) -> anyhow::Result<Config> {
     match teamshare_config::load(path) {
         Ok(config) => Ok(config),
@@ -405,6 +398,27 @@ fn time_arg(
 }
 
 // ---------------------------------------------------------------------------------------------
+// generate
+
+fn generate_cmd(args: &GenerateArgs) -> anyhow::Result<ExitCode> {
+    match &args.what {
+        Generated::Man { dir } => {
+            let pages = generate::man_pages(command(), dir)
+                .with_context(|| format!("cannot write the man pages into {}", dir.display()))?;
+            let mut out = Stdout::new();
+            for page in pages {
+                out.line(&page.display().to_string())?;
+            }
+            Ok(ExitStatus::Success.into())
+        }
+        Generated::Completions { shell } => {
+            let script = generate::completions(&command(), *shell);
+            print(&String::from_utf8_lossy(&script))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // check-config
 
 fn check_config(path: &Path, args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
@@ -418,7 +432,7 @@ fn check_config(path: &Path, args: &CheckConfigArgs) -> anyhow::Result<ExitCode>
                 diagnostics.len(),
                 plural(diagnostics.len(), "error", "errors")
             );
-            return Ok(ExitCode::from(EXIT_INVALID));
+            return Ok(ExitStatus::Invalid.into());
         }
         Err(e) => return Err(e.into()),
     };
@@ -474,10 +488,10 @@ fn check_config(path: &Path, args: &CheckConfigArgs) -> anyhow::Result<ExitCode>
                 problems.len(),
                 plural(problems.len(), "error", "errors")
             );
-            return Ok(ExitCode::from(EXIT_INVALID));
+            return Ok(ExitStatus::Invalid.into());
         }
     }
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(ExitStatus::Success.into())
 }
 
 fn summary(path: &Path, config: &Config) -> String {
@@ -626,7 +640,7 @@ fn ingest_cmd(config: &Config, database: PathBuf, args: &IngestArgs) -> anyhow::
         }
         Err(e) => say_err!("accountd: warning: {e}"),
     }
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(ExitStatus::Success.into())
 }
 
 /// A one-line progress bar on a terminal's stderr: how much of the window is read, records,
@@ -763,7 +777,7 @@ fn note_runaways(runs: &[RunawayRun]) {
 /// success: the rest is not written.
 fn print(text: &str) -> anyhow::Result<ExitCode> {
     Stdout::new().text(text)?;
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(ExitStatus::Success.into())
 }
 
 /// Standard output that goes quiet when its reader has gone: a write that meets a closed pipe
@@ -1016,8 +1030,12 @@ fn run_cmd(
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // The first signal asks for a stop after the step under way; a second one, while
         // stopping, exits at once.
-        signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))
-            .context("cannot install the signal handlers")?;
+        signal_hook::flag::register_conditional_shutdown(
+            signal,
+            ExitStatus::Runtime.code().into(),
+            Arc::clone(&stop),
+        )
+        .context("cannot install the signal handlers")?;
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .context("cannot install the signal handlers")?;
     }
@@ -1049,9 +1067,9 @@ fn run_cmd(
             outcome.failed_steps,
             plural(outcome.failed_steps, "step", "steps")
         );
-        return Ok(ExitCode::from(EXIT_RUNTIME));
+        return Ok(ExitStatus::Runtime.into());
     }
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(ExitStatus::Success.into())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1112,7 +1130,7 @@ fn sample_cmd(
         }
     });
     sampler::run(&settings, view, log)?;
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(ExitStatus::Success.into())
 }
 
 fn collect_samples_cmd(
@@ -1141,7 +1159,7 @@ fn collect_samples_cmd(
         say_err!("accountd: warning: {line} (left in the spool; read again next time)");
     }
     say_err!("{summary}");
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(ExitStatus::Success.into())
 }
 
 /// `report jobs` and `report utilisation`: from the NVML samples.
@@ -1308,7 +1326,7 @@ fn govern(config: Config, database: PathBuf, args: &GovernArgs) -> anyhow::Resul
             }
         }
         if args.once {
-            return Ok(ExitCode::from(EXIT_OK));
+            return Ok(ExitStatus::Success.into());
         }
         if let Some(rest) = args.interval.checked_sub(started.elapsed()) {
             std::thread::sleep(rest);
@@ -1415,7 +1433,7 @@ fn setup_slurm(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow::R
             config.governance.min_runtime_before_reclaim.as_secs()
         ))?;
     }
-    Ok(ExitCode::from(EXIT_OK))
+    Ok(ExitStatus::Success.into())
 }
 
 #[cfg(test)]
@@ -1426,6 +1444,24 @@ mod tests {
     fn the_cli_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_command_s_help_ends_with_its_doc() {
+        let cmd = command();
+        cmd.clone().debug_assert();
+        let after = |c: &clap::Command| c.get_after_help().map(ToString::to_string);
+        assert_eq!(after(&cmd), Some(docs::COMMON.after_help()));
+        for (name, doc) in docs::OWN_DOCS {
+            let sub = cmd
+                .find_subcommand(name)
+                .unwrap_or_else(|| panic!("no {name}"));
+            assert_eq!(after(sub), Some(doc.after_help()), "{name}");
+            assert_ne!(doc.after_help(), docs::COMMON.after_help());
+        }
+        let report = cmd.find_subcommand("report").unwrap();
+        assert_eq!(after(report), Some(docs::COMMON.after_help()));
+        assert_eq!(cmd.get_name(), generate::BIN);
     }
 
     /// A reader that took what it wanted and went away.
@@ -1473,11 +1509,11 @@ mod tests {
     #[test]
     fn usage_and_config_errors_exit_2_others_1() {
         let usage: anyhow::Error = UsageError("x".into()).into();
-        assert_eq!(exit_code_for(&usage), EXIT_INVALID);
+        assert_eq!(exit_code_for(&usage), ExitStatus::Invalid);
         let time: anyhow::Error = anyhow::Error::new(TimeError::Unrecognised { text: "x".into() })
             .context("invalid --since");
-        assert_eq!(exit_code_for(&time), EXIT_INVALID);
+        assert_eq!(exit_code_for(&time), ExitStatus::Invalid);
         let io: anyhow::Error = std::io::Error::other("disk").into();
-        assert_eq!(exit_code_for(&io), EXIT_RUNTIME);
+        assert_eq!(exit_code_for(&io), ExitStatus::Runtime);
     }
 }

@@ -16,11 +16,11 @@ fn main() -> ExitCode {
     match cli::run() {
         Ok(code) => code,
         // The reader of stdout went away (`accountd report | head`): nothing is wrong.
-        Err(err) if cli::is_broken_pipe(&err) => ExitCode::from(cli::EXIT_OK),
+        Err(err) if cli::is_broken_pipe(&err) => cli::ExitStatus::Success.into(),
         Err(err) => {
             // Not eprintln!: a closed stderr is no reason to panic.
             let _ = writeln!(std::io::stderr().lock(), "accountd: error: {err:#}");
-            ExitCode::from(cli::exit_code_for(&err))
+            cli::exit_code_for(&err).into()
         }
     }
 }

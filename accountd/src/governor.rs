@@ -149,14 +149,7 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
             bad(&format!("expected {SQUEUE_FIELD_COUNT} fields"));
             continue;
         }
-        // Running array tasks print their own job id; pending tasks of an array share one
-        // record (12_[4-9] in other formats), addressed by its id.
-        let Some(id) = f[0]
-            .trim()
-            .split(['_', '+'])
-            .next()
-            .and_then(|s| s.parse::<u64>().ok())
-        else {
+        let Some(id) = squeue_job_id(f[0]) else {
             bad("bad job id");
             continue;
         };
@@ -279,7 +272,7 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
             // A job teamshare holds shows the hold as its reason: its begin time alone says
             // whether it could start once released.
             eligible: phase == Phase::Running
-                || ((park_held || eligible_reason(f[12]))
+                || ((park_held || eligible_reason(f[REASON_FIELD]))
                     && parse_utc(f[15]).is_some_and(|t| t <= now)),
             // A begin time this far ahead is teamshare's parking.
             parked: phase == Phase::Pending
@@ -309,6 +302,38 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
         }
     }
     (jobs, unreadable, addresses)
+}
+
+/// squeue's Reason field: why a pending job waits, in Slurm's words.
+const REASON_FIELD: usize = 12;
+
+/// The job id of squeue's JobID field. Running array tasks print their own job id; pending
+/// tasks of an array share one record (12_[4-9] in other formats), named by its id.
+fn squeue_job_id(field: &str) -> Option<u64> {
+    field
+        .trim()
+        .split(['_', '+'])
+        .next()
+        .and_then(|s| s.parse::<u64>().ok())
+}
+
+/// Slurm's reason for each pending job in squeue's output (the text [`read_squeue`] reads),
+/// by the id [`read_squeue`] gives the job: `accountd status` says why jobs wait. Lines
+/// [`read_squeue`] cannot read are left out here too.
+pub fn pending_reasons(text: &str) -> BTreeMap<u64, String> {
+    let mut reasons = BTreeMap::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('|').collect();
+        if f.len() < SQUEUE_FIELD_COUNT || f[2].trim() != "PENDING" {
+            continue;
+        }
+        if let Some(id) = squeue_job_id(f[0]) {
+            reasons
+                .entry(id)
+                .or_insert_with(|| f[REASON_FIELD].trim().to_string());
+        }
+    }
+    reasons
 }
 
 /// The one GPU type all of a job's GPUs are of (the allocation's typed entries, where
@@ -512,6 +537,83 @@ impl SlurmReader {
             )),
         }
     }
+
+    /// Read what a pass plans from: the governed capacity and the jobs of the governed
+    /// partitions, through libslurm or with sinfo and squeue.
+    pub fn read(
+        &mut self,
+        partitions: &[String],
+        now: UnixSeconds,
+    ) -> Result<Reading, GovernError> {
+        let (capacity, jobs_text, slurm_calls) = self.read_text(partitions)?;
+        Ok(reading(capacity, &jobs_text, slurm_calls, now))
+    }
+
+    /// [`SlurmReader::read`], with Slurm's reason for each pending job ([`pending_reasons`]:
+    /// `accountd status` says why jobs wait; the governor's passes do without).
+    pub fn read_with_reasons(
+        &mut self,
+        partitions: &[String],
+        now: UnixSeconds,
+    ) -> Result<(Reading, BTreeMap<u64, String>), GovernError> {
+        let (capacity, jobs_text, slurm_calls) = self.read_text(partitions)?;
+        let reasons = pending_reasons(&jobs_text);
+        Ok((reading(capacity, &jobs_text, slurm_calls, now), reasons))
+    }
+
+    /// The capacity, squeue's text of the jobs, and the Slurm calls that took.
+    fn read_text(
+        &mut self,
+        partitions: &[String],
+    ) -> Result<(capacity::Capacity, String, u64), GovernError> {
+        Ok(match self {
+            SlurmReader::Libslurm(session) => {
+                let before = session.calls;
+                let nodes = session.nodes_text(partitions)?;
+                let cap = capacity::parse_sinfo(&nodes)?;
+                let jobs = session.jobs_text(partitions)?;
+                (cap, jobs, session.calls - before)
+            }
+            // Capacity and jobs are read at once: a snapshot takes the longer of the two, not
+            // their sum (each waits for slurmctld's locks behind its scheduler).
+            SlurmReader::Commands => {
+                let (cap, sinfo_calls, out) = std::thread::scope(|s| {
+                    let sinfo = s.spawn(|| {
+                        let cap = capacity::measure(partitions);
+                        (cap, crate::slurm_cli::calls_on_this_thread())
+                    });
+                    let out = squeue_command(partitions).run();
+                    let (cap, calls) = sinfo.join().unwrap_or_else(|_| {
+                        (
+                            Err(capacity::CapacityError::Internal(
+                                "the capacity reader stopped".into(),
+                            )),
+                            1,
+                        )
+                    });
+                    (cap, calls, out)
+                });
+                (cap?, out?.stdout, sinfo_calls + 1)
+            }
+        })
+    }
+}
+
+/// A [`Reading`] of the capacity and squeue's text of the jobs.
+fn reading(
+    capacity: capacity::Capacity,
+    jobs_text: &str,
+    slurm_calls: u64,
+    now: UnixSeconds,
+) -> Reading {
+    let (jobs, unreadable, addresses) = read_squeue(jobs_text, now);
+    Reading {
+        capacity,
+        jobs,
+        unreadable,
+        addresses,
+        slurm_calls,
+    }
 }
 
 pub struct Governor {
@@ -704,48 +806,9 @@ impl Governor {
         Ok(report)
     }
 
-    /// Read what a pass plans from: the governed capacity and the jobs of the governed
-    /// partitions, through libslurm or with sinfo and squeue ([`SlurmReader`]).
+    /// Read what a pass plans from ([`SlurmReader::read`]).
     pub fn read(&mut self, now: UnixSeconds) -> Result<Reading, GovernError> {
-        let partitions = &self.config.cluster.partitions;
-        let (cap, jobs_text, slurm_calls) = match &mut self.reader {
-            SlurmReader::Libslurm(session) => {
-                let before = session.calls;
-                let nodes = session.nodes_text(partitions)?;
-                let cap = capacity::parse_sinfo(&nodes)?;
-                let jobs = session.jobs_text(partitions)?;
-                (cap, jobs, session.calls - before)
-            }
-            // Capacity and jobs are read at once: a snapshot takes the longer of the two, not
-            // their sum (each waits for slurmctld's locks behind its scheduler).
-            SlurmReader::Commands => {
-                let (cap, sinfo_calls, out) = std::thread::scope(|s| {
-                    let sinfo = s.spawn(|| {
-                        let cap = capacity::measure(partitions);
-                        (cap, crate::slurm_cli::calls_on_this_thread())
-                    });
-                    let out = squeue_command(partitions).run();
-                    let (cap, calls) = sinfo.join().unwrap_or_else(|_| {
-                        (
-                            Err(capacity::CapacityError::Internal(
-                                "the capacity reader stopped".into(),
-                            )),
-                            1,
-                        )
-                    });
-                    (cap, calls, out)
-                });
-                (cap?, out?.stdout, sinfo_calls + 1)
-            }
-        };
-        let (jobs, unreadable, addresses) = read_squeue(&jobs_text, now);
-        Ok(Reading {
-            capacity: cap,
-            jobs,
-            unreadable,
-            addresses,
-            slurm_calls,
-        })
+        self.reader.read(&self.config.cluster.partitions, now)
     }
 
     /// What a pass would read and plan, without publishing or acting (`accountd govern
@@ -1493,6 +1556,29 @@ mod tests {
         assert_eq!((jobs[2].gpus, jobs[2].start), (2, None));
         // Waiting for its begin time: GPUs given to research would not start it.
         assert!(!jobs[2].eligible && jobs[1].eligible && jobs[0].eligible);
+    }
+
+    #[test]
+    fn pending_jobs_carry_slurms_reason_by_the_id_the_jobs_are_read_with() {
+        let reasons = pending_reasons(SQUEUE);
+        let (jobs, _) = parse_squeue(SQUEUE, 1_796_008_620);
+        let pending: Vec<u64> = jobs
+            .iter()
+            .filter(|j| j.phase == Phase::Pending)
+            .map(|j| j.id)
+            .collect();
+        assert_eq!(pending, vec![9, 10, 11]);
+        // Running and ended jobs have none; an array's pending record is one job.
+        assert_eq!(
+            reasons,
+            BTreeMap::from([
+                (9, "Priority".to_string()),
+                (10, "BeginTime".to_string()),
+                (11, "Resources".to_string()),
+            ])
+        );
+        // A line too short to read gives no reason (and no job).
+        assert!(pending_reasons("14|agents|PENDING|1|x\n").is_empty());
     }
 
     #[test]

@@ -20,6 +20,7 @@ use accountd::report::{self, CapacitySource, FairshareParams, Format, RowKind, U
 use accountd::sample::{self, collect, gpu, jobs, sampler, utilisation};
 use accountd::slurm_cli::{self, SlurmCommandError};
 use accountd::slurm_setup::{self, Applied, Associations};
+use accountd::status::{self, StatusInput};
 use accountd::store::{RunawayRun, Store, StoreError};
 
 /// A line on stderr; a closed stderr is not worth a panic (`eprintln!` would).
@@ -79,6 +80,9 @@ enum Command {
     /// Keep Slurm's job priorities and team GPU limits matching the governance rules, and
     /// publish the state the plugin reads (runs until killed; --once for one pass)
     Govern(GovernArgs),
+    /// Each team now: quota, GPUs in use (in quota / borrowed), what it may hold, what it
+    /// lends, its waiting jobs and why; live from Slurm and the governor's state
+    Status(StatusArgs),
     /// On a GPU node: sample every GPU through NVML at an interval into the local spool
     Sample(SampleArgs),
     /// On the head: store every node's spooled GPU samples in the database (idempotent)
@@ -155,6 +159,22 @@ struct RunArgs {
     /// Do not read sacct (samples are still collected and the capacity recorded)
     #[arg(long)]
     no_ingest: bool,
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    /// Only this team [default: every team]
+    #[arg(long, value_name = "TEAM")]
+    team: Option<String>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = StatusFormat::Table)]
+    format: StatusFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StatusFormat {
+    Table,
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -331,6 +351,10 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Report(args) => {
             let config = load_config(&config_path)?;
             report_cmd(&config, database_path(&cli, &config), args)
+        }
+        Command::Status(args) => {
+            let config = load_config(&config_path)?;
+            status_cmd(&config, args)
         }
         Command::Sample(args) => sample_cmd(cli.config.as_deref(), &config_path, args),
         Command::CollectSamples(args) => {
@@ -1279,6 +1303,46 @@ fn govern_dry_run(governor: &mut accountd::governor::Governor) -> anyhow::Result
     }
     text.push_str(&format!("read with {} Slurm calls\n", reading.slurm_calls));
     print(&text)
+}
+
+fn status_cmd(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    if let Some(team) = &args.team {
+        if config.team(team).is_none() {
+            let teams: Vec<&str> = config.teams.iter().map(|t| t.name.as_str()).collect();
+            return Err(UsageError(format!(
+                "--team {team}: no such team in the configuration (its teams: {})",
+                teams.join(", ")
+            ))
+            .into());
+        }
+    }
+    let mut reader = accountd::governor::SlurmReader::from_env().map_err(UsageError)?;
+    let now = period::now();
+    let (reading, reasons) = reader
+        .read_with_reasons(&config.cluster.partitions, now)
+        .context("cannot read Slurm's jobs and nodes")?;
+    let state_file = &config.accountd.state_file;
+    let state = status::read_state(state_file);
+    let input = StatusInput {
+        config,
+        state_file,
+        state: state.as_ref().map_err(Clone::clone),
+        capacity: &reading.capacity,
+        jobs: &reading.jobs,
+        reasons: &reasons,
+        now,
+    };
+    let Some(status) = status::status(&input, args.team.as_deref()) else {
+        return Err(UsageError("--team names no team of the configuration".into()).into());
+    };
+    match args.format {
+        StatusFormat::Table => print(&status::render_table(&status, &chrono::Local)),
+        StatusFormat::Json => {
+            let mut text = serde_json::to_string_pretty(&status).context("status as JSON")?;
+            text.push('\n');
+            print(&text)
+        }
+    }
 }
 
 fn govern(config: Config, database: PathBuf, args: &GovernArgs) -> anyhow::Result<ExitCode> {

@@ -16,6 +16,8 @@
 //!   samples, capacity), the configuration followed;
 //! - `config_watch`: teamshare.toml followed while the daemon runs (changes, SIGHUP);
 //! - `metrics`: the Prometheus exposition and the HTTP server of `/metrics`;
+//! - `status`: `accountd status`, each team's quota, use, limit, lending and waiting jobs now,
+//!   from Slurm and the governor's state;
 //! - `slurm_api`: the governor's reads of jobs, nodes and partitions through libslurm (the
 //!   only unsafe code of accountd).
 //!
@@ -37,4 +39,5 @@ pub mod sample;
 pub mod slurm_api;
 pub mod slurm_cli;
 pub mod slurm_setup;
+pub mod status;
 pub mod store;

@@ -1444,7 +1444,11 @@ fn percent(p: Option<f64>) -> String {
 
 /// Cells right-aligned under their headers, the first column left-aligned; a rule of dashes
 /// before line `rule_before`.
-fn table(header: &[String], lines: &[Vec<String>], rule_before: Option<usize>) -> String {
+pub(crate) fn table(
+    header: &[String],
+    lines: &[Vec<String>],
+    rule_before: Option<usize>,
+) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for l in lines {
         for (w, cell) in widths.iter_mut().zip(l) {

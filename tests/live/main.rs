@@ -15,6 +15,7 @@ mod governance;
 mod hostile;
 mod scale;
 mod skeleton;
+mod status;
 mod typed;
 
 type Scenario = fn(&Cluster) -> Result<(), String>;
@@ -30,6 +31,7 @@ fn main() -> std::process::ExitCode {
     scenarios.extend_from_slice(hostile::SCENARIOS);
     scenarios.extend_from_slice(scale::SCENARIOS);
     scenarios.extend_from_slice(adversarial::SCENARIOS);
+    scenarios.extend_from_slice(status::SCENARIOS);
 
     let listing = args.list;
     let cluster: Result<Arc<Cluster>, String> = if listing {

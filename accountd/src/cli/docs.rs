@@ -167,8 +167,27 @@ is waited for 5 s at most, then accountd exits; a second signal exits at once.",
     },
 };
 
+const STATUS: CommandDoc = CommandDoc {
+    notes: "\
+Per team: QUOTA (guaranteed GPUs); IN-USE (GPUs its running jobs hold now), split into IN-QUOTA
+and BORROWED (beyond its quota); MAY-HOLD (the GPU limit the governor set in its last pass:
+the quota, plus the idle GPUs it may borrow now); LENT (other teams' borrowed GPUs on its idle
+quota, shared among the lenders as `accountd report teams` does; (pool) lends the capacity no
+quota holds); WAITING-JOBS and WAITING-GPUS, with the top reasons under the table. Where
+quotas are per GPU type, each type has a line under its team's. Slurm is read as the governor
+reads it (libslurm; TEAMSHARE_SLURM_READER=commands for squeue and sinfo); the governor's state
+is [accountd] state_file, flagged NOT CURRENT when the plugin would not act on it (older than
+[governance] state_max_age, or from another teamshare.toml).",
+    exits: &ExitMeanings {
+        success: "success, whatever the state's age (it is shown)",
+        runtime: "runtime error: Slurm cannot be read",
+        invalid: "invalid configuration or usage (--team naming no team)",
+    },
+};
+
 /// The commands whose doc is not [`COMMON`], by their names on the command line.
-pub const OWN_DOCS: [(&str, &CommandDoc); 2] = [("sample", &SAMPLE), ("run", &RUN)];
+pub const OWN_DOCS: [(&str, &CommandDoc); 3] =
+    [("sample", &SAMPLE), ("run", &RUN), ("status", &STATUS)];
 
 /// The doc of the command clap names `name`.
 pub fn of_command(name: &str) -> &'static CommandDoc {
@@ -198,7 +217,7 @@ pub fn environment() -> Vec<(String, String)> {
         ),
         (
             accountd::governor::READER_VAR.to_string(),
-            "accountd govern and run: how the governor reads Slurm: libslurm (the default) or \
+            "accountd govern, run and status: how Slurm is read: libslurm (the default) or \
              commands (Slurm's client commands)."
                 .to_string(),
         ),

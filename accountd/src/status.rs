@@ -1,0 +1,1350 @@
+//! `accountd status`: what every team holds and may hold now, what waits and why, and what is
+//! lent, live from Slurm and the governor's published state.
+//!
+//! Pure: [`status`] builds a [`Status`] from the configuration, the state file as read, Slurm's
+//! jobs and capacity and the instant; [`render_table`] prints it, and `--format json` is its
+//! serde form. The command line does the reading ([`read_state`], and the governor's
+//! [`crate::governor::SlurmReader`]).
+//!
+//! The figures, per team T (and per GPU type k where quotas are typed), at this instant:
+//! - `quota`: Q_T;
+//! - `in_use`: U_T, the GPUs of T's running jobs as Slurm shows them now; `in_quota` is
+//!   min(U_T, Q_T) and `borrowed` max(0, U_T - Q_T) (DESIGN §4);
+//! - `may_hold`: the GPU limit the governor gave T in its last pass (its `GrpTRES` in Slurm):
+//!   the quota, or what T holds beyond it, plus the share of lendable idle capacity T was given;
+//! - `lent`: the part of other teams' borrowed GPUs that sits on T's idle quota, attributed as
+//!   the accounting model does (DESIGN §5, [`crate::model::split_usage`] over this one second),
+//!   so that `accountd report teams` integrates the same figure over time; the `(pool)` row
+//!   lends the unallocated capacity (C - ΣQ). Lent is pro rata, hence possibly fractional;
+//! - `waiting_jobs` / `waiting_gpus`: T's pending jobs (an array's pending record counts each
+//!   task that may start), grouped by why they wait ([`WaitReason`]).
+//!
+//! The state's age is shown, and a state the plugin would not act on (older than
+//! `state_max_age`, from the future, or from another teamshare.toml: the plugin's own
+//! judgement, [`teamshare_policy::inputs::judge_state`]) is flagged; a missing or unreadable
+//! state file is said so, and the figures that need it are left out.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+use teamshare_config::{Config, Team};
+use teamshare_policy::governance::{self, ClusterJob, Phase, PublishedState, TeamState};
+use teamshare_policy::inputs::{self, ReadError, Staleness};
+
+use crate::capacity::Capacity;
+use crate::model::{split_usage, Run, TeamQuota, POOL};
+use crate::period::{format_local, Period, UnixSeconds};
+
+/// Everything `accountd status` shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Status {
+    /// Slurm's ClusterName (`[cluster] name`).
+    pub cluster: String,
+    /// When Slurm was read (unix seconds).
+    pub at: UnixSeconds,
+    /// The governed capacity C: GPUs of usable nodes in the governed partitions.
+    pub capacity: u32,
+    /// GPUs held by running jobs in the governed partitions, every account's.
+    pub in_use: u32,
+    /// Capacity not in use (never below 0: jobs may still hold GPUs of a drained node).
+    pub free: u32,
+    /// The same per GPU type (a typed configuration).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_type: BTreeMap<String, Gpus>,
+    pub state: StateStatus,
+    /// In name order; one team with `--team`.
+    pub teams: Vec<TeamStatus>,
+    /// The unallocated capacity (C - ΣQ) as a lender: the `(pool)` row.
+    pub pool: PoolLender,
+    /// Accounts that are not teams and hold or ask for GPUs in the governed partitions (the
+    /// governor holds them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_accounts: Vec<OtherAccount>,
+}
+
+/// Capacity, GPUs in use and free GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Gpus {
+    pub capacity: u32,
+    pub in_use: u32,
+    pub free: u32,
+}
+
+/// The governor's published state, as `status` found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StateStatus {
+    pub file: PathBuf,
+    /// `generated_at` of the state; `None` when it could not be read.
+    pub published_at: Option<UnixSeconds>,
+    pub age_secs: Option<i64>,
+    /// `[governance] state_max_age`: older counts as stale.
+    pub max_age_secs: u64,
+    /// Whether the plugin would act on it now.
+    pub current: bool,
+    /// Why it is not current (`None` when it is).
+    pub problem: Option<String>,
+}
+
+/// One team's figures; `by_type` carries them per GPU type in a typed configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TeamStatus {
+    pub team: String,
+    /// B_T in all; `None`: no limit.
+    pub borrow_limit: Option<u32>,
+    #[serde(flatten)]
+    pub figures: Figures,
+    /// Why its jobs wait, the most jobs first.
+    pub waiting_reasons: Vec<WaitReason>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_type: Vec<TypeStatus>,
+}
+
+/// A team's figures of one GPU type.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TypeStatus {
+    pub gpu_type: String,
+    #[serde(flatten)]
+    pub figures: Figures,
+}
+
+/// The figures of a team (or of one of its GPU types); see the module's documentation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Figures {
+    pub quota: u32,
+    pub in_use: u32,
+    pub in_quota: u32,
+    pub borrowed: u32,
+    /// `None` when no state could be read (or the state does not know the team yet).
+    pub may_hold: Option<u32>,
+    pub lent: f64,
+    pub waiting_jobs: u32,
+    pub waiting_gpus: u32,
+}
+
+/// Pending jobs that wait for one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WaitReason {
+    /// `teamshare: ...` where teamshare's rules hold the job, `in quota (Slurm: R)` where it
+    /// fits its quota and Slurm has yet to start it, else `Slurm: R` (R: Slurm's reason).
+    pub reason: String,
+    pub jobs: u32,
+    pub gpus: u32,
+}
+
+/// The `(pool)` row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolLender {
+    /// C - ΣQ (0 when the quotas fill or exceed the capacity).
+    pub unallocated: u32,
+    pub lent: f64,
+}
+
+/// An account outside every team with GPUs in the governed partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OtherAccount {
+    pub account: String,
+    pub in_use: u32,
+    pub waiting_jobs: u32,
+    pub waiting_gpus: u32,
+}
+
+/// What [`status`] is built from.
+pub struct StatusInput<'a> {
+    pub config: &'a Config,
+    /// Where the state was read from ([`read_state`]), for the output.
+    pub state_file: &'a Path,
+    /// The state, or why there is none.
+    pub state: Result<&'a PublishedState, String>,
+    pub capacity: &'a Capacity,
+    /// Slurm's jobs of the governed partitions ([`crate::governor::read_squeue`]).
+    pub jobs: &'a [ClusterJob],
+    /// Slurm's reason for each pending job ([`crate::governor::pending_reasons`]).
+    pub reasons: &'a BTreeMap<u64, String>,
+    pub now: UnixSeconds,
+}
+
+/// Read the governor's state file as the plugin does (a regular file, bounded, the version
+/// the plugin reads); the error says why there is none, in a user's words.
+pub fn read_state(path: &Path) -> Result<PublishedState, String> {
+    let text =
+        match inputs::read_bounded(path, inputs::STATE_LIMIT) {
+            Ok(text) => text,
+            Err(ReadError::Missing) => return Err(
+                "not published: no such file (the governor, `accountd run`, writes it every pass)"
+                    .into(),
+            ),
+            Err(e) => return Err(format!("cannot be read: {e}")),
+        };
+    PublishedState::from_json(&text)
+}
+
+/// The status at `input.now`, for every team, or for `team` alone (`None` when the
+/// configuration has no such team).
+pub fn status(input: &StatusInput<'_>, team: Option<&str>) -> Option<Status> {
+    let config = input.config;
+    if let Some(name) = team {
+        config.team(name)?;
+    }
+    let typed = config.is_typed();
+    let state = input.state.as_ref().ok().copied();
+    let jobs = JobsByPool::new(input, typed);
+
+    let mut teams: Vec<&Team> = config
+        .teams
+        .iter()
+        .filter(|t| team.is_none_or(|name| t.name == name))
+        .collect();
+    teams.sort_by(|a, b| a.name.cmp(&b.name));
+
+    // Lent, per pool: the model's split of this one second.
+    let lent = lent_now(input, &jobs, typed);
+    let rows = teams
+        .iter()
+        .map(|t| team_status(input, t, &jobs, state, &lent, typed))
+        .collect();
+
+    let in_use = jobs.running_total();
+    let by_type = if typed {
+        let mut types: Vec<&str> = config.governed_types().into_iter().collect();
+        types.extend(input.capacity.by_type.keys().map(String::as_str));
+        types.sort_unstable();
+        types.dedup();
+        types
+            .into_iter()
+            .map(|k| {
+                let capacity = input.capacity.by_type.get(k).copied().unwrap_or(0);
+                let used = jobs.running_of_type(k);
+                (
+                    k.to_string(),
+                    Gpus {
+                        capacity,
+                        in_use: used,
+                        free: capacity.saturating_sub(used),
+                    },
+                )
+            })
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+
+    let mut other_accounts: BTreeMap<&str, OtherAccount> = BTreeMap::new();
+    for j in input.jobs.iter().filter(|j| config.team(&j.team).is_none()) {
+        let row = other_accounts
+            .entry(j.team.as_str())
+            .or_insert_with(|| OtherAccount {
+                account: j.team.clone(),
+                in_use: 0,
+                waiting_jobs: 0,
+                waiting_gpus: 0,
+            });
+        match j.phase {
+            Phase::Running => row.in_use = row.in_use.saturating_add(j.gpus),
+            Phase::Pending => {
+                row.waiting_jobs = row.waiting_jobs.saturating_add(j.tasks.max(1));
+                row.waiting_gpus = row.waiting_gpus.saturating_add(pending_gpus(j));
+            }
+        }
+    }
+    let other_accounts = other_accounts
+        .into_values()
+        .filter(|a| a.in_use > 0 || a.waiting_gpus > 0)
+        .collect();
+
+    Some(Status {
+        cluster: config.cluster.name.clone(),
+        at: input.now,
+        capacity: input.capacity.total,
+        in_use,
+        free: input.capacity.total.saturating_sub(in_use),
+        by_type,
+        state: state_status(input),
+        teams: rows,
+        pool: PoolLender {
+            unallocated: input.capacity.total.saturating_sub(config.total_quota()),
+            lent: lent
+                .values()
+                .map(|m| m.get(POOL).copied().unwrap_or(0.0))
+                .sum(),
+        },
+        other_accounts,
+    })
+}
+
+/// The key of the figures of a whole untyped configuration.
+const ALL: &str = "";
+
+/// GPUs of a pending record: each task that may start asks for its `gpus` (an unreadable
+/// request counts none: its figure is not known).
+fn pending_gpus(j: &ClusterJob) -> u32 {
+    if j.gpus == governance::UNREADABLE_GPUS {
+        0
+    } else {
+        j.gpus.saturating_mul(j.tasks.max(1))
+    }
+}
+
+/// The jobs sorted into pools: one pool ([`ALL`]) in an untyped configuration, one per GPU
+/// type in a typed one, where a job belongs to the type it names, or (running) to its node's
+/// one type, as the governor counts it. Running jobs of no known type count in the team's
+/// totals only (as borrowed: they hold no type's quota).
+struct JobsByPool<'a> {
+    /// Pool -> running jobs.
+    running: BTreeMap<String, Vec<&'a ClusterJob>>,
+    /// Running jobs of no known type (typed configurations).
+    untyped_running: Vec<&'a ClusterJob>,
+    /// Pending jobs of teams, with their pool (`None`: no type in a typed configuration).
+    pending: Vec<(&'a ClusterJob, Option<String>)>,
+}
+
+impl<'a> JobsByPool<'a> {
+    fn new(input: &StatusInput<'a>, typed: bool) -> JobsByPool<'a> {
+        let node_type = |node: &str| -> Option<String> {
+            let mut kinds = input
+                .capacity
+                .per_node_types
+                .get(node)?
+                .iter()
+                .filter(|(_, n)| **n > 0);
+            let (k, _) = kinds.next()?;
+            kinds.next().is_none().then(|| k.clone())
+        };
+        let mut by = JobsByPool {
+            running: BTreeMap::new(),
+            untyped_running: Vec::new(),
+            pending: Vec::new(),
+        };
+        for j in input.jobs {
+            let pool = if typed {
+                j.gpu_type.clone().or_else(|| {
+                    (j.phase == Phase::Running)
+                        .then(|| j.nodes.first().and_then(|n| node_type(n)))
+                        .flatten()
+                })
+            } else {
+                Some(ALL.to_string())
+            };
+            match (j.phase, pool) {
+                (Phase::Running, Some(p)) => by.running.entry(p).or_default().push(j),
+                (Phase::Running, None) => by.untyped_running.push(j),
+                (Phase::Pending, p) => by.pending.push((j, p)),
+            }
+        }
+        by
+    }
+
+    fn running_total(&self) -> u32 {
+        self.running
+            .values()
+            .flatten()
+            .chain(&self.untyped_running)
+            .fold(0u32, |s, j| s.saturating_add(j.gpus))
+    }
+
+    fn running_of_type(&self, k: &str) -> u32 {
+        self.running
+            .get(k)
+            .into_iter()
+            .flatten()
+            .fold(0u32, |s, j| s.saturating_add(j.gpus))
+    }
+
+    /// U_{T,k} (k = [`ALL`]: U_T).
+    fn used(&self, team: &str, pool: &str) -> u32 {
+        self.running
+            .get(pool)
+            .into_iter()
+            .flatten()
+            .filter(|j| j.team == team)
+            .fold(0u32, |s, j| s.saturating_add(j.gpus))
+    }
+
+    fn untyped_used(&self, team: &str) -> u32 {
+        self.untyped_running
+            .iter()
+            .filter(|j| j.team == team)
+            .fold(0u32, |s, j| s.saturating_add(j.gpus))
+    }
+}
+
+/// Pool -> row (team, other account or [`POOL`]) -> GPUs lent now.
+type Lent = BTreeMap<String, BTreeMap<String, f64>>;
+
+fn lent_now(input: &StatusInput<'_>, jobs: &JobsByPool<'_>, typed: bool) -> Lent {
+    let second = Period {
+        since: input.now,
+        until: input.now.saturating_add(1),
+    };
+    let pools: Vec<(String, Vec<TeamQuota>, u32)> = if typed {
+        let mut types: Vec<String> = input
+            .config
+            .governed_types()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        types.extend(jobs.running.keys().cloned());
+        types.sort_unstable();
+        types.dedup();
+        types
+            .into_iter()
+            .map(|k| {
+                let quotas = TeamQuota::of_type_from_config(input.config, &k);
+                let capacity = input.capacity.by_type.get(&k).copied().unwrap_or(0);
+                (k, quotas, capacity)
+            })
+            .collect()
+    } else {
+        vec![(
+            ALL.to_string(),
+            TeamQuota::all_from_config(input.config),
+            input.capacity.total,
+        )]
+    };
+    pools
+        .into_iter()
+        .map(|(k, quotas, capacity)| {
+            let runs: Vec<Run> = jobs
+                .running
+                .get(&k)
+                .into_iter()
+                .flatten()
+                .map(|j| Run {
+                    team: Arc::from(j.team.as_str()),
+                    gpus: j.gpus,
+                    start: second.since,
+                    end: second.until,
+                })
+                .collect();
+            let split = split_usage(&runs, &quotas, &[(second.since, capacity)], second);
+            let lent = split
+                .rows
+                .into_iter()
+                .map(|row| (row.team, row.lent))
+                .collect();
+            (k, lent)
+        })
+        .collect()
+}
+
+/// What the classification of a waiting job needs of its team in its pool.
+struct PoolFigures {
+    quota: u32,
+    used: u32,
+    /// Q + B where a borrow limit bounds this pool (for a limit over all types, what the team
+    /// borrows of the other types is taken off).
+    ceiling: Option<u32>,
+    /// The governor's limit (`may_hold`).
+    limit: Option<u32>,
+}
+
+fn team_status(
+    input: &StatusInput<'_>,
+    team: &Team,
+    jobs: &JobsByPool<'_>,
+    state: Option<&PublishedState>,
+    lent: &Lent,
+    typed: bool,
+) -> TeamStatus {
+    let name = team.name.as_str();
+    let limit_in =
+        |teams: &BTreeMap<String, TeamState>| teams.get(name).map(|ts: &TeamState| ts.gpu_limit);
+    let lent_in = |pool: &str| {
+        lent.get(pool)
+            .and_then(|rows| rows.get(name))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let split = |quota: u32, used: u32| (used.min(quota), used.saturating_sub(quota));
+
+    // The pools this team has figures in, with what classifying its waiting jobs needs.
+    let mut pools: BTreeMap<String, PoolFigures> = BTreeMap::new();
+    if typed {
+        let mut types: Vec<&str> = input.config.governed_types().into_iter().collect();
+        types.extend(jobs.running.keys().map(String::as_str));
+        types.sort_unstable();
+        types.dedup();
+        let borrowed_of = |k: &str| jobs.used(name, k).saturating_sub(team.quota_of(k));
+        let borrowed_all: u32 = types.iter().fold(jobs.untyped_used(name), |s, k| {
+            s.saturating_add(borrowed_of(k))
+        });
+        for k in types {
+            let quota = team.quota_of(k);
+            let ceiling = match team.borrow_limit_of(k) {
+                Some(b) => Some(quota.saturating_add(b)),
+                None => team.borrow_limit.map(|b| {
+                    let elsewhere = borrowed_all.saturating_sub(borrowed_of(k));
+                    quota.saturating_add(b.saturating_sub(elsewhere))
+                }),
+            };
+            pools.insert(
+                k.to_string(),
+                PoolFigures {
+                    quota,
+                    used: jobs.used(name, k),
+                    ceiling,
+                    limit: state
+                        .and_then(|s| s.pools.get(k))
+                        .and_then(|p| limit_in(&p.teams)),
+                },
+            );
+        }
+    } else {
+        pools.insert(
+            ALL.to_string(),
+            PoolFigures {
+                quota: team.quota.total,
+                used: jobs.used(name, ALL),
+                ceiling: team
+                    .borrow_limit
+                    .map(|b| team.quota.total.saturating_add(b)),
+                limit: state.and_then(|s| limit_in(&s.teams)),
+            },
+        );
+    }
+
+    // Waiting jobs, per pool and per reason.
+    let mut waiting: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    let mut reasons: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    for (j, pool) in jobs.pending.iter().filter(|(j, _)| j.team == name) {
+        let figures = pool.as_deref().and_then(|p| pools.get(p));
+        let slurm = input
+            .reasons
+            .get(&j.id)
+            .map(String::as_str)
+            .unwrap_or("None");
+        let why = why_waiting(j, slurm, figures, typed);
+        let (n, g) = (j.tasks.max(1), pending_gpus(j));
+        let e = reasons.entry(why).or_insert((0, 0));
+        *e = (e.0.saturating_add(n), e.1.saturating_add(g));
+        if let Some(p) = pool {
+            let e = waiting.entry(p.clone()).or_insert((0, 0));
+            *e = (e.0.saturating_add(n), e.1.saturating_add(g));
+        }
+        if typed {
+            let e = waiting.entry(ALL.to_string()).or_insert((0, 0));
+            *e = (e.0.saturating_add(n), e.1.saturating_add(g));
+        }
+    }
+    let mut waiting_reasons: Vec<WaitReason> = reasons
+        .into_iter()
+        .map(|(reason, (jobs, gpus))| WaitReason { reason, jobs, gpus })
+        .collect();
+    waiting_reasons.sort_by(|a, b| {
+        b.jobs
+            .cmp(&a.jobs)
+            .then(b.gpus.cmp(&a.gpus))
+            .then(a.reason.cmp(&b.reason))
+    });
+
+    let figures_of = |k: &str, p: &PoolFigures| {
+        let (in_quota, borrowed) = split(p.quota, p.used);
+        let (waiting_jobs, waiting_gpus) = waiting.get(k).copied().unwrap_or((0, 0));
+        Figures {
+            quota: p.quota,
+            in_use: p.used,
+            in_quota,
+            borrowed,
+            may_hold: p.limit,
+            lent: lent_in(k),
+            waiting_jobs,
+            waiting_gpus,
+        }
+    };
+    let (figures, by_type) = if typed {
+        let by_type: Vec<TypeStatus> = pools
+            .iter()
+            .map(|(k, p)| TypeStatus {
+                gpu_type: k.clone(),
+                figures: figures_of(k, p),
+            })
+            // Types the team has nothing of: no lines.
+            .filter(|t| {
+                let f = &t.figures;
+                f.quota > 0
+                    || f.in_use > 0
+                    || f.waiting_jobs > 0
+                    || f.may_hold.unwrap_or(0) > 0
+                    || f.lent > 0.0
+            })
+            .collect();
+        let untyped = jobs.untyped_used(name);
+        let (waiting_jobs, waiting_gpus) = waiting.get(ALL).copied().unwrap_or((0, 0));
+        let sum = |f: fn(&Figures) -> u32| {
+            by_type
+                .iter()
+                .fold(0u32, |s, t| s.saturating_add(f(&t.figures)))
+        };
+        let totals = Figures {
+            quota: team.quota.total,
+            in_use: sum(|f| f.in_use).saturating_add(untyped),
+            in_quota: sum(|f| f.in_quota),
+            borrowed: sum(|f| f.borrowed).saturating_add(untyped),
+            may_hold: state.and_then(|s| limit_in(&s.teams)),
+            lent: by_type.iter().map(|t| t.figures.lent).sum(),
+            waiting_jobs,
+            waiting_gpus,
+        };
+        (totals, by_type)
+    } else {
+        (figures_of(ALL, &pools[ALL]), Vec::new())
+    };
+    TeamStatus {
+        team: team.name.clone(),
+        borrow_limit: team.borrow_limit,
+        figures,
+        waiting_reasons,
+        by_type,
+    }
+}
+
+/// Why a pending job waits. teamshare's own reasons come first where its rules hold the job
+/// (parked, beyond the borrow limit, no idle GPUs to borrow now); a job that cannot start
+/// whatever its team holds (a dependency, a begin time, a user's hold) shows Slurm's reason;
+/// so does one its team's figures let start (Slurm's scheduler has yet to: `Resources`,
+/// `Priority`).
+fn why_waiting(j: &ClusterJob, slurm: &str, pool: Option<&PoolFigures>, typed: bool) -> String {
+    if j.gpus == governance::UNREADABLE_GPUS {
+        return "teamshare: GPU request unreadable (never fits)".into();
+    }
+    if j.parked || j.park_held {
+        return "teamshare: parked (non-preemptible, waits for room in its quota)".into();
+    }
+    let Some(p) = pool else {
+        return if typed && j.gpus > 0 && j.gpu_type.is_none() {
+            "teamshare: held (names no GPU type; quotas are per type)".into()
+        } else {
+            format!("Slurm: {slurm}")
+        };
+    };
+    if !j.eligible {
+        return format!("Slurm: {slurm}");
+    }
+    let after = p.used.saturating_add(j.gpus);
+    if after <= p.quota {
+        return format!("in quota (Slurm: {slurm})");
+    }
+    if let Some(ceiling) = p.ceiling.filter(|c| after > *c) {
+        return format!("teamshare: beyond quota + borrow limit ({ceiling} GPUs)");
+    }
+    if let Some(limit) = p.limit.filter(|l| after > *l) {
+        return format!("teamshare: waiting for idle GPUs to borrow (may hold {limit} now)");
+    }
+    format!("Slurm: {slurm}")
+}
+
+fn state_status(input: &StatusInput<'_>) -> StateStatus {
+    let max_age_secs = input.config.governance.state_max_age.as_secs();
+    let (published_at, problem) = match &input.state {
+        Err(why) => (None, Some(why.clone())),
+        Ok(state) => {
+            let problem = match inputs::judge_state(Some(state), input.config, input.now) {
+                Staleness::Current => None,
+                Staleness::Missing => Some("not published".to_string()),
+                Staleness::Old { age_secs } => Some(format!(
+                    "stale: published {age_secs} s ago, more than state_max_age ({max_age_secs} s): is the governor (`accountd run`) running?"
+                )),
+                Staleness::Future { ahead_secs } => Some(format!(
+                    "stamped {ahead_secs} s in the future (a clock step, or not written by the governor)"
+                )),
+                Staleness::OtherConfig { .. } => Some(
+                    "computed from another teamshare.toml than this one (the governor has not yet run with it)"
+                        .to_string(),
+                ),
+            };
+            (Some(state.generated_at), problem)
+        }
+    };
+    StateStatus {
+        file: input.state_file.to_path_buf(),
+        published_at,
+        age_secs: published_at.map(|t| input.now.saturating_sub(t)),
+        max_age_secs,
+        current: problem.is_none(),
+        problem,
+    }
+}
+
+/// GPUs as a table cell, to two decimals without trailing zeros (lent is pro rata, so may
+/// not be whole).
+fn gpus(g: f64) -> String {
+    let text = format!("{g:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// `1 job`, `2 jobs`.
+fn count(n: u32, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn opt(v: Option<u32>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+/// How many reasons a team's line under the table shows; the rest are counted.
+const TOP_REASONS: usize = 3;
+
+/// The status as text: the cluster's GPUs, the state's age, one line per team (and per GPU
+/// type under it where quotas are typed), `(pool)`, then why jobs wait.
+pub fn render_table<Tz: chrono::TimeZone>(s: &Status, tz: &Tz) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let mut out = format!(
+        "teamshare status of {} at {} (local time)\n",
+        s.cluster,
+        format_local(s.at, tz).replace('T', " ")
+    );
+    let _ = write!(
+        out,
+        "GPUs: capacity {}, in use {}, free {}",
+        s.capacity, s.in_use, s.free
+    );
+    for (k, g) in &s.by_type {
+        let _ = write!(
+            out,
+            "; {k}: capacity {}, in use {}, free {}",
+            g.capacity, g.in_use, g.free
+        );
+    }
+    out.push('\n');
+    let st = &s.state;
+    let age = match (st.age_secs, st.published_at) {
+        (Some(age), Some(at)) => format!(
+            "published {age} s ago ({})",
+            format_local(at, tz).replace('T', " ")
+        ),
+        _ => "none".to_string(),
+    };
+    match &st.problem {
+        None => {
+            let _ = writeln!(
+                out,
+                "governor state: {age}, current (stale after {} s)",
+                st.max_age_secs
+            );
+        }
+        Some(problem) => {
+            let _ = writeln!(
+                out,
+                "governor state: {age}: NOT CURRENT: {} {problem}",
+                st.file.display()
+            );
+            let _ = writeln!(
+                out,
+                "  {}",
+                if st.published_at.is_some() {
+                    "MAY-HOLD shows the limits the governor last set, which Slurm keeps until it publishes again"
+                } else {
+                    "MAY-HOLD is unknown without the governor's state"
+                }
+            );
+        }
+    }
+
+    let typed = !s.by_type.is_empty();
+    let mut header: Vec<String> = vec!["TEAM".into()];
+    if typed {
+        header.push("TYPE".into());
+    }
+    header.extend(
+        [
+            "QUOTA",
+            "IN-USE",
+            "IN-QUOTA",
+            "BORROWED",
+            "MAY-HOLD",
+            "LENT",
+            "WAITING-JOBS",
+            "WAITING-GPUS",
+        ]
+        .map(String::from),
+    );
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    let mut push = |team: &str, gpu_type: Option<&str>, f: &Figures| {
+        let mut v = vec![team.to_string()];
+        if let Some(k) = gpu_type {
+            v.push(k.to_string());
+        }
+        v.extend([
+            f.quota.to_string(),
+            f.in_use.to_string(),
+            f.in_quota.to_string(),
+            f.borrowed.to_string(),
+            opt(f.may_hold),
+            gpus(f.lent),
+            f.waiting_jobs.to_string(),
+            f.waiting_gpus.to_string(),
+        ]);
+        lines.push(v);
+    };
+    for t in &s.teams {
+        push(&t.team, typed.then_some("all"), &t.figures);
+        for k in &t.by_type {
+            push(&t.team, Some(&k.gpu_type), &k.figures);
+        }
+    }
+    let rule = lines.len();
+    let mut pool = vec![POOL.to_string()];
+    if typed {
+        pool.push("all".into());
+    }
+    pool.push(s.pool.unallocated.to_string());
+    pool.extend(["-", "-", "-", "-"].map(String::from));
+    pool.push(gpus(s.pool.lent));
+    pool.extend(["-", "-"].map(String::from));
+    lines.push(pool);
+    out.push_str(&crate::report::table(&header, &lines, Some(rule)));
+
+    for a in &s.other_accounts {
+        let _ = writeln!(
+            out,
+            "account {} is not a team: {} in use, {} ({}) waiting (the governor holds them)",
+            a.account,
+            count(a.in_use, "GPU", "GPUs"),
+            count(a.waiting_jobs, "job", "jobs"),
+            count(a.waiting_gpus, "GPU", "GPUs")
+        );
+    }
+    let waiting: Vec<&TeamStatus> = s
+        .teams
+        .iter()
+        .filter(|t| !t.waiting_reasons.is_empty())
+        .collect();
+    if !waiting.is_empty() {
+        out.push_str("why jobs wait:\n");
+    }
+    for t in waiting {
+        for r in t.waiting_reasons.iter().take(TOP_REASONS) {
+            let _ = writeln!(
+                out,
+                "  {}: {} ({}): {}",
+                t.team,
+                count(r.jobs, "job", "jobs"),
+                count(r.gpus, "GPU", "GPUs"),
+                r.reason
+            );
+        }
+        let more = t.waiting_reasons.len().saturating_sub(TOP_REASONS);
+        if more > 0 {
+            let _ = writeln!(
+                out,
+                "  {}: {more} other reasons (--format json lists them all)",
+                t.team
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use teamshare_policy::governance::{plan, GovernInput};
+
+    const NOW: i64 = 1_796_008_620;
+
+    /// The live cluster's rules: capacity 8, quotas 2 + 4 + 2 (nothing unallocated).
+    const CONFIG: &str = "\
+[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\n\n\
+[[team]]\nname = \"agents\"\nquota = 2\nborrow_limit = 2\nweight = 40\n\n\
+[[team]]\nname = \"training\"\nquota = 4\nborrow_limit = 4\nweight = 40\n\n\
+[[team]]\nname = \"research\"\nquota = 2\nborrow_limit = 6\nweight = 20\n\n\
+[[priority_class]]\nname = \"inference\"\nvalue = 100\npreemptible = false\n\n\
+[governance]\nstate_max_age = \"5s\"\n";
+
+    fn config(text: &str) -> Config {
+        teamshare_config::parse(text, "t.toml").expect("valid")
+    }
+
+    fn job(id: u64, team: &str, phase: Phase) -> ClusterJob {
+        ClusterJob {
+            id,
+            team: team.into(),
+            phase,
+            gpus: 1,
+            gpu_type: None,
+            priority: 1000,
+            submit: NOW - 100,
+            start: (phase == Phase::Running).then_some(NOW - 50),
+            eligible: true,
+            parked: false,
+            park_held: false,
+            batch: true,
+            nodes: Vec::new(),
+            node_count: 1,
+            completing: false,
+            tasks: 1,
+        }
+    }
+
+    fn running(ids: std::ops::Range<u64>, team: &str) -> Vec<ClusterJob> {
+        ids.map(|id| job(id, team, Phase::Running)).collect()
+    }
+
+    fn capacity(per_node: &[(&str, u32)]) -> Capacity {
+        Capacity {
+            total: per_node.iter().map(|(_, n)| n).sum(),
+            usable_nodes: per_node.len(),
+            per_node: per_node.iter().map(|(n, g)| (n.to_string(), *g)).collect(),
+            ..Capacity::default()
+        }
+    }
+
+    /// The state the governor would publish for these jobs.
+    fn planned(config: &Config, cap: &Capacity, jobs: &[ClusterJob]) -> PublishedState {
+        plan(&GovernInput {
+            config,
+            capacity: cap.total,
+            jobs,
+            fairshare: &BTreeMap::new(),
+            now: NOW,
+            node_gpus: &cap.per_node,
+            capacity_by_type: &cap.by_type,
+            node_types: &cap.per_node_types,
+        })
+        .state
+    }
+
+    fn run(
+        config: &Config,
+        state: Result<&PublishedState, String>,
+        cap: &Capacity,
+        jobs: &[ClusterJob],
+        reasons: &[(u64, &str)],
+        team: Option<&str>,
+    ) -> Option<Status> {
+        let reasons: BTreeMap<u64, String> =
+            reasons.iter().map(|(id, r)| (*id, r.to_string())).collect();
+        status(
+            &StatusInput {
+                config,
+                state_file: Path::new("/etc/slurm/state.json"),
+                state,
+                capacity: cap,
+                jobs,
+                reasons: &reasons,
+                now: NOW,
+            },
+            team,
+        )
+    }
+
+    fn team<'a>(s: &'a Status, name: &str) -> &'a TeamStatus {
+        s.teams.iter().find(|t| t.team == name).expect("team row")
+    }
+
+    /// The cells of the table line that starts with `first`.
+    fn table_line(text: &str, first: &str) -> Vec<String> {
+        text.lines()
+            .map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>())
+            .find(|cells| cells.first().map(String::as_str) == Some(first))
+            .unwrap_or_else(|| panic!("no line for {first} in\n{text}"))
+    }
+
+    /// training borrows 3 GPUs beyond its quota of 4, on agents' 2 idle GPUs and research's 1
+    /// (research runs 1 of its 2); its 8th job waits for GPUs to borrow, and an agents job
+    /// waits for a dependency.
+    fn borrowing_cluster() -> (Config, Capacity, Vec<ClusterJob>) {
+        let config = config(CONFIG);
+        let cap = capacity(&[("n1", 4), ("n2", 4)]);
+        let mut jobs = running(1..8, "training");
+        jobs.extend(running(8..9, "research"));
+        jobs.push(job(20, "training", Phase::Pending));
+        let mut dependent = job(21, "agents", Phase::Pending);
+        dependent.eligible = false;
+        jobs.push(dependent);
+        (config, cap, jobs)
+    }
+
+    #[test]
+    fn a_borrowing_team_its_lenders_and_why_jobs_wait() {
+        let (config, cap, jobs) = borrowing_cluster();
+        let state = planned(&config, &cap, &jobs);
+        let reasons = [(20, "AssocGrpGRES"), (21, "Dependency")];
+        let s = run(&config, Ok(&state), &cap, &jobs, &reasons, None).unwrap();
+
+        assert_eq!((s.capacity, s.in_use, s.free), (8, 8, 0));
+        assert!(s.state.current, "{:?}", s.state);
+        assert_eq!(s.state.age_secs, Some(0));
+        let names: Vec<&str> = s.teams.iter().map(|t| t.team.as_str()).collect();
+        assert_eq!(names, ["agents", "research", "training"]);
+
+        let training = team(&s, "training");
+        let f = &training.figures;
+        assert_eq!((f.quota, f.in_use, f.in_quota, f.borrowed), (4, 7, 4, 3));
+        // The governor gives training nothing more to borrow: it holds what it may.
+        assert_eq!(f.may_hold, Some(7));
+        assert_eq!(f.lent, 0.0);
+        assert_eq!((f.waiting_jobs, f.waiting_gpus), (1, 1));
+        assert_eq!(
+            training.waiting_reasons,
+            [WaitReason {
+                reason: "teamshare: waiting for idle GPUs to borrow (may hold 7 now)".into(),
+                jobs: 1,
+                gpus: 1,
+            }]
+        );
+
+        // Borrowed 3 = lent by agents (2 idle) and research (1 idle), pro rata.
+        let agents = team(&s, "agents");
+        assert_eq!(agents.figures.lent, 2.0);
+        assert_eq!(agents.figures.in_use, 0);
+        assert_eq!(agents.figures.may_hold, Some(2));
+        assert_eq!(
+            agents.waiting_reasons,
+            [WaitReason {
+                reason: "Slurm: Dependency".into(),
+                jobs: 1,
+                gpus: 1,
+            }]
+        );
+        let research = team(&s, "research");
+        assert_eq!((research.figures.in_use, research.figures.in_quota), (1, 1));
+        assert_eq!(research.figures.lent, 1.0);
+        assert_eq!((s.pool.unallocated, s.pool.lent), (0, 0.0));
+
+        let text = render_table(&s, &chrono::Utc);
+        let header = table_line(&text, "TEAM");
+        assert_eq!(
+            header,
+            [
+                "TEAM",
+                "QUOTA",
+                "IN-USE",
+                "IN-QUOTA",
+                "BORROWED",
+                "MAY-HOLD",
+                "LENT",
+                "WAITING-JOBS",
+                "WAITING-GPUS"
+            ]
+        );
+        assert_eq!(
+            table_line(&text, "training"),
+            ["training", "4", "7", "4", "3", "7", "0", "1", "1"]
+        );
+        assert_eq!(
+            table_line(&text, "agents"),
+            ["agents", "2", "0", "0", "0", "2", "2", "1", "1"]
+        );
+        assert_eq!(
+            table_line(&text, "(pool)"),
+            ["(pool)", "0", "-", "-", "-", "-", "0", "-", "-"]
+        );
+        assert!(
+            text.contains("GPUs: capacity 8, in use 8, free 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("governor state: published 0 s ago (2026-11-30 03:17:00), current (stale after 5 s)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  training: 1 job (1 GPU): teamshare: waiting for idle GPUs to borrow (may hold 7 now)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  agents: 1 job (1 GPU): Slurm: Dependency\n"),
+            "{text}"
+        );
+
+        // JSON: the figures flat on each team, as the table shows them.
+        let v = serde_json::to_value(&s).unwrap();
+        let t = v["teams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["team"] == "training")
+            .unwrap();
+        assert_eq!(t["borrowed"], 3);
+        assert_eq!(t["may_hold"], 7);
+        assert_eq!(t["borrow_limit"], 4);
+        assert_eq!(t["waiting_reasons"][0]["gpus"], 1);
+        assert_eq!(v["free"], 0);
+        assert_eq!(v["state"]["current"], true);
+        assert!(v.get("by_type").is_none() && v.get("other_accounts").is_none());
+    }
+
+    #[test]
+    fn teamshares_reasons_borrow_limit_in_quota_and_parking() {
+        let config = config(CONFIG);
+        let cap = capacity(&[("n1", 4), ("n2", 4)]);
+        // agents holds 4 (2 borrowed): a 5th GPU is beyond quota + borrow limit.
+        let mut jobs = running(1..5, "agents");
+        jobs.push(job(30, "agents", Phase::Pending));
+        // research holds 1 of its 2: a 1-GPU job fits its quota (Slurm has yet to start it);
+        // a 2-task array record of 1 GPU each does not, and waits for GPUs to borrow.
+        jobs.extend(running(5..6, "research"));
+        jobs.push(job(31, "research", Phase::Pending));
+        let mut array = job(32, "research", Phase::Pending);
+        array.tasks = 2;
+        jobs.push(array);
+        // A non-preemptible training job the governor parked.
+        let mut parked = job(33, "training", Phase::Pending);
+        parked.park_held = true;
+        parked.eligible = false;
+        parked.priority = 0;
+        jobs.push(parked);
+        let state = planned(&config, &cap, &jobs);
+        let reasons = [
+            (30, "AssocGrpGRES"),
+            (31, "Resources"),
+            (32, "Priority"),
+            (33, "JobHeldAdmin"),
+        ];
+        let s = run(&config, Ok(&state), &cap, &jobs, &reasons, None).unwrap();
+
+        let agents = team(&s, "agents");
+        assert_eq!(
+            agents.waiting_reasons[0].reason,
+            "teamshare: beyond quota + borrow limit (4 GPUs)"
+        );
+        assert_eq!(agents.figures.borrowed, 2);
+        let research = team(&s, "research");
+        assert_eq!(
+            (research.figures.waiting_jobs, research.figures.waiting_gpus),
+            (3, 3)
+        );
+        // The most jobs first.
+        assert_eq!(research.waiting_reasons.len(), 2);
+        assert_eq!(research.waiting_reasons[0].jobs, 2);
+        assert_eq!(
+            research.waiting_reasons[1].reason,
+            "in quota (Slurm: Resources)"
+        );
+        let training = team(&s, "training");
+        assert_eq!(
+            training.waiting_reasons[0].reason,
+            "teamshare: parked (non-preemptible, waits for room in its quota)"
+        );
+    }
+
+    #[test]
+    fn a_stale_state_is_flagged_and_its_limits_still_shown() {
+        let (config, cap, jobs) = borrowing_cluster();
+        let mut state = planned(&config, &cap, &jobs);
+        state.generated_at = NOW - 60;
+        let s = run(&config, Ok(&state), &cap, &jobs, &[], None).unwrap();
+        assert!(!s.state.current);
+        assert_eq!(s.state.age_secs, Some(60));
+        let problem = s.state.problem.clone().unwrap();
+        assert!(
+            problem.starts_with("stale: published 60 s ago, more than state_max_age (5 s)"),
+            "{problem}"
+        );
+        // Slurm keeps the last limits the governor set.
+        assert_eq!(team(&s, "training").figures.may_hold, Some(7));
+        let text = render_table(&s, &chrono::Utc);
+        assert!(
+            text.contains("governor state: published 60 s ago (2026-11-30 03:16:00): NOT CURRENT: /etc/slurm/state.json stale: published 60 s ago"),
+            "{text}"
+        );
+        assert!(
+            text.contains("MAY-HOLD shows the limits the governor last set"),
+            "{text}"
+        );
+
+        // From another teamshare.toml: not current either, whatever its age.
+        state.generated_at = NOW;
+        state.config_digest = "0123456789abcdef".into();
+        let s = run(&config, Ok(&state), &cap, &jobs, &[], None).unwrap();
+        assert!(!s.state.current);
+        assert!(s.state.problem.unwrap().contains("another teamshare.toml"));
+    }
+
+    #[test]
+    fn a_missing_or_unreadable_state_is_said_and_the_rest_still_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let missing = read_state(&path).unwrap_err();
+        assert!(
+            missing.starts_with("not published: no such file"),
+            "{missing}"
+        );
+        std::fs::write(&path, "{\"version\": 3").unwrap();
+        assert!(read_state(&path)
+            .unwrap_err()
+            .starts_with("unreadable state"));
+        std::fs::create_dir(dir.path().join("dir.json")).unwrap();
+        assert!(read_state(&dir.path().join("dir.json"))
+            .unwrap_err()
+            .starts_with("cannot be read: it is a directory"));
+
+        let (config, cap, jobs) = borrowing_cluster();
+        let s = run(&config, Err(missing), &cap, &jobs, &[], None).unwrap();
+        assert!(!s.state.current);
+        assert_eq!((s.state.published_at, s.state.age_secs), (None, None));
+        assert!(s.teams.iter().all(|t| t.figures.may_hold.is_none()));
+        // What Slurm says holds without the state.
+        assert_eq!(team(&s, "training").figures.borrowed, 3);
+        // Without a limit to compare with, the waiting job shows Slurm's reason.
+        assert_eq!(
+            team(&s, "training").waiting_reasons[0].reason,
+            "Slurm: None"
+        );
+        let text = render_table(&s, &chrono::Utc);
+        assert!(
+            text.contains("governor state: none: NOT CURRENT: /etc/slurm/state.json not published: no such file"),
+            "{text}"
+        );
+        assert!(text.contains("MAY-HOLD is unknown without the governor's state"));
+        assert_eq!(table_line(&text, "training")[5], "-");
+        // The same state, after a pass, as JSON: a null where the table has "-".
+        let v = serde_json::to_value(&s).unwrap();
+        assert!(v["teams"][0]["may_hold"].is_null());
+        assert!(v["state"]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("no such file"));
+    }
+
+    #[test]
+    fn one_team_and_no_such_team() {
+        let (config, cap, jobs) = borrowing_cluster();
+        let state = planned(&config, &cap, &jobs);
+        let s = run(&config, Ok(&state), &cap, &jobs, &[], Some("research")).unwrap();
+        assert_eq!(s.teams.len(), 1);
+        assert_eq!(s.teams[0].team, "research");
+        // The cluster's figures stay the whole cluster's.
+        assert_eq!(s.in_use, 8);
+        assert!(run(&config, Ok(&state), &cap, &jobs, &[], Some("nosuch")).is_none());
+    }
+
+    #[test]
+    fn lending_is_shared_pro_rata_and_accounts_outside_teams_are_listed() {
+        // Capacity 10: 2 GPUs no quota holds. agents borrows 2 (4 running) and an account
+        // that is no team holds 1 (all borrowed): the lenders are training's 4 idle GPUs,
+        // research's 2 and the pool's 2, so 3 borrowed are lent 3 x 4/8, 3 x 2/8, 3 x 2/8.
+        let config = config(CONFIG);
+        let cap = capacity(&[("n1", 4), ("n2", 4), ("n3", 2)]);
+        let mut jobs = running(1..5, "agents");
+        jobs.extend(running(5..6, "stray"));
+        jobs.push(job(7, "stray", Phase::Pending));
+        let state = planned(&config, &cap, &jobs);
+        let s = run(&config, Ok(&state), &cap, &jobs, &[], None).unwrap();
+        assert_eq!(team(&s, "training").figures.lent, 1.5);
+        assert_eq!(team(&s, "research").figures.lent, 0.75);
+        assert_eq!((s.pool.unallocated, s.pool.lent), (2, 0.75));
+        assert_eq!((s.in_use, s.free), (5, 5));
+        assert_eq!(
+            s.other_accounts,
+            [OtherAccount {
+                account: "stray".into(),
+                in_use: 1,
+                waiting_jobs: 1,
+                waiting_gpus: 1,
+            }]
+        );
+        let text = render_table(&s, &chrono::Utc);
+        assert_eq!(table_line(&text, "training")[6], "1.5");
+        assert_eq!(table_line(&text, "research")[6], "0.75");
+        assert!(
+            text.contains("account stray is not a team: 1 GPU in use, 1 job (1 GPU) waiting"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn typed_quotas_have_a_line_per_type() {
+        let text = "\
+[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\n\n\
+[gpu_types.h100]\nrate_per_hour = 4.0\n\n[gpu_types.a100]\nrate_per_hour = 2.0\n\n\
+[[team]]\nname = \"agents\"\nquota = { h100 = 2 }\nborrow_limit = 4\n\n\
+[[team]]\nname = \"training\"\nquota = { a100 = 6 }\nborrow_limit = { h100 = 2 }\n\n\
+[[team]]\nname = \"research\"\nquota = { h100 = 2, a100 = 2 }\nborrow_limit = { a100 = 4 }\n\n\
+[governance]\nstate_max_age = \"5s\"\n";
+        let config = config(text);
+        let mut cap = capacity(&[("n1", 4), ("n2", 4), ("n3", 4)]);
+        cap.by_type = BTreeMap::from([("a100".to_string(), 8), ("h100".to_string(), 4)]);
+        for (node, k) in [("n1", "a100"), ("n2", "a100"), ("n3", "h100")] {
+            cap.per_node_types
+                .insert(node.into(), BTreeMap::from([(k.to_string(), 4)]));
+        }
+        // training: 6 A100 in quota, 2 H100 borrowed (one named by its node only).
+        let mut jobs = running(1..7, "training");
+        for j in &mut jobs {
+            j.gpu_type = Some("a100".into());
+        }
+        let mut h = job(7, "training", Phase::Running);
+        h.gpu_type = Some("h100".into());
+        jobs.push(h);
+        let mut by_node = job(8, "training", Phase::Running);
+        by_node.nodes = vec!["n3".into()];
+        jobs.push(by_node);
+        // A third H100 is beyond training's H100 borrow limit.
+        let mut more = job(9, "training", Phase::Pending);
+        more.gpu_type = Some("h100".into());
+        jobs.push(more);
+        let state = planned(&config, &cap, &jobs);
+        let s = run(&config, Ok(&state), &cap, &jobs, &[], None).unwrap();
+
+        assert_eq!(
+            s.by_type["h100"],
+            Gpus {
+                capacity: 4,
+                in_use: 2,
+                free: 2
+            }
+        );
+        assert_eq!(
+            s.by_type["a100"],
+            Gpus {
+                capacity: 8,
+                in_use: 6,
+                free: 2
+            }
+        );
+        let training = team(&s, "training");
+        assert_eq!(
+            (
+                training.figures.in_use,
+                training.figures.in_quota,
+                training.figures.borrowed
+            ),
+            (8, 6, 2)
+        );
+        let types: Vec<(&str, u32, u32)> = training
+            .by_type
+            .iter()
+            .map(|t| (t.gpu_type.as_str(), t.figures.quota, t.figures.borrowed))
+            .collect();
+        assert_eq!(types, [("a100", 6, 0), ("h100", 0, 2)]);
+        assert_eq!(
+            training.by_type[1].figures.may_hold,
+            state.pools["h100"]
+                .teams
+                .get("training")
+                .map(|t| t.gpu_limit)
+        );
+        assert_eq!(
+            training.waiting_reasons[0].reason,
+            "teamshare: beyond quota + borrow limit (2 GPUs)"
+        );
+        // The H100s training borrows sit on agents' and research's idle H100 quota.
+        let lent_h100 = |name: &str| {
+            team(&s, name)
+                .by_type
+                .iter()
+                .find(|t| t.gpu_type == "h100")
+                .map_or(0.0, |t| t.figures.lent)
+        };
+        assert_eq!(lent_h100("agents") + lent_h100("research"), 2.0);
+        let text = render_table(&s, &chrono::Utc);
+        assert_eq!(table_line(&text, "TEAM")[1], "TYPE");
+        assert!(
+            text.contains("; h100: capacity 4, in use 2, free 2"),
+            "{text}"
+        );
+        let h100_line = text
+            .lines()
+            .find(|l| l.starts_with("training") && l.contains("h100"))
+            .unwrap();
+        let cells: Vec<&str> = h100_line.split_whitespace().collect();
+        assert_eq!(&cells[..6], ["training", "h100", "0", "2", "0", "2"]);
+    }
+}

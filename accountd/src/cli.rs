@@ -15,6 +15,7 @@ use teamshare_config::{Config, ConfigError};
 use accountd::capacity::{self, Capacity};
 use accountd::daemon::{self, DaemonLog, DaemonOptions};
 use accountd::ingest::{self, IngestError};
+use accountd::logging;
 use accountd::period::{self, format_local, Period, TimeError, UnixSeconds};
 use accountd::report::{self, CapacitySource, FairshareParams, Format, RowKind, UsageParams};
 use accountd::sample::{self, collect, gpu, jobs, sampler, utilisation};
@@ -1080,7 +1081,9 @@ fn run_cmd(
         config_path: Some(config_path.to_path_buf()),
         stop_grace: daemon::STOP_GRACE,
     };
-    let outcome = daemon::run(config, opts, stop, reload, Arc::new(DaemonLog::stderr()));
+    logging::init().map_err(UsageError)?;
+    let log = Arc::new(DaemonLog::new(logging::RUN));
+    let outcome = daemon::run(config, opts, stop, reload, log);
     let _ = std::io::stderr().flush();
     if let Some(thread) = outcome.thread_ended {
         anyhow::bail!("accountd run stopped: its {thread} thread ended unexpectedly");
@@ -1148,12 +1151,8 @@ fn sample_cmd(
         once: args.once,
         job_refresh,
     };
-    let log: sampler::Log = std::sync::Arc::new(|line: &str| {
-        for l in line.lines() {
-            say_err!("accountd sample: {l}");
-        }
-    });
-    sampler::run(&settings, view, log)?;
+    logging::init().map_err(UsageError)?;
+    sampler::run(&settings, view)?;
     Ok(ExitStatus::Success.into())
 }
 

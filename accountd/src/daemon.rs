@@ -23,8 +23,7 @@
 //! for [`STOP_GRACE`] at most (a hung sacct would hold the stop for its whole timeout): past it,
 //! accountd exits without it, its uncommitted transaction discarded as after a crash.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -59,8 +58,6 @@ const UNKNOWN_TEAM: &str = "(unknown)";
 const STOP_POLL: Duration = Duration::from_millis(100);
 /// How long a stop waits for the ingest thread's step under way.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
-/// Distinct warnings remembered (so that each is said once); beyond, the oldest are forgotten.
-const WARNINGS_REMEMBERED: usize = 10_000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonOptions {
@@ -81,83 +78,9 @@ pub struct DaemonOptions {
     pub stop_grace: Duration,
 }
 
-/// The daemon's log: stderr lines with a UTC timestamp. A step's error is said when it differs
-/// from that step's previous one, and its recovery once; a warning once per distinct text.
-pub struct DaemonLog {
-    sink: Box<dyn Fn(&str) + Send + Sync>,
-    state: Mutex<LogState>,
-}
-
-#[derive(Default)]
-struct LogState {
-    failing: BTreeMap<&'static str, String>,
-    warned: BTreeSet<String>,
-    warned_order: std::collections::VecDeque<String>,
-}
-
-impl DaemonLog {
-    pub fn new(sink: Box<dyn Fn(&str) + Send + Sync>) -> DaemonLog {
-        DaemonLog {
-            sink,
-            state: Mutex::new(LogState::default()),
-        }
-    }
-
-    /// Lines to stderr.
-    pub fn stderr() -> DaemonLog {
-        // Not eprintln!: a closed stderr must not panic the daemon.
-        DaemonLog::new(Box::new(|line| {
-            let _ = writeln!(std::io::stderr().lock(), "{line}");
-        }))
-    }
-
-    fn say(&self, text: &str) {
-        let ts = period::format_rfc3339(period::now());
-        for line in text.lines() {
-            (self.sink)(&format!("{ts} accountd run: {line}"));
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, LogState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn info(&self, text: &str) {
-        self.say(text);
-    }
-
-    /// A step failed with `error`.
-    pub fn failed(&self, step: &'static str, error: &str) {
-        let new = self.state().failing.insert(step, error.to_string()) != Some(error.to_string());
-        if new {
-            self.say(&format!("{step} failed: {error}"));
-        }
-    }
-
-    /// A step succeeded.
-    pub fn succeeded(&self, step: &'static str) {
-        if self.state().failing.remove(step).is_some() {
-            self.say(&format!("{step} succeeds again"));
-        }
-    }
-
-    /// Said once per distinct text.
-    pub fn warn_once(&self, text: &str) {
-        {
-            let mut s = self.state();
-            if !s.warned.insert(text.to_string()) {
-                return;
-            }
-            s.warned_order.push_back(text.to_string());
-            if s.warned_order.len() > WARNINGS_REMEMBERED {
-                if let Some(old) = s.warned_order.pop_front() {
-                    s.warned.remove(&old);
-                }
-            }
-        }
-        self.say(&format!("warning: {text}"));
-    }
-}
+/// The daemon's log ([`crate::logging`]): a step's error is said when it differs from that
+/// step's previous one, and its recovery once; a warning once per distinct text.
+pub use crate::logging::Once as DaemonLog;
 
 /// How a run ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -877,10 +800,11 @@ fn ingest_loop(
 mod tests {
     use super::*;
 
-    fn captured() -> (Arc<DaemonLog>, Arc<Mutex<Vec<String>>>) {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&lines);
-        let log = DaemonLog::new(Box::new(move |l| sink.lock().unwrap().push(l.to_string())));
+    /// A log whose lines (from every thread of the daemon) are kept in memory.
+    fn captured() -> (Arc<DaemonLog>, crate::logging::capture::Lines) {
+        let (dispatch, lines) = crate::logging::capture::dispatch();
+        let log =
+            tracing::dispatcher::with_default(&dispatch, || DaemonLog::new(crate::logging::RUN));
         (Arc::new(log), lines)
     }
 
@@ -896,7 +820,7 @@ mod tests {
         log.failed(STEP_INGEST, "sacct timed out");
         log.warn_once("bad line 3");
         log.warn_once("bad line 3");
-        let lines = lines.lock().unwrap();
+        let lines = lines.lines();
         let said: Vec<&str> = lines
             .iter()
             .map(|l| l.split_once(" accountd run: ").unwrap().1)
@@ -946,7 +870,7 @@ mod tests {
         );
         assert_eq!(outcome.failed_steps, 0);
         assert!(outcome.metrics_addr.is_some());
-        let lines = lines.lock().unwrap();
+        let lines = lines.lines();
         assert!(
             lines
                 .iter()

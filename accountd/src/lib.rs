@@ -15,6 +15,7 @@
 //! - `daemon`: `accountd run`: the governor's thread, the ingest thread (sacct, runaway runs,
 //!   samples, capacity), the configuration followed;
 //! - `config_watch`: teamshare.toml followed while the daemon runs (changes, SIGHUP);
+//! - `logging`: the daemon's and the sampler's log (`tracing`, one subscriber on stderr);
 //! - `metrics`: the Prometheus exposition and the HTTP server of `/metrics`;
 //! - `status`: `accountd status`, each team's quota, use, limit, lending and waiting jobs now,
 //!   from Slurm and the governor's state;
@@ -29,6 +30,7 @@ pub mod config_watch;
 pub mod daemon;
 pub mod governor;
 pub mod ingest;
+pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod period;

@@ -17,6 +17,7 @@ use super::gpu::{GpuError, GpuReading, Gpus};
 use super::jobs::{JobLookup, JobMap, SlurmView};
 use super::spool::{NodeSpool, SpoolError};
 use super::Sample;
+use crate::logging;
 
 /// Batches kept in memory while the spool cannot be written.
 pub const MAX_PENDING: usize = 360;
@@ -39,9 +40,6 @@ pub enum SamplerError {
     #[error(transparent)]
     Spool(#[from] SpoolError),
 }
-
-/// Where the sampler's messages go (stderr in the binary, a buffer in tests).
-pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The node's name for Slurm: `SLURMD_NODENAME` when set (multiple-slurmd hosts), else the
 /// short host name.
@@ -108,19 +106,34 @@ impl SharedJobs {
 
 /// Says a message only when it differs from the previous one under the same key (a failing
 /// scontrol or a lost GPU would otherwise fill the log at every tick).
+#[derive(Default)]
 struct Quiet {
     last: std::collections::HashMap<&'static str, String>,
-    log: Log,
 }
 
 impl Quiet {
     fn say(&mut self, key: &'static str, message: String) {
         if self.last.get(key) != Some(&message) {
             if !message.is_empty() {
-                (self.log)(&message);
+                log(&message);
             }
             self.last.insert(key, message);
         }
+    }
+}
+
+/// A line of the sampler's log ([`crate::logging`]), its level read from the text's own
+/// `warning: ` or `error: ` start.
+fn log(text: &str) {
+    for line in text.lines() {
+        let level = if line.starts_with("error: ") {
+            tracing::Level::ERROR
+        } else if line.starts_with("warning: ") {
+            tracing::Level::WARN
+        } else {
+            tracing::Level::INFO
+        };
+        logging::event(logging::SAMPLE, level, line);
     }
 }
 
@@ -152,7 +165,6 @@ fn refresh(lookup: &mut JobLookup, shared: &SharedJobs, quiet: &mut Quiet) {
 pub fn run(
     settings: &SamplerSettings,
     view: Option<Box<dyn SlurmView>>,
-    log: Log,
 ) -> Result<(), SamplerError> {
     let mut spool = NodeSpool::open(&settings.spool_root, &settings.node)?;
     let gpus = Gpus::open(&settings.nvml_lib)?;
@@ -170,20 +182,14 @@ pub fn run(
     }
 
     let shared = SharedJobs::default();
-    let mut quiet = Quiet {
-        last: Default::default(),
-        log: log.clone(),
-    };
+    let mut quiet = Quiet::default();
     if let Some(view) = view {
         let mut lookup = JobLookup::new(view, &settings.node);
         refresh(&mut lookup, &shared, &mut quiet);
         if !settings.once {
-            let (shared, refresh_every, log) = (shared.clone(), settings.job_refresh, log.clone());
+            let (shared, refresh_every) = (shared.clone(), settings.job_refresh);
             thread::spawn(move || {
-                let mut quiet = Quiet {
-                    last: Default::default(),
-                    log,
-                };
+                let mut quiet = Quiet::default();
                 loop {
                     thread::sleep(refresh_every);
                     refresh(&mut lookup, &shared, &mut quiet);

@@ -1,0 +1,240 @@
+//! The daemon's log: `tracing` events, written by one subscriber as lines on stderr,
+//!
+//! ```text
+//! 2024-05-01T00:00:00Z ERROR accountd run: ingest failed: sacct: exit 1
+//! ```
+//!
+//! (RFC 3339 UTC to the second, the level, where the line comes from, the text). A service
+//! manager (journald) keeps stderr; `ACCOUNTD_LOG` sets the least level written (`error`,
+//! `warn`, `info`, the default, `debug`, `trace`).
+//!
+//! [`Once`] keeps the daemon's rule that a failing step or a repeated warning is said once, not
+//! at every turn: the rule lives here, the writing is the subscriber's.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Mutex;
+
+use tracing::Level;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
+
+use crate::period;
+
+/// Where a line comes from: the daemon and the GPU sampler.
+pub const RUN: &str = "accountd run";
+pub const SAMPLE: &str = "accountd sample";
+
+/// The environment variable naming the least level written.
+pub const LEVEL_VAR: &str = "ACCOUNTD_LOG";
+
+/// RFC 3339 UTC to the second, as every instant accountd prints.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rfc3339Utc;
+
+impl FormatTime for Rfc3339Utc {
+    fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
+        w.write_str(&period::format_rfc3339(period::now()))
+    }
+}
+
+/// The least level `ACCOUNTD_LOG` asks for (`info` when unset).
+pub fn level_from_env() -> Result<Level, String> {
+    match std::env::var(LEVEL_VAR) {
+        Err(std::env::VarError::NotPresent) => Ok(Level::INFO),
+        Ok(v) => v
+            .trim()
+            .parse::<Level>()
+            .map_err(|_| format!("{LEVEL_VAR}={v:?}: expected error, warn, info, debug or trace")),
+        Err(e) => Err(format!("{LEVEL_VAR}: {e}")),
+    }
+}
+
+/// A subscriber writing to `writer` at `level` and above, in the format above. Lines are
+/// written whole; a failed write (stderr closed) is dropped, never a panic.
+pub fn subscriber<W>(level: Level, writer: W) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_writer(writer)
+        .with_timer(Rfc3339Utc)
+        .with_ansi(false)
+        .with_target(true)
+        .with_max_level(level)
+        .log_internal_errors(false)
+        .finish()
+}
+
+/// The process's subscriber, on stderr (once, from `main`'s commands that log).
+pub fn init() -> Result<(), String> {
+    let level = level_from_env()?;
+    tracing::subscriber::set_global_default(subscriber(level, std::io::stderr))
+        .map_err(|e| format!("cannot set up the log: {e}"))
+}
+
+/// An event of `level` from `target` ([`RUN`] or [`SAMPLE`]), one per line of `text`.
+pub fn event(target: &'static str, level: Level, text: &str) {
+    for line in text.lines() {
+        // tracing's macros want the target and level as constants.
+        match (target, level) {
+            (SAMPLE, Level::ERROR) => tracing::error!(target: SAMPLE, "{line}"),
+            (SAMPLE, Level::WARN) => tracing::warn!(target: SAMPLE, "{line}"),
+            (SAMPLE, _) => tracing::info!(target: SAMPLE, "{line}"),
+            (_, Level::ERROR) => tracing::error!(target: RUN, "{line}"),
+            (_, Level::WARN) => tracing::warn!(target: RUN, "{line}"),
+            (_, _) => tracing::info!(target: RUN, "{line}"),
+        }
+    }
+}
+
+/// How many distinct warnings [`Once::warn_once`] remembers (the oldest is forgotten, and said
+/// again if it comes back).
+pub const WARNINGS_REMEMBERED: usize = 10_000;
+
+/// Said once: a failing step until it succeeds again or fails otherwise, a warning once per
+/// distinct text. Events go to the subscriber that was current where the `Once` was made (so
+/// the daemon's threads write where its caller does).
+pub struct Once {
+    target: &'static str,
+    dispatch: tracing::Dispatch,
+    state: Mutex<OnceState>,
+}
+
+#[derive(Default)]
+struct OnceState {
+    failing: BTreeMap<&'static str, String>,
+    warned: BTreeSet<String>,
+    warned_order: VecDeque<String>,
+}
+
+impl Once {
+    pub fn new(target: &'static str) -> Once {
+        Once {
+            target,
+            dispatch: tracing::dispatcher::get_default(Clone::clone),
+            state: Mutex::new(OnceState::default()),
+        }
+    }
+
+    fn say(&self, level: Level, text: &str) {
+        tracing::dispatcher::with_default(&self.dispatch, || event(self.target, level, text));
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, OnceState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn info(&self, text: &str) {
+        self.say(Level::INFO, text);
+    }
+
+    /// A step failed with `error`: said when it was not already failing with that error.
+    pub fn failed(&self, step: &'static str, error: &str) {
+        let new = self.state().failing.insert(step, error.to_string()) != Some(error.to_string());
+        if new {
+            self.say(Level::ERROR, &format!("{step} failed: {error}"));
+        }
+    }
+
+    /// A step succeeded: said when it was failing.
+    pub fn succeeded(&self, step: &'static str) {
+        if self.state().failing.remove(step).is_some() {
+            self.say(Level::INFO, &format!("{step} succeeds again"));
+        }
+    }
+
+    /// Said once per distinct text.
+    pub fn warn_once(&self, text: &str) {
+        {
+            let mut s = self.state();
+            if !s.warned.insert(text.to_string()) {
+                return;
+            }
+            s.warned_order.push_back(text.to_string());
+            if s.warned_order.len() > WARNINGS_REMEMBERED {
+                if let Some(old) = s.warned_order.pop_front() {
+                    s.warned.remove(&old);
+                }
+            }
+        }
+        self.say(Level::WARN, &format!("warning: {text}"));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod capture {
+    //! A subscriber writing into memory, for tests of what is logged.
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    pub struct Lines(pub Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        pub fn lines(&self) -> Vec<String> {
+            String::from_utf8_lossy(&self.0.lock().unwrap())
+                .lines()
+                .map(str::to_string)
+                .collect()
+        }
+    }
+
+    /// A dispatcher writing into the returned buffer, every level.
+    pub fn dispatch() -> (tracing::Dispatch, Lines) {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let sub = super::subscriber(tracing::Level::TRACE, move || writer.clone());
+        (tracing::Dispatch::new(sub), lines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_have_a_timestamp_a_level_and_their_origin() {
+        let (dispatch, lines) = capture::dispatch();
+        tracing::dispatcher::with_default(&dispatch, || {
+            event(SAMPLE, Level::WARN, "gpu 0 lost\nsecond line");
+            event(RUN, Level::ERROR, "ingest failed: x");
+        });
+        let lines = lines.lines();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        let (ts, rest) = lines[0].split_once(' ').unwrap();
+        assert!(ts.ends_with('Z') && ts.len() == 20, "{ts}");
+        assert_eq!(rest.trim_start(), "WARN accountd sample: gpu 0 lost");
+        assert!(lines[1].ends_with("WARN accountd sample: second line"));
+        assert!(lines[2].ends_with("ERROR accountd run: ingest failed: x"));
+    }
+
+    #[test]
+    fn the_level_comes_from_the_environment_or_is_refused() {
+        // Parsing only: the process's environment is not changed here.
+        assert_eq!("debug".parse::<Level>().unwrap(), Level::DEBUG);
+        assert!("loud".parse::<Level>().is_err());
+    }
+
+    #[test]
+    fn a_once_made_under_a_subscriber_writes_there_from_any_thread() {
+        let (dispatch, lines) = capture::dispatch();
+        let once =
+            tracing::dispatcher::with_default(&dispatch, || std::sync::Arc::new(Once::new(RUN)));
+        let o = std::sync::Arc::clone(&once);
+        std::thread::spawn(move || o.failed("ingest", "down"))
+            .join()
+            .unwrap();
+        once.failed("ingest", "down");
+        assert_eq!(lines.lines().len(), 1, "{:?}", lines.lines());
+    }
+}

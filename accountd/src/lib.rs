@@ -20,7 +20,8 @@
 //! - `status`: `accountd status`, each team's quota, use, limit, lending and waiting jobs now,
 //!   from Slurm and the governor's state;
 //! - `slurm_api`: the governor's reads of jobs, nodes and partitions through libslurm (the
-//!   only unsafe code of accountd).
+//!   only unsafe code of accountd);
+//! - `table`: the text tables of the reports.
 //!
 //! The command line (`src/main.rs`, `src/cli.rs`) is a thin layer over these.
 #![deny(unsafe_code)]
@@ -43,3 +44,4 @@ pub mod slurm_cli;
 pub mod slurm_setup;
 pub mod status;
 pub mod store;
+pub mod table;

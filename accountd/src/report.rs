@@ -51,6 +51,7 @@ use crate::model::{find_or_push, same_str};
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
 use crate::slurm_cli::slurm_name;
 use crate::store::{CapacitySample, RunUsage, Store, StoreError};
+use crate::table;
 
 /// The key of GPUs allocated without a type: the `[gpu_types]` rate they are priced at, and
 /// their entry in per-type breakdowns. Types without a rate of their own are priced at it too.
@@ -1209,6 +1210,88 @@ pub enum Format {
     Json,
 }
 
+/// How the numbers of a report's rows are written. Each report has one row type, generic over
+/// this, whose fields are its CSV columns and its JSON keys, in order (the teams report's JSON
+/// nests each row's GPU types, which its CSV gives lines of their own: [`TeamsCsvLine`]). JSON
+/// ([`JsonNumbers`]) carries the numbers as they are, CSV ([`CsvNumbers`]) as text with the
+/// digits the report has always given them.
+pub(crate) trait Numbers {
+    type Number: Serialize + Default;
+    /// `value` to `digits` decimals in CSV (None: as Rust prints an f64, `0.25`, `1`).
+    fn number(value: f64, digits: Option<usize>) -> Self::Number;
+}
+
+/// The numbers of JSON rows: full precision.
+#[derive(Debug, Default)]
+pub(crate) struct JsonNumbers;
+
+impl Numbers for JsonNumbers {
+    type Number = f64;
+    fn number(value: f64, _digits: Option<usize>) -> f64 {
+        value
+    }
+}
+
+/// The numbers of CSV rows: [`CsvNumber`].
+#[derive(Debug, Default)]
+pub(crate) struct CsvNumbers;
+
+impl Numbers for CsvNumbers {
+    type Number = CsvNumber;
+    fn number(value: f64, digits: Option<usize>) -> CsvNumber {
+        CsvNumber { value, digits }
+    }
+}
+
+/// A number in a CSV field: to `digits` decimals (`10.0000`), or as Rust prints it without.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CsvNumber {
+    value: f64,
+    digits: Option<usize>,
+}
+
+impl Serialize for CsvNumber {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.digits {
+            Some(digits) => serializer.collect_str(&format_args!("{:.*}", digits, self.value)),
+            None => serializer.collect_str(&self.value),
+        }
+    }
+}
+
+/// Rows as CSV: a header line of the row type's field names, then a line per row, each ended by
+/// `\n`, a field quoted (RFC 4180) where it holds a comma, a quote or a line break. Without rows,
+/// the header alone (taken from `R::default()`).
+pub(crate) fn csv_text<R: Serialize + Default>(rows: impl IntoIterator<Item = R>) -> String {
+    let mut writer = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    let mut header_only = true;
+    for row in rows {
+        writer.serialize(row).expect("report rows serialise");
+        header_only = false;
+    }
+    if header_only {
+        writer
+            .serialize(R::default())
+            .expect("report rows serialise");
+    }
+    let mut bytes = writer.into_inner().expect("writing to memory cannot fail");
+    if header_only {
+        // Field names hold no line break.
+        let header = bytes.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+        bytes.truncate(header);
+    }
+    String::from_utf8(bytes).expect("the fields are UTF-8")
+}
+
+/// Rows as a pretty-printed JSON array, with a final newline.
+pub(crate) fn json_text<R: Serialize>(rows: &[R]) -> String {
+    let mut s = serde_json::to_string_pretty(rows).expect("plain data serialises");
+    s.push('\n');
+    s
+}
+
 /// The teams report as a table, CSV or JSON. `by_type`: the table shows each row's GPU types
 /// under it (CSV and JSON always carry them).
 pub fn render_teams<Tz: chrono::TimeZone>(
@@ -1222,8 +1305,8 @@ where
 {
     match format {
         Format::Table => teams_table(report, by_type, tz),
-        Format::Csv => teams_csv(report),
-        Format::Json => teams_json(report),
+        Format::Csv => teams_csv(&team_rows(report)),
+        Format::Json => json_text(&team_rows::<JsonNumbers>(report)),
     }
 }
 
@@ -1242,26 +1325,12 @@ where
     match format {
         Format::Table => teams_by_day_table(days, by_type, tz),
         Format::Csv => {
-            let mut out = String::new();
-            for (i, day) in days.iter().enumerate() {
-                let csv = teams_csv(day);
-                // The header once.
-                out.push_str(if i == 0 {
-                    &csv
-                } else {
-                    csv.split_once('\n').map_or("", |(_, rows)| rows)
-                });
-            }
-            if out.is_empty() {
-                out = teams_csv_header().to_string();
-            }
-            out
+            let rows: Vec<TeamsRow<'_, CsvNumbers>> = days.iter().flat_map(team_rows).collect();
+            teams_csv(&rows)
         }
         Format::Json => {
-            let rows: Vec<TeamJson<'_>> = days.iter().flat_map(team_json_rows).collect();
-            let mut s = serde_json::to_string_pretty(&rows).expect("plain data serialises");
-            s.push('\n');
-            s
+            let rows: Vec<TeamsRow<'_, JsonNumbers>> = days.iter().flat_map(team_rows).collect();
+            json_text(&rows)
         }
     }
 }
@@ -1374,7 +1443,7 @@ where
         tz,
     );
     out.push_str(&rules(first));
-    out.push_str(&table(&header, &lines, None));
+    out.push_str(&table::render(&header, &lines, 1, None));
     out
 }
 
@@ -1440,37 +1509,6 @@ fn money(c: Option<f64>) -> String {
 
 fn percent(p: Option<f64>) -> String {
     p.map(|p| format!("{p:.1}%")).unwrap_or_default()
-}
-
-/// Cells right-aligned under their headers, the first column left-aligned; a rule of dashes
-/// before line `rule_before`.
-pub(crate) fn table(
-    header: &[String],
-    lines: &[Vec<String>],
-    rule_before: Option<usize>,
-) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for l in lines {
-        for (w, cell) in widths.iter_mut().zip(l) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let row = |cells: &[String]| {
-        let mut line = format!("{:<w$}", cells[0], w = widths[0]);
-        for (cell, w) in cells[1..].iter().zip(&widths[1..]) {
-            let _ = write!(line, "  {cell:>w$}");
-        }
-        line.trim_end().to_string() + "\n"
-    };
-    let mut out = row(header);
-    for (i, l) in lines.iter().enumerate() {
-        if rule_before == Some(i) {
-            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-            out.push_str(&row(&rule));
-        }
-        out.push_str(&row(l));
-    }
-    out
 }
 
 /// The figures of one line of the teams table.
@@ -1630,7 +1668,7 @@ where
     }
     let mut out = title(report, "", report.period, tz);
     out.push_str(&rules(report));
-    out.push_str(&table(&header, &lines, Some(rule_before)));
+    out.push_str(&table::render(&header, &lines, 1, Some(rule_before)));
     let source = match report.capacity_source {
         CapacitySource::Samples => "recorded by accountd run".to_string(),
         CapacitySource::EstimateUntil(t) => format!(
@@ -1748,25 +1786,8 @@ fn outside_table(report: &UsageReport, by_type: bool) -> String {
     };
     format!(
         "\nGPU usage outside the governed partitions ({partitions}): no team's quota, in none of the figures above\n{}",
-        table(&header, &lines, None)
+        table::render(&header, &lines, 1, None)
     )
-}
-
-/// Quote a CSV field when it needs it (RFC 4180).
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-fn teams_csv_header() -> &'static str {
-    // The first eight columns are those of the report before the split, the next six those of
-    // the split: keep their order; new columns go at the end.
-    "team,jobs,gpu_hours,quota,cost,currency,since,until,\
-     in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost,\
-     kind,gpu_type,rate_per_hour,quota_gpu_hours,quota_used_percent\n"
 }
 
 /// The `kind` of a row in CSV and JSON.
@@ -1786,159 +1807,180 @@ fn row_quota_hours(r: &TeamRow, outside: bool) -> Option<f64> {
     (!outside && matches!(r.kind, RowKind::Team | RowKind::Pool)).then(|| r.quota_hours())
 }
 
-fn teams_csv(report: &UsageReport) -> String {
-    let mut out = String::from(teams_csv_header());
-    let since = format_rfc3339(report.period.since);
-    let until = format_rfc3339(report.period.until);
-    let currency = csv_field(report.currency.as_deref().unwrap_or(""));
-    let rate_of = |gpu_type: &str| report.capacity_of(gpu_type).and_then(|c| c.rate_per_hour);
-    let opt_hours = |h: Option<f64>| h.map(hours).unwrap_or_default();
-    let all = report
-        .rows
-        .iter()
-        .map(|r| (r, false))
-        .chain(report.outside.iter().map(|r| (r, true)));
-    for (r, outside) in all {
-        let kind = kind_name(r.kind, outside);
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{currency},{since},{until},{},{},{},{},{},{},{kind},,,{},{}",
-            csv_field(&r.team),
-            r.jobs,
-            hours(r.gpu_hours()),
-            r.quota.map(|q| q.to_string()).unwrap_or_default(),
-            money(r.cost),
-            hours(r.in_quota_hours()),
-            hours(r.borrowed_hours()),
-            hours(r.lent_hours()),
-            money(r.allocated_cost),
-            money(r.idle_cost),
-            money(r.total_cost),
-            opt_hours(row_quota_hours(r, outside)),
-            r.quota_used_percent()
-                .map(|p| format!("{p:.2}"))
-                .unwrap_or_default(),
-        );
-        for t in &r.by_type {
-            let _ =
-                writeln!(
-                out,
-                "{},{},{},{},{},{currency},{since},{until},{},{},{},{},{},{},{kind},{},{},{},{}",
-                csv_field(&r.team),
-                t.jobs,
-                hours(t.gpu_hours()),
-                t.quota.map(|q| q.to_string()).unwrap_or_default(),
-                money(t.cost),
-                hours(t.in_quota_hours()),
-                hours(t.borrowed_hours()),
-                hours(t.lent_hours()),
-                money(t.allocated_cost),
-                money(t.idle_cost),
-                money(t.total_cost),
-                csv_field(&t.gpu_type),
-                rate_of(&t.gpu_type).map(|r| r.to_string()).unwrap_or_default(),
-                opt_hours(t.quota_hours()),
-                t.quota_used_percent().map(|p| format!("{p:.2}")).unwrap_or_default(),
-            );
-        }
-    }
-    out
-}
+/// The digits of GPU-hours, of costs and of percentages in CSV (those of the table, percentages
+/// with one more).
+const HOURS: Option<usize> = Some(4);
+const MONEY: Option<usize> = Some(2);
+const PERCENT: Option<usize> = Some(2);
 
-/// One element of the JSON array. Keys are an interface: keep them.
+/// One row of the teams report, with its GPU types: an element of the JSON array, and the CSV
+/// lines of the row and of each type ([`TeamsCsvLine`]). Keys are an interface: keep them.
+///
+/// The JSON nests the types under `by_type`, with keys of their own order, where CSV gives each
+/// type a line of the row's columns: the two shapes cannot be one serde type, so CSV serialises
+/// these rows flattened.
 #[derive(Serialize)]
-struct TeamJson<'a> {
+// Not the `N: Serialize` serde would ask for `by_type`: N::Number is what is serialised.
+#[serde(bound = "")]
+struct TeamsRow<'a, N: Numbers> {
     team: &'a str,
     jobs: u64,
-    gpu_hours: f64,
+    gpu_hours: N::Number,
     quota: Option<u32>,
-    cost: Option<f64>,
+    cost: Option<N::Number>,
     currency: Option<&'a str>,
     since: String,
     until: String,
-    in_quota_hours: f64,
-    borrowed_hours: f64,
-    lent_hours: f64,
-    allocated_cost: Option<f64>,
-    idle_cost: Option<f64>,
-    total_cost: Option<f64>,
+    in_quota_hours: N::Number,
+    borrowed_hours: N::Number,
+    lent_hours: N::Number,
+    allocated_cost: Option<N::Number>,
+    idle_cost: Option<N::Number>,
+    total_cost: Option<N::Number>,
     kind: &'static str,
-    quota_gpu_hours: Option<f64>,
-    quota_used_percent: Option<f64>,
-    by_type: Vec<TypeJson<'a>>,
+    quota_gpu_hours: Option<N::Number>,
+    quota_used_percent: Option<N::Number>,
+    by_type: Vec<TeamsTypeRow<'a, N>>,
 }
 
 /// One GPU type of a row, in its `by_type` array. Keys are an interface: keep them.
 #[derive(Serialize)]
-struct TypeJson<'a> {
+struct TeamsTypeRow<'a, N: Numbers> {
     gpu_type: &'a str,
-    rate_per_hour: Option<f64>,
+    rate_per_hour: Option<N::Number>,
     jobs: u64,
     quota: Option<u32>,
-    quota_gpu_hours: Option<f64>,
-    quota_used_percent: Option<f64>,
-    gpu_hours: f64,
-    in_quota_hours: f64,
-    borrowed_hours: f64,
-    lent_hours: f64,
-    cost: Option<f64>,
-    allocated_cost: Option<f64>,
-    idle_cost: Option<f64>,
-    total_cost: Option<f64>,
+    quota_gpu_hours: Option<N::Number>,
+    quota_used_percent: Option<N::Number>,
+    gpu_hours: N::Number,
+    in_quota_hours: N::Number,
+    borrowed_hours: N::Number,
+    lent_hours: N::Number,
+    cost: Option<N::Number>,
+    allocated_cost: Option<N::Number>,
+    idle_cost: Option<N::Number>,
+    total_cost: Option<N::Number>,
 }
 
-fn teams_json(report: &UsageReport) -> String {
-    let rows = team_json_rows(report);
-    let mut s = serde_json::to_string_pretty(&rows).expect("plain data serialises");
-    s.push('\n');
-    s
+/// A line of the teams CSV: a row ([`TeamsRow`], `gpu_type` and `rate_per_hour` empty) or one
+/// of its GPU types. The first eight columns are those of the report before the split, the next
+/// six those of the split: keep their order; new columns go at the end.
+#[derive(Serialize, Default, Clone, Copy)]
+struct TeamsCsvLine<'r> {
+    team: &'r str,
+    jobs: u64,
+    gpu_hours: CsvNumber,
+    quota: Option<u32>,
+    cost: Option<CsvNumber>,
+    currency: Option<&'r str>,
+    since: &'r str,
+    until: &'r str,
+    in_quota_hours: CsvNumber,
+    borrowed_hours: CsvNumber,
+    lent_hours: CsvNumber,
+    allocated_cost: Option<CsvNumber>,
+    idle_cost: Option<CsvNumber>,
+    total_cost: Option<CsvNumber>,
+    kind: &'static str,
+    gpu_type: Option<&'r str>,
+    rate_per_hour: Option<CsvNumber>,
+    quota_gpu_hours: Option<CsvNumber>,
+    quota_used_percent: Option<CsvNumber>,
 }
 
-fn team_json_rows(report: &UsageReport) -> Vec<TeamJson<'_>> {
+/// The teams CSV: each row's line, then its types' lines.
+fn teams_csv(rows: &[TeamsRow<'_, CsvNumbers>]) -> String {
+    csv_text(rows.iter().flat_map(|r| {
+        let row = TeamsCsvLine {
+            team: r.team,
+            jobs: r.jobs,
+            gpu_hours: r.gpu_hours,
+            quota: r.quota,
+            cost: r.cost,
+            currency: r.currency,
+            since: &r.since,
+            until: &r.until,
+            in_quota_hours: r.in_quota_hours,
+            borrowed_hours: r.borrowed_hours,
+            lent_hours: r.lent_hours,
+            allocated_cost: r.allocated_cost,
+            idle_cost: r.idle_cost,
+            total_cost: r.total_cost,
+            kind: r.kind,
+            gpu_type: None,
+            rate_per_hour: None,
+            quota_gpu_hours: r.quota_gpu_hours,
+            quota_used_percent: r.quota_used_percent,
+        };
+        let types = r.by_type.iter().map(move |t| TeamsCsvLine {
+            jobs: t.jobs,
+            gpu_hours: t.gpu_hours,
+            quota: t.quota,
+            cost: t.cost,
+            in_quota_hours: t.in_quota_hours,
+            borrowed_hours: t.borrowed_hours,
+            lent_hours: t.lent_hours,
+            allocated_cost: t.allocated_cost,
+            idle_cost: t.idle_cost,
+            total_cost: t.total_cost,
+            gpu_type: Some(t.gpu_type),
+            rate_per_hour: t.rate_per_hour,
+            quota_gpu_hours: t.quota_gpu_hours,
+            quota_used_percent: t.quota_used_percent,
+            ..row
+        });
+        std::iter::once(row).chain(types)
+    }))
+}
+
+/// The rows of the teams report, then those outside the governed partitions.
+fn team_rows<N: Numbers>(report: &UsageReport) -> Vec<TeamsRow<'_, N>> {
     let since = format_rfc3339(report.period.since);
     let until = format_rfc3339(report.period.until);
     let rate_of = |gpu_type: &str| report.capacity_of(gpu_type).and_then(|c| c.rate_per_hour);
+    let num = |v: f64, digits| N::number(v, digits);
+    let opt = |v: Option<f64>, digits| v.map(|v| N::number(v, digits));
     report
         .rows
         .iter()
         .map(|r| (r, false))
         .chain(report.outside.iter().map(|r| (r, true)))
-        .map(|(r, outside)| TeamJson {
+        .map(|(r, outside)| TeamsRow {
             team: &r.team,
             jobs: r.jobs,
-            gpu_hours: r.gpu_hours(),
+            gpu_hours: num(r.gpu_hours(), HOURS),
             quota: r.quota,
-            cost: r.cost,
+            cost: opt(r.cost, MONEY),
             currency: report.currency.as_deref(),
             since: since.clone(),
             until: until.clone(),
-            in_quota_hours: r.in_quota_hours(),
-            borrowed_hours: r.borrowed_hours(),
-            lent_hours: r.lent_hours(),
-            allocated_cost: r.allocated_cost,
-            idle_cost: r.idle_cost,
-            total_cost: r.total_cost,
+            in_quota_hours: num(r.in_quota_hours(), HOURS),
+            borrowed_hours: num(r.borrowed_hours(), HOURS),
+            lent_hours: num(r.lent_hours(), HOURS),
+            allocated_cost: opt(r.allocated_cost, MONEY),
+            idle_cost: opt(r.idle_cost, MONEY),
+            total_cost: opt(r.total_cost, MONEY),
             kind: kind_name(r.kind, outside),
-            quota_gpu_hours: row_quota_hours(r, outside),
-            quota_used_percent: r.quota_used_percent(),
+            quota_gpu_hours: opt(row_quota_hours(r, outside), HOURS),
+            quota_used_percent: opt(r.quota_used_percent(), PERCENT),
             by_type: r
                 .by_type
                 .iter()
-                .map(|t| TypeJson {
+                .map(|t| TeamsTypeRow {
                     gpu_type: &t.gpu_type,
-                    rate_per_hour: rate_of(&t.gpu_type),
+                    rate_per_hour: opt(rate_of(&t.gpu_type), None),
                     jobs: t.jobs,
                     quota: t.quota,
-                    quota_gpu_hours: t.quota_hours(),
-                    quota_used_percent: t.quota_used_percent(),
-                    gpu_hours: t.gpu_hours(),
-                    in_quota_hours: t.in_quota_hours(),
-                    borrowed_hours: t.borrowed_hours(),
-                    lent_hours: t.lent_hours(),
-                    cost: t.cost,
-                    allocated_cost: t.allocated_cost,
-                    idle_cost: t.idle_cost,
-                    total_cost: t.total_cost,
+                    quota_gpu_hours: opt(t.quota_hours(), HOURS),
+                    quota_used_percent: opt(t.quota_used_percent(), PERCENT),
+                    gpu_hours: num(t.gpu_hours(), HOURS),
+                    in_quota_hours: num(t.in_quota_hours(), HOURS),
+                    borrowed_hours: num(t.borrowed_hours(), HOURS),
+                    lent_hours: num(t.lent_hours(), HOURS),
+                    cost: opt(t.cost, MONEY),
+                    allocated_cost: opt(t.allocated_cost, MONEY),
+                    idle_cost: opt(t.idle_cost, MONEY),
+                    total_cost: opt(t.total_cost, MONEY),
                 })
                 .collect(),
         })
@@ -2210,66 +2252,48 @@ where
             } else {
                 "usage: GPU-hours in the governed partitions (no rates: every GPU-hour alike)\n"
             });
-            out.push_str(&table(&header, &lines, None));
+            out.push_str(&table::render(&header, &lines, 1, None));
             out
         }
-        Format::Csv => {
-            let mut out = String::from(
-                "team,weight,normalized_shares,decayed_gpu_hours,normalized_usage,fairshare_factor,since,as_of,half_life_seconds,decayed_cost\n",
-            );
-            for r in &report.rows {
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{},{},{},{},{},{}",
-                    csv_field(&r.team),
-                    r.weight.map(|w| w.to_string()).unwrap_or_default(),
-                    r.normalized_shares,
-                    r.decayed_gpu_seconds / SECONDS_PER_HOUR,
-                    r.normalized_usage,
-                    r.factor,
-                    format_rfc3339(report.since),
-                    format_rfc3339(report.as_of),
-                    report.half_life.as_secs(),
-                    r.decayed_cost.map(|c| c.to_string()).unwrap_or_default(),
-                );
-            }
-            out
-        }
-        Format::Json => {
-            #[derive(Serialize)]
-            struct Row<'a> {
-                team: &'a str,
-                weight: Option<u32>,
-                normalized_shares: f64,
-                decayed_gpu_hours: f64,
-                normalized_usage: f64,
-                fairshare_factor: f64,
-                since: String,
-                as_of: String,
-                half_life_seconds: u64,
-                decayed_cost: Option<f64>,
-            }
-            let rows: Vec<Row<'_>> = report
-                .rows
-                .iter()
-                .map(|r| Row {
-                    team: &r.team,
-                    weight: r.weight,
-                    normalized_shares: r.normalized_shares,
-                    decayed_gpu_hours: r.decayed_gpu_seconds / SECONDS_PER_HOUR,
-                    normalized_usage: r.normalized_usage,
-                    fairshare_factor: r.factor,
-                    since: format_rfc3339(report.since),
-                    as_of: format_rfc3339(report.as_of),
-                    half_life_seconds: report.half_life.as_secs(),
-                    decayed_cost: r.decayed_cost,
-                })
-                .collect();
-            let mut s = serde_json::to_string_pretty(&rows).expect("plain data serialises");
-            s.push('\n');
-            s
-        }
+        Format::Csv => csv_text(fairshare_rows::<CsvNumbers>(report)),
+        Format::Json => json_text(&fairshare_rows::<JsonNumbers>(report)),
     }
+}
+
+/// One row of the fair-share report: a CSV line, an element of the JSON array. Names and order
+/// are an interface: keep them. CSV writes the numbers as Rust prints them, to full precision.
+#[derive(Serialize, Default)]
+struct FairshareLine<'a, N: Numbers> {
+    team: &'a str,
+    weight: Option<u32>,
+    normalized_shares: N::Number,
+    decayed_gpu_hours: N::Number,
+    normalized_usage: N::Number,
+    fairshare_factor: N::Number,
+    since: String,
+    as_of: String,
+    half_life_seconds: u64,
+    decayed_cost: Option<N::Number>,
+}
+
+fn fairshare_rows<N: Numbers>(report: &FairshareReport) -> Vec<FairshareLine<'_, N>> {
+    let num = |v: f64| N::number(v, None);
+    report
+        .rows
+        .iter()
+        .map(|r| FairshareLine {
+            team: &r.team,
+            weight: r.weight,
+            normalized_shares: num(r.normalized_shares),
+            decayed_gpu_hours: num(r.decayed_gpu_seconds / SECONDS_PER_HOUR),
+            normalized_usage: num(r.normalized_usage),
+            fairshare_factor: num(r.factor),
+            since: format_rfc3339(report.since),
+            as_of: format_rfc3339(report.as_of),
+            half_life_seconds: report.half_life.as_secs(),
+            decayed_cost: r.decayed_cost.map(num),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -2285,6 +2309,17 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    /// One field as the reports' CSV writer ([`csv_text`]) writes it.
+    fn csv_field(s: &str) -> String {
+        #[derive(Serialize, Default)]
+        struct One<'a> {
+            field: &'a str,
+        }
+        let csv = csv_text([One { field: s }]);
+        let line = csv.strip_prefix("field\n").expect("the header first");
+        line.strip_suffix('\n').expect("a line").to_string()
     }
 
     fn run(id: i64, account: &str, start_h: i64, end_h: Option<i64>, gpus: u64) -> RunUsage {
@@ -2917,6 +2952,20 @@ mod tests {
         let r = compute_fairshare(&runs, &p);
         assert_eq!(r.rows.len(), 2);
         assert_eq!(r.factors().len(), 1);
+    }
+
+    #[test]
+    fn csv_without_rows_is_the_header_alone() {
+        let mut p = fairshare_params();
+        p.only = vec!["nobody".into()];
+        assert_eq!(
+            render_fairshare(&compute_fairshare(&[], &p), Format::Csv, &Utc),
+            "team,weight,normalized_shares,decayed_gpu_hours,normalized_usage,fairshare_factor,since,as_of,half_life_seconds,decayed_cost\n"
+        );
+        assert_eq!(
+            render_teams_by_day(&[], Format::Csv, false, &Utc),
+            "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost,kind,gpu_type,rate_per_hour,quota_gpu_hours,quota_used_percent\n"
+        );
     }
 
     #[test]

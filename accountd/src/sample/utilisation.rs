@@ -19,8 +19,9 @@ use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
-use crate::report::Format;
+use crate::report::{csv_text, json_text, CsvNumbers, Format, JsonNumbers, Numbers};
 use crate::store::Store;
+use crate::table;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UtilisationError {
@@ -317,58 +318,43 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map(|v| format!("{v:.digits$}")).unwrap_or_default()
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-fn table(header: &[&str], rows: &[Vec<String>], first_left: bool) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |cells: Vec<&str>| {
-        let mut l = String::new();
-        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i > 0 {
-                l.push_str("  ");
-            }
-            let left = if first_left { i < 3 } else { i == 0 };
-            if left {
-                let _ = write!(l, "{c:<w$}");
-            } else {
-                let _ = write!(l, "{c:>w$}");
-            }
-        }
-        l.trim_end().to_string()
-    };
-    let _ = writeln!(out, "{}", line(header.to_vec()));
-    for r in rows {
-        let _ = writeln!(out, "{}", line(r.iter().map(String::as_str).collect()));
-    }
-    out
-}
-
-/// One element of `report jobs --format json`. Keys are an interface: keep them.
-#[derive(Serialize)]
-struct JsonJob<'a> {
+/// One job run of `report jobs`: a CSV line, an element of the JSON array. Names and order are
+/// an interface: keep them.
+#[derive(Serialize, Default)]
+struct JobLine<'a, N: Numbers> {
     job: String,
     job_id_raw: u32,
     user: Option<&'a str>,
     team: Option<&'a str>,
     gpus: Option<u64>,
-    gpu_hours: Option<f64>,
-    sampled_gpu_hours: f64,
-    mean_util_percent: Option<f64>,
-    idle_gpu_hours: f64,
-    since: String,
-    until: String,
+    gpu_hours: Option<N::Number>,
+    sampled_gpu_hours: N::Number,
+    mean_util_percent: Option<N::Number>,
+    idle_gpu_hours: N::Number,
+    since: &'a str,
+    until: &'a str,
+}
+
+fn job_lines<'a, N: Numbers>(
+    jobs: &'a [JobUtilisation],
+    since: &'a str,
+    until: &'a str,
+) -> Vec<JobLine<'a, N>> {
+    jobs.iter()
+        .map(|j| JobLine {
+            job: j.job_label(),
+            job_id_raw: j.job_id_raw,
+            user: j.user.as_deref(),
+            team: j.team.as_deref(),
+            gpus: j.gpus,
+            gpu_hours: j.gpu_hours.map(|h| N::number(h, Some(4))),
+            sampled_gpu_hours: N::number(j.time.sampled_gpu_hours(), Some(4)),
+            mean_util_percent: j.time.mean_util().map(|u| N::number(u, Some(2))),
+            idle_gpu_hours: N::number(j.time.idle_gpu_hours(), Some(4)),
+            since,
+            until,
+        })
+        .collect()
 }
 
 /// `accountd report jobs`: the worst jobs, at most `limit` (all with `None`).
@@ -382,6 +368,10 @@ where
     Tz::Offset: std::fmt::Display,
 {
     let jobs = &r.jobs[..limit.unwrap_or(usize::MAX).min(r.jobs.len())];
+    let (since, until) = (
+        format_rfc3339(r.period.since),
+        format_rfc3339(r.period.until),
+    );
     match format {
         Format::Table => {
             let mut out = format!(
@@ -407,7 +397,7 @@ where
                     ]
                 })
                 .collect();
-            out.push_str(&table(
+            out.push_str(&table::render(
                 &[
                     "JOB",
                     "USER",
@@ -419,7 +409,8 @@ where
                     "IDLE-GPU-HOURS",
                 ],
                 &rows,
-                true,
+                3,
+                None,
             ));
             if jobs.is_empty() {
                 out.push_str("(no samples of jobs in the period)\n");
@@ -434,65 +425,43 @@ where
             }
             out
         }
-        Format::Csv => {
-            let mut out = String::from(
-                "job,job_id_raw,user,team,gpus,gpu_hours,sampled_gpu_hours,mean_util_percent,idle_gpu_hours,since,until\n",
-            );
-            let (since, until) = (
-                format_rfc3339(r.period.since),
-                format_rfc3339(r.period.until),
-            );
-            for j in jobs {
-                let _ = writeln!(
-                    out,
-                    "{},{},{},{},{},{},{:.4},{},{:.4},{since},{until}",
-                    csv_field(&j.job_label()),
-                    j.job_id_raw,
-                    csv_field(j.user.as_deref().unwrap_or("")),
-                    csv_field(j.team.as_deref().unwrap_or("")),
-                    j.gpus.map(|g| g.to_string()).unwrap_or_default(),
-                    opt(j.gpu_hours, 4),
-                    j.time.sampled_gpu_hours(),
-                    opt(j.time.mean_util(), 2),
-                    j.time.idle_gpu_hours(),
-                );
-            }
-            out
-        }
-        Format::Json => {
-            let rows: Vec<JsonJob<'_>> = jobs
-                .iter()
-                .map(|j| JsonJob {
-                    job: j.job_label(),
-                    job_id_raw: j.job_id_raw,
-                    user: j.user.as_deref(),
-                    team: j.team.as_deref(),
-                    gpus: j.gpus,
-                    gpu_hours: j.gpu_hours,
-                    sampled_gpu_hours: j.time.sampled_gpu_hours(),
-                    mean_util_percent: j.time.mean_util(),
-                    idle_gpu_hours: j.time.idle_gpu_hours(),
-                    since: format_rfc3339(r.period.since),
-                    until: format_rfc3339(r.period.until),
-                })
-                .collect();
-            let mut s = serde_json::to_string_pretty(&rows).unwrap_or_else(|_| "[]".into());
-            s.push('\n');
-            s
-        }
+        Format::Csv => csv_text(job_lines::<CsvNumbers>(jobs, &since, &until)),
+        Format::Json => json_text(&job_lines::<JsonNumbers>(jobs, &since, &until)),
     }
 }
 
-#[derive(Serialize)]
-struct JsonTeam<'a> {
+/// One team of `report utilisation`: a CSV line, an element of the JSON array. Names and order
+/// are an interface: keep them.
+#[derive(Serialize, Default)]
+struct TeamLine<'a, N: Numbers> {
     team: &'a str,
     jobs: usize,
-    gpu_hours: f64,
-    sampled_gpu_hours: f64,
-    mean_util_percent: Option<f64>,
-    idle_gpu_hours: f64,
-    since: String,
-    until: String,
+    gpu_hours: N::Number,
+    sampled_gpu_hours: N::Number,
+    mean_util_percent: Option<N::Number>,
+    idle_gpu_hours: N::Number,
+    since: &'a str,
+    until: &'a str,
+}
+
+fn team_lines<'a, N: Numbers>(
+    r: &'a UtilisationReport,
+    since: &'a str,
+    until: &'a str,
+) -> Vec<TeamLine<'a, N>> {
+    r.teams
+        .iter()
+        .map(|t| TeamLine {
+            team: &t.team,
+            jobs: t.jobs,
+            gpu_hours: N::number(t.gpu_hours, Some(4)),
+            sampled_gpu_hours: N::number(t.time.sampled_gpu_hours(), Some(4)),
+            mean_util_percent: t.time.mean_util().map(|u| N::number(u, Some(2))),
+            idle_gpu_hours: N::number(t.time.idle_gpu_hours(), Some(4)),
+            since,
+            until,
+        })
+        .collect()
 }
 
 /// `accountd report utilisation`: per team, then the GPUs no job held.
@@ -535,7 +504,7 @@ where
                 opt(r.unallocated.mean_util(), 1),
                 format!("{:.4}", r.unallocated.idle_gpu_hours()),
             ]);
-            out.push_str(&table(
+            out.push_str(&table::render(
                 &[
                     "TEAM",
                     "JOBS",
@@ -545,47 +514,13 @@ where
                     "IDLE-GPU-HOURS",
                 ],
                 &rows,
-                false,
+                1,
+                None,
             ));
             out
         }
-        Format::Csv => {
-            let mut out = String::from(
-                "team,jobs,gpu_hours,sampled_gpu_hours,mean_util_percent,idle_gpu_hours,since,until\n",
-            );
-            for t in &r.teams {
-                let _ = writeln!(
-                    out,
-                    "{},{},{:.4},{:.4},{},{:.4},{since},{until}",
-                    csv_field(&t.team),
-                    t.jobs,
-                    t.gpu_hours,
-                    t.time.sampled_gpu_hours(),
-                    opt(t.time.mean_util(), 2),
-                    t.time.idle_gpu_hours()
-                );
-            }
-            out
-        }
-        Format::Json => {
-            let rows: Vec<JsonTeam<'_>> = r
-                .teams
-                .iter()
-                .map(|t| JsonTeam {
-                    team: &t.team,
-                    jobs: t.jobs,
-                    gpu_hours: t.gpu_hours,
-                    sampled_gpu_hours: t.time.sampled_gpu_hours(),
-                    mean_util_percent: t.time.mean_util(),
-                    idle_gpu_hours: t.time.idle_gpu_hours(),
-                    since: since.clone(),
-                    until: until.clone(),
-                })
-                .collect();
-            let mut s = serde_json::to_string_pretty(&rows).unwrap_or_else(|_| "[]".into());
-            s.push('\n');
-            s
-        }
+        Format::Csv => csv_text(team_lines::<CsvNumbers>(r, &since, &until)),
+        Format::Json => json_text(&team_lines::<JsonNumbers>(r, &since, &until)),
     }
 }
 

@@ -32,9 +32,13 @@ RELEASES=(
     "26.05 testing"
 )
 # What a root holds: Slurm's daemons and clients, its headers and libslurm (the builds), and
-# what the cluster script, the live tests and the benchmarks run. A root made from another list
-# is remade.
-PACKAGES=slurmctld,slurmd,slurmdbd,slurm-client,libslurm-dev,slurm-wlm-basic-plugins,slurm-wlm-mysql-plugin,munge,mariadb-server,mariadb-client,python3,procps,util-linux,binutils,hostname,passwd,bc,time
+# what the cluster script, the live tests and the benchmarks run (prometheus and promtool: the
+# monitoring scenario; promtool is a package of its own from trixie on, part of prometheus
+# before). A root made from another list is remade.
+PACKAGES=slurmctld,slurmd,slurmdbd,slurm-client,libslurm-dev,slurm-wlm-basic-plugins,slurm-wlm-mysql-plugin,munge,mariadb-server,mariadb-client,python3,procps,util-linux,binutils,hostname,passwd,bc,time,prometheus
+packages_of() { # suite
+    if [[ $1 == bullseye || $1 == bookworm ]]; then echo "$PACKAGES"; else echo "$PACKAGES,promtool"; fi
+}
 CACHE=${TEAMSHARE_CACHE:-/var/cache/teamshare}
 
 die() { echo "slurm-release: $*" >&2; exit 1; }
@@ -75,7 +79,7 @@ make_root() { # release: build the root once (about 70 s), reuse it after
     suite=$(suite_of "$rel")
     dir=$(root_dir "$rel")
     if [[ -f $dir/.teamshare-root ]]; then
-        if [[ $(<"$dir/.teamshare-root") == "$PACKAGES" ]]; then
+        if [[ $(<"$dir/.teamshare-root") == "$(packages_of "$suite")" ]]; then
             [[ $(release_at "$dir") == "$rel" ]] ||
                 die "$dir holds Slurm $(release_at "$dir"), not $rel; remove it to rebuild"
             return 0
@@ -98,12 +102,12 @@ make_root() { # release: build the root once (about 70 s), reuse it after
     say "making a Debian $suite root with Slurm $rel in $dir (once; about a minute)"
     local t0=$SECONDS
     mmdebstrap --mode=root --variant=apt "${opts[@]}" \
-        --include="$PACKAGES" \
+        --include="$(packages_of "$suite")" \
         "$suite" "$tmp" "deb $m $suite main" >"$CACHE/root-$rel.log" 2>&1 ||
         { tail -n 20 "$CACHE/root-$rel.log" >&2; rm -rf "$tmp"; die "mmdebstrap $suite failed (log: $CACHE/root-$rel.log)"; }
     [[ $(release_at "$tmp") == "$rel" ]] ||
         { rm -rf "$tmp"; die "Debian $suite now ships Slurm $(release_at "$tmp"), not $rel: update RELEASES in $0"; }
-    echo "$PACKAGES" >"$tmp/.teamshare-root"
+    packages_of "$suite" >"$tmp/.teamshare-root"
     mv "$tmp" "$dir"
     say "root for Slurm $rel ready in $((SECONDS - t0)) s"
 }

@@ -25,7 +25,7 @@ pub const SCENARIOS: &[Scenario] = &[
 const MINUTE: Duration = Duration::from_secs(60);
 
 /// One `accountd sample` per node, each seeing its node's GPUs through the fake library.
-struct Samplers(Vec<Child>);
+pub(crate) struct Samplers(Vec<Child>);
 
 impl Drop for Samplers {
     fn drop(&mut self) {
@@ -36,7 +36,7 @@ impl Drop for Samplers {
     }
 }
 
-fn start_samplers(
+pub(crate) fn start_samplers(
     c: &Cluster,
     spool: &std::path::Path,
     util: &[(&str, u32)],

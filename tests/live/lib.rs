@@ -287,6 +287,11 @@ impl Cluster {
         }
     }
 
+    /// Where `accountd run` serves /metrics (`host:port`, moved by LIVE_PORT_OFFSET).
+    pub fn metrics_addr(&self) -> &str {
+        &self.metrics_addr
+    }
+
     /// GET /metrics from the daemon.
     pub fn metrics(&self) -> Result<String, String> {
         use std::io::{Read, Write};

@@ -13,6 +13,7 @@ mod accounting;
 mod adversarial;
 mod governance;
 mod hostile;
+mod monitoring;
 mod scale;
 mod skeleton;
 mod status;
@@ -32,6 +33,7 @@ fn main() -> std::process::ExitCode {
     scenarios.extend_from_slice(scale::SCENARIOS);
     scenarios.extend_from_slice(adversarial::SCENARIOS);
     scenarios.extend_from_slice(status::SCENARIOS);
+    scenarios.extend_from_slice(monitoring::SCENARIOS);
 
     let listing = args.list;
     let cluster: Result<Arc<Cluster>, String> = if listing {

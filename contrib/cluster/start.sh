@@ -307,7 +307,11 @@ fi
 if [[ -n ${TEAMSHARE_PLUGIN:-} ]]; then
     cp -- "$TEAMSHARE_PLUGIN" "$DIR/plugins/job_submit_teamshare.so"
 fi
-PLUGIN_DIR_LINE="PluginDir=$SYS_PLUGIN_DIR:$DIR/plugins"
+# Slurm loads a plugin from the first directory of PluginDir that has it: the cluster's own first,
+# so that a job_submit_teamshare.so installed in the system directory (the teamshare-plugin
+# package) never replaces the build this cluster was given. Without TEAMSHARE_PLUGIN, the
+# installed one is what JobSubmitPlugins=teamshare loads.
+PLUGIN_DIR_LINE="PluginDir=$DIR/plugins:$SYS_PLUGIN_DIR"
 if [[ -n ${JOB_SUBMIT_PLUGINS+set} ]]; then
     JSP=$JOB_SUBMIT_PLUGINS
 elif [[ -n ${TEAMSHARE_PLUGIN:-} ]]; then
@@ -318,8 +322,8 @@ fi
 [[ $JSP =~ ^[A-Za-z0-9_/,-]*$ ]] || fail "JOB_SUBMIT_PLUGINS has odd characters: '$JSP'"
 [[ -n $JSP ]] || JSP=none
 if [[ ,$JSP, == *,teamshare,* || ,$JSP, == *,job_submit/teamshare,* ]]; then
-    [[ -f $DIR/plugins/job_submit_teamshare.so ]] ||
-        fail "JobSubmitPlugins includes teamshare but TEAMSHARE_PLUGIN (path to libjob_submit_teamshare.so) is not set"
+    [[ -f $DIR/plugins/job_submit_teamshare.so || -f $SYS_PLUGIN_DIR/job_submit_teamshare.so ]] ||
+        fail "JobSubmitPlugins includes teamshare but TEAMSHARE_PLUGIN (path to libjob_submit_teamshare.so) is not set and $SYS_PLUGIN_DIR has no job_submit_teamshare.so (package teamshare-plugin)"
 fi
 if [[ ,$JSP, == *,lua,* || ,$JSP, == *,job_submit/lua,* ]]; then
     if [[ -n ${JOB_SUBMIT_LUA:-} ]]; then

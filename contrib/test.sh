@@ -77,6 +77,13 @@ if ((unit)); then
     cargo test --release --locked --workspace --exclude teamshare-live-tests
 fi
 
+# The Debian packages of the host's build (contrib/deb/build.sh, lintian included), which the
+# native suite's packaging scenario installs and purges; the other releases' suites skip it.
+if [[ -n $native ]] && printf '%s\n' "${releases[@]}" | grep -qx -- "$native"; then
+    stamp "Debian packages for Slurm $native (contrib/deb/build.sh)"
+    contrib/deb/build.sh
+fi
+
 # The other releases' roots and builds (before any suite starts: builds take both cores).
 declare -A build_dir=()
 for r in "${releases[@]}"; do
@@ -98,7 +105,8 @@ run_suite() { # release port-offset
     else
         env "${env[@]}" TEAMSHARE_PLUGIN="${build_dir[$r]}/libjob_submit_teamshare-test-panic.so" \
             TEAMSHARE_BUILD_DIR="${build_dir[$r]}" \
-            contrib/slurm-release.sh exec "$r" "$REPO/$live_bin" "${live_args[@]}" >"$log" 2>&1
+            contrib/slurm-release.sh exec "$r" "$REPO/$live_bin" "${live_args[@]}" --skip packaging:: \
+            >"$log" 2>&1
     fi
 }
 

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub type TestResult = Result<(), String>;
 /// A live scenario: its name and its body.
 pub type Scenario = (&'static str, fn(&Cluster) -> TestResult);
+/// A live scenario that starts what it needs itself (no shared cluster): its name and body.
+pub type Standalone = (&'static str, fn() -> TestResult);
 
 /// The repository root (this crate lives in `tests/`).
 pub fn repo_root() -> PathBuf {
@@ -57,6 +59,44 @@ pub struct Spec {
     /// Appended to where logs are kept when a test failed (`LIVE_LOGS`, by default
     /// target/live-logs under the repository root).
     pub logs_suffix: &'static str,
+    /// Where the plugin and accountd come from.
+    pub install: Install,
+}
+
+/// Where a cluster's plugin and accountd come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Install {
+    /// The test run's builds: the plugin (`TEAMSHARE_PLUGIN`) copied into the cluster's own
+    /// plugin directory, accountd from the build directory, and `accountd run` started as the
+    /// cluster's governor.
+    Build,
+    /// The Debian packages installed on the host (tests/live/packaging.rs): slurmctld loads
+    /// the plugin from Slurm's PluginDir, setup-slurm is the installed accountd's, and no
+    /// governor is started: the scenario starts the packaged one.
+    Packages,
+}
+
+/// The packages' names (contrib/deb/build.sh).
+pub const PLUGIN_PACKAGE: &str = "teamshare-plugin";
+pub const ACCOUNTD_PACKAGE: &str = "teamshare-accountd";
+
+/// The installed file of `package` whose path ends with `suffix` (`dpkg-query -L`).
+pub fn package_file(package: &str, suffix: &str) -> Result<PathBuf, String> {
+    let out = Command::new("dpkg-query")
+        .args(["-L", package])
+        .output()
+        .map_err(|e| format!("dpkg-query: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{package} is not installed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.ends_with(suffix) && Path::new(l).is_file())
+        .map(PathBuf::from)
+        .ok_or_else(|| format!("{package} installs no file ending with {suffix}"))
 }
 
 impl Spec {
@@ -70,6 +110,7 @@ impl Spec {
         metrics_addr: "127.0.0.1:29477",
         dir_suffix: "",
         logs_suffix: "",
+        install: Install::Build,
     };
 
     /// The cluster of the per-GPU-type scenarios (issue 10): n1 and n2 with 4 A100 each, n3
@@ -83,6 +124,21 @@ impl Spec {
         metrics_addr: "127.0.0.1:29478",
         dir_suffix: "-typed",
         logs_suffix: "-typed",
+        install: Install::Build,
+    };
+
+    /// The cluster of the packaging scenario: 1 node x 4 untyped GPUs, run by the installed
+    /// Debian packages; tests/live/teamshare-packaged.toml.
+    pub const PACKAGED: Spec = Spec {
+        name: "teamshare-pkg",
+        config: "teamshare-packaged.toml",
+        nodes: 1,
+        gpu_types: "",
+        port_offset: 200,
+        metrics_addr: "127.0.0.1:29479",
+        dir_suffix: "-pkg",
+        logs_suffix: "-pkg",
+        install: Install::Packages,
     };
 }
 
@@ -121,32 +177,44 @@ impl Cluster {
     pub fn start_with(spec: &Spec) -> Result<Cluster, String> {
         let root = repo_root();
         let target = root.join("target/release");
-        let plugin = PathBuf::from(env_or(
-            "TEAMSHARE_PLUGIN",
-            &root
-                .join("target/live-plugin/libjob_submit_teamshare.so")
-                .to_string_lossy(),
-        ));
-        // accountd and the release plugin of the Slurm under test: target/release for the
-        // host's, contrib/slurm-release.sh's build directory for another release.
-        let build = PathBuf::from(env_or("TEAMSHARE_BUILD_DIR", &target.to_string_lossy()));
-        let accountd = build.join("accountd");
-        let production_plugin = build.join("libjob_submit_teamshare.so");
-        for (what, p) in [
-            ("the plugin built with --features test-panic", &plugin),
-            ("accountd (cargo build --release)", &accountd),
-            (
-                "the release plugin (cargo build --release)",
-                &production_plugin,
-            ),
-        ] {
-            if !p.is_file() {
-                return Err(format!(
-                    "{what} is missing at {}; run the tests with contrib/test.sh",
-                    p.display()
+        // The plugin start.sh copies into the cluster (none: slurmctld finds the installed
+        // one in Slurm's PluginDir), accountd, and the release plugin of the Slurm under test.
+        let (plugin, accountd, production_plugin) = match spec.install {
+            Install::Build => {
+                let plugin = PathBuf::from(env_or(
+                    "TEAMSHARE_PLUGIN",
+                    &root
+                        .join("target/live-plugin/libjob_submit_teamshare.so")
+                        .to_string_lossy(),
                 ));
+                // target/release for the host's Slurm, contrib/slurm-release.sh's build
+                // directory for another release.
+                let build = PathBuf::from(env_or("TEAMSHARE_BUILD_DIR", &target.to_string_lossy()));
+                let accountd = build.join("accountd");
+                let production_plugin = build.join("libjob_submit_teamshare.so");
+                for (what, p) in [
+                    ("the plugin built with --features test-panic", &plugin),
+                    ("accountd (cargo build --release)", &accountd),
+                    (
+                        "the release plugin (cargo build --release)",
+                        &production_plugin,
+                    ),
+                ] {
+                    if !p.is_file() {
+                        return Err(format!(
+                            "{what} is missing at {}; run the tests with contrib/test.sh",
+                            p.display()
+                        ));
+                    }
+                }
+                (Some(plugin), accountd, production_plugin)
             }
-        }
+            Install::Packages => (
+                None,
+                package_file(ACCOUNTD_PACKAGE, "/bin/accountd")?,
+                package_file(PLUGIN_PACKAGE, "/job_submit_teamshare.so")?,
+            ),
+        };
         let dir = PathBuf::from(
             env_or(
                 "TEAMSHARE_LIVE_DIR",
@@ -181,9 +249,15 @@ impl Cluster {
             .map_err(|e| format!("{}: {e}", config.display()))?;
         ensure_plain_user()?;
         let start = Instant::now();
-        let out = Command::new(root.join("contrib/cluster/start.sh"))
+        let mut start_sh = Command::new(root.join("contrib/cluster/start.sh"));
+        match &plugin {
+            Some(plugin) => start_sh.env("TEAMSHARE_PLUGIN", plugin),
+            None => start_sh
+                .env_remove("TEAMSHARE_PLUGIN")
+                .env("JOB_SUBMIT_PLUGINS", "teamshare"),
+        };
+        let out = start_sh
             .arg(&dir)
-            .env("TEAMSHARE_PLUGIN", &plugin)
             .env("TEAMSHARE_CONFIG", &config)
             .env("ACCOUNTD", &accountd)
             .env("CLUSTER_USERS", format!("root {PLAIN_USER}"))
@@ -228,7 +302,9 @@ impl Cluster {
                 ) + spec.logs_suffix,
             ),
         };
-        cluster.start_governor()?;
+        if spec.install == Install::Build {
+            cluster.start_governor()?;
+        }
         Ok(cluster)
     }
 

@@ -14,6 +14,7 @@ mod adversarial;
 mod governance;
 mod hostile;
 mod monitoring;
+mod packaging;
 mod scale;
 mod skeleton;
 mod status;
@@ -35,19 +36,20 @@ fn main() -> std::process::ExitCode {
     scenarios.extend_from_slice(status::SCENARIOS);
     scenarios.extend_from_slice(monitoring::SCENARIOS);
 
-    let listing = args.list;
-    let cluster: Result<Arc<Cluster>, String> = if listing {
-        Err("listing only".into())
-    } else {
-        Cluster::start().map(Arc::new)
-    };
-
-    // The per-GPU-type scenarios have a cluster of their own, started by the first of them
-    // that runs (so a filtered run that needs none starts none).
+    // Each cluster is started by the first scenario that needs it (so a filtered run starts only
+    // the clusters its scenarios use); if it cannot start, every scenario on it fails.
+    let shared_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
+    // The per-GPU-type scenarios have a cluster of their own.
     let typed_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
 
-    let run = |cluster: Result<Arc<Cluster>, String>, f: Scenario| -> Result<(), Failed> {
-        let cluster = cluster.map_err(|e| Failed::from(format!("no live cluster: {e}")))?;
+    let run = |cluster: &OnceLock<Result<Arc<Cluster>, String>>,
+               spec: &Spec,
+               f: Scenario|
+     -> Result<(), Failed> {
+        let cluster = cluster
+            .get_or_init(|| Cluster::start_with(spec).map(Arc::new))
+            .clone()
+            .map_err(|e| Failed::from(format!("no live cluster: {e}")))?;
         let started = std::time::Instant::now();
         let r = f(&cluster);
         // How long each scenario takes, for the CI budget (docs/benchmarks.md).
@@ -61,34 +63,36 @@ fn main() -> std::process::ExitCode {
     let mut trials: Vec<Trial> = scenarios
         .into_iter()
         .map(|(name, f)| {
-            let cluster = cluster.clone();
-            Trial::test(name, move || run(cluster, f))
+            let cluster = shared_cluster.clone();
+            Trial::test(name, move || run(&cluster, &Spec::SHARED, f))
         })
         .collect();
     trials.extend(typed::SCENARIOS.iter().map(|&(name, f)| {
-        let typed_cluster = typed_cluster.clone();
+        let cluster = typed_cluster.clone();
+        Trial::test(name, move || run(&cluster, &Spec::TYPED, f))
+    }));
+    // Scenarios that start what they need themselves (the Debian packages and their cluster).
+    trials.extend(packaging::SCENARIOS.iter().map(|&(name, f)| {
         Trial::test(name, move || {
-            let cluster = typed_cluster
-                .get_or_init(|| Cluster::start_with(&Spec::TYPED).map(Arc::new))
-                .clone();
-            run(cluster, f)
+            let started = std::time::Instant::now();
+            let r = f();
+            eprint!("[{:.1} s] ", started.elapsed().as_secs_f64());
+            r.map_err(Failed::from)
         })
     }));
 
     let conclusion = libtest_mimic::run(&args, trials);
-    for c in [
-        cluster.as_ref().ok(),
-        typed_cluster.get().and_then(|r| r.as_ref().ok()),
-    ]
-    .into_iter()
-    .flatten()
+    for c in [shared_cluster.get(), typed_cluster.get()]
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_ref().ok())
     {
         if conclusion.has_failed() {
             c.keep_logs();
         }
     }
     // Drop the clusters (stop them) before exiting.
-    drop(cluster);
+    drop(shared_cluster);
     drop(typed_cluster);
     conclusion.exit_code()
 }

@@ -181,12 +181,12 @@ fn refuse(
     r: &teamshare_policy::Rejection,
     err_msg: *mut *mut c_char,
 ) -> c_int {
-    log::info(&format!(
+    tracing::info!(
         "reject uid={submit_uid} account={} reason={} msg=\"{}\"",
         account.as_deref().unwrap_or("-"),
         r.kind.key(),
         r.message
-    ));
+    );
     set_err_msg(err_msg, &r.message);
     error_code(r.kind)
 }
@@ -288,12 +288,12 @@ pub unsafe fn job_modify(
             SUCCESS
         }
         Verdict::Reject(r) => {
-            log::info(&format!(
+            tracing::info!(
                 "reject modify uid={submit_uid} account={} reason={} msg=\"{}\"",
                 request.account.as_deref().unwrap_or("-"),
                 r.kind.key(),
                 r.message
-            ));
+            );
             set_err_msg(err_msg, &r.message);
             error_code(r.kind)
         }

@@ -18,8 +18,6 @@ use teamshare_policy::governance::PublishedState;
 use teamshare_policy::inputs::{Event, LogLine, Reloader, Staleness, StalenessLog};
 use teamshare_policy::submit::Admitted;
 
-use crate::log;
-
 static CURRENT: RwLock<Option<Arc<Config>>> = RwLock::new(None);
 /// The governor's last published state, as read by the watcher.
 static GOVERNOR: RwLock<Option<Arc<PublishedState>>> = RwLock::new(None);
@@ -74,8 +72,8 @@ pub fn note_staleness(s: &Staleness) {
         Err(p) => p.into_inner().note(s),
     };
     match line {
-        Some(LogLine::Error(l)) => log::error(&l),
-        Some(LogLine::Info(l)) => log::info(&l),
+        Some(LogLine::Error(l)) => tracing::error!("{l}"),
+        Some(LogLine::Info(l)) => tracing::info!("{l}"),
         None => {}
     }
 }
@@ -93,16 +91,17 @@ fn apply(events: Vec<Event>) {
     for e in events {
         match e {
             Event::Config(c, line) => {
-                log::info(&line);
+                tracing::info!("{line}");
                 write(&CURRENT, Some(c));
             }
             Event::State(s) => write(&GOVERNOR, s),
-            Event::Error(line) => log::error(&line),
+            Event::Error(line) => tracing::error!("{line}"),
         }
     }
 }
 
 pub fn init() -> i32 {
+    crate::log::install();
     let mut reloader = Reloader::new(config_path(), env!("CARGO_PKG_VERSION"));
     apply(reloader.start(Instant::now()));
     start_reloader(reloader);
@@ -132,7 +131,7 @@ fn start_reloader(reloader: Reloader) {
             // Never let a panic end the watcher silently.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| watch(reloader)));
             if r.is_err() {
-                log::error("configuration watcher stopped after an internal error; restart slurmctld to resume reloads");
+                tracing::error!("configuration watcher stopped after an internal error; restart slurmctld to resume reloads");
             }
         });
     match spawned {
@@ -141,7 +140,7 @@ fn start_reloader(reloader: Reloader) {
                 *g = Some(h);
             }
         }
-        Err(e) => log::error(&format!("cannot start the configuration watcher: {e}")),
+        Err(e) => tracing::error!("cannot start the configuration watcher: {e}"),
     }
 }
 

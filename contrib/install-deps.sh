@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(slurmctld slurmd slurmdbd slurm-client libslurm-dev slurm-wlm-basic-plugins munge
       mariadb-server mariadb-client clang libclang-dev pkg-config binutils procps python3
       mmdebstrap util-linux   # mmdebstrap, unshare: the other Slurm releases' roots (slurm-release.sh)
-      prometheus)             # promtool: the metrics' names and types checked (accountd/tests/metrics.rs)
+      prometheus              # promtool: the metrics' names and types checked (accountd/tests/metrics.rs)
+      chromium poppler-utils) # the HTML report rendered, printed and read back (accountd/tests/html_chromium.rs)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

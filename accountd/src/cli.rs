@@ -18,6 +18,7 @@ use accountd::ingest::{self, IngestError};
 use accountd::logging;
 use accountd::period::{self, format_local, Period, TimeError, UnixSeconds};
 use accountd::report::{self, CapacitySource, FairshareParams, Format, RowKind, UsageParams};
+use accountd::report_html;
 use accountd::sample::{self, collect, gpu, jobs, sampler, utilisation};
 use accountd::slurm_cli::{self, SlurmCommandError};
 use accountd::slurm_setup::{self, Applied, Associations};
@@ -246,19 +247,25 @@ enum ReportKind {
     Fairshare,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum FormatArg {
     Table,
     Csv,
     Json,
+    Html,
 }
 
-impl From<FormatArg> for Format {
-    fn from(f: FormatArg) -> Self {
-        match f {
-            FormatArg::Table => Format::Table,
-            FormatArg::Csv => Format::Csv,
-            FormatArg::Json => Format::Json,
+impl FormatArg {
+    /// The format of the text renderers; `html` is `report teams`' alone (its page has charts
+    /// of the period's days besides the table: `report_html`).
+    fn text(self) -> Result<Format, UsageError> {
+        match self {
+            FormatArg::Table => Ok(Format::Table),
+            FormatArg::Csv => Ok(Format::Csv),
+            FormatArg::Json => Ok(Format::Json),
+            FormatArg::Html => Err(UsageError(
+                "--format html applies to `report teams` only".into(),
+            )),
         }
     }
 }
@@ -722,6 +729,15 @@ fn report_cmd(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow::
     if args.by_type && args.kind != ReportKind::Teams {
         return Err(UsageError("--by-type applies to `report teams` only".into()).into());
     }
+    if args.format == FormatArg::Html && args.kind != ReportKind::Teams {
+        return Err(UsageError("--format html applies to `report teams` only".into()).into());
+    }
+    if args.format == FormatArg::Html && args.by_day {
+        return Err(UsageError(
+            "--format html already charts each day of the period: leave out --by-day".into(),
+        )
+        .into());
+    }
     match args.kind {
         ReportKind::Teams => teams_report(config, database, args),
         ReportKind::Fairshare => fairshare_report(config, database, args),
@@ -872,13 +888,24 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
         }
         return print(&report::render_teams_by_day(
             &days,
-            args.format.into(),
+            args.format.text()?,
             args.by_type,
             &chrono::Local,
         ));
     }
-    let (usage, runaway) = with_report_store(&database, "ingest", |store| {
-        Ok((report::usage_report(store, &params)?, runaways(store)?))
+    // The page charts the period's days: the reports `--by-day` prints, from the same reading.
+    let html = args.format == FormatArg::Html;
+    let (usage, days, runaway) = with_report_store(&database, "ingest", |store| {
+        let days = if html {
+            report::usage_report_by_day(store, &params, &chrono::Local)?
+        } else {
+            Vec::new()
+        };
+        Ok((
+            report::usage_report(store, &params)?,
+            days,
+            runaways(store)?,
+        ))
     })?;
     note_runaways(&runaway);
     for row in &usage.rows {
@@ -891,9 +918,17 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
     }
     note_capacity(&usage, &params);
     note_outside(&usage.outside.iter().collect::<Vec<_>>(), &usage);
+    if html {
+        return print(&report_html::render_teams_html(
+            &usage,
+            &days,
+            args.by_type,
+            &chrono::Local,
+        ));
+    }
     print(&report::render_teams(
         &usage,
-        args.format.into(),
+        args.format.text()?,
         args.by_type,
         &chrono::Local,
     ))
@@ -1034,7 +1069,7 @@ fn fairshare_report(
     note_runaways(&runaway);
     print(&report::render_fairshare(
         &fairshare,
-        args.format.into(),
+        args.format.text()?,
         &chrono::Local,
     ))
 }
@@ -1216,7 +1251,7 @@ fn samples_report(
     if r.from_samples {
         say_err!("accountd: note: the hourly rollup was built with another idle threshold; read from the samples (`accountd collect-samples` rebuilds it)");
     }
-    let format: Format = args.format.into();
+    let format: Format = args.format.text()?;
     let text = match args.kind {
         ReportKind::Jobs => utilisation::render_jobs(&r, format, args.limit, &chrono::Local),
         _ => utilisation::render_teams(&r, format, &chrono::Local),

@@ -5,7 +5,8 @@
 //! - `store`: the SQLite database, its migrations and idempotent upserts;
 //! - `ingest`: which window of accounting to read, and storing it;
 //! - `report`: usage, borrowing, lending and cost per team over a period, and fair-share,
-//!   rendered as table, CSV or JSON (the arithmetic is `model`'s);
+//!   rendered as table, CSV or JSON (the arithmetic is `model`'s); `report_html`: the teams
+//!   report as a self-contained HTML page with charts of its days;
 //! - `model`: the accounting model of DESIGN 5 as pure functions;
 //! - `capacity`: the governed capacity measured with sinfo;
 //! - `slurm_setup`: making Slurm's associations match teamshare.toml;
@@ -36,6 +37,7 @@ pub mod metrics;
 pub mod model;
 pub mod period;
 pub mod report;
+pub mod report_html;
 pub mod sacct;
 pub mod sample;
 #[allow(unsafe_code)]

@@ -1336,7 +1336,7 @@ where
 }
 
 /// The TYPE cell of a row's own line in a table with types: the row stands for all of them.
-const ALL_TYPES: &str = "all";
+pub(crate) const ALL_TYPES: &str = "all";
 
 fn teams_by_day_table<Tz: chrono::TimeZone>(days: &[UsageReport], by_type: bool, tz: &Tz) -> String
 where
@@ -1449,7 +1449,12 @@ where
 
 /// The first line of a teams table, e.g. `GPU usage on c by day from ... (local time), GPU-hours
 /// and cost`.
-fn title<Tz: chrono::TimeZone>(report: &UsageReport, how: &str, period: Period, tz: &Tz) -> String
+pub(crate) fn title<Tz: chrono::TimeZone>(
+    report: &UsageReport,
+    how: &str,
+    period: Period,
+    tz: &Tz,
+) -> String
 where
     Tz::Offset: std::fmt::Display,
 {
@@ -1467,7 +1472,7 @@ where
 }
 
 /// The second line of a teams table: the rules the figures follow.
-fn rules(report: &UsageReport) -> String {
+pub(crate) fn rules(report: &UsageReport) -> String {
     let mut out = String::from(if report.typed {
         "rules: in quota, borrowed and lent per GPU type"
     } else {
@@ -1499,11 +1504,11 @@ fn currency_suffix(report: &UsageReport) -> String {
         .unwrap_or_default()
 }
 
-fn hours(h: f64) -> String {
+pub(crate) fn hours(h: f64) -> String {
     format!("{h:.4}")
 }
 
-fn money(c: Option<f64>) -> String {
+pub(crate) fn money(c: Option<f64>) -> String {
     c.map(|c| format!("{c:.2}")).unwrap_or_default()
 }
 
@@ -1526,6 +1531,31 @@ fn teams_table<Tz: chrono::TimeZone>(report: &UsageReport, by_type: bool, tz: &T
 where
     Tz::Offset: std::fmt::Display,
 {
+    let cells = teams_table_cells(report, by_type);
+    let mut out = title(report, "", report.period, tz);
+    out.push_str(&rules(report));
+    out.push_str(&table::render(
+        &cells.header,
+        &cells.lines,
+        1,
+        Some(cells.total_from),
+    ));
+    out.push_str(&teams_notes(report, by_type, tz));
+    out
+}
+
+/// The cells of the teams table, as the table and the HTML page show them.
+pub(crate) struct TableCells {
+    pub header: Vec<String>,
+    /// The rows (with `by_type`, each row's types under it), then the totals.
+    pub lines: Vec<Vec<String>>,
+    /// The index in `lines` of the first total line.
+    pub total_from: usize,
+}
+
+/// The header and the lines of the teams table: the rows, then the total (with `by_type`, then
+/// the total of each type).
+pub(crate) fn teams_table_cells(report: &UsageReport, by_type: bool) -> TableCells {
     let with_cost = report.capacity_cost.is_some();
     let currency = currency_suffix(report);
     let mut header: Vec<String> = vec!["TEAM".into()];
@@ -1666,9 +1696,25 @@ where
             }));
         }
     }
-    let mut out = title(report, "", report.period, tz);
-    out.push_str(&rules(report));
-    out.push_str(&table::render(&header, &lines, 1, Some(rule_before)));
+    TableCells {
+        header,
+        lines,
+        total_from: rule_before,
+    }
+}
+
+/// What the teams table says under it: the capacity, how it was taken, and the usage outside the
+/// governed partitions.
+pub(crate) fn teams_notes<Tz: chrono::TimeZone>(
+    report: &UsageReport,
+    by_type: bool,
+    tz: &Tz,
+) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let currency = currency_suffix(report);
+    let mut out = String::new();
     let source = match report.capacity_source {
         CapacitySource::Samples => "recorded by accountd run".to_string(),
         CapacitySource::EstimateUntil(t) => format!(

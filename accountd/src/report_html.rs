@@ -1,0 +1,1211 @@
+//! `accountd report teams --format html`: the teams report as one self-contained HTML page
+//! (DESIGN 5): the period's table as the table format shows it (the same cells, the same notes
+//! under it), then two charts of the period's local days, inline SVG:
+//!
+//! - GPU-hours: one bar per day, each team's (and account's) hours in quota (solid) and borrowed
+//!   (striped) stacked above the axis, what each row lent (pale) below it;
+//! - cost (with rates only): one bar per day, each row's total cost (allocated + idle share)
+//!   stacked, so that a day's bar is that day's capacity cost (a negative idle cost, usage beyond
+//!   the recorded capacity, goes below the axis).
+//!
+//! The days are [`report::usage_report_by_day`]'s, the reports `--by-day` prints.
+//!
+//! The page loads nothing: no script, font, image or link, and its Content-Security-Policy
+//! (`default-src 'none'`) forbids any load but its own inline style, so it reads the same offline,
+//! from a mail attachment or a file share. Every text in it is escaped ([`escape`]): team and
+//! account names come from sacct (an account need not be a team of the configuration), GPU types
+//! from gres, the cluster's name from the configuration.
+
+use std::fmt::Write as _;
+
+use crate::report::{self, RowKind, UsageReport};
+
+/// The colours of teams and accounts, in the order of the report's rows (they repeat beyond
+/// seven): distinguishable with the common colour-vision deficiencies, and apart from
+/// [`POOL_COLOR`] and [`IDLE_COLOR`].
+const PALETTE: [&str; 7] = [
+    "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442",
+];
+/// `(pool)`'s colour.
+const POOL_COLOR: &str = "#7f7f7f";
+/// `(idle)`'s colour.
+const IDLE_COLOR: &str = "#bdbdbd";
+
+/// The charts' drawing, in SVG user units (the page scales it to its width).
+const WIDTH: f64 = 960.0;
+const HEIGHT: f64 = 330.0;
+/// Room for the y axis' labels and title.
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 8.0;
+const TOP: f64 = 12.0;
+/// Room for the dates.
+const BOTTOM: f64 = 36.0;
+const PLOT_WIDTH: f64 = WIDTH - LEFT - RIGHT;
+/// The height of the bars' area: the axis' range spans it.
+const PLOT_HEIGHT: f64 = HEIGHT - TOP - BOTTOM;
+/// The share of a day's width its bar takes.
+const BAR_SHARE: f64 = 0.7;
+/// The least room for a date under the axis; dates closer than that are shown every other (or
+/// third...) day.
+const DATE_ROOM: f64 = 40.0;
+
+/// `text` escaped for HTML text and quoted attribute values (also inside inline SVG): `&`, `<`,
+/// `>`, `"` and `'` as character references.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The page. `report`: the period's; `days`: one report per local day of its counted part
+/// ([`report::usage_report_by_day`], with the same parameters); `by_type`: the table shows each
+/// row's GPU types under it, as `--by-type` does.
+pub fn render_teams_html<Tz: chrono::TimeZone>(
+    report: &UsageReport,
+    days: &[UsageReport],
+    by_type: bool,
+    tz: &Tz,
+) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let heading = report::title(report, "", report.period, tz);
+    let heading = heading.trim_end();
+    let series = series_of(report);
+    let dates: Vec<String> = days.iter().map(|d| local_date(d, tz)).collect();
+    let mut out = String::with_capacity(32 * 1024 + days.len() * 4 * 1024);
+    page_head(&mut out, heading);
+    out.push_str("<body>\n<header>\n");
+    let _ = writeln!(out, "<h1>{}</h1>", escape(heading));
+    let _ = writeln!(
+        out,
+        "<p class=\"rules\">{}</p>",
+        escape(report::rules(report).trim_end())
+    );
+    out.push_str("</header>\n");
+    table_section(&mut out, report, &series, by_type, tz);
+
+    out.push_str("<section id=\"usage\">\n<h2>GPU-hours per day</h2>\n");
+    if days.is_empty() {
+        out.push_str("<p>No day of the period is counted yet.</p>\n");
+    } else {
+        let segments = usage_segments(&series, days);
+        let chart = Chart {
+            id: "usage",
+            title: "GPU-hours per day and team: in quota and borrowed above the axis, lent below it"
+                .to_string(),
+            desc: format!(
+                "One bar per day from {} to {}. Above the axis each team's GPU-hours in quota (solid) and borrowed (striped), stacked in the order of the table; below it the GPU-hours each row lent (pale). The table has the period's figures.",
+                dates[0],
+                dates[dates.len() - 1]
+            ),
+            axis: "GPU-hours (lent below the axis)".to_string(),
+            below_as_positive: true,
+            dates: &dates,
+            series: &series,
+            segments: &segments,
+        };
+        chart.render(&mut out);
+    }
+    out.push_str("</section>\n");
+
+    if report.capacity_cost.is_some() {
+        let currency = report
+            .currency
+            .as_deref()
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "<section id=\"cost\">\n<h2>Cost per day{}</h2>",
+            escape(&currency)
+        );
+        if days.is_empty() {
+            out.push_str("<p>No day of the period is counted yet.</p>\n");
+        } else {
+            let segments = cost_segments(&series, days);
+            let chart = Chart {
+                id: "cost",
+                title: format!("Total cost per day and row{currency}"),
+                desc: format!(
+                    "One bar per day from {} to {}: each row's total cost (allocated cost and share of the idle capacity's cost), stacked in the order of the table; a day's bar is that day's capacity cost. Each day's idle cost is shared with that day's weights.",
+                    dates[0],
+                    dates[dates.len() - 1]
+                ),
+                axis: format!("cost{currency}"),
+                below_as_positive: false,
+                dates: &dates,
+                series: &series,
+                segments: &segments,
+            };
+            chart.render(&mut out);
+        }
+        out.push_str("</section>\n");
+    } else {
+        out.push_str(
+            "<section id=\"cost\">\n<h2>Cost per day</h2>\n<p>No rates are configured ([gpu_types]): no cost.</p>\n</section>\n",
+        );
+    }
+    let _ = writeln!(
+        out,
+        "<footer><p>accountd {}: report teams; the charts' days are those of report teams --by-day</p></footer>\n</body>\n</html>",
+        env!("CARGO_PKG_VERSION")
+    );
+    out
+}
+
+/// Everything up to `<body>`: the title, a policy that forbids every load, the style.
+fn page_head(out: &mut String, title: &str) {
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n<style>\n{STYLE}</style>\n</head>\n",
+        escape(title)
+    );
+}
+
+/// The page's style: system fonts only (nothing to load), colours kept in print, the charts and
+/// the table kept whole on a printed page where they fit.
+const STYLE: &str = "\
+:root { color-scheme: light; }
+body { font: 14px/1.45 system-ui, -apple-system, \"Segoe UI\", sans-serif; color: #111; background: #fff; margin: 24px; }
+* { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
+h1 { font-size: 20px; margin: 0 0 4px; }
+h2 { font-size: 16px; margin: 24px 0 8px; }
+p.rules { color: #444; margin: 0; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; white-space: nowrap; }
+td { text-align: right; }
+th[scope=row], td.text, thead th.text { text-align: left; }
+thead th { text-align: right; border-bottom: 2px solid #333; font-size: 12px; }
+tfoot th, tfoot td { font-weight: 600; border-top: 2px solid #333; }
+tr.type th, tr.type td { color: #555; font-size: 12px; }
+tr.type th { padding-left: 28px; font-weight: normal; }
+svg.swatch { vertical-align: -1px; margin-right: 6px; }
+pre.notes { font-size: 12px; white-space: pre-wrap; margin: 8px 0 0; }
+figure { margin: 0; }
+svg.chart { display: block; width: 100%; max-width: 1200px; height: auto; }
+svg.chart text { font-size: 11px; fill: #333; }
+svg.chart .grid line { stroke: #e3e3e3; }
+svg.chart .zero { stroke: #333; }
+ul.legend { list-style: none; padding: 0; margin: 6px 0 0; display: flex; flex-wrap: wrap; gap: 4px 18px; font-size: 12px; }
+ul.legend.key { color: #555; }
+footer { margin-top: 28px; color: #777; font-size: 11px; }
+@media print {
+  @page { size: A4 landscape; margin: 10mm; }
+  body { margin: 0; font-size: 10pt; }
+  th, td { padding: 1px 6px; }
+  thead { display: table-header-group; }
+  section, figure, tr { break-inside: avoid; }
+  h2 { break-after: avoid; }
+}
+";
+
+/// A row of the report as the charts show it.
+struct Series<'r> {
+    name: &'r str,
+    kind: RowKind,
+    color: &'static str,
+}
+
+/// The report's rows with their colours, in its order.
+fn series_of(report: &UsageReport) -> Vec<Series<'_>> {
+    let mut next = 0;
+    report
+        .rows
+        .iter()
+        .map(|r| Series {
+            name: &r.team,
+            kind: r.kind,
+            color: match r.kind {
+                RowKind::Pool => POOL_COLOR,
+                RowKind::Idle => IDLE_COLOR,
+                RowKind::Team | RowKind::Account => {
+                    next += 1;
+                    PALETTE[(next - 1) % PALETTE.len()]
+                }
+            },
+        })
+        .collect()
+}
+
+/// The local date a day's report starts on, `YYYY-MM-DD`.
+fn local_date<Tz: chrono::TimeZone>(day: &UsageReport, tz: &Tz) -> String {
+    tz.timestamp_opt(day.period.since, 0)
+        .earliest()
+        .map(|t| t.naive_local().date().to_string())
+        .unwrap_or_default()
+}
+
+/// The teams table: the table format's cells, each row's colour by its name, the totals in the
+/// table's foot, then the table format's notes (capacity, estimate, usage outside the governed
+/// partitions) as they are.
+fn table_section<Tz: chrono::TimeZone>(
+    out: &mut String,
+    report: &UsageReport,
+    series: &[Series<'_>],
+    by_type: bool,
+    tz: &Tz,
+) where
+    Tz::Offset: std::fmt::Display,
+{
+    let cells = report::teams_table_cells(report, by_type);
+    // Left-aligned text columns: the team, and with types the type.
+    let text_columns = if by_type { 2 } else { 1 };
+    out.push_str("<section id=\"teams\">\n<h2>Teams</h2>\n<table>\n<thead>\n<tr>");
+    for (i, h) in cells.header.iter().enumerate() {
+        let class = if i < text_columns {
+            " class=\"text\""
+        } else {
+            ""
+        };
+        let _ = write!(out, "<th scope=\"col\"{class}>{}</th>", escape(h));
+    }
+    out.push_str("</tr>\n</thead>\n<tbody>\n");
+    for (i, line) in cells.lines.iter().enumerate() {
+        if i == cells.total_from {
+            out.push_str("</tbody>\n<tfoot>\n");
+        }
+        let is_type_line = by_type && line.get(1).is_some_and(|t| t != report::ALL_TYPES);
+        let row = if i < cells.total_from && !is_type_line {
+            series.iter().find(|s| s.name == line[0])
+        } else {
+            None
+        };
+        let class = match (row.map(|s| s.kind), is_type_line, i >= cells.total_from) {
+            (_, true, false) => "type",
+            (_, _, true) => "total",
+            (Some(RowKind::Team), ..) => "team",
+            (Some(RowKind::Account), ..) => "account",
+            (Some(RowKind::Pool), ..) => "pool",
+            (Some(RowKind::Idle), ..) => "idle",
+            (None, ..) => "row",
+        };
+        let _ = write!(out, "<tr class=\"{class}\"><th scope=\"row\">");
+        if let Some(s) = row {
+            let _ = write!(
+                out,
+                "<svg class=\"swatch\" width=\"10\" height=\"10\" aria-hidden=\"true\"><rect width=\"10\" height=\"10\" fill=\"{}\"/></svg>",
+                s.color
+            );
+        }
+        let _ = write!(out, "{}</th>", escape(&line[0]));
+        for (j, cell) in line.iter().enumerate().skip(1) {
+            let class = if j < text_columns {
+                " class=\"text\""
+            } else {
+                ""
+            };
+            let _ = write!(out, "<td{class}>{}</td>", escape(cell));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str(if cells.total_from < cells.lines.len() {
+        "</tfoot>\n"
+    } else {
+        "</tbody>\n"
+    });
+    out.push_str("</table>\n");
+    let notes = report::teams_notes(report, by_type, tz);
+    let _ = writeln!(
+        out,
+        "<pre class=\"notes\">{}</pre>\n</section>",
+        escape(notes.trim_end())
+    );
+}
+
+/// What a bar segment stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    InQuota,
+    Borrowed,
+    /// Drawn below the axis.
+    Lent,
+    Cost,
+}
+
+impl Part {
+    /// Its class in the SVG.
+    fn class(self) -> &'static str {
+        match self {
+            Part::InQuota => "in-quota",
+            Part::Borrowed => "borrowed",
+            Part::Lent => "lent",
+            Part::Cost => "cost",
+        }
+    }
+}
+
+/// One segment of a day's bar: a row's figure.
+#[derive(Debug, Clone, PartialEq)]
+struct Segment {
+    day: usize,
+    series: usize,
+    part: Part,
+    /// The report's figure (lent hours are positive, drawn below the axis).
+    value: f64,
+}
+
+impl Segment {
+    /// Its signed extent: above the axis when positive.
+    fn extent(&self) -> f64 {
+        match self.part {
+            Part::Lent => -self.value,
+            _ => self.value,
+        }
+    }
+}
+
+/// Each day's in-quota, borrowed and lent GPU-hours of every row but `(idle)`, in the rows'
+/// order; nothing for a figure that is 0.
+fn usage_segments(series: &[Series<'_>], days: &[UsageReport]) -> Vec<Segment> {
+    let mut segments = Vec::new();
+    for (d, day) in days.iter().enumerate() {
+        for (s, ser) in series.iter().enumerate() {
+            if ser.kind == RowKind::Idle {
+                continue;
+            }
+            let Some(row) = day.row(ser.name) else {
+                continue;
+            };
+            for (part, value) in [
+                (Part::InQuota, row.in_quota_hours()),
+                (Part::Borrowed, row.borrowed_hours()),
+                (Part::Lent, row.lent_hours()),
+            ] {
+                if value != 0.0 {
+                    segments.push(Segment {
+                        day: d,
+                        series: s,
+                        part,
+                        value,
+                    });
+                }
+            }
+        }
+    }
+    segments
+}
+
+/// Each day's total cost of every row, in the rows' order; nothing for a cost that is 0.
+fn cost_segments(series: &[Series<'_>], days: &[UsageReport]) -> Vec<Segment> {
+    let mut segments = Vec::new();
+    for (d, day) in days.iter().enumerate() {
+        for (s, ser) in series.iter().enumerate() {
+            let Some(value) = day.row(ser.name).and_then(|r| r.total_cost) else {
+                continue;
+            };
+            if value != 0.0 {
+                segments.push(Segment {
+                    day: d,
+                    series: s,
+                    part: Part::Cost,
+                    value,
+                });
+            }
+        }
+    }
+    segments
+}
+
+/// A stacked bar chart of days.
+struct Chart<'a> {
+    /// The prefix of its ids in the page.
+    id: &'static str,
+    title: String,
+    desc: String,
+    /// The y axis' title.
+    axis: String,
+    /// Label the axis below 0 with positive figures (lent hours), not negative ones.
+    below_as_positive: bool,
+    dates: &'a [String],
+    series: &'a [Series<'a>],
+    /// In stacking order within each day.
+    segments: &'a [Segment],
+}
+
+/// The y axis of a chart: from `-below` to `above`, ticks every `step`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Axis {
+    above: f64,
+    below: f64,
+    step: f64,
+}
+
+impl Axis {
+    /// An axis holding stacks up to `above` over 0 and down to `-below`, in about five steps of
+    /// 1, 2, 2.5 or 5 times a power of ten.
+    fn holding(above: f64, below: f64) -> Axis {
+        let range = above + below;
+        if range.is_nan() || range <= 0.0 {
+            return Axis {
+                above: 1.0,
+                below: 0.0,
+                step: 0.25,
+            };
+        }
+        let raw = range / 5.0;
+        let magnitude = 10f64.powf(raw.log10().floor());
+        let step = magnitude
+            * [1.0, 2.0, 2.5, 5.0, 10.0]
+                .into_iter()
+                .find(|&m| raw <= m * magnitude)
+                .unwrap_or(10.0);
+        Axis {
+            above: (above / step).ceil() * step,
+            below: (below / step).ceil() * step,
+            step,
+        }
+    }
+
+    /// SVG units per unit of the figures.
+    fn scale(&self) -> f64 {
+        PLOT_HEIGHT / (self.above + self.below)
+    }
+
+    /// The y of the axis' 0.
+    fn zero_y(&self) -> f64 {
+        TOP + self.above * self.scale()
+    }
+}
+
+/// A coordinate or length in the SVG: two decimals.
+fn coord(v: f64) -> String {
+    format!("{v:.2}")
+}
+
+/// A tick's label: at most six decimals, none that are 0.
+fn tick_label(v: f64) -> String {
+    let rounded = (v * 1e6).round() / 1e6;
+    if rounded == 0.0 {
+        "0".to_string()
+    } else {
+        format!("{rounded}")
+    }
+}
+
+impl Chart<'_> {
+    fn render(&self, out: &mut String) {
+        let days = self.dates.len().max(1);
+        let mut above = vec![0.0f64; days];
+        let mut below = vec![0.0f64; days];
+        for s in self.segments {
+            let e = s.extent();
+            if e >= 0.0 {
+                above[s.day] += e;
+            } else {
+                below[s.day] -= e;
+            }
+        }
+        let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        let axis = Axis::holding(max(&above), max(&below));
+        let scale = axis.scale();
+        let zero = axis.zero_y();
+        let id = self.id;
+        let _ = writeln!(
+            out,
+            "<figure>\n<svg class=\"chart\" id=\"{id}-chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-labelledby=\"{id}-title {id}-desc\" data-above=\"{}\" data-below=\"{}\" data-plot-height=\"{PLOT_HEIGHT}\" data-zero=\"{}\">",
+            axis.above,
+            axis.below,
+            coord(zero)
+        );
+        let _ = writeln!(
+            out,
+            "<title id=\"{id}-title\">{}</title>\n<desc id=\"{id}-desc\">{}</desc>",
+            escape(&self.title),
+            escape(&self.desc)
+        );
+
+        // Stripes in each row's colour for borrowed hours, and a grey one for the legend.
+        let striped: Vec<usize> = {
+            let mut s: Vec<usize> = self
+                .segments
+                .iter()
+                .filter(|s| s.part == Part::Borrowed)
+                .map(|s| s.series)
+                .collect();
+            s.sort_unstable();
+            s.dedup();
+            s
+        };
+        if self.segments.iter().any(|s| s.part != Part::Cost) {
+            out.push_str("<defs>\n");
+            let mut pattern = |name: String, color: &str| {
+                let _ = writeln!(
+                    out,
+                    "<pattern id=\"{name}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff\"/><rect width=\"3.5\" height=\"6\" fill=\"{color}\"/></pattern>"
+                );
+            };
+            for &s in &striped {
+                pattern(format!("{id}-b{s}"), self.series[s].color);
+            }
+            pattern(format!("{id}-bkey"), "#444");
+            out.push_str("</defs>\n");
+        }
+
+        // Grid and the y axis' labels.
+        out.push_str("<g class=\"grid\">\n");
+        let steps_above = (axis.above / axis.step).round() as i64;
+        let steps_below = (axis.below / axis.step).round() as i64;
+        for k in -steps_below..=steps_above {
+            let v = k as f64 * axis.step;
+            let y = zero - v * scale;
+            let label = if v < 0.0 && self.below_as_positive {
+                -v
+            } else {
+                v
+            };
+            let _ = writeln!(
+                out,
+                "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\"/><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+                WIDTH - RIGHT,
+                LEFT - 6.0,
+                coord(y + 4.0),
+                tick_label(label),
+                y = coord(y)
+            );
+        }
+        out.push_str("</g>\n");
+        let _ = writeln!(
+            out,
+            "<text x=\"14\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 14 {})\">{}</text>",
+            coord(TOP + PLOT_HEIGHT / 2.0),
+            coord(TOP + PLOT_HEIGHT / 2.0),
+            escape(&self.axis)
+        );
+
+        // The bars: each day's segments stacked from the axis, up and down.
+        let band = PLOT_WIDTH / days as f64;
+        let bar = band * BAR_SHARE;
+        let mut up = vec![0.0f64; days];
+        let mut down = vec![0.0f64; days];
+        out.push_str("<g class=\"bars\">\n");
+        for s in self.segments {
+            let series = &self.series[s.series];
+            let x = LEFT + s.day as f64 * band + (band - bar) / 2.0;
+            let e = s.extent();
+            let height = e.abs() * scale;
+            let y = if e >= 0.0 {
+                up[s.day] += e;
+                zero - up[s.day] * scale
+            } else {
+                let y = zero + down[s.day] * scale;
+                down[s.day] -= e;
+                y
+            };
+            let fill = match s.part {
+                Part::InQuota | Part::Cost => format!("fill=\"{}\"", series.color),
+                Part::Borrowed => format!("fill=\"url(#{id}-b{})\"", s.series),
+                Part::Lent => format!(
+                    "fill=\"{0}\" fill-opacity=\"0.35\" stroke=\"{0}\" stroke-width=\"0.6\"",
+                    series.color
+                ),
+            };
+            let figure = match s.part {
+                Part::InQuota => format!("{} GPU-hours in quota", report::hours(s.value)),
+                Part::Borrowed => format!("{} GPU-hours borrowed", report::hours(s.value)),
+                Part::Lent => format!("{} GPU-hours lent", report::hours(s.value)),
+                Part::Cost => format!("total cost {}", report::money(Some(s.value))),
+            };
+            let date = &self.dates[s.day];
+            let _ = writeln!(
+                out,
+                "<rect class=\"seg {}\" data-series=\"{}\" data-day=\"{}\" data-value=\"{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" {fill}><title>{}, {}: {}</title></rect>",
+                s.part.class(),
+                escape(series.name),
+                escape(date),
+                s.value,
+                coord(x),
+                coord(y),
+                coord(bar),
+                coord(height),
+                escape(series.name),
+                escape(date),
+                escape(&figure)
+            );
+        }
+        out.push_str("</g>\n");
+        let _ = writeln!(
+            out,
+            "<line class=\"zero\" x1=\"{LEFT}\" x2=\"{}\" y1=\"{z}\" y2=\"{z}\"/>",
+            WIDTH - RIGHT,
+            z = coord(zero)
+        );
+
+        // The dates, as many as fit.
+        let every = ((DATE_ROOM / band).ceil() as usize).max(1);
+        out.push_str("<g class=\"dates\">\n");
+        for (d, date) in self.dates.iter().enumerate().step_by(every) {
+            let short = date.get(5..).unwrap_or(date);
+            let _ = writeln!(
+                out,
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                coord(LEFT + (d as f64 + 0.5) * band),
+                coord(HEIGHT - BOTTOM + 16.0),
+                escape(short)
+            );
+        }
+        out.push_str("</g>\n</svg>\n");
+
+        // The legend: the rows drawn, then what the fills mean.
+        out.push_str("<figcaption><ul class=\"legend\">\n");
+        let mut shown: Vec<usize> = self.segments.iter().map(|s| s.series).collect();
+        shown.sort_unstable();
+        shown.dedup();
+        let swatch = |fill: &str| {
+            format!(
+                "<svg class=\"swatch\" width=\"12\" height=\"12\" aria-hidden=\"true\"><rect width=\"12\" height=\"12\" {fill}/></svg>"
+            )
+        };
+        for s in shown {
+            let series = &self.series[s];
+            let _ = writeln!(
+                out,
+                "<li>{}{}</li>",
+                swatch(&format!("fill=\"{}\"", series.color)),
+                escape(series.name)
+            );
+        }
+        out.push_str("</ul>\n");
+        // What the fills mean, apart from the rows (whose colours a grey could be taken for).
+        if self.segments.iter().any(|s| s.part != Part::Cost) {
+            let _ = writeln!(
+                out,
+                "<ul class=\"legend key\">\n<li>{}in quota: solid</li>\n<li>{}borrowed: striped</li>\n<li>{}lent: pale, below the axis</li>\n</ul>",
+                swatch("fill=\"#444\""),
+                swatch(&format!("fill=\"url(#{id}-bkey)\"")),
+                swatch("fill=\"#444\" fill-opacity=\"0.35\" stroke=\"#444\""),
+            );
+        }
+        out.push_str("</figcaption>\n</figure>\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::cost::CostRule;
+    use crate::model::usage::TeamQuota;
+    use crate::period::Period;
+    use crate::report::{compute_usage, compute_usage_by_day, Format, Rates, UsageParams};
+    use crate::store::{CapacitySample, GpuTypes, RunUsage};
+    use chrono::Utc;
+    use std::collections::BTreeMap;
+    use teamshare_config::IdleCostSplit;
+
+    const H: i64 = 3600;
+    /// 2024-03-01T00:00:00Z.
+    const T0: i64 = 1_709_251_200;
+    /// An account name an attacker could choose (sacct gives accounts verbatim).
+    const NASTY: &str = "<script>alert(\"x\")</script>&co'";
+
+    fn run(id: i64, account: &str, start_h: i64, end_h: i64, gpus: u64) -> RunUsage {
+        RunUsage {
+            id,
+            account: account.into(),
+            partition: "gpu".into(),
+            start: T0 + start_h * H,
+            end: Some(T0 + end_h * H),
+            gpus,
+            gpus_by_type: GpuTypes::default(),
+        }
+    }
+
+    fn quota(name: &str, quota: u32) -> TeamQuota {
+        TeamQuota {
+            name: name.into(),
+            quota,
+            lend_limit: quota,
+        }
+    }
+
+    /// Three days from T0 (UTC midnight), capacity 8 GPUs at 10 per GPU-hour; quotas a 2,
+    /// b 4 (2 unallocated).
+    fn params() -> UsageParams {
+        UsageParams {
+            cluster: "c".into(),
+            period: Period {
+                since: T0,
+                until: T0 + 72 * H,
+            },
+            now: T0 + 100 * H,
+            teams: vec![quota("a", 2), quota("b", 4)],
+            typed_teams: BTreeMap::new(),
+            quota_by_type: BTreeMap::new(),
+            partitions: vec!["gpu".into()],
+            rates: Rates::new(BTreeMap::from([("default".to_string(), 10.0)])),
+            currency: Some("BRL".into()),
+            cost_rule: CostRule {
+                borrowed_cost_factor: 1.0,
+                idle_split: IdleCostSplit::QuotaShare,
+            },
+            only: vec![],
+        }
+    }
+
+    /// Day 1: a 3 GPUs for 4 h (1 borrowed from b's idle quota and the pool), b 1 GPU 2 h.
+    /// Day 2: the nasty account 1 GPU for 5 h (all borrowed), b 6 GPUs 1 h (2 borrowed), a 2
+    /// GPUs from 20:00 across the night to 06:00 on day 3.
+    fn runs() -> Vec<RunUsage> {
+        vec![
+            run(1, "a", 2, 6, 3),
+            run(2, "b", 8, 10, 1),
+            run(3, NASTY, 30, 35, 1),
+            run(4, "b", 40, 41, 6),
+            run(5, "a", 44, 54, 2),
+        ]
+    }
+
+    fn capacity() -> Vec<CapacitySample> {
+        vec![CapacitySample {
+            ts: T0 - 24 * H,
+            gpus: 8,
+            by_type: BTreeMap::new(),
+        }]
+    }
+
+    fn page_of(p: &UsageParams, by_type: bool) -> (UsageReport, Vec<UsageReport>, String) {
+        let report = compute_usage(&runs(), &capacity(), p);
+        let days = compute_usage_by_day(&runs(), &capacity(), p, &Utc);
+        let page = render_teams_html(&report, &days, by_type, &Utc);
+        (report, days, page)
+    }
+
+    /// `&lt;` and the like back to their characters.
+    fn unescape(s: &str) -> String {
+        s.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&#39;", "'")
+            .replace("&amp;", "&")
+    }
+
+    /// The attributes of a start tag's text (after its name, up to `>`).
+    fn attributes(tag: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let mut rest = tag;
+        while let Some(eq) = rest.find("=\"") {
+            let name = rest[..eq].rsplit(' ').next().unwrap().to_string();
+            let value_end = rest[eq + 2..].find('"').unwrap();
+            out.insert(name, unescape(&rest[eq + 2..eq + 2 + value_end]));
+            rest = &rest[eq + 2 + value_end + 1..];
+        }
+        out
+    }
+
+    /// The segments of the chart `id`: their attributes.
+    fn segments_of(page: &str, id: &str) -> Vec<BTreeMap<String, String>> {
+        let start = page.find(&format!("id=\"{id}-chart\"")).unwrap();
+        let end = start + page[start..].find("</svg>").unwrap();
+        page[start..end]
+            .split("<rect class=\"seg ")
+            .skip(1)
+            .map(|s| {
+                let mut a = attributes(&s[..s.find('>').unwrap()]);
+                a.insert("part".into(), s[..s.find('"').unwrap()].to_string());
+                a
+            })
+            .collect()
+    }
+
+    /// The chart's `data-` figures of its axis.
+    fn axis_of(page: &str, id: &str) -> (f64, f64, f64, f64) {
+        let start = page.find(&format!("id=\"{id}-chart\"")).unwrap();
+        let a = attributes(&page[start..start + page[start..].find('>').unwrap()]);
+        let f = |k: &str| a[k].parse::<f64>().unwrap();
+        (
+            f("data-above"),
+            f("data-below"),
+            f("data-plot-height"),
+            f("data-zero"),
+        )
+    }
+
+    fn num(a: &BTreeMap<String, String>, k: &str) -> f64 {
+        a[k].parse().unwrap()
+    }
+
+    /// The text of each `<th>`/`<td>` of each `<tr>` of the page's table.
+    fn table_rows(page: &str) -> Vec<Vec<String>> {
+        let start = page.find("<table>").unwrap();
+        let end = page.find("</table>").unwrap();
+        page[start..end]
+            .split("<tr")
+            .skip(1)
+            .map(|tr| {
+                let mut cells = Vec::new();
+                let mut rest = tr;
+                while let Some(open) = rest.find('<') {
+                    let tag = &rest[open..];
+                    if tag.starts_with("<td") || tag.starts_with("<th") {
+                        let content_start = open + tag.find('>').unwrap() + 1;
+                        let close = rest[content_start..]
+                            .find("</t")
+                            .map(|c| content_start + c)
+                            .unwrap();
+                        let mut content = &rest[content_start..close];
+                        // The swatch before a row's name.
+                        if let Some(svg_end) = content.find("</svg>") {
+                            content = &content[svg_end + "</svg>".len()..];
+                        }
+                        cells.push(unescape(content));
+                        rest = &rest[close + 3..];
+                    } else {
+                        rest = &rest[open + 1..];
+                    }
+                }
+                cells
+            })
+            .collect()
+    }
+
+    fn close(a: f64, b: f64, tolerance: f64) -> bool {
+        (a - b).abs() <= tolerance
+    }
+
+    #[test]
+    fn escape_replaces_the_five_characters() {
+        assert_eq!(escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
+        assert_eq!(escape("plain-name_1.x"), "plain-name_1.x");
+    }
+
+    /// Every text is escaped: the nasty account's name never opens a tag or breaks an attribute,
+    /// every `<` opens a tag of the page's own, every `&` is a character reference.
+    #[test]
+    fn every_text_is_escaped_and_the_page_loads_nothing() {
+        let (report, _, page) = page_of(&params(), true);
+        assert!(report.row(NASTY).is_some());
+        let escaped = escape(NASTY);
+        assert_eq!(
+            escaped,
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;co&#39;"
+        );
+        assert!(!page.contains(NASTY));
+        assert!(!page.to_lowercase().contains("<script"), "a script tag");
+        // In the table, the legend of both charts, the segments' attributes and titles.
+        assert!(page.matches(&escaped).count() >= 6, "{page}");
+        let allowed = [
+            "!DOCTYPE",
+            "html",
+            "head",
+            "meta",
+            "title",
+            "style",
+            "body",
+            "header",
+            "h1",
+            "h2",
+            "p",
+            "section",
+            "table",
+            "thead",
+            "tbody",
+            "tfoot",
+            "tr",
+            "th",
+            "td",
+            "pre",
+            "figure",
+            "figcaption",
+            "svg",
+            "desc",
+            "defs",
+            "pattern",
+            "rect",
+            "g",
+            "line",
+            "text",
+            "ul",
+            "li",
+            "footer",
+        ];
+        for tag in page.split('<').skip(1) {
+            let name = tag
+                .trim_start_matches('/')
+                .split([' ', '>', '/', '\n'])
+                .next()
+                .unwrap();
+            assert!(allowed.contains(&name), "tag <{name}");
+        }
+        for (i, _) in page.match_indices('&') {
+            let rest = &page[i..];
+            assert!(
+                ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"]
+                    .iter()
+                    .any(|e| rest.starts_with(e)),
+                "a bare & at {}",
+                &page[i..(i + 20).min(page.len())]
+            );
+        }
+        // Nothing to fetch: no address, no source, no link, no script; a policy that forbids it.
+        for s in [
+            "http:", "https:", "//", "src=", "href=", "@import", "url(\"",
+        ] {
+            assert!(!page.contains(s), "{s}");
+        }
+        assert!(page
+            .match_indices("url(")
+            .all(|(i, _)| page[i..].starts_with("url(#")));
+        assert!(page.contains(
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+        ));
+        assert!(page.starts_with("<!DOCTYPE html>\n") && page.ends_with("</html>\n"));
+    }
+
+    /// The table's cells are the table format's (so its numbers are formatted the same), and
+    /// those are the report's figures.
+    #[test]
+    fn the_table_is_the_table_formats_with_the_reports_figures() {
+        let p = params();
+        let (report, _, page) = page_of(&p, false);
+        let rows = table_rows(&page);
+        let text = report::render_teams(&report, Format::Table, false, &Utc);
+        let text_lines: Vec<Vec<String>> = text
+            .lines()
+            .skip(2)
+            .filter(|l| !l.starts_with("---"))
+            .take(rows.len())
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect();
+        assert_eq!(rows.len(), report.rows.len() + 2, "header, rows, total");
+        for (html, text) in rows.iter().zip(&text_lines) {
+            let html: Vec<&str> = html
+                .iter()
+                .map(String::as_str)
+                .filter(|c| !c.is_empty())
+                .collect();
+            // The text table's header splits `TOTAL-COST (BRL)` in two.
+            let text: Vec<String> = text.to_vec();
+            assert_eq!(html.join(" "), text.join(" "));
+        }
+        let header = &rows[0];
+        let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+        for (row, cells) in report.rows.iter().zip(&rows[1..]) {
+            assert_eq!(cells[0], row.team);
+            assert_eq!(cells[col("JOBS")], row.jobs.to_string());
+            let hours = |name: &str| cells[col(name)].parse::<f64>().unwrap();
+            assert!(close(hours("GPU-HOURS"), row.gpu_hours(), 5e-5));
+            assert!(close(hours("IN-QUOTA"), row.in_quota_hours(), 5e-5));
+            assert!(close(hours("BORROWED"), row.borrowed_hours(), 5e-5));
+            assert!(close(hours("LENT"), row.lent_hours(), 5e-5));
+            let cost = cells[col("TOTAL-COST (BRL)")].parse::<f64>().unwrap();
+            assert!(close(cost, row.total_cost.unwrap(), 5e-3));
+        }
+        // a: 3 GPUs x 4 h + 2 GPUs x 10 h. The nasty name sorts first ('<' before 'a').
+        assert_eq!(rows[1][0], NASTY);
+        let a = rows.iter().find(|r| r[0] == "a").unwrap();
+        assert_eq!(a[col("GPU-HOURS")], "32.0000");
+        let total = rows.last().unwrap();
+        assert_eq!(total[0], "total");
+        assert!(page.contains("<tfoot>\n<tr class=\"total\"><th scope=\"row\">total</th>"));
+        // The notes under it are the table format's.
+        assert!(
+            page.contains("<pre class=\"notes\">capacity: 576.0000 GPU-hours costing 5760.00 (BRL) (recorded by accountd run)</pre>"),
+            "{page}"
+        );
+        assert!(page.contains(&format!("<h1>{}</h1>", text.lines().next().unwrap())));
+    }
+
+    #[test]
+    fn by_type_lines_are_under_their_rows() {
+        let (report, _, page) = page_of(&params(), true);
+        let rows = table_rows(&page);
+        assert_eq!(rows[0][..3], ["TEAM", "TYPE", "JOBS"]);
+        let a = rows.iter().position(|r| r[0] == "a").unwrap();
+        assert_eq!(rows[a][..2], ["a", "all"]);
+        assert_eq!(rows[a + 1][..2], ["a", "default"]);
+        assert!(page.contains(
+            "<tr class=\"type\"><th scope=\"row\">a</th><td class=\"text\">default</td>"
+        ));
+        let text = report::render_teams(&report, Format::Table, true, &Utc);
+        assert!(page.contains(&escape(
+            text.lines().find(|l| l.starts_with("capacity")).unwrap()
+        )));
+    }
+
+    /// One segment per row, day and figure that is not 0, none for a 0; its value the day's
+    /// report's; its height that value at the axis' one scale; the day's segments stacked from
+    /// the axis without gap or overlap, inside the plot.
+    #[test]
+    fn usage_bars_have_a_segment_per_team_and_day_proportional_to_its_hours() {
+        let (report, days, page) = page_of(&params(), false);
+        assert_eq!(days.len(), 3);
+        let dates = ["2024-03-01", "2024-03-02", "2024-03-03"];
+        let segments = segments_of(&page, "usage");
+        let (above, below, plot_height, zero) = axis_of(&page, "usage");
+        let scale = plot_height / (above + below);
+        assert_eq!(plot_height, PLOT_HEIGHT);
+        let mut expected = 0;
+        for (d, day) in days.iter().enumerate() {
+            let (mut up, mut down) = (0.0, 0.0);
+            for row in report.rows.iter().filter(|r| r.kind != RowKind::Idle) {
+                let Some(day_row) = day.row(&row.team) else {
+                    let day_segments = segments
+                        .iter()
+                        .filter(|s| s["data-series"] == row.team && s["data-day"] == dates[d]);
+                    assert_eq!(day_segments.count(), 0, "{} {}", row.team, dates[d]);
+                    continue;
+                };
+                for (part, hours) in [
+                    ("in-quota", day_row.in_quota_hours()),
+                    ("borrowed", day_row.borrowed_hours()),
+                    ("lent", day_row.lent_hours()),
+                ] {
+                    let found: Vec<_> = segments
+                        .iter()
+                        .filter(|s| {
+                            s["data-series"] == row.team
+                                && s["data-day"] == dates[d]
+                                && s["part"] == part
+                        })
+                        .collect();
+                    if hours == 0.0 {
+                        assert!(found.is_empty(), "{} {} {part}", row.team, dates[d]);
+                        continue;
+                    }
+                    expected += 1;
+                    assert_eq!(found.len(), 1, "{} {} {part}", row.team, dates[d]);
+                    let s = found[0];
+                    assert_eq!(num(s, "data-value"), hours);
+                    assert!(
+                        close(num(s, "height"), hours * scale, 0.006),
+                        "{s:?} at {scale}"
+                    );
+                    if part == "lent" {
+                        assert!(close(num(s, "y"), zero + down * scale, 0.011), "{s:?}");
+                        down += hours;
+                    } else {
+                        up += hours;
+                        assert!(close(num(s, "y"), zero - up * scale, 0.011), "{s:?}");
+                    }
+                    assert!(num(s, "y") >= TOP - 0.01);
+                    assert!(num(s, "y") + num(s, "height") <= TOP + PLOT_HEIGHT + 0.01);
+                }
+            }
+            assert!(up <= above && down <= below, "the axis holds day {d}");
+        }
+        assert_eq!(segments.len(), expected);
+        // Day 1: a's 3 GPUs for 4 h, 1 of them beyond its quota: 8 in quota, 4 borrowed.
+        let a1 = |part: &str| {
+            segments
+                .iter()
+                .find(|s| s["data-series"] == "a" && s["data-day"] == dates[0] && s["part"] == part)
+                .map(|s| num(s, "data-value"))
+        };
+        assert_eq!((a1("in-quota"), a1("borrowed")), (Some(8.0), Some(4.0)));
+        // The tallest day, 2024-03-02: the nasty account 5 GPU-hours, b 6, a 8 above the axis,
+        // 5 + 2 lent below it: 26 in all, in steps of 10.
+        assert_eq!((above, below), (20.0, 10.0));
+        // The nasty account borrowed on day 2 only, striped in its colour.
+        let nasty: Vec<_> = segments
+            .iter()
+            .filter(|s| s["data-series"] == NASTY)
+            .collect();
+        assert_eq!(nasty.len(), 1);
+        assert_eq!(nasty[0]["part"], "borrowed");
+        assert_eq!(nasty[0]["data-value"], "5");
+        assert!(page.contains(&format!(
+            "<title>{}, 2024-03-02: 5.0000 GPU-hours borrowed</title>",
+            escape(NASTY)
+        )));
+    }
+
+    /// Each day's cost bar adds up to its capacity cost; segments in proportion.
+    #[test]
+    fn cost_bars_add_up_to_each_days_capacity_cost() {
+        let (_, days, page) = page_of(&params(), false);
+        let segments = segments_of(&page, "cost");
+        let (above, below, plot_height, _) = axis_of(&page, "cost");
+        let scale = plot_height / (above + below);
+        assert!(segments.iter().all(|s| s["part"] == "cost"));
+        for (d, day) in days.iter().enumerate() {
+            let date = local_date(day, &Utc);
+            let of_day: Vec<_> = segments.iter().filter(|s| s["data-day"] == date).collect();
+            let sum: f64 = of_day.iter().map(|s| num(s, "data-value")).sum();
+            // 8 GPUs x 24 h x 10.
+            assert!(close(sum, 1920.0, 1e-6), "day {d}: {sum}");
+            assert!(close(day.capacity_cost.unwrap(), 1920.0, 1e-6));
+            for s in &of_day {
+                let row = day.row(&s["data-series"]).unwrap();
+                assert_eq!(num(s, "data-value"), row.total_cost.unwrap());
+                assert!(close(num(s, "height"), num(s, "data-value") * scale, 0.006));
+            }
+        }
+        assert_eq!((above, below), (2000.0, 0.0));
+        assert!(page.contains("<h2>Cost per day (BRL)</h2>"));
+    }
+
+    #[test]
+    fn without_rates_there_is_no_cost_chart() {
+        let mut p = params();
+        p.rates = Rates::default();
+        let (_, _, page) = page_of(&p, false);
+        assert!(page.contains("No rates are configured"));
+        assert!(!page.contains("id=\"cost-chart\""));
+        assert!(page.contains("id=\"usage-chart\""));
+        assert!(!page.contains("COST"));
+    }
+
+    #[test]
+    fn a_period_not_counted_yet_has_no_charts() {
+        let mut p = params();
+        p.now = T0 - H;
+        let (report, days, page) = page_of(&p, false);
+        assert!(days.is_empty());
+        assert!(report.rows.iter().all(|r| r.gpu_seconds == 0));
+        assert!(!page.contains("<svg class=\"chart\""));
+        assert_eq!(
+            page.matches("No day of the period is counted yet.").count(),
+            2
+        );
+    }
+
+    #[test]
+    fn axes_are_round_and_hold_the_stacks() {
+        let a = Axis::holding(28.0, 0.0);
+        assert_eq!((a.above, a.below, a.step), (30.0, 0.0, 10.0));
+        let a = Axis::holding(14.0, 4.0);
+        assert_eq!((a.above, a.below, a.step), (15.0, 5.0, 5.0));
+        let a = Axis::holding(0.9, 0.0);
+        assert_eq!((a.above, a.step), (1.0, 0.2));
+        let a = Axis::holding(1920.0, 0.0);
+        assert_eq!((a.above, a.step), (2000.0, 500.0));
+        let a = Axis::holding(0.0, 0.0);
+        assert_eq!((a.above, a.below), (1.0, 0.0));
+        for (up, down) in [(3.7, 0.2), (123.4, 56.7), (0.013, 0.0), (7.0, 7.0)] {
+            let a = Axis::holding(up, down);
+            assert!(a.above >= up && a.below >= down, "{up} {down}: {a:?}");
+            assert!((a.above + a.below) / a.step <= 12.0, "{up} {down}: {a:?}");
+        }
+        assert_eq!(tick_label(0.30000000000000004), "0.3");
+        assert_eq!(tick_label(-0.0), "0");
+        assert_eq!(tick_label(2500.0), "2500");
+    }
+
+    /// Dates under the axis: every day while they fit, every other day and so on beyond.
+    #[test]
+    fn dates_thin_out_to_fit() {
+        let mut p = params();
+        p.period.until = T0 + 31 * 24 * H;
+        p.now = p.period.until;
+        let (_, days, page) = page_of(&p, false);
+        assert_eq!(days.len(), 31);
+        let start = page.find("id=\"usage-chart\"").unwrap();
+        let chart = &page[start..start + page[start..].find("</svg>").unwrap()];
+        let dates = &chart[chart.find("<g class=\"dates\">").unwrap()..];
+        assert_eq!(dates.matches("<text").count(), 16, "{dates}");
+        assert!(dates.contains(">03-01<") && dates.contains(">03-03<"));
+        assert!(!dates.contains(">03-02<"));
+    }
+}

@@ -1,0 +1,276 @@
+//! `accountd report teams --format html` rendered by a real headless Chromium (Debian's
+//! `chromium`, installed by contrib/install-deps.sh): the page as a browser lays it out, its
+//! text read back from Chromium's own PDF print (pdftotext), and a screenshot. The page and the
+//! screenshot are left in `target/test-artifacts/html-report.{html,png}` for a person to look at.
+//!
+//! No Chromium is a failure, never a skip: the page is only checked when a browser renders it.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use accountd::store::{CapacitySample, Store};
+
+const BIN: &str = env!("CARGO_BIN_EXE_accountd");
+
+const CONFIG: &str = r#"[cluster]
+name = "htmlcluster"
+partitions = ["gpu"]
+currency = "BRL"
+
+[gpu_types.default]
+rate_per_hour = 10.0
+
+[[team]]
+name = "agents"
+quota = 2
+borrow_limit = 2
+
+[[team]]
+name = "training"
+quota = 4
+
+[accountd]
+database = "accountd.db"
+"#;
+
+/// Three days, capacity 8 (quotas 2 + 4, 2 GPUs unallocated):
+/// - 2024-05-01: agents 4 GPUs in [00:00, 06:00): 2 in quota, 2 borrowed (12 + 12 GPU-hours);
+/// - 2024-05-02: training 4 GPUs all day: 96 GPU-hours in quota;
+/// - 2024-05-03: an account named like markup holds 1 GPU for an hour (borrowed, no quota):
+///   the page must show the name as text, not as an element.
+const SACCT: &str = "\
+1|1|htmlcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T06:00:00|06:00:00|cpu=4,gres/gpu=4,node=1
+2|2|htmlcluster|training|bob|gpu|normal|COMPLETED|2024-05-02T00:00:00|2024-05-02T00:00:00|2024-05-03T00:00:00|1-00:00:00|cpu=8,gres/gpu=4,node=1
+3|3|htmlcluster|<b>x</b>|eve|gpu|normal|COMPLETED|2024-05-03T10:00:00|2024-05-03T10:00:00|2024-05-03T11:00:00|01:00:00|cpu=1,gres/gpu=1,node=1
+";
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+fn artifacts() -> PathBuf {
+    // CARGO_MANIFEST_DIR is accountd/; the workspace's target/ is beside it.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("test-artifacts");
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs a command with a deadline: a browser that hangs fails the test instead of stalling it.
+fn run_with_deadline(cmd: &mut Command, deadline: Duration) -> Output {
+    use std::io::Read as _;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stdout.read_to_end(&mut v);
+        v
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stderr.read_to_end(&mut v);
+        v
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish in {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    }
+}
+
+/// Chromium as root on a machine without network: no sandbox, no GPU, nothing in the
+/// background, a profile of its own.
+fn chromium(profile: &Path, args: &[String]) -> Output {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: contrib/install-deps.sh installs Debian's chromium (apt-get install chromium)"
+    );
+    let mut cmd = Command::new(CHROMIUM);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .args(args);
+    run_with_deadline(&mut cmd, Duration::from_secs(120))
+}
+
+#[test]
+fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("teamshare.toml"), CONFIG).unwrap();
+    let mut store = Store::open(&dir.path().join("accountd.db")).unwrap();
+    let batch = accountd::sacct::parse(SACCT, &chrono::Utc);
+    assert!(batch.malformed.is_empty(), "{:?}", batch.malformed);
+    store.record_runs(&batch.runs, 1, None).unwrap();
+    let capacity = CapacitySample {
+        ts: 1_711_929_600, // 2024-04-01T00:00:00Z
+        gpus: 8,
+        by_type: Default::default(),
+    };
+    assert!(store.record_capacity("htmlcluster", &capacity).unwrap());
+    drop(store);
+
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(dir.path().join("teamshare.toml"))
+        .args([
+            "report",
+            "teams",
+            "--format",
+            "html",
+            "--since",
+            "2024-05-01",
+            "--until",
+            "2024-05-04",
+        ])
+        .env("TZ", "UTC")
+        .env_remove("SLURM_CONF")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = String::from_utf8(out.stdout).unwrap();
+    let art = artifacts();
+    let html = art.join("html-report.html");
+    fs::write(&html, &page).unwrap();
+    // The markup in the account's name is text: escaped in the source.
+    assert!(page.contains("&lt;b&gt;x&lt;/b&gt;"), "{page}");
+    assert!(!page.contains("<b>x</b>"));
+
+    // The page's text as Chromium lays it out: its print to PDF, read back by pdftotext.
+    let profile = dir.path().join("chromium-profile");
+    let pdf = dir.path().join("page.pdf");
+    let url = format!("file://{}", html.display());
+    let o = chromium(
+        &profile,
+        &[
+            "--no-pdf-header-footer".to_string(),
+            format!("--print-to-pdf={}", pdf.display()),
+            url.clone(),
+        ],
+    );
+    assert!(
+        pdf.exists(),
+        "chromium printed no PDF: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = Command::new("pdftotext")
+        .args(["-layout"])
+        .arg(&pdf)
+        .arg("-")
+        .output()
+        .expect("pdftotext (poppler-utils, contrib/install-deps.sh)");
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    fs::write(art.join("html-report.txt"), &text).unwrap();
+    for wanted in [
+        "GPU usage on htmlcluster",
+        "GPU-hours per day",
+        "Cost per day (BRL)",
+        "agents",
+        "training",
+        "<b>x</b>", // the escaped name reads as itself
+        "2024-05-01",
+        "2024-05-03",
+    ] {
+        assert!(
+            text.contains(wanted),
+            "the rendered page lacks {wanted:?}:\n{text}"
+        );
+    }
+    // The period's figures, as the table prints them: agents 24 GPU-hours (12 in quota, 12
+    // borrowed), training 96 in quota.
+    let row = |team: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(team))
+            .unwrap_or_else(|| panic!("no row for {team} in:\n{text}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let agents = row("agents");
+    assert!(
+        agents.starts_with(&[
+            "agents".into(),
+            "1".into(),
+            "24.0000".into(),
+            "12.0000".into(),
+            "12.0000".into()
+        ]),
+        "{agents:?}"
+    );
+    let training = row("training");
+    assert!(
+        training.starts_with(&[
+            "training".into(),
+            "1".into(),
+            "96.0000".into(),
+            "96.0000".into(),
+            "0.0000".into()
+        ]),
+        "{training:?}"
+    );
+
+    // The DOM Chromium built from it: two charts with a bar per day and no element of the
+    // account's name.
+    let o = chromium(&profile, &["--dump-dom".to_string(), url.clone()]);
+    let dom = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(dom.contains("<svg"), "no chart in the DOM: {dom}");
+    assert_eq!(dom.matches("<svg").count(), 2, "{dom}");
+    assert!(!dom.contains("<b>x</b>"), "the account's name became markup");
+
+    // A screenshot, for a person; a blank page would be a few KiB of one colour.
+    let png = art.join("html-report.png");
+    let _ = fs::remove_file(&png);
+    let o = chromium(
+        &profile,
+        &[
+            "--window-size=1280,2000".to_string(),
+            format!("--screenshot={}", png.display()),
+            url,
+        ],
+    );
+    let bytes = fs::read(&png).unwrap_or_else(|e| {
+        panic!(
+            "no screenshot ({e}): {}",
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
+    assert!(
+        bytes.len() > 20_000,
+        "a {} byte screenshot is a blank page",
+        bytes.len()
+    );
+}

@@ -631,89 +631,140 @@ fn fallback_reclaim(
     displace: &[u64],
     free: u32,
 ) -> Vec<u64> {
-    let now = input.now;
-    let mut waiting: Vec<&ClusterJob> = in_quota
-        .iter()
-        .copied()
-        .filter(|j| j.eligible && now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS)
-        .collect();
+    let waiting = waiting_for_reclaim(in_quota, input.now);
     if waiting.is_empty() {
         return Vec::new();
     }
-    waiting.sort_by_key(|j| (j.submit, j.id));
     let by_id: BTreeMap<u64, &ClusterJob> = input.jobs.iter().map(|j| (j.id, j)).collect();
-    // Candidates in reclaim order, with their node when they hold exactly one.
     // Victims already ending (preempted by Slurm a moment ago) free their GPUs without help:
     // counted as free, never requeued again.
     let ending: u32 = victims
         .iter()
         .filter(|v| by_id.get(&v.job_id).is_some_and(|j| j.completing))
         .fold(0u32, |s, v| s.saturating_add(v.gpus));
-    let mut candidates: Vec<(u64, u32, Option<&str>)> = victims
+    let mut candidates = reclaim_candidates(&by_id, victims, displace, input.now);
+    let mut node_free = node_free(input);
+    let mut pool = free.saturating_add(ending);
+    let mut chosen = Vec::new();
+    for j in waiting {
+        if j.node_count == 1 && !node_free.is_empty() {
+            reclaim_on_one_node(j, &mut node_free, &mut candidates, &mut chosen);
+            continue;
+        }
+        // Multi-node or no placement known: count GPUs across the cluster (what a victim
+        // frees beyond one job's need serves the next).
+        while pool < j.gpus && !candidates.is_empty() {
+            let victim = candidates.remove(0);
+            chosen.push(victim.job_id);
+            pool = pool.saturating_add(victim.gpus);
+        }
+        pool = pool.saturating_sub(j.gpus);
+    }
+    chosen
+}
+
+/// The in-quota jobs that can start and have waited at least [`RECLAIM_FALLBACK_SECS`],
+/// oldest first: the first served take the victims.
+fn waiting_for_reclaim<'j>(in_quota: &[&'j ClusterJob], now: i64) -> Vec<&'j ClusterJob> {
+    let mut waiting: Vec<&ClusterJob> = in_quota
+        .iter()
+        .copied()
+        .filter(|j| j.eligible && now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS)
+        .collect();
+    waiting.sort_by_key(|j| (j.submit, j.id));
+    waiting
+}
+
+/// A victim the fallback may requeue.
+struct ReclaimCandidate<'j> {
+    job_id: u64,
+    /// At least 1: a victim requeued always counts as freeing something.
+    gpus: u32,
+    /// Its node when it holds exactly one (where its GPUs come free).
+    node: Option<&'j str>,
+}
+
+/// The victims the fallback may requeue, in reclaim order: past their exempt time, not
+/// displaced already and not ending (those free their GPUs without help).
+fn reclaim_candidates<'j>(
+    by_id: &BTreeMap<u64, &'j ClusterJob>,
+    victims: &[Victim],
+    displace: &[u64],
+    now: i64,
+) -> Vec<ReclaimCandidate<'j>> {
+    victims
         .iter()
         .filter(|v| v.exempt_until <= now && !displace.contains(&v.job_id))
         .filter(|v| !by_id.get(&v.job_id).is_some_and(|j| j.completing))
         .map(|v| {
             let node = by_id
                 .get(&v.job_id)
+                .copied()
                 .and_then(|j| (j.nodes.len() == 1).then(|| j.nodes[0].as_str()));
-            (v.job_id, v.gpus.max(1), node)
+            ReclaimCandidate {
+                job_id: v.job_id,
+                gpus: v.gpus.max(1),
+                node,
+            }
         })
-        .collect();
-    let mut node_free = node_free(input);
-    let mut pool = free.saturating_add(ending);
-    let mut chosen = Vec::new();
-    for j in waiting {
-        if j.node_count == 1 && !node_free.is_empty() {
-            if let Some(free) = node_free.values_mut().find(|f| **f >= j.gpus) {
-                *free -= j.gpus;
-                continue;
+        .collect()
+}
+
+/// The fallback for a one-node job: nothing when a node already has room for it; otherwise
+/// the victims on the best node ([`best_node_to_reclaim`]) move from `candidates` to `chosen`,
+/// and nothing when no node would let it in.
+fn reclaim_on_one_node(
+    j: &ClusterJob,
+    node_free: &mut BTreeMap<String, u32>,
+    candidates: &mut Vec<ReclaimCandidate<'_>>,
+    chosen: &mut Vec<u64>,
+) {
+    if let Some(free) = node_free.values_mut().find(|f| **f >= j.gpus) {
+        *free -= j.gpus;
+        return;
+    }
+    let Some((node, picked)) = best_node_to_reclaim(j, node_free, candidates) else {
+        return;
+    };
+    let freed: u32 = picked.iter().map(|i| candidates[*i].gpus).sum();
+    if let Some(f) = node_free.get_mut(&node) {
+        *f = f.saturating_add(freed).saturating_sub(j.gpus);
+    }
+    for i in picked.iter().rev() {
+        chosen.push(candidates.remove(*i).job_id);
+    }
+}
+
+/// On each node, the victims there in reclaim order until `j` fits; the best node needs the
+/// earliest-ranked last victim, then the fewest victims. Returns the node and the victims'
+/// places in `candidates`.
+fn best_node_to_reclaim(
+    j: &ClusterJob,
+    node_free: &BTreeMap<String, u32>,
+    candidates: &[ReclaimCandidate<'_>],
+) -> Option<(String, Vec<usize>)> {
+    let mut best: Option<((usize, usize), &str, Vec<usize>)> = None;
+    for (node, free) in node_free {
+        let mut room = *free;
+        let mut picked = Vec::new();
+        for (i, victim) in candidates.iter().enumerate() {
+            if room >= j.gpus {
+                break;
             }
-            // On each node, the victims there in order until the job fits; the best node
-            // needs the earliest-ranked last victim, then the fewest victims.
-            let mut best: Option<(usize, usize, &str, Vec<usize>)> = None;
-            for (node, free) in &node_free {
-                let mut room = *free;
-                let mut picked = Vec::new();
-                for (i, (_, gpus, at)) in candidates.iter().enumerate() {
-                    if room >= j.gpus {
-                        break;
-                    }
-                    if *at == Some(node.as_str()) {
-                        room = room.saturating_add(*gpus);
-                        picked.push(i);
-                    }
-                }
-                if room < j.gpus || picked.is_empty() {
-                    continue;
-                }
-                let key = (picked[picked.len() - 1], picked.len());
-                if best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
-                    best = Some((key.0, key.1, node.as_str(), picked));
-                }
+            if victim.node == Some(node.as_str()) {
+                room = room.saturating_add(victim.gpus);
+                picked.push(i);
             }
-            if let Some((_, _, node, picked)) = best {
-                let node = node.to_string();
-                let freed: u32 = picked.iter().map(|i| candidates[*i].1).sum();
-                if let Some(f) = node_free.get_mut(&node) {
-                    *f = f.saturating_add(freed).saturating_sub(j.gpus);
-                }
-                for i in picked.iter().rev() {
-                    chosen.push(candidates.remove(*i).0);
-                }
-            }
+        }
+        if room < j.gpus || picked.is_empty() {
             continue;
         }
-        // Multi-node or no placement known: count GPUs across the cluster (what a victim
-        // frees beyond one job's need serves the next).
-        while pool < j.gpus && !candidates.is_empty() {
-            let (id, gpus, _) = candidates.remove(0);
-            chosen.push(id);
-            pool = pool.saturating_add(gpus);
+        let key = (picked[picked.len() - 1], picked.len());
+        if best.as_ref().is_none_or(|b| key < b.0) {
+            best = Some((key, node.as_str(), picked));
         }
-        pool = pool.saturating_sub(j.gpus);
     }
-    chosen
+    best.map(|(_, node, picked)| (node.to_string(), picked))
 }
 
 /// Free GPUs per usable node: its GPUs less those of the running jobs on it (a multi-node
@@ -758,79 +809,13 @@ fn share_idle_capacity<'a>(
     pending: &Pending<'a>,
 ) -> Shares<'a> {
     let config = rules.config;
-    // Each team's first borrower that can start and may borrow straddles its unused quota:
-    // it uses that quota and borrows only the rest (a 3-GPU job of a team with 2 idle GPUs of
-    // quota borrows 1). That quota is then not lent to others.
-    let mut first_ask: BTreeMap<&str, Ask<'a>> = BTreeMap::new();
-    for (team, jobs) in &pending.borrowers {
-        let room = pending.room.get(team).copied().unwrap_or(0);
-        if let Some(j) = jobs.iter().find(|j| rules.preemptible(j) && j.eligible) {
-            let own = room.min(j.gpus);
-            first_ask.insert(
-                team,
-                Ask {
-                    job: j,
-                    beyond: j.gpus - own,
-                    own,
-                },
-            );
-        }
-    }
-
-    // Unallocated capacity counts negative when quotas exceed what is usable (a drained
-    // node): the missing GPUs come out of what others may borrow.
-    let total_quota: i64 = config.teams.iter().map(|t| i64::from(t.quota.total)).sum();
-    let mut lendable = i64::from(input.capacity) - total_quota;
-    let mut borrowed_now = 0i64;
-    // What each team lends: its idle quota not claimed by its own in-quota or straddling
-    // jobs, up to its lend limit.
-    let mut lends: BTreeMap<&str, i64> = BTreeMap::new();
-    for t in &config.teams {
-        let used = running.usage.get(t.name.as_str()).copied().unwrap_or(0);
-        let claimed = pending
-            .team_states
-            .get(&t.name)
-            .map(|s| s.pending_in_quota_gpus)
-            .unwrap_or(0)
-            .saturating_add(first_ask.get(t.name.as_str()).map_or(0, |a| a.own));
-        let idle = t.quota.total.saturating_sub(used).saturating_sub(claimed);
-        let lend = i64::from(t.lend_limit.min(t.quota.total).min(idle));
-        lends.insert(t.name.as_str(), lend);
-        lendable += lend;
-        borrowed_now += i64::from(used.saturating_sub(t.quota.total));
-    }
-    // Shared by all borrowers; a team never borrows its own idle quota.
-    let mut remaining = lendable - borrowed_now;
-
-    let by_fairshare = |a: &&str, b: &&str| {
-        let fa = input.fairshare.get(*a).copied().unwrap_or(1.0);
-        let fb = input.fairshare.get(*b).copied().unwrap_or(1.0);
-        fb.partial_cmp(&fa)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(a.cmp(b))
-    };
-    // Band slots follow every team's place by fair-share factor, borrowing or not, so that a
-    // team starting or stopping to borrow moves no other team's jobs.
-    let mut all: Vec<&str> = config.teams.iter().map(|t| t.name.as_str()).collect();
-    all.sort_by(by_fairshare);
-    let slots: BTreeMap<&str, u32> = all
-        .iter()
-        .rev()
-        .enumerate()
-        .map(|(i, t)| (*t, u32::try_from(i).unwrap_or(u32::MAX)))
-        .collect();
-    let mut order: Vec<&str> = pending.borrowers.keys().copied().collect();
-    match config.cluster.idle_sharing {
-        IdleSharing::FairShare => order.sort_by(by_fairshare),
-        IdleSharing::Fifo => order.sort_by_key(|t| {
-            pending.borrowers[*t]
-                .iter()
-                .filter(|j| rules.preemptible(j) && j.eligible)
-                .map(|j| (j.submit, j.id))
-                .min()
-                .unwrap_or((i64::MAX, u64::MAX))
-        }),
-    }
+    let asks = straddling_asks(rules, pending);
+    let Lendable {
+        lends,
+        mut remaining,
+    } = lendable_capacity(config, input.capacity, running, pending, &asks);
+    let slots = band_slots(config, input.fairshare);
+    let order = service_order(rules, input.fairshare, pending);
     let mut allowance: BTreeMap<String, u32> = BTreeMap::new();
     // Each borrower with its team's band slot (the team served last has the lowest); under
     // fifo every team shares slot 0 and Slurm serves the oldest first.
@@ -839,38 +824,18 @@ fn share_idle_capacity<'a>(
         let Some(team) = config.team(name) else {
             continue;
         };
-        let used = running.usage.get(*name).copied().unwrap_or(0);
-        let borrowed = used.saturating_sub(team.quota.total);
-        let headroom = team
-            .borrow_limit
-            .map(|b| b.saturating_sub(borrowed))
-            .unwrap_or(u32::MAX);
+        // A team never borrows its own idle quota.
         let own = lends.get(*name).copied().unwrap_or(0);
-        let mut available = u32::try_from((remaining - own).max(0)).unwrap_or(u32::MAX);
-        let mut given = 0u32;
-        let ask = first_ask.get(*name);
-        for j in &pending.borrowers[*name] {
-            // A non-preemptible class may never borrow; a job that could not start anyway
-            // (begin time, dependency) must not open the door for one that may not borrow.
-            if !rules.preemptible(j) || !j.eligible {
-                continue;
-            }
-            let beyond = match ask {
-                Some(a) if a.job.id == j.id => a.beyond,
-                _ => j.gpus,
-            };
-            if beyond <= available.min(headroom.saturating_sub(given)) {
-                available -= beyond;
-                given += beyond;
-            }
-        }
+        let available = u32::try_from((remaining - own).max(0)).unwrap_or(u32::MAX);
+        let borrowers = &pending.borrowers[*name];
+        let given = team_allowance(rules, running, team, borrowers, asks.get(*name), available);
         remaining -= i64::from(given);
         allowance.insert(name.to_string(), given);
         let slot = match config.cluster.idle_sharing {
             IdleSharing::FairShare => slots.get(*name).copied().unwrap_or(0),
             IdleSharing::Fifo => 0,
         };
-        served.extend(pending.borrowers[*name].iter().map(|j| (*j, slot)));
+        served.extend(borrowers.iter().map(|j| (*j, slot)));
     }
     if config.cluster.idle_sharing == IdleSharing::Fifo {
         served.sort_by_key(|(j, _)| (j.submit, j.id));
@@ -883,6 +848,154 @@ fn share_idle_capacity<'a>(
             .map(|(t, n)| (t.to_string(), u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
             .collect(),
     }
+}
+
+/// Each team's first borrower that can start and may borrow straddles its unused quota: it
+/// uses that quota and borrows only the rest (a 3-GPU job of a team with 2 idle GPUs of quota
+/// borrows 1). That quota is then not lent to others.
+fn straddling_asks<'a>(rules: &Rules<'_>, pending: &Pending<'a>) -> BTreeMap<&'a str, Ask<'a>> {
+    let mut asks = BTreeMap::new();
+    for (team, jobs) in &pending.borrowers {
+        let room = pending.room.get(team).copied().unwrap_or(0);
+        if let Some(j) = jobs
+            .iter()
+            .copied()
+            .find(|j| rules.preemptible(j) && j.eligible)
+        {
+            let own = room.min(j.gpus);
+            asks.insert(
+                *team,
+                Ask {
+                    job: j,
+                    beyond: j.gpus - own,
+                    own,
+                },
+            );
+        }
+    }
+    asks
+}
+
+/// What [`lendable_capacity`] found.
+struct Lendable<'c> {
+    /// What each team lends: its idle quota not claimed by its own in-quota or straddling
+    /// jobs, up to its lend limit.
+    lends: BTreeMap<&'c str, i64>,
+    /// What all borrowers may still take: the lendable capacity less what is borrowed now.
+    remaining: i64,
+}
+
+/// Rule 4: the capacity borrowers may take. Unallocated capacity counts negative when quotas
+/// exceed what is usable (a drained node): the missing GPUs come out of what others may
+/// borrow.
+fn lendable_capacity<'c>(
+    config: &'c Config,
+    capacity: u32,
+    running: &Running<'_>,
+    pending: &Pending<'_>,
+    asks: &BTreeMap<&str, Ask<'_>>,
+) -> Lendable<'c> {
+    let total_quota: i64 = config.teams.iter().map(|t| i64::from(t.quota.total)).sum();
+    let mut lendable = i64::from(capacity) - total_quota;
+    let mut borrowed_now = 0i64;
+    let mut lends: BTreeMap<&str, i64> = BTreeMap::new();
+    for t in &config.teams {
+        let used = running.usage.get(t.name.as_str()).copied().unwrap_or(0);
+        let claimed = pending
+            .team_states
+            .get(&t.name)
+            .map(|s| s.pending_in_quota_gpus)
+            .unwrap_or(0)
+            .saturating_add(asks.get(t.name.as_str()).map_or(0, |a| a.own));
+        let idle = t.quota.total.saturating_sub(used).saturating_sub(claimed);
+        let lend = i64::from(t.lend_limit.min(t.quota.total).min(idle));
+        lends.insert(t.name.as_str(), lend);
+        lendable += lend;
+        borrowed_now += i64::from(used.saturating_sub(t.quota.total));
+    }
+    Lendable {
+        lends,
+        remaining: lendable - borrowed_now,
+    }
+}
+
+/// Teams by fair-share factor, highest first (missing: 1.0), then by name.
+fn by_fairshare(fairshare: &BTreeMap<String, f64>, a: &str, b: &str) -> std::cmp::Ordering {
+    let fa = fairshare.get(a).copied().unwrap_or(1.0);
+    let fb = fairshare.get(b).copied().unwrap_or(1.0);
+    fb.partial_cmp(&fa)
+        .unwrap_or(std::cmp::Ordering::Equal)
+        .then(a.cmp(b))
+}
+
+/// Band slots follow every team's place by fair-share factor, borrowing or not, so that a
+/// team starting or stopping to borrow moves no other team's jobs; the last team has slot 0.
+fn band_slots<'c>(config: &'c Config, fairshare: &BTreeMap<String, f64>) -> BTreeMap<&'c str, u32> {
+    let mut all: Vec<&str> = config.teams.iter().map(|t| t.name.as_str()).collect();
+    all.sort_by(|a, b| by_fairshare(fairshare, a, b));
+    all.iter()
+        .rev()
+        .enumerate()
+        .map(|(i, t)| (*t, u32::try_from(i).unwrap_or(u32::MAX)))
+        .collect()
+}
+
+/// Rule 5: the order borrowing teams are served in: by fair-share factor, or (fifo) by their
+/// oldest borrower that may borrow.
+fn service_order<'a>(
+    rules: &Rules<'_>,
+    fairshare: &BTreeMap<String, f64>,
+    pending: &Pending<'a>,
+) -> Vec<&'a str> {
+    let mut order: Vec<&str> = pending.borrowers.keys().copied().collect();
+    match rules.config.cluster.idle_sharing {
+        IdleSharing::FairShare => order.sort_by(|a, b| by_fairshare(fairshare, a, b)),
+        IdleSharing::Fifo => order.sort_by_key(|t| {
+            pending.borrowers[*t]
+                .iter()
+                .filter(|j| rules.preemptible(j) && j.eligible)
+                .map(|j| (j.submit, j.id))
+                .min()
+                .unwrap_or((i64::MAX, u64::MAX))
+        }),
+    }
+    order
+}
+
+/// What one team is given beyond its quota: its borrowers in its own order, each served
+/// while the GPUs it needs beyond the quota fit what is `available` and the team's borrow
+/// headroom (a later, smaller job may still fit where an earlier one did not).
+fn team_allowance(
+    rules: &Rules<'_>,
+    running: &Running<'_>,
+    team: &Team,
+    borrowers: &[&ClusterJob],
+    ask: Option<&Ask<'_>>,
+    mut available: u32,
+) -> u32 {
+    let used = running.usage.get(team.name.as_str()).copied().unwrap_or(0);
+    let borrowed = used.saturating_sub(team.quota.total);
+    let headroom = team
+        .borrow_limit
+        .map(|b| b.saturating_sub(borrowed))
+        .unwrap_or(u32::MAX);
+    let mut given = 0u32;
+    for j in borrowers {
+        // A non-preemptible class may never borrow; a job that could not start anyway
+        // (begin time, dependency) must not open the door for one that may not borrow.
+        if !rules.preemptible(j) || !j.eligible {
+            continue;
+        }
+        let beyond = match ask {
+            Some(a) if a.job.id == j.id => a.beyond,
+            _ => j.gpus,
+        };
+        if beyond <= available.min(headroom.saturating_sub(given)) {
+            available -= beyond;
+            given += beyond;
+        }
+    }
+    given
 }
 
 /// What [`share_idle_capacity`] decided.
@@ -934,14 +1047,24 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
     if input.config.is_typed() {
         plan_typed(input)
     } else {
-        plan_pool(input).0
+        plan_pool(input).plan
     }
 }
 
+/// What [`plan_pool`] decided for one pool of GPUs.
+struct PoolPlan {
+    plan: Plan,
+    /// Each borrowing team's allowance beyond its quota (for the borrow limits shared between
+    /// types).
+    allowance: BTreeMap<String, u32>,
+    /// What each team's idle quota offered to borrowers (for the lend limits shared between
+    /// types).
+    lends: BTreeMap<String, u32>,
+}
+
 /// One pool of GPUs, governed by the rules of DESIGN §4 with the configuration's quotas and
-/// limits as totals. Returns the plan and, per team, the allowance it was given and what its
-/// idle quota offered (for the limits shared between types).
-fn plan_pool(input: &GovernInput<'_>) -> (Plan, BTreeMap<String, u32>, BTreeMap<String, u32>) {
+/// limits as totals, phase by phase.
+fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
     let expanded = expand_arrays(input.jobs, input.capacity);
     let input = &GovernInput {
         jobs: expanded.as_deref().unwrap_or(input.jobs),
@@ -951,34 +1074,19 @@ fn plan_pool(input: &GovernInput<'_>) -> (Plan, BTreeMap<String, u32>, BTreeMap<
     let rules = Rules::new(config);
     let mut priorities = BTreeMap::new();
 
+    // Per-team usage: what runs inside each quota (protected) and what is borrowed (victims),
+    // then what waits and fits the unused quota, displaces a lower class or borrows.
     let running = sort_running(&rules, input.jobs, &mut priorities);
     let victims = order_victims(&rules, running.victims.clone(), input.now, &mut priorities);
-    let total_used = running
-        .usage
-        .values()
-        .fold(0u32, |s, u| s.saturating_add(*u));
-    let free = input.capacity.saturating_sub(total_used);
-
+    let free = input.capacity.saturating_sub(gpus_in_use(&running));
     let pending = sort_pending(&rules, input.jobs, &running);
     let pending_in_quota_gpus = pending
         .in_quota
         .iter()
         .fold(0u32, |s, j| s.saturating_add(j.gpus));
-    let mut state = PublishedState {
-        version: STATE_VERSION,
-        generated_at: input.now,
-        config_digest: config.digest.clone(),
-        capacity: input.capacity,
-        capacity_by_type: input.capacity_by_type.clone(),
-        free_gpus: free,
-        pending_in_quota_gpus,
-        teams: BTreeMap::new(),
-        victims,
-        acted_at: 0,
-        read_at_ms: 0,
-        pools: BTreeMap::new(),
-    };
+    let mut state = new_state(input, free, pending_in_quota_gpus, victims);
 
+    // Reclaim for in-quota jobs, then parking, idle sharing and the borrowers' bands.
     let reclaim = fallback_reclaim(
         input,
         &pending.in_quota,
@@ -986,110 +1094,17 @@ fn plan_pool(input: &GovernInput<'_>) -> (Plan, BTreeMap<String, u32>, BTreeMap<
         &pending.displace,
         free,
     );
-    // In-quota pending jobs share one level: above exactly the victims they need together.
-    let in_quota_level = state.reclaim_level(pending_in_quota_gpus.saturating_sub(free), input.now);
-    let mut park = Vec::new();
-    let mut release = Vec::new();
-    for j in &pending.in_quota {
-        set_priority(
-            &mut priorities,
-            j.id,
-            encode(in_quota_level, rules.class_idx(j)),
-        );
-        if j.parked || j.park_held {
-            release.push(j.id);
-        }
-    }
-    // Displacing jobs wait for the governor's requeue: they preempt nobody themselves.
-    for j in &pending.displacing {
-        set_priority(
-            &mut priorities,
-            j.id,
-            encode(priority::reclaim_level(0), rules.class_idx(j)),
-        );
-        if j.parked || j.park_held {
-            release.push(j.id);
-        }
-    }
-    // Non-preemptible jobs that do not fit: parked by begin time (the plugin's, at submit) is
-    // not enough, as the owner may move it; the governor holds them too.
-    for jobs in pending.borrowers.values() {
-        for j in jobs {
-            if !rules.preemptible(j) && !j.park_held {
-                park.push(j.id);
-            }
-        }
-    }
-    // An array's record is parked only when none of its tasks fits: while one does, its
-    // tasks may start up to the team's limit, and a non-preemptible task that starts beyond
-    // the quota is a violation (requeued, then parked).
-    release.sort_unstable();
-    release.dedup();
-    park.sort_unstable();
-    park.dedup();
-    let fitting: BTreeSet<u64> = pending
-        .in_quota
-        .iter()
-        .chain(&pending.displacing)
-        .map(|j| j.id)
-        .collect();
-    park.retain(|id| !fitting.contains(id));
+    let release = prioritise_fitting(&rules, &state, &pending, input.now, &mut priorities);
+    let park = jobs_to_park(&rules, &pending);
+    let shares = share_idle_capacity(&rules, input, &running, &pending);
+    prioritise_borrowers(&rules, &shares.served, &mut priorities);
+    prioritise_waiting(&rules, &pending.waiting, &mut priorities);
 
-    // Borrowers wait in bands (their team's slot in the service order, then their class),
-    // inside which Slurm itself serves the oldest submission first (equal priorities: submit
-    // time, then job id). A job's priority moves only when its band does, so a long queue
-    // costs no updates while the front of it changes (issue 9).
-    let Shares {
-        allowance,
-        served,
-        lends,
-    } = share_idle_capacity(&rules, input, &running, &pending);
-    for (j, slot) in &served {
-        let level = if rules.preemptible(j) {
-            priority::borrow_band(*slot, rules.class_rank(j))
-        } else {
-            priority::BORROW_BASE
-        };
-        set_priority(&mut priorities, j.id, encode(level, rules.class_idx(j)));
-    }
-    // Jobs that cannot start now sit at the bottom; the pass after they become eligible
-    // ranks them.
-    for j in &pending.waiting {
-        set_priority(
-            &mut priorities,
-            j.id,
-            encode(priority::BORROW_BASE, rules.class_idx(j)),
-        );
-    }
-
-    let mut gpu_limits = BTreeMap::new();
+    // Ceilings, the jobs outside every team, and the plan.
     let mut team_states = pending.team_states;
-    for t in &config.teams {
-        let used = running.usage.get(t.name.as_str()).copied().unwrap_or(0);
-        let mut limit = t
-            .quota
-            .total
-            .max(used)
-            .saturating_add(allowance.get(&t.name).copied().unwrap_or(0));
-        if let Some(b) = t.borrow_limit {
-            limit = limit.min(t.quota.total.saturating_add(b));
-        }
-        gpu_limits.insert(t.name.clone(), limit);
-        if let Some(ts) = team_states.get_mut(&t.name) {
-            ts.gpu_limit = limit;
-        }
-    }
+    let gpu_limits = team_gpu_limits(config, &running, &shares.allowance, &mut team_states);
     state.teams = team_states;
-
-    // GPUs in a governed partition outside every team: nothing governs them, so the governor
-    // holds them (an administrator may release them into a team's account).
-    let mut outside: Vec<u64> = input
-        .jobs
-        .iter()
-        .filter(|j| config.team(&j.team).is_none() && j.gpus > 0)
-        .filter(|j| j.phase == Phase::Running || j.priority != 0)
-        .map(|j| j.id)
-        .collect();
+    let mut outside = outside_jobs(input);
     outside.dedup(); // an array's tasks follow each other
 
     let plan = Plan {
@@ -1105,7 +1120,169 @@ fn plan_pool(input: &GovernInput<'_>) -> (Plan, BTreeMap<String, u32>, BTreeMap<
         release,
         state,
     };
-    (plan, allowance, lends)
+    PoolPlan {
+        plan,
+        allowance: shares.allowance,
+        lends: shares.lends,
+    }
+}
+
+/// The GPUs teams' running jobs hold in all.
+fn gpus_in_use(running: &Running<'_>) -> u32 {
+    running
+        .usage
+        .values()
+        .fold(0u32, |s, u| s.saturating_add(*u))
+}
+
+/// The state a pass publishes, before its teams are filled in.
+fn new_state(
+    input: &GovernInput<'_>,
+    free_gpus: u32,
+    pending_in_quota_gpus: u32,
+    victims: Vec<Victim>,
+) -> PublishedState {
+    PublishedState {
+        version: STATE_VERSION,
+        generated_at: input.now,
+        config_digest: input.config.digest.clone(),
+        capacity: input.capacity,
+        capacity_by_type: input.capacity_by_type.clone(),
+        free_gpus,
+        pending_in_quota_gpus,
+        teams: BTreeMap::new(),
+        victims,
+        acted_at: 0,
+        read_at_ms: 0,
+        pools: BTreeMap::new(),
+    }
+}
+
+/// Rule 3 and 6 for the pending jobs that fit: in-quota jobs share one level, above exactly
+/// the victims they need together; displacing jobs wait for the governor's requeue, so they
+/// preempt nobody themselves. Returns the parked ones among them, to release.
+fn prioritise_fitting(
+    rules: &Rules<'_>,
+    state: &PublishedState,
+    pending: &Pending<'_>,
+    now: i64,
+    priorities: &mut BTreeMap<u64, u32>,
+) -> Vec<u64> {
+    let needed = state.pending_in_quota_gpus.saturating_sub(state.free_gpus);
+    let in_quota_level = state.reclaim_level(needed, now);
+    let mut release = Vec::new();
+    for j in &pending.in_quota {
+        set_priority(priorities, j.id, encode(in_quota_level, rules.class_idx(j)));
+        if j.parked || j.park_held {
+            release.push(j.id);
+        }
+    }
+    for j in &pending.displacing {
+        let level = priority::reclaim_level(0);
+        set_priority(priorities, j.id, encode(level, rules.class_idx(j)));
+        if j.parked || j.park_held {
+            release.push(j.id);
+        }
+    }
+    release.sort_unstable();
+    release.dedup();
+    release
+}
+
+/// Rule 6: non-preemptible jobs that do not fit. Parked by begin time (the plugin's, at
+/// submit) is not enough, as the owner may move it; the governor holds them too. An array's
+/// record is parked only when none of its tasks fits: while one does, its tasks may start up
+/// to the team's limit, and a non-preemptible task that starts beyond the quota is a
+/// violation (requeued, then parked).
+fn jobs_to_park(rules: &Rules<'_>, pending: &Pending<'_>) -> Vec<u64> {
+    let mut park: Vec<u64> = pending
+        .borrowers
+        .values()
+        .flatten()
+        .filter(|j| !rules.preemptible(j) && !j.park_held)
+        .map(|j| j.id)
+        .collect();
+    park.sort_unstable();
+    park.dedup();
+    let fitting: BTreeSet<u64> = pending
+        .in_quota
+        .iter()
+        .chain(&pending.displacing)
+        .map(|j| j.id)
+        .collect();
+    park.retain(|id| !fitting.contains(id));
+    park
+}
+
+/// Borrowers wait in bands (their team's slot in the service order, then their class),
+/// inside which Slurm itself serves the oldest submission first (equal priorities: submit
+/// time, then job id). A job's priority moves only when its band does, so a long queue costs
+/// no updates while the front of it changes (issue 9).
+fn prioritise_borrowers(
+    rules: &Rules<'_>,
+    served: &[(&ClusterJob, u32)],
+    priorities: &mut BTreeMap<u64, u32>,
+) {
+    for (j, slot) in served {
+        let level = if rules.preemptible(j) {
+            priority::borrow_band(*slot, rules.class_rank(j))
+        } else {
+            priority::BORROW_BASE
+        };
+        set_priority(priorities, j.id, encode(level, rules.class_idx(j)));
+    }
+}
+
+/// Jobs that cannot start now sit at the bottom; the pass after they become eligible ranks
+/// them.
+fn prioritise_waiting(
+    rules: &Rules<'_>,
+    waiting: &[&ClusterJob],
+    priorities: &mut BTreeMap<u64, u32>,
+) {
+    for j in waiting {
+        let level = priority::BORROW_BASE;
+        set_priority(priorities, j.id, encode(level, rules.class_idx(j)));
+    }
+}
+
+/// Rules 1 and 4: each team's GPU limit is its quota (or what it runs, when more) plus its
+/// allowance, never above quota + borrow limit; also written into its published state.
+fn team_gpu_limits(
+    config: &Config,
+    running: &Running<'_>,
+    allowance: &BTreeMap<String, u32>,
+    team_states: &mut BTreeMap<String, TeamState>,
+) -> BTreeMap<String, u32> {
+    let mut gpu_limits = BTreeMap::new();
+    for t in &config.teams {
+        let used = running.usage.get(t.name.as_str()).copied().unwrap_or(0);
+        let mut limit = t
+            .quota
+            .total
+            .max(used)
+            .saturating_add(allowance.get(&t.name).copied().unwrap_or(0));
+        if let Some(b) = t.borrow_limit {
+            limit = limit.min(t.quota.total.saturating_add(b));
+        }
+        gpu_limits.insert(t.name.clone(), limit);
+        if let Some(ts) = team_states.get_mut(&t.name) {
+            ts.gpu_limit = limit;
+        }
+    }
+    gpu_limits
+}
+
+/// GPUs in a governed partition outside every team: nothing governs them, so the governor
+/// holds them (an administrator may release them into a team's account).
+fn outside_jobs(input: &GovernInput<'_>) -> Vec<u64> {
+    input
+        .jobs
+        .iter()
+        .filter(|j| input.config.team(&j.team).is_none() && j.gpus > 0)
+        .filter(|j| j.phase == Phase::Running || j.priority != 0)
+        .map(|j| j.id)
+        .collect()
 }
 
 /// A typed configuration: each GPU type k is a pool of its own, governed by the same rules
@@ -1124,63 +1301,9 @@ fn plan_pool(input: &GovernInput<'_>) -> (Plan, BTreeMap<String, u32>, BTreeMap<
 /// sharing a level are never candidates where each node carries one GPU type.
 fn plan_typed(input: &GovernInput<'_>) -> Plan {
     let config = input.config;
-    let mut types: BTreeSet<String> = config
-        .governed_types()
-        .into_iter()
-        .map(str::to_string)
-        .collect();
-    types.extend(input.capacity_by_type.keys().cloned());
-    // The one GPU type of a node (none for untyped or mixed nodes).
-    let node_type = |node: &str| -> Option<&str> {
-        let mut kinds = input.node_types.get(node)?.iter().filter(|(_, n)| **n > 0);
-        let (t, _) = kinds.next()?;
-        kinds.next().is_none().then_some(t.as_str())
-    };
-    let mut pool_jobs: BTreeMap<&str, Vec<ClusterJob>> =
-        types.iter().map(|t| (t.as_str(), Vec::new())).collect();
-    let first_pool = types.iter().next().map(String::as_str);
-    let mut untyped = Vec::new();
-    for j in input.jobs {
-        let kind = j.gpu_type.as_deref().or_else(|| {
-            (j.phase == Phase::Running)
-                .then(|| j.nodes.first().and_then(|n| node_type(n)))
-                .flatten()
-        });
-        let pool = match kind {
-            Some(k) => types.get(k).map(String::as_str),
-            // A job without GPUs is governed with the first pool: it needs none of its GPUs.
-            None if j.gpus == 0 => first_pool,
-            None => None,
-        };
-        match pool.and_then(|p| pool_jobs.get_mut(p)) {
-            Some(jobs) => jobs.push(j.clone()),
-            None => {
-                // No type to govern it against: a team's pending job is held (its owner may
-                // resubmit naming a type); other accounts' jobs are held as outside below.
-                if j.phase == Phase::Pending
-                    && config.team(&j.team).is_some()
-                    && (j.priority != 0 || j.park_held)
-                {
-                    untyped.push(j.id);
-                }
-            }
-        }
-    }
-    // U_{T,k}, for the borrow limits shared between types.
-    let mut used: BTreeMap<(&str, &str), u32> = BTreeMap::new();
-    for (k, jobs) in &pool_jobs {
-        for j in jobs.iter().filter(|j| j.phase == Phase::Running) {
-            let e = used.entry((j.team.as_str(), k)).or_insert(0);
-            *e = e.saturating_add(j.gpus);
-        }
-    }
-    let borrowed_in = |team: &Team, k: &str| -> u32 {
-        used.get(&(team.name.as_str(), k))
-            .copied()
-            .unwrap_or(0)
-            .saturating_sub(team.quota_of(k))
-    };
-
+    let types = pool_types(input);
+    let (pool_jobs, untyped) = jobs_by_pool(input, &types);
+    let used = running_by_team_and_type(&pool_jobs);
     let mut merged = Plan {
         priorities: BTreeMap::new(),
         gpu_limits: BTreeMap::new(),
@@ -1192,61 +1315,14 @@ fn plan_typed(input: &GovernInput<'_>) -> Plan {
         untyped,
         park: Vec::new(),
         release: Vec::new(),
-        state: PublishedState {
-            version: STATE_VERSION,
-            generated_at: input.now,
-            config_digest: config.digest.clone(),
-            capacity: input.capacity,
-            capacity_by_type: input.capacity_by_type.clone(),
-            free_gpus: 0,
-            pending_in_quota_gpus: 0,
-            teams: BTreeMap::new(),
-            victims: Vec::new(),
-            acted_at: 0,
-            read_at_ms: 0,
-            pools: BTreeMap::new(),
-        },
+        state: new_state(input, 0, 0, Vec::new()),
     };
-    // What the limits given as numbers have spent in the pools planned so far.
-    let mut given: BTreeMap<String, u32> = BTreeMap::new();
-    let mut lent: BTreeMap<String, u32> = BTreeMap::new();
+    let mut spent = SpentAcrossTypes::default();
     let no_types = BTreeMap::new();
+    let no_node_types = BTreeMap::new();
     for k in &types {
-        let mut pool_config = config.clone();
-        for t in &mut pool_config.teams {
-            let quota = t.quota_of(k);
-            let borrow = match t.borrow_limit_of(k) {
-                Some(b) => Some(b),
-                None => t.borrow_limit.map(|b| {
-                    let elsewhere = types
-                        .iter()
-                        .filter(|other| *other != k)
-                        .fold(0u32, |s, other| s.saturating_add(borrowed_in(t, other)));
-                    b.saturating_sub(elsewhere)
-                        .saturating_sub(given.get(&t.name).copied().unwrap_or(0))
-                }),
-            };
-            let lend = match t.lend_by_type {
-                Some(_) => t.lend_limit_of(k),
-                None => quota.min(
-                    t.lend_limit
-                        .saturating_sub(lent.get(&t.name).copied().unwrap_or(0)),
-                ),
-            };
-            t.quota = teamshare_config::Quota {
-                total: quota,
-                by_type: BTreeMap::new(),
-            };
-            t.borrow_limit = borrow;
-            t.borrow_by_type = None;
-            t.lend_limit = lend;
-            t.lend_by_type = None;
-        }
-        let node_gpus: BTreeMap<String, u32> = input
-            .node_types
-            .iter()
-            .filter_map(|(node, kinds)| kinds.get(k).map(|n| (node.clone(), *n)))
-            .collect();
+        let pool_config = pool_config(config, k, &types, &used, &spent);
+        let node_gpus = node_gpus_of_type(input.node_types, k);
         let pool_input = GovernInput {
             config: &pool_config,
             capacity: input.capacity_by_type.get(k).copied().unwrap_or(0),
@@ -1255,74 +1331,14 @@ fn plan_typed(input: &GovernInput<'_>) -> Plan {
             now: input.now,
             node_gpus: &node_gpus,
             capacity_by_type: &no_types,
-            node_types: &BTreeMap::new(),
+            node_types: &no_node_types,
         };
-        let (p, allowance, lends) = plan_pool(&pool_input);
-        let borrowing = allowance.values().any(|n| *n > 0);
-        for t in &config.teams {
-            if t.borrow_by_type.is_none() {
-                let e = given.entry(t.name.clone()).or_insert(0);
-                *e = e.saturating_add(allowance.get(&t.name).copied().unwrap_or(0));
-            }
-            if t.lend_by_type.is_none() && borrowing {
-                let e = lent.entry(t.name.clone()).or_insert(0);
-                *e = e.saturating_add(lends.get(&t.name).copied().unwrap_or(0));
-            }
-        }
-        merged.priorities.extend(p.priorities);
-        for (team, limit) in p.gpu_limits {
-            let e = merged.gpu_limits.entry(team.clone()).or_insert(0);
-            *e = e.saturating_add(limit);
-            merged
-                .type_limits
-                .entry(team)
-                .or_default()
-                .insert(k.clone(), limit);
-        }
-        merged.displace.extend(p.displace);
-        merged.reclaim.extend(p.reclaim);
-        merged.violations.extend(p.violations);
-        merged.outside.extend(p.outside);
-        merged.park.extend(p.park);
-        merged.release.extend(p.release);
-        let st = &mut merged.state;
-        st.free_gpus = st.free_gpus.saturating_add(p.state.free_gpus);
-        st.pending_in_quota_gpus = st
-            .pending_in_quota_gpus
-            .saturating_add(p.state.pending_in_quota_gpus);
-        for (team, ts) in &p.state.teams {
-            let e = st.teams.entry(team.clone()).or_insert(TeamState {
-                running_gpus: 0,
-                pending_in_quota_gpus: 0,
-                gpu_limit: 0,
-            });
-            e.running_gpus = e.running_gpus.saturating_add(ts.running_gpus);
-            e.pending_in_quota_gpus = e
-                .pending_in_quota_gpus
-                .saturating_add(ts.pending_in_quota_gpus);
-            e.gpu_limit = e.gpu_limit.saturating_add(ts.gpu_limit);
-        }
-        st.victims.extend(p.state.victims.iter().cloned());
-        st.pools.insert(
-            k.clone(),
-            PoolState {
-                capacity: p.state.capacity,
-                free_gpus: p.state.free_gpus,
-                pending_in_quota_gpus: p.state.pending_in_quota_gpus,
-                teams: p.state.teams,
-                victims: p.state.victims,
-            },
-        );
+        let pool = plan_pool(&pool_input);
+        spent.add(config, &pool);
+        merge_pool(&mut merged, k, pool.plan);
     }
     // Jobs outside every team, whatever their type (or none).
-    merged.outside.extend(
-        input
-            .jobs
-            .iter()
-            .filter(|j| config.team(&j.team).is_none() && j.gpus > 0)
-            .filter(|j| j.phase == Phase::Running || j.priority != 0)
-            .map(|j| j.id),
-    );
+    merged.outside.extend(outside_jobs(input));
     for list in [
         &mut merged.outside,
         &mut merged.untyped,
@@ -1333,6 +1349,224 @@ fn plan_typed(input: &GovernInput<'_>) -> Plan {
         list.dedup();
     }
     merged
+}
+
+/// The GPU types a typed configuration governs: those its quotas name and those the usable
+/// nodes carry.
+fn pool_types(input: &GovernInput<'_>) -> BTreeSet<String> {
+    let mut types: BTreeSet<String> = input
+        .config
+        .governed_types()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    types.extend(input.capacity_by_type.keys().cloned());
+    types
+}
+
+/// The one GPU type of a node (none for untyped or mixed nodes).
+fn node_type<'n>(
+    node_types: &'n BTreeMap<String, BTreeMap<String, u32>>,
+    node: &str,
+) -> Option<&'n str> {
+    let mut kinds = node_types.get(node)?.iter().filter(|(_, n)| **n > 0);
+    let (t, _) = kinds.next()?;
+    kinds.next().is_none().then_some(t.as_str())
+}
+
+/// Every job in the pool of its GPU type, and the teams' pending jobs that have no type to
+/// be governed against: those are held (their owner may resubmit naming a type); other
+/// accounts' jobs without one are held as outside.
+fn jobs_by_pool<'t>(
+    input: &GovernInput<'_>,
+    types: &'t BTreeSet<String>,
+) -> (BTreeMap<&'t str, Vec<ClusterJob>>, Vec<u64>) {
+    let mut pool_jobs: BTreeMap<&str, Vec<ClusterJob>> =
+        types.iter().map(|t| (t.as_str(), Vec::new())).collect();
+    let first_pool = types.iter().next().map(String::as_str);
+    let mut untyped = Vec::new();
+    for j in input.jobs {
+        let kind = j.gpu_type.as_deref().or_else(|| {
+            (j.phase == Phase::Running)
+                .then(|| j.nodes.first().and_then(|n| node_type(input.node_types, n)))
+                .flatten()
+        });
+        let pool = match kind {
+            Some(k) => types.get(k).map(String::as_str),
+            // A job without GPUs is governed with the first pool: it needs none of its GPUs.
+            None if j.gpus == 0 => first_pool,
+            None => None,
+        };
+        match pool.and_then(|p| pool_jobs.get_mut(p)) {
+            Some(jobs) => jobs.push(j.clone()),
+            None => {
+                if j.phase == Phase::Pending
+                    && input.config.team(&j.team).is_some()
+                    && (j.priority != 0 || j.park_held)
+                {
+                    untyped.push(j.id);
+                }
+            }
+        }
+    }
+    (pool_jobs, untyped)
+}
+
+/// U_{T,k}: the GPUs of type k team T runs, for the borrow limits shared between types.
+fn running_by_team_and_type<'p>(
+    pool_jobs: &'p BTreeMap<&'p str, Vec<ClusterJob>>,
+) -> BTreeMap<(&'p str, &'p str), u32> {
+    let mut used: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+    for (k, jobs) in pool_jobs {
+        for j in jobs.iter().filter(|j| j.phase == Phase::Running) {
+            let e = used.entry((j.team.as_str(), *k)).or_insert(0);
+            *e = e.saturating_add(j.gpus);
+        }
+    }
+    used
+}
+
+/// What a team borrows of type `k` now: what it runs of that type beyond its quota of it.
+fn borrowed_in(used: &BTreeMap<(&str, &str), u32>, team: &Team, k: &str) -> u32 {
+    used.get(&(team.name.as_str(), k))
+        .copied()
+        .unwrap_or(0)
+        .saturating_sub(team.quota_of(k))
+}
+
+/// What the borrow and lend limits given as numbers have spent in the pools planned so far.
+#[derive(Default)]
+struct SpentAcrossTypes {
+    borrowed: BTreeMap<String, u32>,
+    lent: BTreeMap<String, u32>,
+}
+
+impl SpentAcrossTypes {
+    /// A pool's allowances count against its teams' borrow limits; its lent idle quota counts
+    /// against their lend limits only where the pool had borrowers (a pool without any draws
+    /// on nothing).
+    fn add(&mut self, config: &Config, pool: &PoolPlan) {
+        let borrowing = pool.allowance.values().any(|n| *n > 0);
+        for t in &config.teams {
+            if t.borrow_by_type.is_none() {
+                let e = self.borrowed.entry(t.name.clone()).or_insert(0);
+                *e = e.saturating_add(pool.allowance.get(&t.name).copied().unwrap_or(0));
+            }
+            if t.lend_by_type.is_none() && borrowing {
+                let e = self.lent.entry(t.name.clone()).or_insert(0);
+                *e = e.saturating_add(pool.lends.get(&t.name).copied().unwrap_or(0));
+            }
+        }
+    }
+}
+
+/// The configuration pool `k` is planned with: each team's quota, borrow limit and lend limit
+/// of that type. A limit given as a number is what is left of it: borrowing that runs in other
+/// types now and what earlier pools gave or lent count against it.
+fn pool_config(
+    config: &Config,
+    k: &str,
+    types: &BTreeSet<String>,
+    used: &BTreeMap<(&str, &str), u32>,
+    spent: &SpentAcrossTypes,
+) -> Config {
+    let mut pool_config = config.clone();
+    for t in &mut pool_config.teams {
+        let quota = t.quota_of(k);
+        let borrow = match t.borrow_limit_of(k) {
+            Some(b) => Some(b),
+            None => t.borrow_limit.map(|b| {
+                let elsewhere = types
+                    .iter()
+                    .filter(|other| other.as_str() != k)
+                    .fold(0u32, |s, other| {
+                        s.saturating_add(borrowed_in(used, t, other))
+                    });
+                b.saturating_sub(elsewhere)
+                    .saturating_sub(spent.borrowed.get(&t.name).copied().unwrap_or(0))
+            }),
+        };
+        let lend = match t.lend_by_type {
+            Some(_) => t.lend_limit_of(k),
+            None => quota.min(
+                t.lend_limit
+                    .saturating_sub(spent.lent.get(&t.name).copied().unwrap_or(0)),
+            ),
+        };
+        t.quota = teamshare_config::Quota {
+            total: quota,
+            by_type: BTreeMap::new(),
+        };
+        t.borrow_limit = borrow;
+        t.borrow_by_type = None;
+        t.lend_limit = lend;
+        t.lend_by_type = None;
+    }
+    pool_config
+}
+
+/// GPUs of type `k` per usable node.
+fn node_gpus_of_type(
+    node_types: &BTreeMap<String, BTreeMap<String, u32>>,
+    k: &str,
+) -> BTreeMap<String, u32> {
+    node_types
+        .iter()
+        .filter_map(|(node, kinds)| kinds.get(k).map(|n| (node.clone(), *n)))
+        .collect()
+}
+
+/// Pool `k`'s plan added to the typed plan: its limits become the teams' type limits and add
+/// up to their gres/gpu limits; its lists and state join the others.
+fn merge_pool(merged: &mut Plan, k: &str, p: Plan) {
+    merged.priorities.extend(p.priorities);
+    for (team, limit) in p.gpu_limits {
+        let e = merged.gpu_limits.entry(team.clone()).or_insert(0);
+        *e = e.saturating_add(limit);
+        merged
+            .type_limits
+            .entry(team)
+            .or_default()
+            .insert(k.to_string(), limit);
+    }
+    merged.displace.extend(p.displace);
+    merged.reclaim.extend(p.reclaim);
+    merged.violations.extend(p.violations);
+    merged.outside.extend(p.outside);
+    merged.park.extend(p.park);
+    merged.release.extend(p.release);
+    merge_pool_state(&mut merged.state, k, p.state);
+}
+
+/// Pool `k`'s state kept as the pool's, and added into the totals the plugin reads.
+fn merge_pool_state(st: &mut PublishedState, k: &str, pool: PublishedState) {
+    st.free_gpus = st.free_gpus.saturating_add(pool.free_gpus);
+    st.pending_in_quota_gpus = st
+        .pending_in_quota_gpus
+        .saturating_add(pool.pending_in_quota_gpus);
+    for (team, ts) in &pool.teams {
+        let e = st.teams.entry(team.clone()).or_insert(TeamState {
+            running_gpus: 0,
+            pending_in_quota_gpus: 0,
+            gpu_limit: 0,
+        });
+        e.running_gpus = e.running_gpus.saturating_add(ts.running_gpus);
+        e.pending_in_quota_gpus = e
+            .pending_in_quota_gpus
+            .saturating_add(ts.pending_in_quota_gpus);
+        e.gpu_limit = e.gpu_limit.saturating_add(ts.gpu_limit);
+    }
+    st.victims.extend(pool.victims.iter().cloned());
+    st.pools.insert(
+        k.to_string(),
+        PoolState {
+            capacity: pool.capacity,
+            free_gpus: pool.free_gpus,
+            pending_in_quota_gpus: pool.pending_in_quota_gpus,
+            teams: pool.teams,
+            victims: pool.victims,
+        },
+    );
 }
 
 #[cfg(test)]

@@ -201,16 +201,16 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
         "agents",
         "training",
         "<b>x</b>", // the escaped name reads as itself
-        "2024-05-01",
-        "2024-05-03",
+        "05-01",    // the charts' first and last days
+        "05-03",
     ] {
         assert!(
             text.contains(wanted),
             "the rendered page lacks {wanted:?}:\n{text}"
         );
     }
-    // The period's figures, as the table prints them: agents 24 GPU-hours (12 in quota, 12
-    // borrowed), training 96 in quota.
+    // The period's figures, as the table prints them (TEAM JOBS QUOTA GPU-HOURS IN-QUOTA
+    // BORROWED): agents 24 GPU-hours (12 in quota, 12 borrowed), training 96 in quota.
     let row = |team: &str| -> Vec<String> {
         text.lines()
             .find(|l| l.split_whitespace().next() == Some(team))
@@ -224,6 +224,7 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
         agents.starts_with(&[
             "agents".into(),
             "1".into(),
+            "2".into(),
             "24.0000".into(),
             "12.0000".into(),
             "12.0000".into()
@@ -235,6 +236,7 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
         training.starts_with(&[
             "training".into(),
             "1".into(),
+            "4".into(),
             "96.0000".into(),
             "96.0000".into(),
             "0.0000".into()
@@ -242,13 +244,29 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
         "{training:?}"
     );
 
-    // The DOM Chromium built from it: two charts with a bar per day and no element of the
-    // account's name.
+    // The DOM Chromium built from it: two charts whose bars carry each day's figures (their
+    // tooltips), and no element made of the account's name. 2024-05-01: agents 4 GPUs x 6 h, 2
+    // over its quota: 12 borrowed, lent by training (4 idle of quota) and the pool (2
+    // unallocated) 2:1, 8 and 4; 2024-05-02: training 4 x 24 h in quota.
     let o = chromium(&profile, &["--dump-dom".to_string(), url.clone()]);
     let dom = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(dom.contains("<svg"), "no chart in the DOM: {dom}");
-    assert_eq!(dom.matches("<svg").count(), 2, "{dom}");
-    assert!(!dom.contains("<b>x</b>"), "the account's name became markup");
+    assert_eq!(dom.matches("<svg class=\"chart\"").count(), 2, "{dom}");
+    for tooltip in [
+        "agents, 2024-05-01: 12.0000 GPU-hours in quota",
+        "agents, 2024-05-01: 12.0000 GPU-hours borrowed",
+        "training, 2024-05-01: 8.0000 GPU-hours lent",
+        "(pool), 2024-05-01: 4.0000 GPU-hours lent",
+        "training, 2024-05-02: 96.0000 GPU-hours in quota",
+    ] {
+        assert!(
+            dom.contains(tooltip),
+            "no bar {tooltip:?} in the DOM: {dom}"
+        );
+    }
+    assert!(
+        !dom.contains("<b>x</b>"),
+        "the account's name became markup"
+    );
 
     // A screenshot, for a person; a blank page would be a few KiB of one colour.
     let png = art.join("html-report.png");

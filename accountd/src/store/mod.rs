@@ -14,7 +14,9 @@
 //!
 //! The parts: this module opens the database (pragmas, who may read the file) and holds
 //! [`Store`]; `migrations`: the schema and its versions; `runs`: the job runs sacct reports, the
-//! ingest watermark and the runaway runs; `capacity`: the governed capacity over time.
+//! ingest watermark and the runaway runs; `capacity`: the governed capacity over time;
+//! `samples`: the NVML GPU samples and their hourly rollup. Every SQL statement of accountd is in
+//! one of them.
 
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
@@ -25,12 +27,14 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 mod capacity;
 mod migrations;
 mod runs;
+mod samples;
 
 pub use capacity::{CapacitySample, CAPACITY_HEARTBEAT_SECONDS};
 pub use migrations::SCHEMA_VERSION;
 pub use runs::{
     BatchOutcome, GpuTypes, RunStart, RunUsage, RunWriter, RunawayRun, WatermarkAdvance,
 };
+pub use samples::{GpuTime, PeriodGpuTime, RunGpu, SampledRun, SamplesOutcome};
 
 use migrations::{user_version, MIGRATIONS};
 
@@ -440,7 +444,8 @@ impl Store {
         }
     }
 
-    /// The connection, for reads that have no method yet (and tests).
+    /// The connection, for tests and benchmarks that look at the tables themselves; accountd
+    /// reads and writes only through the methods of this module.
     pub fn connection(&self) -> &Connection {
         &self.conn
     }

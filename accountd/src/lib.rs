@@ -37,7 +37,6 @@ pub mod metrics;
 pub mod model;
 pub mod period;
 pub mod report;
-pub mod report_html;
 pub mod sacct;
 pub mod sample;
 #[allow(unsafe_code)]
@@ -46,4 +45,3 @@ pub mod slurm_cli;
 pub mod slurm_setup;
 pub mod status;
 pub mod store;
-pub mod table;

@@ -9,7 +9,7 @@
 //!   not read ([`Store::gpu_time_in`] then reads the samples).
 //!
 //! These return SQLite's errors as they are: the collection ([`crate::sample::collect`]) and the
-//! utilisation report ([`crate::sample::utilisation`]) say what they were doing.
+//! utilisation report ([`crate::report::utilisation`]) say what they were doing.
 
 use std::collections::BTreeMap;
 

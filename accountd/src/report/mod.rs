@@ -51,11 +51,14 @@ use crate::model::{find_or_push, same_str};
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
 use crate::slurm_cli::slurm_name;
 use crate::store::{CapacitySample, RunUsage, Store, StoreError};
-use crate::table;
 
 /// The key of GPUs allocated without a type: the `[gpu_types]` rate they are priced at, and
 /// their entry in per-type breakdowns. Types without a rate of their own are priced at it too.
 pub const DEFAULT_RATE: &str = DEFAULT_GPU_TYPE;
+
+pub mod html;
+pub mod table;
+pub mod utilisation;
 
 const SECONDS_PER_HOUR: f64 = 3600.0;
 

@@ -17,11 +17,11 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::table;
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
 use crate::report::{csv_text, json_text, CsvNumbers, Format, JsonNumbers, Numbers};
 pub use crate::store::GpuTime;
 use crate::store::{PeriodGpuTime, RunGpu, Store};
-use crate::table;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UtilisationError {

@@ -2,16 +2,19 @@
 //!
 //! The parts, one module each:
 //! - `sacct`: the sacct invocation and the parser of its output (job runs);
-//! - `store`: the SQLite database, its migrations and idempotent upserts;
+//! - `store`: the SQLite database and all of accountd's SQL: its migrations, the job runs'
+//!   idempotent upserts, the capacity history, the GPU samples and their hourly rollup;
 //! - `ingest`: which window of accounting to read, and storing it;
-//! - `report`: usage, borrowing, lending and cost per team over a period, and fair-share,
-//!   rendered as table, CSV or JSON (the arithmetic is `model`'s); `report_html`: the teams
-//!   report as a self-contained HTML page with charts of its days;
+//! - `report`: every report and its rendering: usage, borrowing, lending and cost per team over
+//!   a period (`report::teams`), fair-share (`report::fairshare`), utilisation and the jobs with
+//!   idle GPUs (`report::utilisation`), as table (`report::table`), CSV or JSON, and the teams
+//!   report as a self-contained HTML page with charts of its days (`report::html`); the
+//!   arithmetic is `model`'s;
 //! - `model`: the accounting model of DESIGN 5 as pure functions;
 //! - `capacity`: the governed capacity measured with sinfo;
 //! - `slurm_setup`: making Slurm's associations match teamshare.toml;
 //! - `slurm_cli`: running Slurm's client commands; `period`: instants and periods;
-//! - `sample`: NVML GPU samples on the nodes, their collection, utilisation and idle GPU-hours;
+//! - `sample`: NVML GPU samples on the nodes, their spool and their collection into the store;
 //! - `governor`: Slurm's priorities and limits kept matching the governance rules;
 //! - `daemon`: `accountd run`: the governor's thread, the ingest thread (sacct, runaway runs,
 //!   samples, capacity), the configuration followed;
@@ -21,8 +24,7 @@
 //! - `status`: `accountd status`, each team's quota, use, limit, lending and waiting jobs now,
 //!   from Slurm and the governor's state;
 //! - `slurm_api`: the governor's reads of jobs, nodes and partitions through libslurm (the
-//!   only unsafe code of accountd);
-//! - `table`: the text tables of the reports.
+//!   only unsafe code of accountd).
 //!
 //! The command line (`src/main.rs`, `src/cli.rs`) is a thin layer over these.
 #![deny(unsafe_code)]
@@ -37,7 +39,6 @@ pub mod metrics;
 pub mod model;
 pub mod period;
 pub mod report;
-pub mod report_html;
 pub mod sacct;
 pub mod sample;
 #[allow(unsafe_code)]
@@ -46,4 +47,3 @@ pub mod slurm_cli;
 pub mod slurm_setup;
 pub mod status;
 pub mod store;
-pub mod table;

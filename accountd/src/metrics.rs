@@ -30,8 +30,8 @@ use teamshare_config::Config;
 use crate::model::cost::IDLE;
 use crate::model::usage::POOL;
 use crate::period::{self, Period, UnixSeconds};
+use crate::report::utilisation::{self, UtilisationParams};
 use crate::report::{self, FairshareParams, FairshareReport, RowKind, UsageParams, UsageReport};
-use crate::sample::utilisation::{self, UtilisationParams};
 use crate::slurm_cli::slurm_name;
 use crate::store::{Store, StoreError};
 

@@ -796,7 +796,12 @@ where
     pool.push(gpus(s.pool.lent));
     pool.extend(["-", "-"].map(String::from));
     lines.push(pool);
-    out.push_str(&crate::table::render(&header, &lines, 1, Some(rule)));
+    out.push_str(&crate::report::table::render(
+        &header,
+        &lines,
+        1,
+        Some(rule),
+    ));
 
     for a in &s.other_accounts {
         let _ = writeln!(

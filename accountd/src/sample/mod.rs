@@ -5,8 +5,8 @@
 //! - `jobs`: which Slurm job holds which GPU (Slurm's device assignment, by minor number);
 //! - `spool`: the node's local buffer of samples, written so that a crash loses nothing written;
 //! - `sampler`: the node loop of `accountd sample`;
-//! - `collect`: the head importing every node's spool into the database, idempotently;
-//! - `utilisation`: mean utilisation and idle GPU-hours per job run and team; the worst jobs.
+//! - `collect`: the head importing every node's spool into the database, idempotently (the
+//!   SQL is [`crate::store`]'s; the reports of the samples are [`crate::report::utilisation`]).
 //!
 //! A sample is one GPU at one sampling tick. Its key is (node, GPU UUID, tick): the tick is the
 //! interval grid (`ts_ms` a multiple of `interval_ms`), so whoever delivers a sample and however
@@ -17,7 +17,6 @@ pub mod gpu;
 pub mod jobs;
 pub mod sampler;
 pub mod spool;
-pub mod utilisation;
 
 use std::time::Duration;
 

@@ -8,60 +8,25 @@
 //!   (`[accountd] idle_threshold_percent`, default 5).
 //! - A sample counts for the job run the node saw holding the GPU: (JobIDRaw, StartTime), the
 //!   key of `job_runs`; samples of no job are counted apart (`unallocated`).
-//! - Whole hours are read from the rollup (`gpu_sample_hours`), the partial hours at the ends of
+//! - Whole hours are read from the rollup (`gpu_sample_hours`, [`Store::gpu_time_in`]), the partial hours at the ends of
 //!   the period from the samples; when the rollup was built with another threshold, everything
 //!   is read from the samples (`from_samples`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
+use super::table;
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
 use crate::report::{csv_text, json_text, CsvNumbers, Format, JsonNumbers, Numbers};
-use crate::store::Store;
-use crate::table;
+pub use crate::store::GpuTime;
+use crate::store::{PeriodGpuTime, RunGpu, Store};
 
 #[derive(Debug, thiserror::Error)]
 pub enum UtilisationError {
     #[error("cannot read the GPU samples and job runs of the database")]
     Sql(#[from] rusqlite::Error),
-}
-
-const HOUR_MS: i64 = 3_600_000;
-
-/// Sums over samples.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GpuTime {
-    pub samples: u64,
-    pub sampled_ms: i64,
-    pub util_gpu_ms: i64,
-    pub util_mem_ms: i64,
-    pub idle_ms: i64,
-}
-
-impl GpuTime {
-    fn add(&mut self, o: &GpuTime) {
-        self.samples += o.samples;
-        self.sampled_ms += o.sampled_ms;
-        self.util_gpu_ms += o.util_gpu_ms;
-        self.util_mem_ms += o.util_mem_ms;
-        self.idle_ms += o.idle_ms;
-    }
-    pub fn sampled_gpu_hours(&self) -> f64 {
-        self.sampled_ms as f64 / HOUR_MS as f64
-    }
-    pub fn idle_gpu_hours(&self) -> f64 {
-        self.idle_ms as f64 / HOUR_MS as f64
-    }
-    /// Percent, weighted by GPU-time; `None` without samples.
-    pub fn mean_util(&self) -> Option<f64> {
-        (self.sampled_ms > 0).then(|| self.util_gpu_ms as f64 / self.sampled_ms as f64)
-    }
-    pub fn mean_mem_util(&self) -> Option<f64> {
-        (self.sampled_ms > 0).then(|| self.util_mem_ms as f64 / self.sampled_ms as f64)
-    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -125,134 +90,25 @@ pub struct UtilisationReport {
     pub from_samples: bool,
 }
 
-type Key = (u32, i64, String); // job_id_raw (0 = none), job_start (0 = unknown), gpu_uuid
-
-fn sums(
-    store: &Store,
-    sql: &str,
-    args: impl rusqlite::Params,
-    into: &mut BTreeMap<Key, GpuTime>,
-) -> Result<(), UtilisationError> {
-    let mut stmt = store.connection().prepare_cached(sql)?;
-    let mut rows = stmt.query(args)?;
-    while let Some(r) = rows.next()? {
-        let read = || -> rusqlite::Result<(Key, GpuTime)> {
-            Ok((
-                (r.get(0)?, r.get(1)?, r.get(2)?),
-                GpuTime {
-                    samples: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
-                    sampled_ms: r.get(4)?,
-                    util_gpu_ms: r.get(5)?,
-                    util_mem_ms: r.get(6)?,
-                    idle_ms: r.get(7)?,
-                },
-            ))
-        };
-        let (key, t) = read()?;
-        into.entry(key).or_default().add(&t);
-    }
-    Ok(())
-}
-
-const RAW_SQL: &str = "SELECT coalesce(job_id_raw, 0), coalesce(job_start, 0), gpu_uuid, count(*),
-        sum(interval_ms), sum(util_gpu * interval_ms), sum(util_mem * interval_ms),
-        sum(CASE WHEN util_gpu < ?4 THEN interval_ms ELSE 0 END)
-    FROM gpu_samples WHERE cluster = ?1 AND ts_ms >= ?2 AND ts_ms < ?3
-    GROUP BY 1, 2, 3";
-
-const ROLLUP_SQL: &str = "SELECT job_id_raw, job_start, gpu_uuid, sum(samples), sum(sampled_ms),
-        sum(util_gpu_ms), sum(util_mem_ms), sum(idle_ms)
-    FROM gpu_sample_hours WHERE cluster = ?1 AND hour_ms >= ?2 AND hour_ms < ?3
-        AND idle_threshold = ?4
-    GROUP BY 1, 2, 3";
-
-/// Sums per (job, GPU) over the period.
-fn period_sums(
-    store: &Store,
-    p: &UtilisationParams,
-) -> Result<(BTreeMap<Key, GpuTime>, bool), UtilisationError> {
-    let (since, until) = (p.period.since * 1000, p.period.until * 1000);
-    let mixed: bool = store.connection().query_row(
-        "SELECT EXISTS (SELECT 1 FROM gpu_sample_hours WHERE idle_threshold <> ?1)",
-        [p.idle_threshold],
-        |r| r.get(0),
-    )?;
-    let first_hour = (since + HOUR_MS - 1).div_euclid(HOUR_MS) * HOUR_MS;
-    let last_hour = until.div_euclid(HOUR_MS) * HOUR_MS;
-    let mut out = BTreeMap::new();
-    let c = &p.cluster;
-    let t = p.idle_threshold;
-    if mixed || first_hour >= last_hour {
-        sums(store, RAW_SQL, params![c, since, until, t], &mut out)?;
-    } else {
-        sums(store, RAW_SQL, params![c, since, first_hour, t], &mut out)?;
-        sums(
-            store,
-            ROLLUP_SQL,
-            params![c, first_hour, last_hour, t],
-            &mut out,
-        )?;
-        sums(store, RAW_SQL, params![c, last_hour, until, t], &mut out)?;
-    }
-    Ok((out, mixed))
-}
-
-struct RunFacts {
-    job_id: String,
-    user: String,
-    account: String,
-    gpus: i64,
-    start: i64,
-    end: Option<i64>,
-}
-
-/// The stored run a job's samples belong to: (JobIDRaw, StartTime) exactly, or, when the node
-/// could not tell the start, the latest run of that job that started before the period's end.
-fn find_run(
-    store: &Store,
-    cluster: &str,
-    job_id_raw: u32,
-    start: i64,
-    until: UnixSeconds,
-) -> Result<Option<RunFacts>, UtilisationError> {
-    let (sql, args) = if start != 0 {
-        (
-            "SELECT job_id, user, account, gpus, start_time, end_time FROM job_runs
-             WHERE cluster = ?1 AND job_id_raw = ?2 AND start_time = ?3",
-            params![cluster, job_id_raw, start],
-        )
-    } else {
-        (
-            "SELECT job_id, user, account, gpus, start_time, end_time FROM job_runs
-             WHERE cluster = ?1 AND job_id_raw = ?2 AND start_time < ?3
-             ORDER BY start_time DESC LIMIT 1",
-            params![cluster, job_id_raw, until],
-        )
-    };
-    store
-        .connection()
-        .query_row(sql, args, |r| {
-            Ok(RunFacts {
-                job_id: r.get(0)?,
-                user: r.get(1)?,
-                account: r.get(2)?,
-                gpus: r.get(3)?,
-                start: r.get(4)?,
-                end: r.get(5)?,
-            })
-        })
-        .optional()
-        .map_err(UtilisationError::from)
-}
-
 pub fn utilisation_report(
     store: &Store,
     p: &UtilisationParams,
 ) -> Result<UtilisationReport, UtilisationError> {
-    let (sums, from_samples) = period_sums(store, p)?;
+    let PeriodGpuTime {
+        by_run_gpu,
+        from_samples,
+    } = store.gpu_time_in(&p.cluster, p.period, p.idle_threshold)?;
     let mut unallocated = GpuTime::default();
     let mut per_job: BTreeMap<(u32, i64), (BTreeSet<String>, GpuTime)> = BTreeMap::new();
-    for ((job, start, uuid), t) in sums {
+    for (
+        RunGpu {
+            job_id_raw: job,
+            job_start: start,
+            gpu_uuid: uuid,
+        },
+        t,
+    ) in by_run_gpu
+    {
         if job == 0 {
             unallocated.add(&t);
             continue;
@@ -263,7 +119,7 @@ pub fn utilisation_report(
     }
     let mut jobs = Vec::new();
     for ((job_id_raw, start), (uuids, time)) in per_job {
-        let run = find_run(store, &p.cluster, job_id_raw, start, p.period.until)?;
+        let run = store.run_of_samples(&p.cluster, job_id_raw, start, p.period.until)?;
         let gpu_hours = run.as_ref().map(|r| {
             let end = r.end.unwrap_or(p.now);
             r.gpus.max(0) as f64 * p.period.overlap(r.start, end) as f64 / 3600.0

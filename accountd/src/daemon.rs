@@ -474,7 +474,7 @@ fn govern(shared: &Shared, governor: &mut Governor, capacity_tx: &Sender<Capacit
     }
     for line in &report.unreadable {
         log.warn_once(&format!(
-            "governor: cannot read squeue line `{line}`: its job is treated as never in quota"
+            "governor: cannot read {line}: its job is treated as never in quota"
         ));
     }
     let mut store = None;

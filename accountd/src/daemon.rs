@@ -25,6 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -35,7 +36,7 @@ use teamshare_config::Config;
 
 use crate::capacity;
 use crate::config_watch::{self, ConfigWatch, Reload};
-use crate::governor::{Governor, SlurmReader};
+use crate::governor::{self, Cadence, GovernError, Governor, PassReport, SlurmReader};
 use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
 use crate::period;
@@ -432,25 +433,30 @@ fn govern_loop(shared: &Shared, capacity_tx: &Sender<CapacitySample>) {
         // Checked when the daemon starts (a bad value is a usage error); libslurm otherwise.
         let reader = SlurmReader::from_env()
             .unwrap_or_else(|_| SlurmReader::Libslurm(crate::slurm_api::Session::new()));
-        let mut governor = Governor::with_reader(config.clone(), database.clone(), reader);
-        governor.wait_for_actions = shared.opts.once;
-        governor
+        Governor::with_reader(config.clone(), database.clone(), reader)
     };
-    let mut governor = new_governor(&config);
-    while !shared.stopping() {
-        let started = Instant::now();
-        let (now_generation, config) = shared.config();
-        if now_generation != generation {
+    let cadence = Cadence {
+        interval: shared.opts.govern_interval,
+        once: shared.opts.once,
+    };
+    governor::run_loop(
+        new_governor(&config),
+        cadence,
+        || {
             // The limits it remembers were set under the old rules: a new governor sets them
             // again under the new ones.
-            governor = new_governor(&config);
-            generation = now_generation;
-        }
-        govern(shared, &mut governor, capacity_tx);
-        if shared.opts.once || !shared.sleep_until(started + shared.opts.govern_interval) {
-            break;
-        }
-    }
+            let (now_generation, config) = shared.config();
+            (now_generation != generation).then(|| {
+                generation = now_generation;
+                new_governor(&config)
+            })
+        },
+        |result| {
+            govern(shared, result, capacity_tx);
+            ControlFlow::<()>::Continue(())
+        },
+        |deadline| shared.sleep_until(deadline),
+    );
 }
 
 /// A job's team, from the database as the ingest left it (read-only: never waits on a writer).
@@ -463,8 +469,13 @@ fn team_of_job(shared: &Shared, store: &mut Option<Option<Store>>, id: u64) -> O
         .flatten()
 }
 
-fn govern(shared: &Shared, governor: &mut Governor, capacity_tx: &Sender<CapacitySample>) {
-    let report = match governor.pass() {
+/// What the daemon does with a pass: log it, feed the metrics and the capacity samples.
+fn govern(
+    shared: &Shared,
+    result: Result<PassReport, GovernError>,
+    capacity_tx: &Sender<CapacitySample>,
+) {
+    let report = match result {
         Ok(r) => r,
         Err(e) => return shared.step_result(STEP_GOVERN, Err(e.to_string())),
     };

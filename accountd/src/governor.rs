@@ -855,6 +855,48 @@ impl Drop for Governor {
     }
 }
 
+/// How often a governor loop passes, and whether it stops after one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cadence {
+    /// From the start of one pass to the start of the next.
+    pub interval: Duration,
+    /// One pass, returned from once its plan has been acted on (`--once`).
+    pub once: bool,
+}
+
+/// The one governor loop, of `accountd govern` and of `accountd run`'s governor thread: a pass
+/// every `cadence.interval` (one, with `cadence.once`), what each pass did handed to `passed`,
+/// which may end the loop with a value (returned). What differs between the two is in the
+/// arguments: `replace`, asked before each pass, may hand over a new governor (the daemon's
+/// reloaded configuration); `passed` logs the pass, and the daemon's feeds its metrics and the
+/// capacity samples; `sleep_until` waits for an instant (the next pass; the first is due at
+/// once) and says false when the loop is to stop (the daemon's stop flag).
+pub fn run_loop<B>(
+    mut governor: Governor,
+    cadence: Cadence,
+    mut replace: impl FnMut() -> Option<Governor>,
+    mut passed: impl FnMut(Result<PassReport, GovernError>) -> std::ops::ControlFlow<B>,
+    mut sleep_until: impl FnMut(Instant) -> bool,
+) -> Option<B> {
+    governor.wait_for_actions = cadence.once;
+    let mut next = Instant::now();
+    while sleep_until(next) {
+        let started = Instant::now();
+        if let Some(new) = replace() {
+            governor = new;
+            governor.wait_for_actions = cadence.once;
+        }
+        if let std::ops::ControlFlow::Break(b) = passed(governor.pass()) {
+            return Some(b);
+        }
+        if cadence.once {
+            break;
+        }
+        next = started + cadence.interval;
+    }
+    None
+}
+
 /// What a pass read and planned, handed to the actuator.
 struct Snapshot {
     plan: Plan,

@@ -420,6 +420,8 @@ pub struct PassReport {
     /// a typed configuration).
     pub limit_updates: Vec<(String, String)>,
     pub displaced: Vec<u64>,
+    /// The team of each job in `displaced` and `reclaimed`, as the plan read it.
+    pub teams: BTreeMap<u64, String>,
     /// Borrowed jobs the governor requeued itself for in-quota jobs Slurm left waiting.
     pub reclaimed: Vec<u64>,
     /// Non-preemptible jobs found running beyond their team's quota, requeued (or cancelled).
@@ -471,6 +473,7 @@ impl PassReport {
         self.priority_updates += acted.priority_updates;
         self.limit_updates.extend(acted.limit_updates);
         self.displaced.extend(acted.displaced);
+        self.teams.extend(acted.teams);
         self.reclaimed.extend(acted.reclaimed);
         self.violations.extend(acted.violations);
         self.held.extend(acted.held);
@@ -925,6 +928,12 @@ impl Actuator {
             report.failures.push(e.to_string());
         }
         self.check_requeues(&mut report);
+        // The teams of the jobs requeued, as the plan read them (no one asks the database).
+        for id in report.displaced.iter().chain(&report.reclaimed) {
+            if let Some(job) = work.jobs.iter().find(|j| j.id == *id) {
+                report.teams.insert(*id, job.team.clone());
+            }
+        }
         report.acted = Some(Acted {
             duration: started.elapsed(),
             slurm_calls: crate::slurm_cli::calls_on_this_thread() - calls_before,

@@ -248,7 +248,10 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
     let dom = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(dom.contains("<svg"), "no chart in the DOM: {dom}");
     assert_eq!(dom.matches("<svg").count(), 2, "{dom}");
-    assert!(!dom.contains("<b>x</b>"), "the account's name became markup");
+    assert!(
+        !dom.contains("<b>x</b>"),
+        "the account's name became markup"
+    );
 
     // A screenshot, for a person; a blank page would be a few KiB of one colour.
     let png = art.join("html-report.png");

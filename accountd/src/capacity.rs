@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use teamshare_policy::gres::{gpu_count, GresError};
 
+use crate::parsable::{self, MalformedLine, Shape};
 use crate::slurm_cli::{SlurmCommand, SlurmCommandError};
 
 const SINFO_TIMEOUT: Duration = Duration::from_secs(60);
@@ -14,12 +15,8 @@ const SINFO_TIMEOUT: Duration = Duration::from_secs(60);
 pub enum CapacityError {
     #[error(transparent)]
     Sinfo(#[from] SlurmCommandError),
-    #[error("sinfo line {line_number}: {reason}: `{content}`")]
-    Malformed {
-        line_number: usize,
-        content: String,
-        reason: String,
-    },
+    #[error(transparent)]
+    Malformed(#[from] MalformedLine),
     #[error("{0}")]
     Internal(String),
 }
@@ -100,18 +97,10 @@ fn node_gpus(gres: &str) -> Result<teamshare_policy::gres::GpuCount, GresError> 
 pub fn parse_sinfo(text: &str) -> Result<Capacity, CapacityError> {
     let mut seen = BTreeSet::new();
     let mut cap = Capacity::default();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let malformed = |reason: String| CapacityError::Malformed {
-            line_number: i + 1,
-            content: line.to_string(),
-            reason,
-        };
-        let [name, gres, state] = line.split('|').collect::<Vec<_>>()[..] else {
-            return Err(malformed("expected `node|gres|state`".into()));
-        };
+    for (number, line) in parsable::lines(text) {
+        let malformed = |reason: String| MalformedLine::new("sinfo", number, reason, line);
+        let [name, gres, state] = parsable::fields(line, Shape::Exactly)
+            .map_err(|e| malformed(format!("{e} (node|gres|state)")))?;
         // A node in several governed partitions is listed once per partition.
         if !seen.insert(name.to_string()) {
             continue;
@@ -191,7 +180,10 @@ n6|gpu:4|idle*
     fn bad_lines_are_errors() {
         assert!(matches!(
             parse_sinfo("n1 gpu:8 idle"),
-            Err(CapacityError::Malformed { line_number: 1, .. })
+            Err(CapacityError::Malformed(MalformedLine {
+                line_number: 1,
+                ..
+            }))
         ));
         assert!(parse_sinfo("n1|gpu:x:y:z|idle").is_err());
     }

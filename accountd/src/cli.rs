@@ -1386,50 +1386,64 @@ fn govern(config: Config, database: PathBuf, args: &GovernArgs) -> anyhow::Resul
     if args.dry_run {
         return govern_dry_run(&mut governor);
     }
-    governor.wait_for_actions = args.once;
     say_err!(
         "accountd govern: publishing {} every {:?}",
         governor.state_file().display(),
         args.interval
     );
     let mut last_error: Option<String> = None;
-    loop {
-        let started = std::time::Instant::now();
-        match governor.pass() {
-            Ok(report) => {
-                if last_error.take().is_some() {
-                    say_err!("accountd govern: passes succeed again");
+    let cadence = accountd::governor::Cadence {
+        interval: args.interval,
+        once: args.once,
+    };
+    let failed = accountd::governor::run_loop(
+        governor,
+        cadence,
+        || None,
+        |result| {
+            match result {
+                Ok(report) => {
+                    if last_error.take().is_some() {
+                        say_err!("accountd govern: passes succeed again");
+                    }
+                    for (team, limit) in &report.limit_updates {
+                        say_err!("accountd govern: team {team} GPU limit -> {limit}");
+                    }
+                    for id in &report.reclaimed {
+                        say_err!(
+                            "accountd govern: job {id} requeued for an in-quota job Slurm left waiting"
+                        );
+                    }
+                    for id in &report.displaced {
+                        say_err!(
+                            "accountd govern: job {id} displaced by a higher class of its team"
+                        );
+                    }
                 }
-                for (team, limit) in &report.limit_updates {
-                    say_err!("accountd govern: team {team} GPU limit -> {limit}");
-                }
-                for id in &report.reclaimed {
-                    say_err!(
-                        "accountd govern: job {id} requeued for an in-quota job Slurm left waiting"
-                    );
-                }
-                for id in &report.displaced {
-                    say_err!("accountd govern: job {id} displaced by a higher class of its team");
+                Err(e) => {
+                    if args.once {
+                        return std::ops::ControlFlow::Break(e);
+                    }
+                    // Log each new failure once; keep trying (the plugin sees the state age).
+                    let text = e.to_string();
+                    if last_error.as_deref() != Some(&text) {
+                        say_err!("accountd govern: pass failed: {text}");
+                        last_error = Some(text);
+                    }
                 }
             }
-            Err(e) => {
-                if args.once {
-                    return Err(e).context("governor pass failed");
-                }
-                // Log each new failure once; keep trying (the plugin sees the state age).
-                let text = e.to_string();
-                if last_error.as_deref() != Some(&text) {
-                    say_err!("accountd govern: pass failed: {text}");
-                    last_error = Some(text);
-                }
+            std::ops::ControlFlow::Continue(())
+        },
+        |deadline| {
+            if let Some(rest) = deadline.checked_duration_since(std::time::Instant::now()) {
+                std::thread::sleep(rest);
             }
-        }
-        if args.once {
-            return Ok(ExitStatus::Success.into());
-        }
-        if let Some(rest) = args.interval.checked_sub(started.elapsed()) {
-            std::thread::sleep(rest);
-        }
+            true
+        },
+    );
+    match failed {
+        Some(e) => Err(e).context("governor pass failed"),
+        None => Ok(ExitStatus::Success.into()),
     }
 }
 

@@ -9,9 +9,18 @@
 //!
 //! Governance never waits on the others: sacct may take minutes (or hang until its timeout), the
 //! database may be locked by a backfill, a scrape may compute a month of figures, and the state
-//! the plugin reads is still published every pass. Each thread has its own database connection
-//! (the governor's only reads, which WAL never blocks); what the governor measures for the
-//! database (a capacity change) is handed to the ingest thread to write.
+//! the plugin reads is still published every pass.
+//!
+//! What a pass knows flows forward from it, never back through a file or the database: the
+//! state it published, the capacity it measured (the ingest thread records that rather than run
+//! sinfo again) and the team of each job it requeued come in its [`PassReport`].
+//!
+//! Three SQLite connections remain, one per thread that needs the database, because none of
+//! them may wait on another: the ingest thread's, the only writer (held between rounds); the
+//! governor's read-only one for fair-share factors (opened every 30 s; WAL never blocks it,
+//! so no long ingest transaction delays a pass); and the metrics thread's, for the month's
+//! figures of a scrape (opened when they are computed again, so that a slow computation holds
+//! up neither governance nor ingest).
 //!
 //! The main thread follows teamshare.toml ([`crate::config_watch`]): every 2 s and on SIGHUP; a
 //! valid new file replaces the configuration of every step, an invalid one is said once and the
@@ -25,6 +34,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -35,7 +45,7 @@ use teamshare_config::Config;
 
 use crate::capacity;
 use crate::config_watch::{self, ConfigWatch, Reload};
-use crate::governor::{Governor, SlurmReader};
+use crate::governor::{self, Cadence, GovernError, Governor, PassReport, SlurmReader};
 use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
 use crate::period;
@@ -52,7 +62,8 @@ pub const STEP_COLLECT: &str = "collect-samples";
 pub const STEP_CAPACITY: &str = "capacity";
 pub const STEP_METRICS: &str = "metrics";
 
-/// The team of a displaced job that has not been ingested yet.
+/// The team of a requeued job the plan did not read (never expected: the plan names only jobs
+/// it read, each with its account).
 const UNKNOWN_TEAM: &str = "(unknown)";
 /// How long a thread sleeps at most before it looks at the stop flag again.
 const STOP_POLL: Duration = Duration::from_millis(100);
@@ -131,8 +142,9 @@ struct Shared {
     log: Arc<DaemonLog>,
     stop: Arc<AtomicBool>,
     failed_steps: AtomicUsize,
-    /// Jobs the governor displaced or reclaimed whose team is not known yet (not ingested).
-    unresolved: Mutex<Vec<(u64, Requeue)>>,
+    /// The capacity the governor's last pass measured: the ingest thread's capacity step
+    /// records it rather than run sinfo again.
+    governed_capacity: Mutex<Option<CapacitySample>>,
 }
 
 impl Shared {
@@ -171,10 +183,6 @@ impl Shared {
             }
         }
     }
-
-    fn cluster(&self) -> String {
-        slurm_name(&self.config().1.cluster.name)
-    }
 }
 
 /// Run the daemon until `stop` is set (or once, with `opts.once`). `reload` set (SIGHUP) reads
@@ -199,7 +207,7 @@ pub fn run(
         log,
         stop,
         failed_steps: AtomicUsize::new(0),
-        unresolved: Mutex::new(Vec::new()),
+        governed_capacity: Mutex::new(None),
     });
     let opts = &shared.opts;
     let mut server = start_metrics(&shared);
@@ -432,39 +440,39 @@ fn govern_loop(shared: &Shared, capacity_tx: &Sender<CapacitySample>) {
         // Checked when the daemon starts (a bad value is a usage error); libslurm otherwise.
         let reader = SlurmReader::from_env()
             .unwrap_or_else(|_| SlurmReader::Libslurm(crate::slurm_api::Session::new()));
-        let mut governor = Governor::with_reader(config.clone(), database.clone(), reader);
-        governor.wait_for_actions = shared.opts.once;
-        governor
+        Governor::with_reader(config.clone(), database.clone(), reader)
     };
-    let mut governor = new_governor(&config);
-    while !shared.stopping() {
-        let started = Instant::now();
-        let (now_generation, config) = shared.config();
-        if now_generation != generation {
+    let cadence = Cadence {
+        interval: shared.opts.govern_interval,
+        once: shared.opts.once,
+    };
+    governor::run_loop(
+        new_governor(&config),
+        cadence,
+        || {
             // The limits it remembers were set under the old rules: a new governor sets them
             // again under the new ones.
-            governor = new_governor(&config);
-            generation = now_generation;
-        }
-        govern(shared, &mut governor, capacity_tx);
-        if shared.opts.once || !shared.sleep_until(started + shared.opts.govern_interval) {
-            break;
-        }
-    }
+            let (now_generation, config) = shared.config();
+            (now_generation != generation).then(|| {
+                generation = now_generation;
+                new_governor(&config)
+            })
+        },
+        |result| {
+            govern(shared, result, capacity_tx);
+            ControlFlow::<()>::Continue(())
+        },
+        |deadline| shared.sleep_until(deadline),
+    );
 }
 
-/// A job's team, from the database as the ingest left it (read-only: never waits on a writer).
-fn team_of_job(shared: &Shared, store: &mut Option<Option<Store>>, id: u64) -> Option<String> {
-    let store = store.get_or_insert_with(|| Store::open_read_only(&shared.opts.database).ok());
-    store
-        .as_ref()?
-        .account_of_job(&shared.cluster(), id)
-        .ok()
-        .flatten()
-}
-
-fn govern(shared: &Shared, governor: &mut Governor, capacity_tx: &Sender<CapacitySample>) {
-    let report = match governor.pass() {
+/// What the daemon does with a pass: log it, feed the metrics and the capacity samples.
+fn govern(
+    shared: &Shared,
+    result: Result<PassReport, GovernError>,
+    capacity_tx: &Sender<CapacitySample>,
+) {
+    let report = match result {
         Ok(r) => r,
         Err(e) => return shared.step_result(STEP_GOVERN, Err(e.to_string())),
     };
@@ -474,28 +482,28 @@ fn govern(shared: &Shared, governor: &mut Governor, capacity_tx: &Sender<Capacit
     }
     for line in &report.unreadable {
         log.warn_once(&format!(
-            "governor: cannot read squeue line `{line}`: its job is treated as never in quota"
+            "governor: cannot read {line}: its job is treated as never in quota"
         ));
     }
-    let mut store = None;
     let mut requeued: BTreeMap<(String, Requeue), u64> = BTreeMap::new();
-    let mut unresolved = Vec::new();
+    // Each job's team as the plan read it (squeue's account): the database is not asked.
+    let team = |id: &u64| {
+        report
+            .teams
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| UNKNOWN_TEAM.to_string())
+    };
     for id in &report.reclaimed {
         log.info(&format!(
             "job {id} requeued by the governor: an in-quota job waited {} s without Slurm preempting for it",
             teamshare_policy::governance::RECLAIM_FALLBACK_SECS
         ));
-        match team_of_job(shared, &mut store, *id) {
-            Some(team) => *requeued.entry((team, Requeue::Reclaimed)).or_default() += 1,
-            None => unresolved.push((*id, Requeue::Reclaimed)),
-        }
+        *requeued.entry((team(id), Requeue::Reclaimed)).or_default() += 1;
     }
     for id in &report.displaced {
         log.info(&format!("job {id} displaced by a higher class of its team"));
-        match team_of_job(shared, &mut store, *id) {
-            Some(team) => *requeued.entry((team, Requeue::Displaced)).or_default() += 1,
-            None => unresolved.push((*id, Requeue::Displaced)),
-        }
+        *requeued.entry((team(id), Requeue::Displaced)).or_default() += 1;
     }
     for (ids, what) in [
         (&report.violations, "requeued by the governor: a non-preemptible job ran beyond its team's quota (it waits, parked, until it fits)"),
@@ -512,11 +520,6 @@ fn govern(shared: &Shared, governor: &mut Governor, capacity_tx: &Sender<Capacit
     for failure in &report.failures {
         log.warn_once(&format!("governor: {failure}"));
     }
-    shared
-        .unresolved
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .extend(unresolved);
     let now = period::now();
     let capacity_changed = shared.exporter.live().capacity != Some(report.capacity);
     // The plan's limits and the GPUs in use, as the pass published them for the plugin.
@@ -557,14 +560,19 @@ fn govern(shared: &Shared, governor: &mut Governor, capacity_tx: &Sender<Capacit
         c.governor_unreadable_jobs += u64::try_from(report.unreadable.len()).unwrap_or(u64::MAX);
     });
     shared.step_result(STEP_GOVERN, Ok(()));
+    // What the pass read: the ingest thread records it, and runs no second sinfo.
+    let sample = CapacitySample {
+        ts: now,
+        gpus: report.capacity,
+        by_type: report.capacity_by_type,
+    };
+    *shared
+        .governed_capacity
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(sample.clone());
     // A capacity change is recorded within one pass, not one ingest interval.
     if capacity_changed {
-        // What the pass read: no second sinfo.
-        let _ = capacity_tx.send(CapacitySample {
-            ts: now,
-            gpus: report.capacity,
-            by_type: report.capacity_by_type.clone(),
-        });
+        let _ = capacity_tx.send(sample);
     }
 }
 
@@ -628,7 +636,6 @@ impl Worker<'_> {
                     .update_live(|live| live.ingest_last_success = Some(period::now()));
                 shared.step_result(STEP_INGEST, Ok(()));
                 self.runaways(&cluster);
-                self.resolve_displaced(&cluster);
             }
             Err(e) => shared.step_result(STEP_INGEST, Err(e)),
         }
@@ -647,28 +654,6 @@ impl Worker<'_> {
                 shared.step_result(STEP_RUNAWAY, Ok(()));
             }
             Err(e) => shared.step_result(STEP_RUNAWAY, Err(e)),
-        }
-    }
-
-    /// Displaced and reclaimed jobs ingested since: counted under their team now.
-    fn resolve_displaced(&mut self, cluster: &str) {
-        let shared = self.shared;
-        let pending =
-            std::mem::take(&mut *shared.unresolved.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut resolved: BTreeMap<(String, Requeue), u64> = BTreeMap::new();
-        for (id, why) in pending {
-            // Never ingested (e.g. another cluster's job): counted apart after one ingest.
-            let team = self
-                .with_store(|s| s.account_of_job(cluster, id).map_err(|e| e.to_string()))
-                .ok()
-                .flatten()
-                .unwrap_or_else(|| UNKNOWN_TEAM.to_string());
-            *resolved.entry((team, why)).or_default() += 1;
-        }
-        if !resolved.is_empty() {
-            shared
-                .exporter
-                .update_live(|live| count_requeued(live, resolved));
         }
     }
 
@@ -712,6 +697,20 @@ impl Worker<'_> {
 
     fn capacity(&mut self, config: &Config) {
         let shared = self.shared;
+        // The governor's last pass measured it (and published it to the metrics) within this
+        // interval: recorded as it was read, without running sinfo a second time.
+        let governed = shared
+            .governed_capacity
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .filter(|s| {
+                period::now() - s.ts
+                    < i64::try_from(config.accountd.ingest_interval.as_secs()).unwrap_or(i64::MAX)
+            });
+        if let Some(sample) = governed {
+            return self.record(config, sample);
+        }
         let measured = match capacity::measure(&config.cluster.partitions) {
             Ok(c) => c,
             Err(e) => return shared.step_result(STEP_CAPACITY, Err(e.to_string())),
@@ -763,15 +762,11 @@ fn ingest_loop(
         let (_, config) = shared.config();
         worker.round(&config, capacity_rx);
         if shared.opts.once {
-            // What the governor's one pass left for the database: its capacity sample, the
-            // teams of the jobs it requeued.
+            // What the governor's one pass left for the database: its capacity sample.
             while !governor_done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(10));
             }
             worker.record_pending(capacity_rx);
-            if shared.opts.ingest {
-                worker.resolve_displaced(&slurm_name(&config.cluster.name));
-            }
             return;
         }
         // Until the next round, the governor's capacity samples are written as they come.

@@ -20,6 +20,7 @@ use teamshare_policy::priority;
 use teamshare_policy::submit::{gpus_requested, GpuAsk};
 
 use crate::capacity;
+use crate::parsable::{self, MalformedLine, Shape};
 use crate::period::{self, UnixSeconds};
 use crate::slurm_cli::{slurm_name, SlurmCommand, SlurmCommandError};
 use crate::store::Store;
@@ -96,22 +97,7 @@ fn na(s: &str) -> Option<String> {
 }
 
 /// A squeue line the governor could not read, and what it did with its job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unreadable {
-    pub line: usize,
-    pub reason: String,
-    pub text: String,
-}
-
-impl std::fmt::Display for Unreadable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "squeue line {}: {}: {:?}",
-            self.line, self.reason, self.text
-        )
-    }
-}
+pub type Unreadable = MalformedLine;
 
 /// Read squeue's output (times are UTC: Slurm clients run with TZ=UTC).
 ///
@@ -133,22 +119,16 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
     let mut pending_ids = std::collections::BTreeSet::new();
     // Array id -> (running tasks, the throttle of its pending record, that record's index).
     let mut arrays: BTreeMap<u64, (u32, Option<u32>, Option<usize>)> = BTreeMap::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let mut bad = |reason: &str| {
-            unreadable.push(Unreadable {
-                line: i + 1,
-                reason: reason.to_string(),
-                text: line.chars().take(300).collect(),
-            })
+    for (number, line) in parsable::lines(text) {
+        let mut bad =
+            |reason: &str| unreadable.push(MalformedLine::new("squeue", number, reason, line));
+        let f: [&str; SQUEUE_FIELD_COUNT] = match parsable::fields(line, Shape::Rest) {
+            Ok(f) => f,
+            Err(e) => {
+                bad(&e.to_string());
+                continue;
+            }
         };
-        let f: Vec<&str> = line.split('|').collect();
-        if f.len() < SQUEUE_FIELD_COUNT {
-            bad(&format!("expected {SQUEUE_FIELD_COUNT} fields"));
-            continue;
-        }
         let Some(id) = squeue_job_id(f[0]) else {
             bad("bad job id");
             continue;
@@ -213,8 +193,7 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
         // administrator (or the governor) can write.
         let park_held = phase == Phase::Pending
             && priority == 0
-            && f[18..]
-                .join("|")
+            && f[ADMIN_COMMENT_FIELD]
                 .trim()
                 .starts_with(governance::PARK_HOLD_MARK);
         // Pending array tasks share one record: counted once here.
@@ -306,6 +285,8 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
 
 /// squeue's Reason field: why a pending job waits, in Slurm's words.
 const REASON_FIELD: usize = 12;
+/// squeue's AdminComment, the last field (see [`SQUEUE_FIELD_COUNT`]).
+const ADMIN_COMMENT_FIELD: usize = SQUEUE_FIELD_COUNT - 1;
 
 /// The job id of squeue's JobID field. Running array tasks print their own job id; pending
 /// tasks of an array share one record (12_[4-9] in other formats), named by its id.
@@ -322,9 +303,11 @@ fn squeue_job_id(field: &str) -> Option<u64> {
 /// [`read_squeue`] cannot read are left out here too.
 pub fn pending_reasons(text: &str) -> BTreeMap<u64, String> {
     let mut reasons = BTreeMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split('|').collect();
-        if f.len() < SQUEUE_FIELD_COUNT || f[2].trim() != "PENDING" {
+    for (_, line) in parsable::lines(text) {
+        let Ok::<[&str; SQUEUE_FIELD_COUNT], _>(f) = parsable::fields(line, Shape::Rest) else {
+            continue;
+        };
+        if f[2].trim() != "PENDING" {
             continue;
         }
         if let Some(id) = squeue_job_id(f[0]) {
@@ -437,6 +420,8 @@ pub struct PassReport {
     /// a typed configuration).
     pub limit_updates: Vec<(String, String)>,
     pub displaced: Vec<u64>,
+    /// The team of each job in `displaced` and `reclaimed`, as the plan read it.
+    pub teams: BTreeMap<u64, String>,
     /// Borrowed jobs the governor requeued itself for in-quota jobs Slurm left waiting.
     pub reclaimed: Vec<u64>,
     /// Non-preemptible jobs found running beyond their team's quota, requeued (or cancelled).
@@ -488,6 +473,7 @@ impl PassReport {
         self.priority_updates += acted.priority_updates;
         self.limit_updates.extend(acted.limit_updates);
         self.displaced.extend(acted.displaced);
+        self.teams.extend(acted.teams);
         self.reclaimed.extend(acted.reclaimed);
         self.violations.extend(acted.violations);
         self.held.extend(acted.held);
@@ -872,6 +858,48 @@ impl Drop for Governor {
     }
 }
 
+/// How often a governor loop passes, and whether it stops after one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cadence {
+    /// From the start of one pass to the start of the next.
+    pub interval: Duration,
+    /// One pass, returned from once its plan has been acted on (`--once`).
+    pub once: bool,
+}
+
+/// The one governor loop, of `accountd govern` and of `accountd run`'s governor thread: a pass
+/// every `cadence.interval` (one, with `cadence.once`), what each pass did handed to `passed`,
+/// which may end the loop with a value (returned). What differs between the two is in the
+/// arguments: `replace`, asked before each pass, may hand over a new governor (the daemon's
+/// reloaded configuration); `passed` logs the pass, and the daemon's feeds its metrics and the
+/// capacity samples; `sleep_until` waits for an instant (the next pass; the first is due at
+/// once) and says false when the loop is to stop (the daemon's stop flag).
+pub fn run_loop<B>(
+    mut governor: Governor,
+    cadence: Cadence,
+    mut replace: impl FnMut() -> Option<Governor>,
+    mut passed: impl FnMut(Result<PassReport, GovernError>) -> std::ops::ControlFlow<B>,
+    mut sleep_until: impl FnMut(Instant) -> bool,
+) -> Option<B> {
+    governor.wait_for_actions = cadence.once;
+    let mut next = Instant::now();
+    while sleep_until(next) {
+        let started = Instant::now();
+        if let Some(new) = replace() {
+            governor = new;
+            governor.wait_for_actions = cadence.once;
+        }
+        if let std::ops::ControlFlow::Break(b) = passed(governor.pass()) {
+            return Some(b);
+        }
+        if cadence.once {
+            break;
+        }
+        next = started + cadence.interval;
+    }
+    None
+}
+
 /// What a pass read and planned, handed to the actuator.
 struct Snapshot {
     plan: Plan,
@@ -900,6 +928,12 @@ impl Actuator {
             report.failures.push(e.to_string());
         }
         self.check_requeues(&mut report);
+        // The teams of the jobs requeued, as the plan read them (no one asks the database).
+        for id in report.displaced.iter().chain(&report.reclaimed) {
+            if let Some(job) = work.jobs.iter().find(|j| j.id == *id) {
+                report.teams.insert(*id, job.team.clone());
+            }
+        }
         report.acted = Some(Acted {
             duration: started.elapsed(),
             slurm_calls: crate::slurm_cli::calls_on_this_thread() - calls_before,
@@ -1233,13 +1267,14 @@ enum RunEnd {
 /// teamshare's). Only a run that ended with its own exit status ended by itself.
 fn requeued_run_end(sacct: &str, id: u64, start: i64) -> Option<RunEnd> {
     let step = format!("{id}.batch");
-    sacct.lines().find_map(|l| {
-        let f: Vec<&str> = l.split('|').collect();
-        if f.len() < 3 || f[0].trim() != step || parse_utc(f[2]) != Some(start) {
+    parsable::lines(sacct).find_map(|(_, l)| {
+        // ExitCode may be missing: the first three fields are enough to know the run.
+        let f: [&str; 3] = parsable::fields(l, Shape::Leading).ok()?;
+        if f[0].trim() != step || parse_utc(f[2]) != Some(start) {
             return None;
         }
-        let (rc, signal) = f
-            .get(3)
+        let exit_code = parsable::fields::<4>(l, Shape::Leading).ok().map(|f| f[3]);
+        let (rc, signal) = exit_code
             .and_then(|e| e.trim().split_once(':'))
             .map(|(rc, sig)| (rc.parse::<u32>().ok(), sig.parse::<u32>().ok()))
             .unwrap_or((None, None));
@@ -1288,13 +1323,12 @@ fn still_running(ids: &[String]) -> Result<BTreeMap<u64, (Option<i64>, bool)>, G
     )
     // squeue exits 1 when none of the ids is known any more: that is an answer too.
     .run_unchecked()?;
-    Ok(out
-        .stdout
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split('|').collect();
-            let id = f.first()?.trim().parse().ok()?;
-            Some((id, (parse_utc(f.get(1)?), f.get(2)?.trim() != "0")))
+    Ok(parsable::lines(&out.stdout)
+        .filter_map(|(_, l)| {
+            // Each field ends with `|`: an empty one follows.
+            let [id, start, batch] = parsable::fields(l, Shape::Leading).ok()?;
+            let id = id.trim().parse().ok()?;
+            Some((id, (parse_utc(start), batch.trim() != "0")))
         })
         .collect())
 }
@@ -1645,7 +1679,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         assert_eq!(jobs[1].gpus, governance::UNREADABLE_GPUS);
         assert_eq!(jobs[2].gpus, governance::UNREADABLE_GPUS);
         assert_eq!(jobs[3].gpus, 1);
-        let lines: Vec<usize> = unreadable.iter().map(|u| u.line).collect();
+        let lines: Vec<usize> = unreadable.iter().map(|u| u.line_number).collect();
         assert_eq!(lines, [1, 3, 4, 5], "{unreadable:?}");
         assert!(unreadable[0].to_string().contains("line 1: bad priority"));
     }

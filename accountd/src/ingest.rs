@@ -386,11 +386,12 @@ fn parse_lines<Tz: TimeZone>(
                 runs.push(run.into_job_run());
             }
             Ok(None) => counts.not_started += 1,
-            Err(e) => counts.malformed.push(MalformedLine {
+            Err(e) => counts.malformed.push(MalformedLine::new(
+                sacct::COMMAND,
                 line_number,
-                content: String::from_utf8_lossy(bytes).into_owned(),
-                reason: e.to_string(),
-            }),
+                e.to_string(),
+                &String::from_utf8_lossy(bytes),
+            )),
         }
     }
 }

@@ -13,7 +13,8 @@
 //! - `model`: the accounting model of DESIGN 5 as pure functions;
 //! - `capacity`: the governed capacity measured with sinfo;
 //! - `slurm_setup`: making Slurm's associations match teamshare.toml;
-//! - `slurm_cli`: running Slurm's client commands; `period`: instants and periods;
+//! - `slurm_cli`: running Slurm's client commands; `parsable`: the one reader of their
+//!   `|`-separated output and its malformed-line error; `period`: instants and periods;
 //! - `sample`: NVML GPU samples on the nodes, their spool and their collection into the store;
 //! - `governor`: Slurm's priorities and limits kept matching the governance rules;
 //! - `daemon`: `accountd run`: the governor's thread, the ingest thread (sacct, runaway runs,
@@ -37,6 +38,7 @@ pub mod ingest;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod parsable;
 pub mod period;
 pub mod report;
 pub mod sacct;

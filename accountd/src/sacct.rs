@@ -14,6 +14,7 @@ use std::time::Duration;
 use chrono::TimeZone;
 use teamshare_policy::gres::{gpu_count, GresError};
 
+use crate::parsable::{self, FieldCount, Shape};
 use crate::period::{format_local, parse_local_datetime, UnixSeconds};
 use crate::slurm_cli::SlurmCommand;
 
@@ -64,24 +65,11 @@ pub struct JobRun {
     pub alloc_tres: String,
 }
 
-/// A line that could not be read; it is reported and skipped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MalformedLine {
-    /// 1-based line number in sacct's output.
-    pub line_number: usize,
-    pub content: String,
-    pub reason: String,
-}
+/// A line that could not be read; it is reported and skipped (`command` is `sacct`).
+pub use crate::parsable::MalformedLine;
 
-impl std::fmt::Display for MalformedLine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "sacct line {}: {}: `{}`",
-            self.line_number, self.reason, self.content
-        )
-    }
-}
+/// What [`MalformedLine::command`] says for sacct's lines.
+pub const COMMAND: &str = "sacct";
 
 /// Everything read from one sacct output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -98,8 +86,8 @@ pub struct SacctBatch {
 /// Why a line could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LineError {
-    #[error("expected {expected} `|`-separated fields, found {found}")]
-    FieldCount { expected: usize, found: usize },
+    #[error(transparent)]
+    FieldCount(#[from] FieldCount),
     #[error("JobIDRaw `{0}` is not a job id")]
     JobId(String),
     #[error("{field} `{text}` is not a time (expected YYYY-MM-DDTHH:MM:SS or Unknown)")]
@@ -162,19 +150,16 @@ impl RunRecord<'_> {
 /// A line that cannot be read is recorded in `malformed` and the rest are still read.
 pub fn parse<Tz: TimeZone>(text: &str, tz: &Tz) -> SacctBatch {
     let mut batch = SacctBatch::default();
-    for (index, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
+    for (number, line) in parsable::lines(text) {
         batch.lines += 1;
         match read_line(line, tz) {
             Ok(Some(run)) => batch.runs.push(run.into_job_run()),
             Ok(None) => batch.not_started += 1,
-            Err(e) => batch.malformed.push(MalformedLine {
-                line_number: index + 1,
-                content: line.to_string(),
-                reason: e.to_string(),
-            }),
+            Err(e) => {
+                batch
+                    .malformed
+                    .push(MalformedLine::new(COMMAND, number, e.to_string(), line))
+            }
         }
     }
     batch
@@ -186,22 +171,8 @@ pub fn read_line<'a, Tz: TimeZone>(
     line: &'a str,
     tz: &Tz,
 ) -> Result<Option<RunRecord<'a>>, LineError> {
-    let mut fields = [""; FIELDS.len()];
-    let mut found = 0;
-    for field in line.split('|') {
-        if found < fields.len() {
-            fields[found] = field;
-        }
-        found += 1;
-    }
-    if found != FIELDS.len() {
-        return Err(LineError::FieldCount {
-            expected: FIELDS.len(),
-            found,
-        });
-    }
     let [job_id_raw, job_id, cluster, account, user, partition, qos, state, submit, start, end, elapsed, alloc_tres] =
-        fields;
+        parsable::fields::<{ FIELDS.len() }>(line, Shape::Exactly)?;
     let job_id_raw: u32 = job_id_raw
         .trim()
         .parse()

@@ -13,6 +13,7 @@ use std::time::Duration;
 use teamshare_config::Config;
 use teamshare_policy::gres::gpu_count;
 
+use crate::parsable::{self, MalformedLine, Shape};
 use crate::slurm_cli::{slurm_name, SlurmCommand, SlurmCommandError};
 
 const SACCTMGR_TIMEOUT: Duration = Duration::from_secs(120);
@@ -24,12 +25,8 @@ pub const PARENT_ACCOUNT: &str = "root";
 pub enum SetupError {
     #[error(transparent)]
     Sacctmgr(#[from] SlurmCommandError),
-    #[error("sacctmgr association line {line_number}: {reason}: `{content}`")]
-    Malformed {
-        line_number: usize,
-        content: String,
-        reason: String,
-    },
+    #[error(transparent)]
+    Malformed(#[from] MalformedLine),
 }
 
 /// GPU limits of a GrpTRES: `""` for `gres/gpu`, a type for `gres/gpu:TYPE`.
@@ -116,10 +113,11 @@ pub fn missing_tres(config: &Config, known: &str) -> Vec<String> {
     if !config.is_typed() {
         return Vec::new();
     }
-    let known: BTreeSet<&str> = known
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("gres|"))
-        .map(|n| n.split('|').next().unwrap_or(n))
+    let known: BTreeSet<&str> = parsable::lines(known)
+        .filter_map(|(_, l)| match parsable::fields(l.trim(), Shape::Leading) {
+            Ok(["gres", name]) => Some(name),
+            _ => None,
+        })
         .collect();
     config
         .governed_types()
@@ -183,21 +181,13 @@ pub fn show_associations(cluster: &str) -> SlurmCommand {
 /// Read `show_associations`' output.
 pub fn parse_associations(text: &str) -> Result<Associations, SetupError> {
     let mut assocs = Associations::default();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let malformed = |reason: String| SetupError::Malformed {
-            line_number: i + 1,
-            content: line.to_string(),
-            reason,
-        };
-        let [account, user, parent, fairshare, grp_tres] = line.split('|').collect::<Vec<_>>()[..]
-        else {
-            return Err(malformed(
-                "expected Account|User|ParentName|Fairshare|GrpTRES".into(),
-            ));
-        };
+    for (number, line) in parsable::lines(text) {
+        let malformed =
+            |reason: String| MalformedLine::new("sacctmgr association", number, reason, line);
+        let [account, user, parent, fairshare, grp_tres] = parsable::fields(line, Shape::Exactly)
+            .map_err(|e| {
+            malformed(format!("{e} (Account|User|ParentName|Fairshare|GrpTRES)"))
+        })?;
         if user.is_empty() {
             let gpu_limit = grp_gpu_limit(grp_tres).map_err(malformed)?;
             assocs.accounts.insert(

@@ -27,7 +27,7 @@
 //! - `slurm_api`: the governor's reads of jobs, nodes and partitions through libslurm (the
 //!   only unsafe code of accountd).
 //!
-//! The command line (`src/main.rs`, `src/cli.rs`) is a thin layer over these.
+//! The command line (`src/main.rs`, `src/cli/`) is a thin layer over these.
 #![deny(unsafe_code)]
 
 pub mod capacity;

@@ -8,12 +8,14 @@
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
-use clap::Command;
+use anyhow::Context as _;
+use clap::{Args, Command, Subcommand};
 use clap_complete::Shell;
 use clap_mangen::roff::{bold, italic, roman, Roff};
 use clap_mangen::Man;
 
 use super::docs::{self, CommandDoc, ExitStatus};
+use super::{print, Stdout};
 
 /// The program's name: that of its man page and the command its completions complete.
 pub const BIN: &str = "accountd";
@@ -183,4 +185,44 @@ pub fn completions(cmd: &Command, shell: Shell) -> Vec<u8> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut shown, BIN, &mut script);
     script
+}
+
+#[derive(Debug, Args)]
+pub(super) struct GenerateArgs {
+    #[command(subcommand)]
+    what: Generated,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum Generated {
+    /// Write accountd.1 and a page per command (accountd-report.1, ...) into DIR; print their
+    /// paths
+    Man {
+        /// Where the pages go (created if missing)
+        #[arg(value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Print the completion script of SHELL
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: Shell,
+    },
+}
+
+pub(super) fn run(args: &GenerateArgs) -> anyhow::Result<std::process::ExitCode> {
+    match &args.what {
+        Generated::Man { dir } => {
+            let pages = man_pages(super::command(), dir)
+                .with_context(|| format!("cannot write the man pages into {}", dir.display()))?;
+            let mut out = Stdout::new();
+            for page in pages {
+                out.line(&page.display().to_string())?;
+            }
+            Ok(ExitStatus::Success.into())
+        }
+        Generated::Completions { shell } => {
+            let script = completions(&super::command(), *shell);
+            print(&String::from_utf8_lossy(&script))
+        }
+    }
 }

@@ -255,8 +255,8 @@ fn squeue_gpus(
     }
 }
 
-/// The job arrays of one squeue read. A task is named ARRAY_TASK, the record of the pending
-/// tasks ARRAY_[tasks], and that record stands for as many tasks as may start.
+/// The job arrays of one squeue read. A task is named `ARRAY_TASK`, the record of the pending
+/// tasks `ARRAY_[tasks]`, and that record stands for as many tasks as may start.
 #[derive(Default)]
 struct ArrayRecords {
     /// Array id -> (running tasks, the throttle of its pending record, that record's index).

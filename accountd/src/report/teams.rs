@@ -723,13 +723,9 @@ fn compute_usage_with(
     let with_cost = !params.rates.is_empty();
     let typed = !params.typed_teams.is_empty();
     let (steps, capacity_source) = capacity_steps(capacity, period, estimate);
-    let PeriodRuns {
-        governed,
-        mut outside,
-        total_runs,
-        key_runs,
-    } = tally_runs(runs, params, period, typed);
-    let keys = report_keys(params, &steps, &governed);
+    let mut tally = tally_runs(runs, params, period, typed);
+    let governed = &tally.governed;
+    let keys = report_keys(params, &steps, governed);
     let capacity_seconds = keys
         .iter()
         .map(|&k| integrate(&key_steps(&steps, k), period))
@@ -741,15 +737,15 @@ fn compute_usage_with(
         steps: &steps,
         keys,
         capacity_seconds,
-        governed: &governed,
+        governed,
     };
 
     // The split, into rows (teams and accounts by name, then the pool) with their type rows.
     let mut split_rows = SplitRows::default();
     let (priced, totals) = if typed {
-        split_typed(&basis, &key_runs, &mut split_rows)
+        split_typed(&basis, &tally.key_runs, &mut split_rows)
     } else {
-        split_untyped(&basis, &total_runs, &mut split_rows)
+        split_untyped(&basis, &tally.total_runs, &mut split_rows)
     };
     let mut rows = split_rows.rows;
     // The pool after the teams and accounts, whichever split listed them first.
@@ -766,7 +762,7 @@ fn compute_usage_with(
         row.by_type.sort_by_key(|t| basis.rank(&t.gpu_type));
     }
     let capacity_by_type = capacity_by_type(&basis, costs.as_ref());
-    let mut outside_rows = outside_rows(&basis, &mut outside);
+    let mut outside_rows = outside_rows(&basis, &mut tally.outside);
     if !params.only.is_empty() {
         keep_only(&mut rows, &mut outside_rows, &params.only, with_cost);
     }

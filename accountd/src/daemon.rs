@@ -213,6 +213,26 @@ pub fn run(
     let mut server = start_metrics(&shared);
     let metrics_addr = server.as_ref().map(MetricsServer::local_addr);
     let (_, config) = shared.config();
+    announce_start(&shared, metrics_addr, &config);
+    if let Some(warning) = store::exposure_warning(&opts.database) {
+        shared.log.warn_once(&warning);
+    }
+    let threads = start_threads(&shared);
+    if opts.once {
+        return run_once(&shared, threads, server, metrics_addr);
+    }
+    let thread_ended = supervise(&shared, &threads, &mut watch, &reload, &mut server, &config);
+    stop_threads(&shared, threads, server, thread_ended);
+    Outcome {
+        failed_steps: shared.failed_steps.load(Ordering::Relaxed),
+        metrics_addr,
+        thread_ended,
+    }
+}
+
+/// Log what the daemon runs, where and with which configuration.
+fn announce_start(shared: &Shared, metrics_addr: Option<SocketAddr>, config: &Config) {
+    let opts = &shared.opts;
     shared.log.info(&format!(
         "started: {}, ingest and sample collection every {}, metrics on {}, database {}, configuration {} (digest {})",
         if opts.govern {
@@ -231,15 +251,23 @@ pub fn run(
             .map_or_else(|| "(given)".to_string(), |p| p.display().to_string()),
         config.digest
     ));
-    if let Some(warning) = store::exposure_warning(&opts.database) {
-        shared.log.warn_once(&warning);
-    }
+}
 
+/// The daemon's threads: the governor's (when governing) and the ingest one's.
+struct Threads {
+    governor: Option<std::thread::JoinHandle<()>>,
+    worker: std::thread::JoinHandle<()>,
+    /// Says when the ingest thread is done, for the grace period at stop.
+    worker_ended: Receiver<()>,
+}
+
+fn start_threads(shared: &Arc<Shared>) -> Threads {
+    let opts = &shared.opts;
     // The governor's capacity samples go to the ingest thread, which writes to the database.
     let (capacity_tx, capacity_rx) = mpsc::channel::<CapacitySample>();
     let governor_done = Arc::new(AtomicBool::new(!opts.govern));
     let governor = opts.govern.then(|| {
-        let shared = Arc::clone(&shared);
+        let shared = Arc::clone(shared);
         let done = Arc::clone(&governor_done);
         spawn("governor", move || {
             let _done = SetOnDrop(done);
@@ -248,37 +276,58 @@ pub fn run(
     });
     let (worker_done, worker_ended) = mpsc::channel::<()>();
     let worker = {
-        let shared = Arc::clone(&shared);
+        let shared = Arc::clone(shared);
         let governor_done = Arc::clone(&governor_done);
         spawn("ingest", move || {
             ingest_loop(&shared, &capacity_rx, &governor_done);
             let _ = worker_done.send(());
         })
     };
-
-    if opts.once {
-        join(governor);
-        join(Some(worker));
-        // One scrape: the database's figures are computed once, their errors logged.
-        let (_, error) = shared.exporter.scrape();
-        shared.step_result(STEP_METRICS, error.map_or(Ok(()), Err));
-        if let Some(s) = server {
-            s.stop();
-        }
-        return Outcome {
-            failed_steps: shared.failed_steps.load(Ordering::Relaxed),
-            metrics_addr,
-            thread_ended: None,
-        };
+    Threads {
+        governor,
+        worker,
+        worker_ended,
     }
+}
 
+/// With `once`: the threads ran their steps once; then one scrape.
+fn run_once(
+    shared: &Shared,
+    threads: Threads,
+    server: Option<MetricsServer>,
+    metrics_addr: Option<SocketAddr>,
+) -> Outcome {
+    join(threads.governor);
+    join(Some(threads.worker));
+    // One scrape: the database's figures are computed once, their errors logged.
+    let (_, error) = shared.exporter.scrape();
+    shared.step_result(STEP_METRICS, error.map_or(Ok(()), Err));
+    if let Some(s) = server {
+        s.stop();
+    }
+    Outcome {
+        failed_steps: shared.failed_steps.load(Ordering::Relaxed),
+        metrics_addr,
+        thread_ended: None,
+    }
+}
+
+/// Watch the threads, the configuration file and the metrics listener until a stop is asked
+/// for or a thread ends: that thread's name.
+fn supervise(
+    shared: &Arc<Shared>,
+    threads: &Threads,
+    watch: &mut Option<ConfigWatch>,
+    reload: &AtomicBool,
+    server: &mut Option<MetricsServer>,
+    config: &Config,
+) -> Option<&'static str> {
     let mut next_look = Instant::now() + config_watch::POLL;
     let mut next_bind = Instant::now() + config.accountd.ingest_interval;
-    let mut thread_ended = None;
     while !shared.stopping() {
-        let ended = if governor.as_ref().is_some_and(|h| h.is_finished()) {
+        let ended = if threads.governor.as_ref().is_some_and(|h| h.is_finished()) {
             Some("governor")
-        } else if worker.is_finished() {
+        } else if threads.worker.is_finished() {
             Some("ingest")
         } else {
             None
@@ -287,22 +336,21 @@ pub fn run(
             shared.log.info(&format!(
                 "the {name} thread ended unexpectedly (see above): stopping, so that the service manager starts accountd again"
             ));
-            thread_ended = Some(name);
             shared.stop.store(true, Ordering::Relaxed);
-            break;
+            return Some(name);
         }
         let asked = reload.swap(false, Ordering::Relaxed);
         if let Some(w) = watch.as_mut() {
             if asked || Instant::now() >= next_look {
                 next_look = Instant::now() + config_watch::POLL;
                 let found = w.check(asked);
-                apply_reload(&shared, w.path(), found, asked);
+                apply_reload(shared, w.path(), found, asked);
             }
         }
         if server.is_none() && Instant::now() >= next_bind {
             next_bind = Instant::now() + shared.config().1.accountd.ingest_interval;
-            server = start_metrics(&shared);
-            if let Some(s) = &server {
+            *server = start_metrics(shared);
+            if let Some(s) = server.as_ref() {
                 shared
                     .log
                     .info(&format!("metrics on http://{}/metrics", s.local_addr()));
@@ -310,11 +358,22 @@ pub fn run(
         }
         std::thread::sleep(STOP_POLL);
     }
+    None
+}
+
+/// Wait for the threads (the ingest one within the grace period), stop the listener, say why.
+fn stop_threads(
+    shared: &Shared,
+    threads: Threads,
+    server: Option<MetricsServer>,
+    thread_ended: Option<&'static str>,
+) {
+    let opts = &shared.opts;
     // The governor's pass under way is short (Slurm's commands have timeouts): waited for.
-    join(governor);
-    let abandoned = match worker_ended.recv_timeout(opts.stop_grace) {
+    join(threads.governor);
+    let abandoned = match threads.worker_ended.recv_timeout(opts.stop_grace) {
         Ok(()) | Err(RecvTimeoutError::Disconnected) => {
-            join(Some(worker));
+            join(Some(threads.worker));
             false
         }
         Err(RecvTimeoutError::Timeout) => true,
@@ -336,11 +395,6 @@ pub fn run(
         shared
             .log
             .info(&format!("stopping: {why}, the steps under way finished"));
-    }
-    Outcome {
-        failed_steps: shared.failed_steps.load(Ordering::Relaxed),
-        metrics_addr,
-        thread_ended,
     }
 }
 
@@ -476,7 +530,33 @@ fn govern(
         Ok(r) => r,
         Err(e) => return shared.step_result(STEP_GOVERN, Err(e.to_string())),
     };
-    let log = &shared.log;
+    let requeued = log_pass(&shared.log, &report);
+    let now = period::now();
+    let capacity_changed = shared.exporter.live().capacity != Some(report.capacity);
+    publish_pass(shared, &report, requeued, now);
+    shared.exporter.update_counters(|c| {
+        c.governor_unreadable_jobs += u64::try_from(report.unreadable.len()).unwrap_or(u64::MAX);
+    });
+    shared.step_result(STEP_GOVERN, Ok(()));
+    // What the pass read: the ingest thread records it, and runs no second sinfo.
+    let sample = CapacitySample {
+        ts: now,
+        gpus: report.capacity,
+        by_type: report.capacity_by_type,
+    };
+    *shared
+        .governed_capacity
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(sample.clone());
+    // A capacity change is recorded within one pass, not one ingest interval.
+    if capacity_changed {
+        let _ = capacity_tx.send(sample);
+    }
+}
+
+/// Log what a pass changed and did to jobs; the requeues per team and reason, for the
+/// metrics.
+fn log_pass(log: &DaemonLog, report: &PassReport) -> BTreeMap<(String, Requeue), u64> {
     for (team, limit) in &report.limit_updates {
         log.info(&format!("team {team} GPU limit -> {limit}"));
     }
@@ -520,8 +600,17 @@ fn govern(
     for failure in &report.failures {
         log.warn_once(&format!("governor: {failure}"));
     }
-    let now = period::now();
-    let capacity_changed = shared.exporter.live().capacity != Some(report.capacity);
+    requeued
+}
+
+/// The pass in the live metrics: its timing and Slurm calls, its actions', the capacity, the
+/// requeues and the teams' limits and GPUs in use.
+fn publish_pass(
+    shared: &Shared,
+    report: &PassReport,
+    requeued: BTreeMap<(String, Requeue), u64>,
+    now: period::UnixSeconds,
+) {
     // The plan's limits and the GPUs in use, as the pass published them for the plugin.
     shared.exporter.update_live(|live| {
         live.governor_last_pass = Some(now);
@@ -556,24 +645,6 @@ fn govern(
                 .collect();
         }
     });
-    shared.exporter.update_counters(|c| {
-        c.governor_unreadable_jobs += u64::try_from(report.unreadable.len()).unwrap_or(u64::MAX);
-    });
-    shared.step_result(STEP_GOVERN, Ok(()));
-    // What the pass read: the ingest thread records it, and runs no second sinfo.
-    let sample = CapacitySample {
-        ts: now,
-        gpus: report.capacity,
-        by_type: report.capacity_by_type,
-    };
-    *shared
-        .governed_capacity
-        .lock()
-        .unwrap_or_else(|e| e.into_inner()) = Some(sample.clone());
-    // A capacity change is recorded within one pass, not one ingest interval.
-    if capacity_changed {
-        let _ = capacity_tx.send(sample);
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

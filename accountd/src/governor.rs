@@ -115,10 +115,8 @@ pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unrea
 pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unreadable>, Addresses) {
     let mut jobs: Vec<ClusterJob> = Vec::new();
     let mut unreadable = Vec::new();
-    let mut addresses = Addresses::new();
     let mut pending_ids = std::collections::BTreeSet::new();
-    // Array id -> (running tasks, the throttle of its pending record, that record's index).
-    let mut arrays: BTreeMap<u64, (u32, Option<u32>, Option<usize>)> = BTreeMap::new();
+    let mut arrays = ArrayRecords::default();
     for (number, line) in parsable::lines(text) {
         let mut bad =
             |reason: &str| unreadable.push(MalformedLine::new("squeue", number, reason, line));
@@ -139,148 +137,190 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
             "RUNNING" | "COMPLETING" | "SUSPENDED" => Phase::Running,
             _ => continue,
         };
-        let priority: u32 = match f[3].trim().parse() {
-            Ok(p) => p,
-            Err(_) => {
-                bad("bad priority (ranked as no class)");
-                1
-            }
-        };
-        let submit = match parse_utc(f[4]) {
-            Some(t) => t,
-            None => {
-                bad("bad submit time (taken as now)");
-                now
-            }
-        };
-        let start = parse_utc(f[5]);
-        let mut gpu_type = None;
-        let gpus = if phase == Phase::Running {
-            match gpu_count(f[6]) {
-                Ok(c) => {
-                    gpu_type = one_type(&c);
-                    u32::try_from(c.total).unwrap_or(u32::MAX)
-                }
-                Err(e) => {
-                    // Slurm writes the allocation itself; counted as none rather than stop.
-                    bad(&format!("{e} (running job counted without GPUs)"));
-                    0
-                }
-            }
-        } else {
-            let ask = GpuAsk {
-                tres_per_job: na(f[7]),
-                tres_per_node: na(f[8]),
-                tres_per_task: na(f[9]),
-                tres_per_socket: None,
-                min_nodes: f[10].trim().parse().ok(),
-                num_tasks: f[11].trim().parse().ok(),
-                ntasks_per_node: None,
-                sockets_per_node: None,
-            };
-            match gpus_requested(&ask) {
-                Ok(c) => {
-                    gpu_type = one_type(&c);
-                    u32::try_from(c.total).unwrap_or(governance::UNREADABLE_GPUS)
-                }
-                Err(e) => {
-                    bad(&format!("{e} (job treated as never fitting)"));
-                    governance::UNREADABLE_GPUS
-                }
-            }
-        };
-        // Held by teamshare's parking: priority 0 and teamshare's mark, which only an
-        // administrator (or the governor) can write.
-        let park_held = phase == Phase::Pending
-            && priority == 0
-            && f[ADMIN_COMMENT_FIELD]
-                .trim()
-                .starts_with(governance::PARK_HOLD_MARK);
+        let mut job = squeue_job(&f, id, phase, now, &mut bad);
         // Pending array tasks share one record: counted once here.
         if phase == Phase::Pending && !pending_ids.insert(id) {
             continue;
         }
-        // Job arrays: a task is named ARRAY_TASK, the record of the pending tasks
-        // ARRAY_[tasks], and that record stands for as many tasks as may start.
-        let mut tasks = 1u32;
+        job.tasks = arrays.note(&f, id, phase, jobs.len(), &mut bad);
+        jobs.push(job);
+    }
+    arrays.throttle(&mut jobs);
+    (jobs, unreadable, arrays.addresses)
+}
+
+/// The job of one squeue line (`tasks` 1: an array record's are counted by
+/// [`ArrayRecords::note`]). What cannot be read is told to `bad` and taken as the governor can
+/// live with.
+fn squeue_job(
+    f: &[&str; SQUEUE_FIELD_COUNT],
+    id: u64,
+    phase: Phase,
+    now: UnixSeconds,
+    mut bad: impl FnMut(&str),
+) -> ClusterJob {
+    let priority: u32 = match f[3].trim().parse() {
+        Ok(p) => p,
+        Err(_) => {
+            bad("bad priority (ranked as no class)");
+            1
+        }
+    };
+    let submit = match parse_utc(f[4]) {
+        Some(t) => t,
+        None => {
+            bad("bad submit time (taken as now)");
+            now
+        }
+    };
+    let start = parse_utc(f[5]);
+    let (gpus, gpu_type) = squeue_gpus(f, phase, bad);
+    // Held by teamshare's parking: priority 0 and teamshare's mark, which only an
+    // administrator (or the governor) can write.
+    let park_held = phase == Phase::Pending
+        && priority == 0
+        && f[ADMIN_COMMENT_FIELD]
+            .trim()
+            .starts_with(governance::PARK_HOLD_MARK);
+    ClusterJob {
+        id,
+        gpu_type,
+        team: f[1].trim().to_string(),
+        phase,
+        gpus,
+        priority,
+        submit,
+        start: if phase == Phase::Running { start } else { None },
+        // A pending job can start now when its eligible time has come (squeue shows the
+        // begin time there, N/A while a dependency is unmet) and its reason says nothing
+        // else. The reason alone is not enough: Slurm resets it to None when a job's
+        // priority is updated, until its scheduler looks at the job again.
+        // A job teamshare holds shows the hold as its reason: its begin time alone says
+        // whether it could start once released.
+        eligible: phase == Phase::Running
+            || ((park_held || eligible_reason(f[REASON_FIELD]))
+                && parse_utc(f[15]).is_some_and(|t| t <= now)),
+        // A begin time this far ahead is teamshare's parking.
+        parked: phase == Phase::Pending
+            && parse_utc(f[15]).is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
+        park_held,
+        batch: f[13].trim() != "0",
+        nodes: if phase == Phase::Running {
+            expand_hostlist(f[14].trim()).unwrap_or_default()
+        } else {
+            Vec::new()
+        },
+        node_count: f[10].trim().parse().unwrap_or(0),
+        completing: f[2].trim() == "COMPLETING",
+        tasks: 1,
+    }
+}
+
+/// The GPUs of a squeue line and their type where there is one: a running job's allocation,
+/// a pending job's request.
+fn squeue_gpus(
+    f: &[&str; SQUEUE_FIELD_COUNT],
+    phase: Phase,
+    mut bad: impl FnMut(&str),
+) -> (u32, Option<String>) {
+    if phase == Phase::Running {
+        return match gpu_count(f[6]) {
+            Ok(c) => (u32::try_from(c.total).unwrap_or(u32::MAX), one_type(&c)),
+            Err(e) => {
+                // Slurm writes the allocation itself; counted as none rather than stop.
+                bad(&format!("{e} (running job counted without GPUs)"));
+                (0, None)
+            }
+        };
+    }
+    let ask = GpuAsk {
+        tres_per_job: na(f[7]),
+        tres_per_node: na(f[8]),
+        tres_per_task: na(f[9]),
+        tres_per_socket: None,
+        min_nodes: f[10].trim().parse().ok(),
+        num_tasks: f[11].trim().parse().ok(),
+        ntasks_per_node: None,
+        sockets_per_node: None,
+    };
+    match gpus_requested(&ask) {
+        Ok(c) => (
+            u32::try_from(c.total).unwrap_or(governance::UNREADABLE_GPUS),
+            one_type(&c),
+        ),
+        Err(e) => {
+            bad(&format!("{e} (job treated as never fitting)"));
+            (governance::UNREADABLE_GPUS, None)
+        }
+    }
+}
+
+/// The job arrays of one squeue read. A task is named `ARRAY_TASK`, the record of the pending
+/// tasks `ARRAY_[tasks]`, and that record stands for as many tasks as may start.
+#[derive(Default)]
+struct ArrayRecords {
+    /// Array id -> (running tasks, the throttle of its pending record, that record's index).
+    arrays: BTreeMap<u64, (u32, Option<u32>, Option<usize>)>,
+    addresses: Addresses,
+}
+
+impl ArrayRecords {
+    /// Note job `id` of a squeue line, about to be pushed as job `index`: its address if it is
+    /// of an array, and the tasks it stands for (1 but for an array's pending record).
+    fn note(
+        &mut self,
+        f: &[&str; SQUEUE_FIELD_COUNT],
+        id: u64,
+        phase: Phase,
+        index: usize,
+        mut bad: impl FnMut(&str),
+    ) -> u32 {
         let array_id = f[16].trim().parse::<u64>().ok();
         let task_spec = na(f[17]);
-        if let (Some(array_id), Some(spec)) = (array_id, task_spec) {
-            let entry = arrays.entry(array_id).or_insert((0, None, None));
-            if let Ok(task) = spec.parse::<u64>() {
-                addresses.insert(id, format!("{array_id}_{task}"));
-                if phase == Phase::Running {
-                    entry.0 += 1;
-                }
-            } else {
-                match array::parse_tasks(&spec) {
-                    Some(t) => {
-                        tasks = u32::try_from(t.count).unwrap_or(u32::MAX).max(1);
-                        entry.1 = t.throttle;
-                        entry.2 = Some(jobs.len());
-                        match t.ranges {
-                            Some(r) => {
-                                addresses.insert(id, format!("{array_id}_[{r}]"));
-                            }
-                            None => {
-                                bad("array task list too long to name (its record is counted, never updated)");
-                                addresses.insert(id, String::new());
-                            }
-                        }
-                    }
-                    None => {
-                        bad("bad array task list (counted as one task, never updated)");
-                        addresses.insert(id, String::new());
-                    }
+        let (Some(array_id), Some(spec)) = (array_id, task_spec) else {
+            return 1;
+        };
+        let entry = self.arrays.entry(array_id).or_insert((0, None, None));
+        if let Ok(task) = spec.parse::<u64>() {
+            self.addresses.insert(id, format!("{array_id}_{task}"));
+            if phase == Phase::Running {
+                entry.0 += 1;
+            }
+            return 1;
+        }
+        let Some(t) = array::parse_tasks(&spec) else {
+            bad("bad array task list (counted as one task, never updated)");
+            self.addresses.insert(id, String::new());
+            return 1;
+        };
+        entry.1 = t.throttle;
+        entry.2 = Some(index);
+        match t.ranges {
+            Some(r) => {
+                self.addresses.insert(id, format!("{array_id}_[{r}]"));
+            }
+            None => {
+                bad("array task list too long to name (its record is counted, never updated)");
+                self.addresses.insert(id, String::new());
+            }
+        }
+        u32::try_from(t.count).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// A throttled array (`%N`) starts at most N tasks at once: its pending record stands for
+    /// what its running tasks leave of N.
+    fn throttle(&self, jobs: &mut [ClusterJob]) {
+        for (running, throttle, record) in self.arrays.values() {
+            if let (Some(n), Some(i)) = (throttle, record) {
+                let may_start = n.saturating_sub(*running);
+                if let Some(j) = jobs.get_mut(*i) {
+                    j.tasks = j.tasks.min(may_start).max(1);
+                    // Throttled to the tasks already running: none can start now.
+                    j.eligible &= may_start > 0;
                 }
             }
         }
-        jobs.push(ClusterJob {
-            id,
-            gpu_type,
-            team: f[1].trim().to_string(),
-            phase,
-            gpus,
-            priority,
-            submit,
-            start: if phase == Phase::Running { start } else { None },
-            // A pending job can start now when its eligible time has come (squeue shows the
-            // begin time there, N/A while a dependency is unmet) and its reason says nothing
-            // else. The reason alone is not enough: Slurm resets it to None when a job's
-            // priority is updated, until its scheduler looks at the job again.
-            // A job teamshare holds shows the hold as its reason: its begin time alone says
-            // whether it could start once released.
-            eligible: phase == Phase::Running
-                || ((park_held || eligible_reason(f[REASON_FIELD]))
-                    && parse_utc(f[15]).is_some_and(|t| t <= now)),
-            // A begin time this far ahead is teamshare's parking.
-            parked: phase == Phase::Pending
-                && parse_utc(f[15]).is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
-            park_held,
-            batch: f[13].trim() != "0",
-            nodes: if phase == Phase::Running {
-                expand_hostlist(f[14].trim()).unwrap_or_default()
-            } else {
-                Vec::new()
-            },
-            node_count: f[10].trim().parse().unwrap_or(0),
-            completing: f[2].trim() == "COMPLETING",
-            tasks,
-        });
     }
-    // A throttled array (`%N`) starts at most N tasks at once: its pending record stands for
-    // what its running tasks leave of N.
-    for (running, throttle, record) in arrays.values() {
-        if let (Some(n), Some(i)) = (throttle, record) {
-            let may_start = n.saturating_sub(*running);
-            if let Some(j) = jobs.get_mut(*i) {
-                j.tasks = j.tasks.min(may_start).max(1);
-                // Throttled to the tasks already running: none can start now.
-                j.eligible &= may_start > 0;
-            }
-        }
-    }
-    (jobs, unreadable, addresses)
 }
 
 /// squeue's Reason field: why a pending job waits, in Slurm's words.

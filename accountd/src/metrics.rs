@@ -253,6 +253,28 @@ fn try_render(
     month: Option<&MonthFigures>,
 ) -> Result<String, prometheus::Error> {
     let e = Exposition::new();
+    team_families(&e, config, live)?;
+    if let Some(m) = month {
+        month_families(&e, m)?;
+        month_job_families(&e, m)?;
+    }
+    governor_families(&e, live)?;
+    governor_pass_families(&e, live)?;
+    governor_act_families(&e, live)?;
+    let f = e.family(
+        "teamshare_ingest_last_success_timestamp_seconds",
+        Kind::Gauge,
+        "When the last successful sacct ingest ended (unix seconds).",
+        &[],
+    )?;
+    if let Some(t) = live.ingest_last_success {
+        f.sample(&[], t as f64);
+    }
+    e.text()
+}
+
+/// The teams now: quotas, limits, GPUs in use.
+fn team_families(e: &Exposition, config: &Config, live: &Live) -> Result<(), prometheus::Error> {
     let quota = |team: &str| config.team(team).map(|t| t.quota.total);
 
     let f = e.family(
@@ -287,88 +309,100 @@ fn try_render(
         f.sample(&[team, "borrowed"], f64::from(t.running_gpus - in_quota));
     }
 
-    if let Some(m) = month {
-        let f = e.family(
-            "teamshare_month_gpu_seconds",
-            Kind::Gauge,
-            "GPU-seconds this month so far (accountd report teams' hours x 3600): allocated = in_quota + borrowed; lent is what other teams borrowed of the team's idle quota ((pool): of unallocated capacity). Resets at the start of each month (local time).",
-            &["team", "kind"],
-        )?;
-        for r in &m.teams.rows {
-            match r.kind {
-                RowKind::Team | RowKind::Account => {
-                    f.sample(&[&r.team, "allocated"], r.gpu_hours() * 3600.0);
-                    f.sample(&[&r.team, "in_quota"], r.in_quota_hours() * 3600.0);
-                    f.sample(&[&r.team, "borrowed"], r.borrowed_hours() * 3600.0);
-                    f.sample(&[&r.team, "lent"], r.lent_hours() * 3600.0);
-                }
-                RowKind::Pool => f.sample(&[POOL, "lent"], r.lent_hours() * 3600.0),
-                RowKind::Idle => {}
+    Ok(())
+}
+
+/// The month so far, from the database: usage, fair-share and cost.
+fn month_families(e: &Exposition, m: &MonthFigures) -> Result<(), prometheus::Error> {
+    let f = e.family(
+        "teamshare_month_gpu_seconds",
+        Kind::Gauge,
+        "GPU-seconds this month so far (accountd report teams' hours x 3600): allocated = in_quota + borrowed; lent is what other teams borrowed of the team's idle quota ((pool): of unallocated capacity). Resets at the start of each month (local time).",
+        &["team", "kind"],
+    )?;
+    for r in &m.teams.rows {
+        match r.kind {
+            RowKind::Team | RowKind::Account => {
+                f.sample(&[&r.team, "allocated"], r.gpu_hours() * 3600.0);
+                f.sample(&[&r.team, "in_quota"], r.in_quota_hours() * 3600.0);
+                f.sample(&[&r.team, "borrowed"], r.borrowed_hours() * 3600.0);
+                f.sample(&[&r.team, "lent"], r.lent_hours() * 3600.0);
             }
-        }
-
-        let f = e.family(
-            "teamshare_fairshare_factor",
-            Kind::Gauge,
-            "Slurm classic fair-share factor 2^(-U/S/d) of the team now (0..1; 0.5 = used exactly its share).",
-            &["team"],
-        )?;
-        for r in &m.fairshare.rows {
-            f.sample(&[&r.team], r.factor);
-        }
-
-        let currency = m.teams.currency.as_deref().unwrap_or("");
-        let f = e.family(
-            "teamshare_month_cost",
-            Kind::Gauge,
-            "Cost this month so far: allocated cost (borrowed hours at the borrowed factor) plus the team's share of the idle capacity cost; (idle) holds what no team is charged. The rows add up to the capacity cost. Resets at the start of each month (local time).",
-            &["team", "currency"],
-        )?;
-        for r in &m.teams.rows {
-            if r.kind == RowKind::Pool {
-                continue;
-            }
-            if let Some(c) = r.total_cost {
-                let team = if r.kind == RowKind::Idle {
-                    IDLE
-                } else {
-                    &r.team
-                };
-                f.sample(&[team, currency], c);
-            }
-        }
-
-        let f = e.family(
-            "teamshare_gpu_utilisation_ratio",
-            Kind::Gauge,
-            "Mean GPU utilisation of the team's jobs this month so far (0..1), from NVML samples.",
-            &["team"],
-        )?;
-        for (team, u) in &m.utilisation {
-            f.sample(&[team], *u);
-        }
-
-        let f = e.family(
-            "teamshare_month_preempted_runs",
-            Kind::Gauge,
-            "Job runs Slurm preempted this month so far (sacct state PREEMPTED, by their end). Resets at the start of each month (local time).",
-            &["team"],
-        )?;
-        for (team, n) in &m.preempted {
-            f.sample(&[team], *n as f64);
-        }
-
-        let f = e.family(
-            "teamshare_admission_wait_seconds",
-            Kind::Gauge,
-            "Mean time from submit to start of the team's job runs that started this month.",
-            &["team"],
-        )?;
-        for (team, w) in &m.admission_wait {
-            f.sample(&[team], *w);
+            RowKind::Pool => f.sample(&[POOL, "lent"], r.lent_hours() * 3600.0),
+            RowKind::Idle => {}
         }
     }
 
+    let f = e.family(
+        "teamshare_fairshare_factor",
+        Kind::Gauge,
+        "Slurm classic fair-share factor 2^(-U/S/d) of the team now (0..1; 0.5 = used exactly its share).",
+        &["team"],
+    )?;
+    for r in &m.fairshare.rows {
+        f.sample(&[&r.team], r.factor);
+    }
+
+    let currency = m.teams.currency.as_deref().unwrap_or("");
+    let f = e.family(
+        "teamshare_month_cost",
+        Kind::Gauge,
+        "Cost this month so far: allocated cost (borrowed hours at the borrowed factor) plus the team's share of the idle capacity cost; (idle) holds what no team is charged. The rows add up to the capacity cost. Resets at the start of each month (local time).",
+        &["team", "currency"],
+    )?;
+    for r in &m.teams.rows {
+        if r.kind == RowKind::Pool {
+            continue;
+        }
+        if let Some(c) = r.total_cost {
+            let team = if r.kind == RowKind::Idle {
+                IDLE
+            } else {
+                &r.team
+            };
+            f.sample(&[team, currency], c);
+        }
+    }
+
+    Ok(())
+}
+
+/// The month's jobs: their GPU utilisation, preemptions and admission waits.
+fn month_job_families(e: &Exposition, m: &MonthFigures) -> Result<(), prometheus::Error> {
+    let f = e.family(
+        "teamshare_gpu_utilisation_ratio",
+        Kind::Gauge,
+        "Mean GPU utilisation of the team's jobs this month so far (0..1), from NVML samples.",
+        &["team"],
+    )?;
+    for (team, u) in &m.utilisation {
+        f.sample(&[team], *u);
+    }
+
+    let f = e.family(
+        "teamshare_month_preempted_runs",
+        Kind::Gauge,
+        "Job runs Slurm preempted this month so far (sacct state PREEMPTED, by their end). Resets at the start of each month (local time).",
+        &["team"],
+    )?;
+    for (team, n) in &m.preempted {
+        f.sample(&[team], *n as f64);
+    }
+
+    let f = e.family(
+        "teamshare_admission_wait_seconds",
+        Kind::Gauge,
+        "Mean time from submit to start of the team's job runs that started this month.",
+        &["team"],
+    )?;
+    for (team, w) in &m.admission_wait {
+        f.sample(&[team], *w);
+    }
+    Ok(())
+}
+
+/// The governor's requeues, the capacity it measured and when its last pass ended.
+fn governor_families(e: &Exposition, live: &Live) -> Result<(), prometheus::Error> {
     let f = e.family(
         "teamshare_governor_requeues_total",
         Kind::Counter,
@@ -400,6 +434,11 @@ fn try_render(
     if let Some(t) = live.governor_last_pass {
         f.sample(&[], t as f64);
     }
+    Ok(())
+}
+
+/// The governor's passes: how many, how long, how many Slurm calls.
+fn governor_pass_families(e: &Exposition, live: &Live) -> Result<(), prometheus::Error> {
     if live.governor_passes > 0 {
         e.family(
             "teamshare_governor_passes_total",
@@ -441,6 +480,11 @@ fn try_render(
         )?
         .sample(&[], n as f64);
     }
+    Ok(())
+}
+
+/// The governor's actions on plans: how many, how long, how many Slurm calls.
+fn governor_act_families(e: &Exposition, live: &Live) -> Result<(), prometheus::Error> {
     if live.governor_acts > 0 {
         e.family(
             "teamshare_governor_acts_total",
@@ -482,16 +526,7 @@ fn try_render(
         )?
         .sample(&[], n as f64);
     }
-    let f = e.family(
-        "teamshare_ingest_last_success_timestamp_seconds",
-        Kind::Gauge,
-        "When the last successful sacct ingest ended (unix seconds).",
-        &[],
-    )?;
-    if let Some(t) = live.ingest_last_success {
-        f.sample(&[], t as f64);
-    }
-    e.text()
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

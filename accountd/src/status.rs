@@ -449,98 +449,16 @@ fn team_status(
     typed: bool,
 ) -> TeamStatus {
     let name = team.name.as_str();
-    let limit_in =
-        |teams: &BTreeMap<String, TeamState>| teams.get(name).map(|ts: &TeamState| ts.gpu_limit);
+    let pools = pool_figures(input, team, jobs, state, typed);
+    let (waiting, waiting_reasons) = waiting_jobs(input, name, jobs, &pools, typed);
     let lent_in = |pool: &str| {
         lent.get(pool)
             .and_then(|rows| rows.get(name))
             .copied()
             .unwrap_or(0.0)
     };
-    let split = |quota: u32, used: u32| (used.min(quota), used.saturating_sub(quota));
-
-    // The pools this team has figures in, with what classifying its waiting jobs needs.
-    let mut pools: BTreeMap<String, PoolFigures> = BTreeMap::new();
-    if typed {
-        let mut types: Vec<&str> = input.config.governed_types().into_iter().collect();
-        types.extend(jobs.running.keys().map(String::as_str));
-        types.sort_unstable();
-        types.dedup();
-        let borrowed_of = |k: &str| jobs.used(name, k).saturating_sub(team.quota_of(k));
-        let borrowed_all: u32 = types.iter().fold(jobs.untyped_used(name), |s, k| {
-            s.saturating_add(borrowed_of(k))
-        });
-        for k in types {
-            let quota = team.quota_of(k);
-            let ceiling = match team.borrow_limit_of(k) {
-                Some(b) => Some(quota.saturating_add(b)),
-                None => team.borrow_limit.map(|b| {
-                    let elsewhere = borrowed_all.saturating_sub(borrowed_of(k));
-                    quota.saturating_add(b.saturating_sub(elsewhere))
-                }),
-            };
-            pools.insert(
-                k.to_string(),
-                PoolFigures {
-                    quota,
-                    used: jobs.used(name, k),
-                    ceiling,
-                    limit: state
-                        .and_then(|s| s.pools.get(k))
-                        .and_then(|p| limit_in(&p.teams)),
-                },
-            );
-        }
-    } else {
-        pools.insert(
-            ALL.to_string(),
-            PoolFigures {
-                quota: team.quota.total,
-                used: jobs.used(name, ALL),
-                ceiling: team
-                    .borrow_limit
-                    .map(|b| team.quota.total.saturating_add(b)),
-                limit: state.and_then(|s| limit_in(&s.teams)),
-            },
-        );
-    }
-
-    // Waiting jobs, per pool and per reason.
-    let mut waiting: BTreeMap<String, (u32, u32)> = BTreeMap::new();
-    let mut reasons: BTreeMap<String, (u32, u32)> = BTreeMap::new();
-    for (j, pool) in jobs.pending.iter().filter(|(j, _)| j.team == name) {
-        let figures = pool.as_deref().and_then(|p| pools.get(p));
-        let slurm = input
-            .reasons
-            .get(&j.id)
-            .map(String::as_str)
-            .unwrap_or("None");
-        let why = why_waiting(j, slurm, figures, typed);
-        let (n, g) = (j.tasks.max(1), pending_gpus(j));
-        let e = reasons.entry(why).or_insert((0, 0));
-        *e = (e.0.saturating_add(n), e.1.saturating_add(g));
-        if let Some(p) = pool {
-            let e = waiting.entry(p.clone()).or_insert((0, 0));
-            *e = (e.0.saturating_add(n), e.1.saturating_add(g));
-        }
-        if typed {
-            let e = waiting.entry(ALL.to_string()).or_insert((0, 0));
-            *e = (e.0.saturating_add(n), e.1.saturating_add(g));
-        }
-    }
-    let mut waiting_reasons: Vec<WaitReason> = reasons
-        .into_iter()
-        .map(|(reason, (jobs, gpus))| WaitReason { reason, jobs, gpus })
-        .collect();
-    waiting_reasons.sort_by(|a, b| {
-        b.jobs
-            .cmp(&a.jobs)
-            .then(b.gpus.cmp(&a.gpus))
-            .then(a.reason.cmp(&b.reason))
-    });
-
     let figures_of = |k: &str, p: &PoolFigures| {
-        let (in_quota, borrowed) = split(p.quota, p.used);
+        let (in_quota, borrowed) = (p.used.min(p.quota), p.used.saturating_sub(p.quota));
         let (waiting_jobs, waiting_gpus) = waiting.get(k).copied().unwrap_or((0, 0));
         Figures {
             quota: p.quota,
@@ -570,23 +488,9 @@ fn team_status(
                     || f.lent > 0.0
             })
             .collect();
-        let untyped = jobs.untyped_used(name);
-        let (waiting_jobs, waiting_gpus) = waiting.get(ALL).copied().unwrap_or((0, 0));
-        let sum = |f: fn(&Figures) -> u32| {
-            by_type
-                .iter()
-                .fold(0u32, |s, t| s.saturating_add(f(&t.figures)))
-        };
-        let totals = Figures {
-            quota: team.quota.total,
-            in_use: sum(|f| f.in_use).saturating_add(untyped),
-            in_quota: sum(|f| f.in_quota),
-            borrowed: sum(|f| f.borrowed).saturating_add(untyped),
-            may_hold: state.and_then(|s| limit_in(&s.teams)),
-            lent: by_type.iter().map(|t| t.figures.lent).sum(),
-            waiting_jobs,
-            waiting_gpus,
-        };
+        let waiting_all = waiting.get(ALL).copied().unwrap_or((0, 0));
+        let limit = state.and_then(|s| team_limit(&s.teams, name));
+        let totals = typed_totals(team, jobs.untyped_used(name), &by_type, limit, waiting_all);
         (totals, by_type)
     } else {
         (figures_of(ALL, &pools[ALL]), Vec::new())
@@ -597,6 +501,138 @@ fn team_status(
         figures,
         waiting_reasons,
         by_type,
+    }
+}
+
+/// The governor's limit of `team` among a pool's published teams.
+fn team_limit(teams: &BTreeMap<String, TeamState>, team: &str) -> Option<u32> {
+    teams.get(team).map(|ts| ts.gpu_limit)
+}
+
+/// The pools `team` has figures in (its GPU types, or [`ALL`] untyped), with what classifying
+/// its waiting jobs needs.
+fn pool_figures(
+    input: &StatusInput<'_>,
+    team: &Team,
+    jobs: &JobsByPool<'_>,
+    state: Option<&PublishedState>,
+    typed: bool,
+) -> BTreeMap<String, PoolFigures> {
+    let name = team.name.as_str();
+    let mut pools: BTreeMap<String, PoolFigures> = BTreeMap::new();
+    if !typed {
+        pools.insert(
+            ALL.to_string(),
+            PoolFigures {
+                quota: team.quota.total,
+                used: jobs.used(name, ALL),
+                ceiling: team
+                    .borrow_limit
+                    .map(|b| team.quota.total.saturating_add(b)),
+                limit: state.and_then(|s| team_limit(&s.teams, name)),
+            },
+        );
+        return pools;
+    }
+    let mut types: Vec<&str> = input.config.governed_types().into_iter().collect();
+    types.extend(jobs.running.keys().map(String::as_str));
+    types.sort_unstable();
+    types.dedup();
+    let borrowed_of = |k: &str| jobs.used(name, k).saturating_sub(team.quota_of(k));
+    let borrowed_all: u32 = types.iter().fold(jobs.untyped_used(name), |s, k| {
+        s.saturating_add(borrowed_of(k))
+    });
+    for k in types {
+        let quota = team.quota_of(k);
+        let ceiling = match team.borrow_limit_of(k) {
+            Some(b) => Some(quota.saturating_add(b)),
+            None => team.borrow_limit.map(|b| {
+                let elsewhere = borrowed_all.saturating_sub(borrowed_of(k));
+                quota.saturating_add(b.saturating_sub(elsewhere))
+            }),
+        };
+        pools.insert(
+            k.to_string(),
+            PoolFigures {
+                quota,
+                used: jobs.used(name, k),
+                ceiling,
+                limit: state
+                    .and_then(|s| s.pools.get(k))
+                    .and_then(|p| team_limit(&p.teams, name)),
+            },
+        );
+    }
+    pools
+}
+
+/// The team's waiting jobs and GPUs per pool (typed: also over all of them, under [`ALL`]),
+/// and per reason, most jobs first.
+fn waiting_jobs(
+    input: &StatusInput<'_>,
+    name: &str,
+    jobs: &JobsByPool<'_>,
+    pools: &BTreeMap<String, PoolFigures>,
+    typed: bool,
+) -> (BTreeMap<String, (u32, u32)>, Vec<WaitReason>) {
+    let add = |e: &mut (u32, u32), n: u32, g: u32| {
+        *e = (e.0.saturating_add(n), e.1.saturating_add(g));
+    };
+    let mut waiting: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    let mut reasons: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    for (j, pool) in jobs.pending.iter().filter(|(j, _)| j.team == name) {
+        let figures = pool.as_deref().and_then(|p| pools.get(p));
+        let slurm = input
+            .reasons
+            .get(&j.id)
+            .map(String::as_str)
+            .unwrap_or("None");
+        let why = why_waiting(j, slurm, figures, typed);
+        let (n, g) = (j.tasks.max(1), pending_gpus(j));
+        add(reasons.entry(why).or_insert((0, 0)), n, g);
+        if let Some(p) = pool {
+            add(waiting.entry(p.clone()).or_insert((0, 0)), n, g);
+        }
+        if typed {
+            add(waiting.entry(ALL.to_string()).or_insert((0, 0)), n, g);
+        }
+    }
+    let mut waiting_reasons: Vec<WaitReason> = reasons
+        .into_iter()
+        .map(|(reason, (jobs, gpus))| WaitReason { reason, jobs, gpus })
+        .collect();
+    waiting_reasons.sort_by(|a, b| {
+        b.jobs
+            .cmp(&a.jobs)
+            .then(b.gpus.cmp(&a.gpus))
+            .then(a.reason.cmp(&b.reason))
+    });
+    (waiting, waiting_reasons)
+}
+
+/// A typed team's figures over all types: its types' sums, GPUs without a type in use (and
+/// borrowed: they are in no quota), the governor's limit over all types and what waits.
+fn typed_totals(
+    team: &Team,
+    untyped: u32,
+    by_type: &[TypeStatus],
+    may_hold: Option<u32>,
+    (waiting_jobs, waiting_gpus): (u32, u32),
+) -> Figures {
+    let sum = |f: fn(&Figures) -> u32| {
+        by_type
+            .iter()
+            .fold(0u32, |s, t| s.saturating_add(f(&t.figures)))
+    };
+    Figures {
+        quota: team.quota.total,
+        in_use: sum(|f| f.in_use).saturating_add(untyped),
+        in_quota: sum(|f| f.in_quota),
+        borrowed: sum(|f| f.borrowed).saturating_add(untyped),
+        may_hold,
+        lent: by_type.iter().map(|t| t.figures.lent).sum(),
+        waiting_jobs,
+        waiting_gpus,
     }
 }
 
@@ -697,6 +733,15 @@ where
         s.cluster,
         format_local(s.at, tz).replace('T', " ")
     );
+    write_gpus(&mut out, s);
+    write_state(&mut out, &s.state, tz);
+    out.push_str(&teams_table(s));
+    write_waiting(&mut out, s);
+    out
+}
+
+/// The cluster's GPUs, in all and per type.
+fn write_gpus(out: &mut String, s: &Status) {
     let _ = write!(
         out,
         "GPUs: capacity {}, in use {}, free {}",
@@ -710,7 +755,13 @@ where
         );
     }
     out.push('\n');
-    let st = &s.state;
+}
+
+/// The governor's state: its age, or why it is not current and what that means for MAY-HOLD.
+fn write_state<Tz: chrono::TimeZone>(out: &mut String, st: &StateStatus, tz: &Tz)
+where
+    Tz::Offset: std::fmt::Display,
+{
     let age = match (st.age_secs, st.published_at) {
         (Some(age), Some(at)) => format!(
             "published {age} s ago ({})",
@@ -743,7 +794,10 @@ where
             );
         }
     }
+}
 
+/// One line per team (and per GPU type under it where quotas are typed), then `(pool)`.
+fn teams_table(s: &Status) -> String {
     let typed = !s.by_type.is_empty();
     let mut header: Vec<String> = vec!["TEAM".into()];
     if typed {
@@ -796,13 +850,11 @@ where
     pool.push(gpus(s.pool.lent));
     pool.extend(["-", "-"].map(String::from));
     lines.push(pool);
-    out.push_str(&crate::report::table::render(
-        &header,
-        &lines,
-        1,
-        Some(rule),
-    ));
+    crate::report::table::render(&header, &lines, 1, Some(rule))
+}
 
+/// Accounts that are not teams, then why each team's jobs wait (its top reasons).
+fn write_waiting(out: &mut String, s: &Status) {
     for a in &s.other_accounts {
         let _ = writeln!(
             out,
@@ -841,7 +893,6 @@ where
             );
         }
     }
-    out
 }
 
 #[cfg(test)]

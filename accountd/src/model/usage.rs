@@ -270,6 +270,9 @@ struct Lender {
     lend_limit: u64,
 }
 
+/// A usage change: (instant, row or account slot, GPUs added or removed).
+type Change = (UnixSeconds, usize, i64);
+
 /// Sweep the timeline from `bounds[0]` to the last bound, summing into one bucket per
 /// consecutive pair of bounds (sorted, at least two).
 fn sweep(
@@ -279,84 +282,12 @@ fn sweep(
     bounds: &[UnixSeconds],
 ) -> Vec<UsageSplit> {
     let (first, last) = (bounds[0], bounds[bounds.len() - 1]);
-    let clipped = runs
-        .iter()
-        .map(|run| (run, run.start.max(first), run.end.min(last)))
-        .filter(|&(run, start, end)| start < end && run.gpus > 0);
-
-    // The rows: every team given (the first of a repeated name wins), then every other account
-    // with usage, with no quota; ordered by name. Runs come with few distinct accounts, often
-    // the same one over and over: the last one's row is tried first.
-    let mut by_name: BTreeMap<&str, Lender> = BTreeMap::new();
-    for team in teams {
-        by_name.entry(&team.name).or_insert_with(|| Lender {
-            name: team.name.clone(),
-            quota: u64::from(team.quota),
-            lend_limit: u64::from(team.lend_limit.min(team.quota)),
-        });
-    }
-    // Usage changes: (instant, account slot, GPUs added or removed); slots become rows below.
-    // Starts and ends apart: runs mostly come in order of start (a report reads them by start
-    // time), which a stable sort merely checks, so only the ends need a full sort.
-    let mut slots: Vec<&str> = Vec::new();
-    let mut starts: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(runs.len());
-    let mut ends: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(runs.len());
-    let mut last_slot = usize::MAX;
-    for (run, start, end) in clipped {
-        let team: &str = &run.team;
-        let slot = super::find_or_push(
-            &mut slots,
-            &mut last_slot,
-            |&s| super::same_str(s, team),
-            || team,
-        );
-        starts.push((start, slot, i64::from(run.gpus)));
-        ends.push((end, slot, -i64::from(run.gpus)));
-    }
-    for &team in &slots {
-        by_name.entry(team).or_insert_with(|| Lender {
-            name: team.to_string(),
-            quota: 0,
-            lend_limit: 0,
-        });
-    }
-    let index: BTreeMap<&str, usize> = by_name.keys().enumerate().map(|(i, &n)| (n, i)).collect();
-    let row_of_slot: Vec<usize> = slots.iter().map(|&s| index[s]).collect();
-    let lenders: Vec<Lender> = by_name.into_values().collect();
+    let (lenders, changes) = lenders_and_changes(runs, teams, first, last);
     let pool_row = lenders.len();
     let total_quota: u64 = lenders.iter().map(|l| l.quota).sum();
-    // Only the order of instants matters: every change at one instant is applied before the
-    // interval that starts there is counted.
-    starts.sort_by_key(|&(t, _, _)| t);
-    ends.sort_unstable_by_key(|&(t, _, _)| t);
-    let mut changes: Vec<(UnixSeconds, usize, i64)> = Vec::with_capacity(starts.len() + ends.len());
-    let (mut s, mut e) = (starts.into_iter().peekable(), ends.into_iter().peekable());
-    loop {
-        let next = match (s.peek(), e.peek()) {
-            (Some(a), Some(b)) if a.0 <= b.0 => s.next(),
-            (Some(_), Some(_)) | (None, Some(_)) => e.next(),
-            (Some(_), None) => s.next(),
-            (None, None) => break,
-        };
-        if let Some((t, slot, delta)) = next {
-            changes.push((t, row_of_slot[slot], delta));
-        }
-    }
-
     let mut steps = capacity.to_vec();
     steps.sort_by_key(|&(from, _)| from); // stable: of two steps at one instant the later wins
-
-    // The instants other than usage changes (few): bounds and capacity steps. Usage changes
-    // are merged in as the sweep goes.
-    let mut fixed: Vec<UnixSeconds> = bounds.to_vec();
-    fixed.extend(
-        steps
-            .iter()
-            .map(|&(from, _)| from)
-            .filter(|&from| first < from && from < last),
-    );
-    fixed.sort_unstable();
-    fixed.dedup();
+    let fixed = fixed_instants(bounds, &steps);
 
     let mut buckets = vec![
         Bucket {
@@ -393,46 +324,13 @@ fn sweep(
         while bounds[bucket + 1] <= t0 {
             bucket += 1;
         }
-        let dt = i128::from(t1 - t0);
+        let interval = Interval {
+            dt: i128::from(t1 - t0),
+            capacity: gpus_capacity,
+            total_quota,
+        };
         t0 = t1;
-        let sums = &mut buckets[bucket];
-        let pool = u64::from(gpus_capacity).saturating_sub(total_quota);
-        sums.capacity += i128::from(gpus_capacity) * dt;
-        sums.rows[pool_row].quota += i128::from(pool) * dt;
-
-        let (mut borrowed, mut lendable) = (0u64, pool);
-        for (row, lender) in lenders.iter().enumerate() {
-            // Never negative: every run's end is clipped like its start.
-            let used = held[row].max(0) as u64;
-            let in_quota = used.min(lender.quota);
-            let over = used - in_quota;
-            idle[row] = lender.lend_limit.min(lender.quota - in_quota);
-            borrowed += over;
-            lendable += idle[row];
-            let row_sums = &mut sums.rows[row];
-            row_sums.quota += i128::from(lender.quota) * dt;
-            row_sums.allocated += i128::from(used) * dt;
-            row_sums.in_quota += i128::from(in_quota) * dt;
-            row_sums.borrowed += i128::from(over) * dt;
-        }
-        if borrowed == 0 {
-            continue;
-        }
-        if borrowed <= lendable {
-            // One rounding per share: (B x weight x dt) / lendable.
-            let pro_rata = |weight: u64| exact(borrowed, weight, dt) / lendable as f64;
-            for (row, &weight) in idle.iter().enumerate() {
-                sums.rows[row].lent += pro_rata(weight);
-            }
-            sums.rows[pool_row].lent += pro_rata(pool);
-        } else {
-            let excess = i128::from(borrowed - lendable) * dt;
-            for (row, &weight) in idle.iter().enumerate() {
-                sums.rows[row].lent += exact(weight, 1, dt);
-            }
-            sums.rows[pool_row].lent += (i128::from(pool) * dt + excess) as f64;
-            sums.over_lendable += excess as f64;
-        }
+        count_interval(&mut buckets[bucket], &lenders, &held, &mut idle, interval);
     }
 
     buckets
@@ -446,6 +344,180 @@ fn sweep(
             finish(period, &lenders, sums)
         })
         .collect()
+}
+
+/// The rows of the split and the usage changes of `runs` clipped to `[first, last]`, each
+/// change on its row and in order of instant.
+fn lenders_and_changes(
+    runs: &[Run],
+    teams: &[TeamQuota],
+    first: UnixSeconds,
+    last: UnixSeconds,
+) -> (Vec<Lender>, Vec<Change>) {
+    let clipped = runs
+        .iter()
+        .map(|run| (run, run.start.max(first), run.end.min(last)))
+        .filter(|&(run, start, end)| start < end && run.gpus > 0);
+
+    // The rows: every team given (the first of a repeated name wins), then every other account
+    // with usage, with no quota; ordered by name. Runs come with few distinct accounts, often
+    // the same one over and over: the last one's row is tried first.
+    let mut by_name: BTreeMap<&str, Lender> = BTreeMap::new();
+    for team in teams {
+        by_name.entry(&team.name).or_insert_with(|| Lender {
+            name: team.name.clone(),
+            quota: u64::from(team.quota),
+            lend_limit: u64::from(team.lend_limit.min(team.quota)),
+        });
+    }
+    // Usage changes on account slots; slots become rows below. Starts and ends apart: runs
+    // mostly come in order of start (a report reads them by start time), which a stable sort
+    // merely checks, so only the ends need a full sort.
+    let mut slots: Vec<&str> = Vec::new();
+    let mut starts: Vec<Change> = Vec::with_capacity(runs.len());
+    let mut ends: Vec<Change> = Vec::with_capacity(runs.len());
+    let mut last_slot = usize::MAX;
+    for (run, start, end) in clipped {
+        let team: &str = &run.team;
+        let slot = super::find_or_push(
+            &mut slots,
+            &mut last_slot,
+            |&s| super::same_str(s, team),
+            || team,
+        );
+        starts.push((start, slot, i64::from(run.gpus)));
+        ends.push((end, slot, -i64::from(run.gpus)));
+    }
+    for &team in &slots {
+        by_name.entry(team).or_insert_with(|| Lender {
+            name: team.to_string(),
+            quota: 0,
+            lend_limit: 0,
+        });
+    }
+    let index: BTreeMap<&str, usize> = by_name.keys().enumerate().map(|(i, &n)| (n, i)).collect();
+    let row_of_slot: Vec<usize> = slots.iter().map(|&s| index[s]).collect();
+    let lenders: Vec<Lender> = by_name.into_values().collect();
+    // Only the order of instants matters: every change at one instant is applied before the
+    // interval that starts there is counted.
+    starts.sort_by_key(|&(t, _, _)| t);
+    ends.sort_unstable_by_key(|&(t, _, _)| t);
+    (lenders, merge_changes(starts, ends, &row_of_slot))
+}
+
+/// Starts and ends (each sorted by instant) merged into one list sorted by instant, their
+/// account slots made rows.
+fn merge_changes(starts: Vec<Change>, ends: Vec<Change>, row_of_slot: &[usize]) -> Vec<Change> {
+    let mut changes: Vec<Change> = Vec::with_capacity(starts.len() + ends.len());
+    let (mut s, mut e) = (starts.into_iter().peekable(), ends.into_iter().peekable());
+    loop {
+        let next = match (s.peek(), e.peek()) {
+            (Some(a), Some(b)) if a.0 <= b.0 => s.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => e.next(),
+            (Some(_), None) => s.next(),
+            (None, None) => break,
+        };
+        if let Some((t, slot, delta)) = next {
+            changes.push((t, row_of_slot[slot], delta));
+        }
+    }
+    changes
+}
+
+/// The instants other than usage changes (few): bounds and capacity steps within them, sorted.
+/// Usage changes are merged in as the sweep goes.
+fn fixed_instants(bounds: &[UnixSeconds], steps: &[CapacityStep]) -> Vec<UnixSeconds> {
+    let (first, last) = (bounds[0], bounds[bounds.len() - 1]);
+    let mut fixed: Vec<UnixSeconds> = bounds.to_vec();
+    fixed.extend(
+        steps
+            .iter()
+            .map(|&(from, _)| from)
+            .filter(|&from| first < from && from < last),
+    );
+    fixed.sort_unstable();
+    fixed.dedup();
+    fixed
+}
+
+/// One interval of the sweep, over which everything is constant.
+#[derive(Debug, Clone, Copy)]
+struct Interval {
+    /// Its length in seconds.
+    dt: i128,
+    /// The governed capacity C, in GPUs.
+    capacity: u32,
+    /// The sum of the quotas.
+    total_quota: u64,
+}
+
+/// Add one interval to its bucket: each row's quota, allocated, in-quota and borrowed
+/// GPU-seconds given the GPUs `held` per row, then what each lender lent. `idle` is scratch
+/// space (one per row), kept by the caller so that the sweep allocates nothing per interval.
+fn count_interval(
+    sums: &mut Bucket,
+    lenders: &[Lender],
+    held: &[i64],
+    idle: &mut [u64],
+    interval: Interval,
+) {
+    let Interval {
+        dt,
+        capacity,
+        total_quota,
+    } = interval;
+    let pool_row = lenders.len();
+    let pool = u64::from(capacity).saturating_sub(total_quota);
+    sums.capacity += i128::from(capacity) * dt;
+    sums.rows[pool_row].quota += i128::from(pool) * dt;
+
+    let (mut borrowed, mut lendable) = (0u64, pool);
+    for (row, lender) in lenders.iter().enumerate() {
+        // Never negative: every run's end is clipped like its start.
+        let used = held[row].max(0) as u64;
+        let in_quota = used.min(lender.quota);
+        let over = used - in_quota;
+        idle[row] = lender.lend_limit.min(lender.quota - in_quota);
+        borrowed += over;
+        lendable += idle[row];
+        let row_sums = &mut sums.rows[row];
+        row_sums.quota += i128::from(lender.quota) * dt;
+        row_sums.allocated += i128::from(used) * dt;
+        row_sums.in_quota += i128::from(in_quota) * dt;
+        row_sums.borrowed += i128::from(over) * dt;
+    }
+    if borrowed > 0 {
+        attribute_lent(sums, idle, pool, borrowed, lendable, dt);
+    }
+}
+
+/// The `borrowed` GPUs of an interval attributed to the lenders: pro rata of their `idle`
+/// quota and the `pool` within what is lendable; beyond it, each lender's whole lendable idle
+/// quota and the excess to `(pool)`, counted apart.
+fn attribute_lent(
+    sums: &mut Bucket,
+    idle: &[u64],
+    pool: u64,
+    borrowed: u64,
+    lendable: u64,
+    dt: i128,
+) {
+    let pool_row = idle.len();
+    if borrowed <= lendable {
+        // One rounding per share: (B x weight x dt) / lendable.
+        let pro_rata = |weight: u64| exact(borrowed, weight, dt) / lendable as f64;
+        for (row, &weight) in idle.iter().enumerate() {
+            sums.rows[row].lent += pro_rata(weight);
+        }
+        sums.rows[pool_row].lent += pro_rata(pool);
+    } else {
+        let excess = i128::from(borrowed - lendable) * dt;
+        for (row, &weight) in idle.iter().enumerate() {
+            sums.rows[row].lent += exact(weight, 1, dt);
+        }
+        sums.rows[pool_row].lent += (i128::from(pool) * dt + excess) as f64;
+        sums.over_lendable += excess as f64;
+    }
 }
 
 /// a x b x dt rounded once to f64: in 64-bit integers where the product fits (one instruction to

@@ -358,6 +358,16 @@ struct Segment {
 }
 
 impl Segment {
+    /// What a segment's tooltip says of its figure.
+    fn figure(&self) -> String {
+        match self.part {
+            Part::InQuota => format!("{} GPU-hours in quota", report::hours(self.value)),
+            Part::Borrowed => format!("{} GPU-hours borrowed", report::hours(self.value)),
+            Part::Lent => format!("{} GPU-hours lent", report::hours(self.value)),
+            Part::Cost => format!("total cost {}", report::money(Some(self.value))),
+        }
+    }
+
     /// Its signed extent: above the axis when positive.
     fn extent(&self) -> f64 {
         match self.part {
@@ -498,6 +508,19 @@ fn tick_label(v: f64) -> String {
 impl Chart<'_> {
     fn render(&self, out: &mut String) {
         let days = self.dates.len().max(1);
+        let axis = self.axis(days);
+        self.write_head(out, axis);
+        self.write_patterns(out);
+        self.write_grid(out, axis);
+        // Each day's band, its bar in the middle.
+        let band = PLOT_WIDTH / days as f64;
+        self.write_bars(out, axis, days, band);
+        self.write_dates(out, band);
+        self.write_legend(out);
+    }
+
+    /// The axis that holds the highest stack above 0 and the deepest below.
+    fn axis(&self, days: usize) -> Axis {
         let mut above = vec![0.0f64; days];
         let mut below = vec![0.0f64; days];
         for s in self.segments {
@@ -509,8 +532,11 @@ impl Chart<'_> {
             }
         }
         let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-        let axis = Axis::holding(max(&above), max(&below));
-        let scale = axis.scale();
+        Axis::holding(max(&above), max(&below))
+    }
+
+    /// The figure and the svg's opening, title and description.
+    fn write_head(&self, out: &mut String, axis: Axis) {
         let zero = axis.zero_y();
         let id = self.id;
         let _ = writeln!(
@@ -526,7 +552,10 @@ impl Chart<'_> {
             escape(&self.title),
             escape(&self.desc)
         );
+    }
 
+    fn write_patterns(&self, out: &mut String) {
+        let id = self.id;
         // Stripes in each row's colour for borrowed hours, and a grey one for the legend.
         let striped: Vec<usize> = {
             let mut s: Vec<usize> = self
@@ -553,7 +582,11 @@ impl Chart<'_> {
             pattern(format!("{id}-bkey"), "#444");
             out.push_str("</defs>\n");
         }
+    }
 
+    fn write_grid(&self, out: &mut String, axis: Axis) {
+        let scale = axis.scale();
+        let zero = axis.zero_y();
         // Grid and the y axis' labels.
         out.push_str("<g class=\"grid\">\n");
         let steps_above = (axis.above / axis.step).round() as i64;
@@ -584,9 +617,12 @@ impl Chart<'_> {
             coord(TOP + PLOT_HEIGHT / 2.0),
             escape(&self.axis)
         );
+    }
 
-        // The bars: each day's segments stacked from the axis, up and down.
-        let band = PLOT_WIDTH / days as f64;
+    /// The bars: each day's segments stacked from the axis, up and down; then the axis' 0.
+    fn write_bars(&self, out: &mut String, axis: Axis, days: usize, band: f64) {
+        let scale = axis.scale();
+        let zero = axis.zero_y();
         let bar = band * BAR_SHARE;
         let mut up = vec![0.0f64; days];
         let mut down = vec![0.0f64; days];
@@ -604,20 +640,8 @@ impl Chart<'_> {
                 down[s.day] -= e;
                 y
             };
-            let fill = match s.part {
-                Part::InQuota | Part::Cost => format!("fill=\"{}\"", series.color),
-                Part::Borrowed => format!("fill=\"url(#{id}-b{})\"", s.series),
-                Part::Lent => format!(
-                    "fill=\"{0}\" fill-opacity=\"0.35\" stroke=\"{0}\" stroke-width=\"0.6\"",
-                    series.color
-                ),
-            };
-            let figure = match s.part {
-                Part::InQuota => format!("{} GPU-hours in quota", report::hours(s.value)),
-                Part::Borrowed => format!("{} GPU-hours borrowed", report::hours(s.value)),
-                Part::Lent => format!("{} GPU-hours lent", report::hours(s.value)),
-                Part::Cost => format!("total cost {}", report::money(Some(s.value))),
-            };
+            let fill = self.fill(s);
+            let figure = s.figure();
             let date = &self.dates[s.day];
             let _ = writeln!(
                 out,
@@ -642,8 +666,24 @@ impl Chart<'_> {
             WIDTH - RIGHT,
             z = coord(zero)
         );
+    }
 
-        // The dates, as many as fit.
+    /// A segment's fill: its row's colour, striped where borrowed, pale where lent.
+    fn fill(&self, s: &Segment) -> String {
+        let id = self.id;
+        let series = &self.series[s.series];
+        match s.part {
+            Part::InQuota | Part::Cost => format!("fill=\"{}\"", series.color),
+            Part::Borrowed => format!("fill=\"url(#{id}-b{})\"", s.series),
+            Part::Lent => format!(
+                "fill=\"{0}\" fill-opacity=\"0.35\" stroke=\"{0}\" stroke-width=\"0.6\"",
+                series.color
+            ),
+        }
+    }
+
+    /// The dates, as many as fit.
+    fn write_dates(&self, out: &mut String, band: f64) {
         let every = ((DATE_ROOM / band).ceil() as usize).max(1);
         out.push_str("<g class=\"dates\">\n");
         for (d, date) in self.dates.iter().enumerate().step_by(every) {
@@ -657,17 +697,15 @@ impl Chart<'_> {
             );
         }
         out.push_str("</g>\n</svg>\n");
+    }
 
+    fn write_legend(&self, out: &mut String) {
+        let id = self.id;
         // The legend: the rows drawn, then what the fills mean.
         out.push_str("<figcaption><ul class=\"legend\">\n");
         let mut shown: Vec<usize> = self.segments.iter().map(|s| s.series).collect();
         shown.sort_unstable();
         shown.dedup();
-        let swatch = |fill: &str| {
-            format!(
-                "<svg class=\"swatch\" width=\"12\" height=\"12\" aria-hidden=\"true\"><rect width=\"12\" height=\"12\" {fill}/></svg>"
-            )
-        };
         for s in shown {
             let series = &self.series[s];
             let _ = writeln!(
@@ -690,6 +728,13 @@ impl Chart<'_> {
         }
         out.push_str("</figcaption>\n</figure>\n");
     }
+}
+
+/// A legend's swatch of `fill`.
+fn swatch(fill: &str) -> String {
+    format!(
+        "<svg class=\"swatch\" width=\"12\" height=\"12\" aria-hidden=\"true\"><rect width=\"12\" height=\"12\" {fill}/></svg>"
+    )
 }
 
 #[cfg(test)]

@@ -36,9 +36,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use teamshare_config::{Config, IdleCostSplit};
 
-use crate::model::cost::{team_costs, CostRule, TeamHours, TypedUsage, IDLE};
+use crate::model::cost::{team_costs, CostReport, CostRule, TeamHours, TypedUsage, IDLE};
 use crate::model::usage::{
-    peak_gpus, split_usage, CapacityStep, Run, SplitTotals, TeamQuota, POOL,
+    peak_gpus, split_usage, CapacityStep, Run, SplitTotals, TeamQuota, UsageSplit, POOL,
 };
 use crate::model::{find_or_push, same_str};
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
@@ -723,366 +723,48 @@ fn compute_usage_with(
     let with_cost = !params.rates.is_empty();
     let typed = !params.typed_teams.is_empty();
     let (steps, capacity_source) = capacity_steps(capacity, period, estimate);
-
-    // Per account, in the governed partitions and outside them. Few accounts, many runs (often
-    // several of one account in a row): short lists, the last one tried first. The split's
-    // runs: on totals (an untyped configuration), or per GPU type (a typed one).
-    let (mut governed, mut last_governed): (Vec<AccountUse>, usize) = (Vec::new(), usize::MAX);
-    let (mut outside, mut last_outside): (Vec<AccountUse>, usize) = (Vec::new(), usize::MAX);
-    let mut total_runs: Vec<Run> = Vec::new();
-    let (mut key_runs, mut last_key): (Vec<(&str, Vec<Run>)>, usize) = (Vec::new(), usize::MAX);
-    // Runs share their partition's string: the last one's answer is tried first.
-    let mut last_partition: Option<(&Arc<str>, bool)> = None;
-    for run in runs {
-        let end = run.end.unwrap_or(params.now);
-        let seconds = period.overlap(run.start, end);
-        if run.gpus == 0 || seconds <= 0 {
-            continue;
-        }
-        let inside = match last_partition {
-            Some((p, inside)) if Arc::ptr_eq(p, &run.partition) => inside,
-            _ => {
-                let inside = params.governs(&run.partition);
-                last_partition = Some((&run.partition, inside));
-                inside
-            }
-        };
-        let (accounts, last) = if inside {
-            (&mut governed, &mut last_governed)
-        } else {
-            (&mut outside, &mut last_outside)
-        };
-        let name: &str = &run.account;
-        let slot = find_or_push(
-            accounts,
-            last,
-            |a| same_str(a.name, name),
-            || AccountUse::new(name),
-        );
-        let account = &mut accounts[slot];
-        account.jobs += 1;
-        let mut run_gpus = 0;
-        for (key, gpus) in run_keys(run) {
-            run_gpus += gpus;
-            account.add(key, gpus, seconds);
-            if inside && typed {
-                let k = find_or_push(
-                    &mut key_runs,
-                    &mut last_key,
-                    |(k, _)| same_str(k, key),
-                    || (key, Vec::new()),
-                );
-                key_runs[k].1.push(Run {
-                    team: run.account.clone(),
-                    gpus: u32::try_from(gpus).unwrap_or(u32::MAX),
-                    start: run.start,
-                    end,
-                });
-            }
-        }
-        if inside && !typed {
-            total_runs.push(Run {
-                team: run.account.clone(),
-                gpus: u32::try_from(run_gpus).unwrap_or(u32::MAX),
-                start: run.start,
-                end,
-            });
-        }
-    }
-
-    // The GPU types of the report: governed ones, those with capacity, those used; `default`
-    // (no type) last.
-    let mut keys: Vec<&str> = params.typed_teams.keys().map(String::as_str).collect();
-    for s in &steps {
-        keys.extend(s.by_type.keys().map(String::as_str));
-        if sample_gpus(s, DEFAULT_RATE) > 0 {
-            keys.push(DEFAULT_RATE);
-        }
-    }
-    keys.extend(governed.iter().flat_map(|a| a.by_key.iter().map(|k| k.key)));
-    keys.sort_unstable_by_key(|&k| (k == DEFAULT_RATE, k));
-    keys.dedup();
-    let rank = |key: &str| keys.iter().position(|&k| k == key).unwrap_or(keys.len());
-    let account_of = |name: &str| governed.iter().find(|a| a.name == name);
-    let quota_of = |team: &str| {
-        params
-            .teams
-            .iter()
-            .find(|t| t.name == team)
-            .map(|t| t.quota)
-    };
-    let kind_of = |name: &str| {
-        if name == POOL {
-            RowKind::Pool
-        } else if quota_of(name).is_some() {
-            RowKind::Team
-        } else {
-            RowKind::Account
-        }
-    };
-    let capacity_seconds: Vec<f64> = keys
+    let mut tally = tally_runs(runs, params, period, typed);
+    let governed = &tally.governed;
+    let keys = report_keys(params, &steps, governed);
+    let capacity_seconds = keys
         .iter()
         .map(|&k| integrate(&key_steps(&steps, k), period))
         .collect();
-    let rate_of = |key: &str| params.rates.rate(Some(key));
+    let basis = ReportBasis {
+        params,
+        period,
+        with_cost,
+        steps: &steps,
+        keys,
+        capacity_seconds,
+        governed,
+    };
 
     // The split, into rows (teams and accounts by name, then the pool) with their type rows.
-    let mut rows: Vec<TeamRow> = Vec::new();
-    let mut row_index: BTreeMap<String, usize> = BTreeMap::new();
-    let mut row_of = |rows: &mut Vec<TeamRow>, name: &str| -> usize {
-        *row_index.entry(name.to_string()).or_insert_with(|| {
-            rows.push(TeamRow::empty(
-                name,
-                kind_of(name),
-                quota_of(name),
-                with_cost,
-            ));
-            rows.len() - 1
-        })
-    };
+    let mut split_rows = SplitRows::default();
     let (priced, totals) = if typed {
-        let no_quota: Vec<TeamQuota> = params
-            .teams
-            .iter()
-            .map(|t| TeamQuota {
-                name: t.name.clone(),
-                quota: 0,
-                lend_limit: 0,
-            })
-            .collect();
-        let mut priced = Vec::with_capacity(keys.len());
-        let mut totals = SplitTotals::default();
-        for (&key, &capacity) in keys.iter().zip(&capacity_seconds) {
-            let runs = key_runs
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map_or(&[][..], |(_, r)| r);
-            let teams = params.typed_teams.get(key).unwrap_or(&no_quota);
-            let split = split_usage(runs, teams, &key_steps(&steps, key), period);
-            debug_assert_eq!(split.totals.capacity, capacity);
-            for r in &split.rows {
-                let i = row_of(&mut rows, &r.team);
-                let row = &mut rows[i];
-                row.quota_seconds += r.quota;
-                row.in_quota_seconds += r.in_quota;
-                row.borrowed_seconds += r.borrowed;
-                row.lent_seconds += r.lent;
-                let used = account_of(&r.team).and_then(|a| a.of_key(key));
-                let team_quota = teams.iter().find(|t| t.name == r.team).map(|t| t.quota);
-                let kind = row.kind;
-                let t = row.type_row(key, with_cost);
-                t.quota = team_quota.filter(|_| kind == RowKind::Team);
-                t.jobs = used.map_or(0, |u| u.jobs);
-                t.gpu_seconds = used.map_or(0, |u| u.gpu_seconds);
-                t.quota_seconds = Some(r.quota);
-                t.in_quota_seconds = r.in_quota;
-                t.borrowed_seconds = r.borrowed;
-                t.lent_seconds = r.lent;
-            }
-            totals.capacity += split.totals.capacity;
-            totals.unallocated += split.totals.unallocated;
-            totals.allocated += split.totals.allocated;
-            totals.over_lendable += split.totals.over_lendable;
-            priced.push(TypedUsage::from_split(key, rate_of(key), &split));
-        }
-        (priced, totals)
+        split_typed(&basis, &tally.key_runs, &mut split_rows)
     } else {
-        let total_steps: Vec<CapacityStep> = steps.iter().map(|s| (s.ts, s.gpus)).collect();
-        let split = split_usage(&total_runs, &params.teams, &total_steps, period);
-        // Per type: each team's in-quota and borrowed hours in the proportions of its GPU-seconds
-        // of each type; what was lent in the proportions of every borrowed hour's type.
-        let mut borrowed_by_key = vec![0.0; keys.len()];
-        for r in &split.rows {
-            let i = row_of(&mut rows, &r.team);
-            let row = &mut rows[i];
-            row.quota_seconds = r.quota;
-            row.in_quota_seconds = r.in_quota;
-            row.borrowed_seconds = r.borrowed;
-            row.lent_seconds = r.lent;
-            let Some(used) = account_of(&r.team) else {
-                continue;
-            };
-            for k in &used.by_key {
-                let share = k.gpu_seconds as f64 / used.gpu_seconds as f64;
-                let t = row.type_row(k.key, with_cost);
-                t.jobs = k.jobs;
-                t.gpu_seconds = k.gpu_seconds;
-                t.in_quota_seconds = r.in_quota * share;
-                t.borrowed_seconds = r.borrowed * share;
-                borrowed_by_key[rank(k.key)] += t.borrowed_seconds;
-            }
-        }
-        let borrowed: f64 = borrowed_by_key.iter().sum();
-        if borrowed > 0.0 {
-            for row in rows.iter_mut().filter(|r| r.lent_seconds > 0.0) {
-                for (&key, b) in keys.iter().zip(&borrowed_by_key) {
-                    if *b > 0.0 {
-                        row.type_row(key, with_cost).lent_seconds = row.lent_seconds * b / borrowed;
-                    }
-                }
-            }
-        }
-        // Costs: each type's capacity at its rate; the quota hours (the quota-share weights) and
-        // the unallocated hours in the proportions of the capacity of each type.
-        let capacity_total: f64 = capacity_seconds.iter().sum();
-        let priced = keys
-            .iter()
-            .zip(&capacity_seconds)
-            .map(|(&key, &capacity)| {
-                let weight = if capacity_total > 0.0 {
-                    capacity / capacity_total
-                } else {
-                    1.0 / keys.len() as f64
-                };
-                TypedUsage {
-                    gpu_type: key.to_string(),
-                    rate_per_hour: rate_of(key),
-                    capacity_hours: capacity / SECONDS_PER_HOUR,
-                    unallocated_hours: split.totals.unallocated / SECONDS_PER_HOUR * weight,
-                    teams: split
-                        .rows
-                        .iter()
-                        .filter(|r| r.team != POOL)
-                        .map(|r| {
-                            let t = rows[row_index[&r.team]].of_type(key);
-                            TeamHours {
-                                team: r.team.clone(),
-                                quota_hours: r.quota / SECONDS_PER_HOUR * weight,
-                                in_quota_hours: t.map_or(0.0, |t| t.in_quota_hours()),
-                                borrowed_hours: t.map_or(0.0, |t| t.borrowed_hours()),
-                            }
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
-        (priced, split.totals)
+        split_untyped(&basis, &tally.total_runs, &mut split_rows)
     };
+    let mut rows = split_rows.rows;
     // The pool after the teams and accounts, whichever split listed them first.
     rows.sort_by(|a, b| {
         (a.kind == RowKind::Pool, &a.team).cmp(&(b.kind == RowKind::Pool, &b.team))
     });
-
-    // Jobs, exact GPU-seconds and list prices.
-    for row in &mut rows {
-        if let Some(used) = account_of(&row.team) {
-            row.jobs = used.jobs;
-            row.gpu_seconds = used.gpu_seconds;
-        }
-        if with_cost {
-            for t in &mut row.by_type {
-                t.cost = Some(t.gpu_seconds as f64 * rate_of(&t.gpu_type) / SECONDS_PER_HOUR);
-            }
-            row.cost = Some(row.by_type.iter().filter_map(|t| t.cost).sum());
-        }
-    }
-
-    // Costs.
+    add_usage_and_list_prices(&basis, &mut rows);
     let costs = with_cost.then(|| team_costs(&priced, params.cost_rule));
     if let Some(costs) = &costs {
-        for row in &mut rows {
-            let Some(c) = costs.row(&row.team) else {
-                continue;
-            };
-            row.allocated_cost = Some(c.allocated_cost);
-            row.idle_cost = Some(c.idle_cost);
-            row.total_cost = Some(c.total_cost);
-            for tc in &c.by_type {
-                let t = row.type_row(&tc.gpu_type, true);
-                t.allocated_cost = Some(tc.allocated_cost);
-                t.idle_cost = Some(tc.idle_cost);
-                t.total_cost = Some(tc.total_cost);
-            }
-        }
-        if let Some(idle) = costs.row(IDLE) {
-            let mut row = TeamRow::empty(IDLE, RowKind::Idle, None, true);
-            row.idle_cost = Some(idle.idle_cost);
-            row.total_cost = Some(idle.total_cost);
-            for tc in &idle.by_type {
-                let t = row.type_row(&tc.gpu_type, true);
-                t.idle_cost = Some(tc.idle_cost);
-                t.total_cost = Some(tc.total_cost);
-            }
-            rows.push(row);
-        }
+        add_costs(&mut rows, costs);
     }
     for row in &mut rows {
         row.by_type.retain(|t| !t.is_empty());
-        row.by_type.sort_by_key(|t| rank(&t.gpu_type));
+        row.by_type.sort_by_key(|t| basis.rank(&t.gpu_type));
     }
-
-    // Every type with capacity, usage or a quota (a rate alone makes no line).
-    let capacity_by_type: Vec<TypeCapacity> = keys
-        .iter()
-        .zip(&capacity_seconds)
-        .map(|(&key, &capacity)| {
-            let totals = costs
-                .as_ref()
-                .and_then(|c| c.types.iter().find(|t| t.gpu_type == key));
-            TypeCapacity {
-                gpu_type: key.to_string(),
-                rate_per_hour: with_cost.then(|| rate_of(key)),
-                capacity_seconds: capacity,
-                allocated_seconds: governed
-                    .iter()
-                    .filter_map(|a| a.of_key(key))
-                    .map(|k| k.gpu_seconds as f64)
-                    .sum(),
-                capacity_cost: totals.map(|t| t.capacity_cost),
-                idle_cost: totals.map(|t| t.idle_cost),
-            }
-        })
-        .filter(|c| {
-            c.capacity_seconds > 0.0
-                || c.allocated_seconds > 0.0
-                || params
-                    .quota_by_type
-                    .get(&c.gpu_type)
-                    .is_some_and(|&q| q > 0)
-        })
-        .collect();
-
-    // Outside the governed partitions: usage and its list price only.
-    outside.sort_by(|a, b| a.name.cmp(b.name));
-    let mut outside_rows: Vec<TeamRow> = outside
-        .iter()
-        .map(|a| {
-            let kind = if quota_of(a.name).is_some() {
-                RowKind::Team
-            } else {
-                RowKind::Account
-            };
-            let mut row = TeamRow::empty(a.name, kind, None, false);
-            row.jobs = a.jobs;
-            row.gpu_seconds = a.gpu_seconds;
-            let mut by_type: Vec<&KeyUse> = a.by_key.iter().collect();
-            by_type.sort_by_key(|k| (k.key == DEFAULT_RATE, k.key));
-            for k in by_type {
-                let t = row.type_row(k.key, false);
-                t.jobs = k.jobs;
-                t.gpu_seconds = k.gpu_seconds;
-                t.cost =
-                    with_cost.then(|| k.gpu_seconds as f64 * rate_of(k.key) / SECONDS_PER_HOUR);
-            }
-            row.cost = with_cost.then(|| row.by_type.iter().filter_map(|t| t.cost).sum());
-            row
-        })
-        .collect();
-
+    let capacity_by_type = capacity_by_type(&basis, costs.as_ref());
+    let mut outside_rows = outside_rows(&basis, &mut tally.outside);
     if !params.only.is_empty() {
-        rows.retain(|r| params.only.contains(&r.team));
-        outside_rows.retain(|r| params.only.contains(&r.team));
-        for name in &params.only {
-            if !rows.iter().any(|r| &r.team == name) {
-                rows.push(TeamRow::empty(name, RowKind::Account, None, with_cost));
-            }
-        }
-        let rank = |k: RowKind| match k {
-            RowKind::Team | RowKind::Account => 0,
-            RowKind::Pool => 1,
-            RowKind::Idle => 2,
-        };
-        rows.sort_by(|a, b| (rank(a.kind), &a.team).cmp(&(rank(b.kind), &b.team)));
+        keep_only(&mut rows, &mut outside_rows, &params.only, with_cost);
     }
 
     UsageReport {
@@ -1110,6 +792,474 @@ fn compute_usage_with(
             .map(|k| k.gpu_seconds as f64)
             .sum(),
     }
+}
+
+/// The runs of the counted period, tallied in one pass over them.
+struct PeriodRuns<'r> {
+    /// Per account, in the governed partitions.
+    governed: Vec<AccountUse<'r>>,
+    /// Per account, outside them.
+    outside: Vec<AccountUse<'r>>,
+    /// An untyped configuration's split takes the governed runs on their total GPUs...
+    total_runs: Vec<Run>,
+    /// ...a typed one's, per GPU type.
+    key_runs: Vec<(&'r str, Vec<Run>)>,
+}
+
+fn tally_runs<'r>(
+    runs: &'r [RunUsage],
+    params: &UsageParams,
+    period: Period,
+    typed: bool,
+) -> PeriodRuns<'r> {
+    // Few accounts, many runs (often several of one account in a row): short lists, the last
+    // one tried first.
+    let mut tally = PeriodRuns {
+        governed: Vec::new(),
+        outside: Vec::new(),
+        total_runs: Vec::new(),
+        key_runs: Vec::new(),
+    };
+    let (mut last_governed, mut last_outside, mut last_key) = (usize::MAX, usize::MAX, usize::MAX);
+    // Runs share their partition's string: the last one's answer is tried first.
+    let mut last_partition: Option<(&Arc<str>, bool)> = None;
+    for run in runs {
+        let end = run.end.unwrap_or(params.now);
+        let seconds = period.overlap(run.start, end);
+        if run.gpus == 0 || seconds <= 0 {
+            continue;
+        }
+        let inside = match last_partition {
+            Some((p, inside)) if Arc::ptr_eq(p, &run.partition) => inside,
+            _ => {
+                let inside = params.governs(&run.partition);
+                last_partition = Some((&run.partition, inside));
+                inside
+            }
+        };
+        let (accounts, last) = if inside {
+            (&mut tally.governed, &mut last_governed)
+        } else {
+            (&mut tally.outside, &mut last_outside)
+        };
+        let name: &str = &run.account;
+        let slot = find_or_push(
+            accounts,
+            last,
+            |a| same_str(a.name, name),
+            || AccountUse::new(name),
+        );
+        let account = &mut accounts[slot];
+        account.jobs += 1;
+        let mut run_gpus = 0;
+        for (key, gpus) in run_keys(run) {
+            run_gpus += gpus;
+            account.add(key, gpus, seconds);
+            if inside && typed {
+                let k = find_or_push(
+                    &mut tally.key_runs,
+                    &mut last_key,
+                    |(k, _)| same_str(k, key),
+                    || (key, Vec::new()),
+                );
+                tally.key_runs[k].1.push(split_run(run, gpus, end));
+            }
+        }
+        if inside && !typed {
+            tally.total_runs.push(split_run(run, run_gpus, end));
+        }
+    }
+    tally
+}
+
+/// A run as the split takes it: `gpus` of its GPUs until `end` (now, while it runs).
+fn split_run(run: &RunUsage, gpus: u64, end: UnixSeconds) -> Run {
+    Run {
+        team: run.account.clone(),
+        gpus: u32::try_from(gpus).unwrap_or(u32::MAX),
+        start: run.start,
+        end,
+    }
+}
+
+/// The GPU types of the report: governed ones, those with capacity, those used; `default`
+/// (no type) last.
+fn report_keys<'a>(
+    params: &'a UsageParams,
+    steps: &'a [CapacitySample],
+    governed: &[AccountUse<'a>],
+) -> Vec<&'a str> {
+    let mut keys: Vec<&str> = params.typed_teams.keys().map(String::as_str).collect();
+    for s in steps {
+        keys.extend(s.by_type.keys().map(String::as_str));
+        if sample_gpus(s, DEFAULT_RATE) > 0 {
+            keys.push(DEFAULT_RATE);
+        }
+    }
+    keys.extend(governed.iter().flat_map(|a| a.by_key.iter().map(|k| k.key)));
+    keys.sort_unstable_by_key(|&k| (k == DEFAULT_RATE, k));
+    keys.dedup();
+    keys
+}
+
+/// What the phases of the report after the tally read: the parameters, the report's GPU types
+/// in order with their capacity over the period, and the governed usage per account.
+struct ReportBasis<'a> {
+    params: &'a UsageParams,
+    period: Period,
+    with_cost: bool,
+    steps: &'a [CapacitySample],
+    keys: Vec<&'a str>,
+    /// Per key, in the same order.
+    capacity_seconds: Vec<f64>,
+    governed: &'a [AccountUse<'a>],
+}
+
+impl<'a> ReportBasis<'a> {
+    /// A type's place in the report's order (unknown ones last).
+    fn rank(&self, key: &str) -> usize {
+        self.keys
+            .iter()
+            .position(|&k| k == key)
+            .unwrap_or(self.keys.len())
+    }
+
+    fn account_of(&self, name: &str) -> Option<&AccountUse<'a>> {
+        self.governed.iter().find(|a| a.name == name)
+    }
+
+    fn quota_of(&self, team: &str) -> Option<u32> {
+        self.params
+            .teams
+            .iter()
+            .find(|t| t.name == team)
+            .map(|t| t.quota)
+    }
+
+    fn kind_of(&self, name: &str) -> RowKind {
+        if name == POOL {
+            RowKind::Pool
+        } else if self.quota_of(name).is_some() {
+            RowKind::Team
+        } else {
+            RowKind::Account
+        }
+    }
+
+    fn rate_of(&self, key: &str) -> f64 {
+        self.params.rates.rate(Some(key))
+    }
+}
+
+/// The rows the split makes, in the order it first names them, each found by its name.
+#[derive(Default)]
+struct SplitRows {
+    rows: Vec<TeamRow>,
+    index: BTreeMap<String, usize>,
+}
+
+impl SplitRows {
+    /// The index of `name`'s row, made empty if there is none yet.
+    fn of(&mut self, basis: &ReportBasis, name: &str) -> usize {
+        let rows = &mut self.rows;
+        *self.index.entry(name.to_string()).or_insert_with(|| {
+            rows.push(TeamRow::empty(
+                name,
+                basis.kind_of(name),
+                basis.quota_of(name),
+                basis.with_cost,
+            ));
+            rows.len() - 1
+        })
+    }
+}
+
+/// A typed configuration's split: per GPU type, that type's runs against the teams' quotas of
+/// that type and that type's capacity; each row sums its types. With the types' priced usage.
+fn split_typed(
+    basis: &ReportBasis,
+    key_runs: &[(&str, Vec<Run>)],
+    rows: &mut SplitRows,
+) -> (Vec<TypedUsage>, SplitTotals) {
+    let with_cost = basis.with_cost;
+    let no_quota: Vec<TeamQuota> = basis
+        .params
+        .teams
+        .iter()
+        .map(|t| TeamQuota {
+            name: t.name.clone(),
+            quota: 0,
+            lend_limit: 0,
+        })
+        .collect();
+    let mut priced = Vec::with_capacity(basis.keys.len());
+    let mut totals = SplitTotals::default();
+    for (&key, &capacity) in basis.keys.iter().zip(&basis.capacity_seconds) {
+        let runs = key_runs
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or(&[][..], |(_, r)| r);
+        let teams = basis.params.typed_teams.get(key).unwrap_or(&no_quota);
+        let split = split_usage(runs, teams, &key_steps(basis.steps, key), basis.period);
+        debug_assert_eq!(split.totals.capacity, capacity);
+        for r in &split.rows {
+            let i = rows.of(basis, &r.team);
+            let row = &mut rows.rows[i];
+            row.quota_seconds += r.quota;
+            row.in_quota_seconds += r.in_quota;
+            row.borrowed_seconds += r.borrowed;
+            row.lent_seconds += r.lent;
+            let used = basis.account_of(&r.team).and_then(|a| a.of_key(key));
+            let team_quota = teams.iter().find(|t| t.name == r.team).map(|t| t.quota);
+            let kind = row.kind;
+            let t = row.type_row(key, with_cost);
+            t.quota = team_quota.filter(|_| kind == RowKind::Team);
+            t.jobs = used.map_or(0, |u| u.jobs);
+            t.gpu_seconds = used.map_or(0, |u| u.gpu_seconds);
+            t.quota_seconds = Some(r.quota);
+            t.in_quota_seconds = r.in_quota;
+            t.borrowed_seconds = r.borrowed;
+            t.lent_seconds = r.lent;
+        }
+        totals.capacity += split.totals.capacity;
+        totals.unallocated += split.totals.unallocated;
+        totals.allocated += split.totals.allocated;
+        totals.over_lendable += split.totals.over_lendable;
+        priced.push(TypedUsage::from_split(key, basis.rate_of(key), &split));
+    }
+    (priced, totals)
+}
+
+/// An untyped configuration's split: on whole GPUs against total quotas, as the governor
+/// governs them, then spread over the types. With the types' priced usage.
+fn split_untyped(
+    basis: &ReportBasis,
+    total_runs: &[Run],
+    rows: &mut SplitRows,
+) -> (Vec<TypedUsage>, SplitTotals) {
+    let total_steps: Vec<CapacityStep> = basis.steps.iter().map(|s| (s.ts, s.gpus)).collect();
+    let split = split_usage(total_runs, &basis.params.teams, &total_steps, basis.period);
+    let borrowed_by_key = spread_over_types(basis, &split, rows);
+    lend_by_type(basis, &borrowed_by_key, &mut rows.rows);
+    let priced = untyped_prices(basis, &split, rows);
+    (priced, split.totals)
+}
+
+/// Each row's split; per type, each team's in-quota and borrowed hours in the proportions of
+/// its GPU-seconds of each type. The borrowed seconds per key, in the report's key order.
+fn spread_over_types(basis: &ReportBasis, split: &UsageSplit, rows: &mut SplitRows) -> Vec<f64> {
+    let mut borrowed_by_key = vec![0.0; basis.keys.len()];
+    for r in &split.rows {
+        let i = rows.of(basis, &r.team);
+        let row = &mut rows.rows[i];
+        row.quota_seconds = r.quota;
+        row.in_quota_seconds = r.in_quota;
+        row.borrowed_seconds = r.borrowed;
+        row.lent_seconds = r.lent;
+        let Some(used) = basis.account_of(&r.team) else {
+            continue;
+        };
+        for k in &used.by_key {
+            let share = k.gpu_seconds as f64 / used.gpu_seconds as f64;
+            let t = row.type_row(k.key, basis.with_cost);
+            t.jobs = k.jobs;
+            t.gpu_seconds = k.gpu_seconds;
+            t.in_quota_seconds = r.in_quota * share;
+            t.borrowed_seconds = r.borrowed * share;
+            borrowed_by_key[basis.rank(k.key)] += t.borrowed_seconds;
+        }
+    }
+    borrowed_by_key
+}
+
+/// What each row lent, per type in the proportions of every borrowed hour's type (so that per
+/// type, too, lent equals borrowed).
+fn lend_by_type(basis: &ReportBasis, borrowed_by_key: &[f64], rows: &mut [TeamRow]) {
+    let borrowed: f64 = borrowed_by_key.iter().sum();
+    if borrowed <= 0.0 {
+        return;
+    }
+    for row in rows.iter_mut().filter(|r| r.lent_seconds > 0.0) {
+        for (&key, b) in basis.keys.iter().zip(borrowed_by_key) {
+            if *b > 0.0 {
+                row.type_row(key, basis.with_cost).lent_seconds = row.lent_seconds * b / borrowed;
+            }
+        }
+    }
+}
+
+/// The untyped split priced per type: each type's capacity at its rate; the quota hours (the
+/// quota-share weights) and the unallocated hours in the proportions of the capacity of each
+/// type.
+fn untyped_prices(basis: &ReportBasis, split: &UsageSplit, rows: &SplitRows) -> Vec<TypedUsage> {
+    let keys = &basis.keys;
+    let capacity_total: f64 = basis.capacity_seconds.iter().sum();
+    keys.iter()
+        .zip(&basis.capacity_seconds)
+        .map(|(&key, &capacity)| {
+            let weight = if capacity_total > 0.0 {
+                capacity / capacity_total
+            } else {
+                1.0 / keys.len() as f64
+            };
+            TypedUsage {
+                gpu_type: key.to_string(),
+                rate_per_hour: basis.rate_of(key),
+                capacity_hours: capacity / SECONDS_PER_HOUR,
+                unallocated_hours: split.totals.unallocated / SECONDS_PER_HOUR * weight,
+                teams: split
+                    .rows
+                    .iter()
+                    .filter(|r| r.team != POOL)
+                    .map(|r| {
+                        let t = rows.rows[rows.index[&r.team]].of_type(key);
+                        TeamHours {
+                            team: r.team.clone(),
+                            quota_hours: r.quota / SECONDS_PER_HOUR * weight,
+                            in_quota_hours: t.map_or(0.0, |t| t.in_quota_hours()),
+                            borrowed_hours: t.map_or(0.0, |t| t.borrowed_hours()),
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// The list price of `gpu_seconds` at `rate_per_hour`.
+fn list_price(gpu_seconds: u128, rate_per_hour: f64) -> f64 {
+    gpu_seconds as f64 * rate_per_hour / SECONDS_PER_HOUR
+}
+
+/// Jobs, exact GPU-seconds and list prices.
+fn add_usage_and_list_prices(basis: &ReportBasis, rows: &mut [TeamRow]) {
+    for row in rows {
+        if let Some(used) = basis.account_of(&row.team) {
+            row.jobs = used.jobs;
+            row.gpu_seconds = used.gpu_seconds;
+        }
+        if basis.with_cost {
+            for t in &mut row.by_type {
+                t.cost = Some(list_price(t.gpu_seconds, basis.rate_of(&t.gpu_type)));
+            }
+            row.cost = Some(row.by_type.iter().filter_map(|t| t.cost).sum());
+        }
+    }
+}
+
+/// The allocated, idle and total costs of each row and its types; then the `(idle)` row.
+fn add_costs(rows: &mut Vec<TeamRow>, costs: &CostReport) {
+    for row in rows.iter_mut() {
+        let Some(c) = costs.row(&row.team) else {
+            continue;
+        };
+        row.allocated_cost = Some(c.allocated_cost);
+        row.idle_cost = Some(c.idle_cost);
+        row.total_cost = Some(c.total_cost);
+        for tc in &c.by_type {
+            let t = row.type_row(&tc.gpu_type, true);
+            t.allocated_cost = Some(tc.allocated_cost);
+            t.idle_cost = Some(tc.idle_cost);
+            t.total_cost = Some(tc.total_cost);
+        }
+    }
+    if let Some(idle) = costs.row(IDLE) {
+        let mut row = TeamRow::empty(IDLE, RowKind::Idle, None, true);
+        row.idle_cost = Some(idle.idle_cost);
+        row.total_cost = Some(idle.total_cost);
+        for tc in &idle.by_type {
+            let t = row.type_row(&tc.gpu_type, true);
+            t.idle_cost = Some(tc.idle_cost);
+            t.total_cost = Some(tc.total_cost);
+        }
+        rows.push(row);
+    }
+}
+
+/// Every type with capacity, usage or a quota (a rate alone makes no line).
+fn capacity_by_type(basis: &ReportBasis, costs: Option<&CostReport>) -> Vec<TypeCapacity> {
+    basis
+        .keys
+        .iter()
+        .zip(&basis.capacity_seconds)
+        .map(|(&key, &capacity)| {
+            let totals = costs.and_then(|c| c.types.iter().find(|t| t.gpu_type == key));
+            TypeCapacity {
+                gpu_type: key.to_string(),
+                rate_per_hour: basis.with_cost.then(|| basis.rate_of(key)),
+                capacity_seconds: capacity,
+                allocated_seconds: basis
+                    .governed
+                    .iter()
+                    .filter_map(|a| a.of_key(key))
+                    .map(|k| k.gpu_seconds as f64)
+                    .sum(),
+                capacity_cost: totals.map(|t| t.capacity_cost),
+                idle_cost: totals.map(|t| t.idle_cost),
+            }
+        })
+        .filter(|c| {
+            c.capacity_seconds > 0.0
+                || c.allocated_seconds > 0.0
+                || basis
+                    .params
+                    .quota_by_type
+                    .get(&c.gpu_type)
+                    .is_some_and(|&q| q > 0)
+        })
+        .collect()
+}
+
+/// Outside the governed partitions: usage and its list price only, by account name.
+fn outside_rows(basis: &ReportBasis, outside: &mut [AccountUse]) -> Vec<TeamRow> {
+    let with_cost = basis.with_cost;
+    outside.sort_by(|a, b| a.name.cmp(b.name));
+    outside
+        .iter()
+        .map(|a| {
+            let kind = if basis.quota_of(a.name).is_some() {
+                RowKind::Team
+            } else {
+                RowKind::Account
+            };
+            let mut row = TeamRow::empty(a.name, kind, None, false);
+            row.jobs = a.jobs;
+            row.gpu_seconds = a.gpu_seconds;
+            let mut by_type: Vec<&KeyUse> = a.by_key.iter().collect();
+            by_type.sort_by_key(|k| (k.key == DEFAULT_RATE, k.key));
+            for k in by_type {
+                let t = row.type_row(k.key, false);
+                t.jobs = k.jobs;
+                t.gpu_seconds = k.gpu_seconds;
+                t.cost = with_cost.then(|| list_price(k.gpu_seconds, basis.rate_of(k.key)));
+            }
+            row.cost = with_cost.then(|| row.by_type.iter().filter_map(|t| t.cost).sum());
+            row
+        })
+        .collect()
+}
+
+/// Only the rows named (`--only`): an empty row for a name without one; teams and accounts
+/// first, then the pool, then idle.
+fn keep_only(
+    rows: &mut Vec<TeamRow>,
+    outside_rows: &mut Vec<TeamRow>,
+    only: &[String],
+    with_cost: bool,
+) {
+    rows.retain(|r| only.contains(&r.team));
+    outside_rows.retain(|r| only.contains(&r.team));
+    for name in only {
+        if !rows.iter().any(|r| &r.team == name) {
+            rows.push(TeamRow::empty(name, RowKind::Account, None, with_cost));
+        }
+    }
+    let rank = |k: RowKind| match k {
+        RowKind::Team | RowKind::Account => 0,
+        RowKind::Pool => 1,
+        RowKind::Idle => 2,
+    };
+    rows.sort_by(|a, b| (rank(a.kind), &a.team).cmp(&(rank(b.kind), &b.team)));
 }
 
 /// The teams report as a table, CSV or JSON. `by_type`: the table shows each row's GPU types
@@ -1166,7 +1316,6 @@ where
         return "no days in the period\n".to_string();
     };
     let with_cost = first.capacity_cost.is_some();
-    let currency = currency_suffix(first);
     let mut header: Vec<String> = vec!["DATE".into(), "TEAM".into()];
     if by_type {
         header.push("TYPE".into());
@@ -1183,74 +1332,11 @@ where
         .map(String::from),
     );
     if with_cost {
-        header.push(format!("TOTAL-COST{currency}"));
+        header.push(format!("TOTAL-COST{}", currency_suffix(first)));
     }
     let mut lines: Vec<Vec<String>> = Vec::new();
     for day in days {
-        let date = tz
-            .timestamp_opt(day.period.since, 0)
-            .earliest()
-            .map(|t| t.naive_local().date().to_string())
-            .unwrap_or_default();
-        let mut first_line = true;
-        let mut push =
-            |team: &str, gpu_type: Option<&str>, cells: [String; 5], cost: Option<f64>| {
-                let mut v = vec![
-                    if first_line {
-                        date.clone()
-                    } else {
-                        String::new()
-                    },
-                    team.to_string(),
-                ];
-                if let Some(t) = gpu_type {
-                    v.push(t.to_string());
-                }
-                v.extend(cells);
-                v.insert(
-                    v.len(),
-                    if first_line {
-                        hours(day.capacity_gpu_seconds / SECONDS_PER_HOUR)
-                    } else {
-                        String::new()
-                    },
-                );
-                if with_cost {
-                    v.push(money(cost));
-                }
-                first_line = false;
-                lines.push(v);
-            };
-        for r in &day.rows {
-            push(
-                &r.team,
-                by_type.then_some(ALL_TYPES),
-                [
-                    r.jobs.to_string(),
-                    hours(r.gpu_hours()),
-                    hours(r.in_quota_hours()),
-                    hours(r.borrowed_hours()),
-                    hours(r.lent_hours()),
-                ],
-                r.total_cost,
-            );
-            if by_type {
-                for t in &r.by_type {
-                    push(
-                        &r.team,
-                        Some(&t.gpu_type),
-                        [
-                            t.jobs.to_string(),
-                            hours(t.gpu_hours()),
-                            hours(t.in_quota_hours()),
-                            hours(t.borrowed_hours()),
-                            hours(t.lent_hours()),
-                        ],
-                        t.total_cost,
-                    );
-                }
-            }
-        }
+        push_day_lines(&mut lines, day, by_type, with_cost, tz);
     }
     let last = &days[days.len() - 1];
     let mut out = title(
@@ -1265,6 +1351,78 @@ where
     out.push_str(&rules(first));
     out.push_str(&table::render(&header, &lines, 1, None));
     out
+}
+
+/// One day's lines of the table by day: its rows (with `by_type`, each row's types under it);
+/// the date and the day's capacity on the first line only.
+fn push_day_lines<Tz: chrono::TimeZone>(
+    lines: &mut Vec<Vec<String>>,
+    day: &UsageReport,
+    by_type: bool,
+    with_cost: bool,
+    tz: &Tz,
+) {
+    let date = tz
+        .timestamp_opt(day.period.since, 0)
+        .earliest()
+        .map(|t| t.naive_local().date().to_string())
+        .unwrap_or_default();
+    let mut first_line = true;
+    let mut push = |team: &str, gpu_type: Option<&str>, cells: [String; 5], cost: Option<f64>| {
+        let mut v = vec![
+            if first_line {
+                date.clone()
+            } else {
+                String::new()
+            },
+            team.to_string(),
+        ];
+        if let Some(t) = gpu_type {
+            v.push(t.to_string());
+        }
+        v.extend(cells);
+        v.insert(
+            v.len(),
+            if first_line {
+                hours(day.capacity_gpu_seconds / SECONDS_PER_HOUR)
+            } else {
+                String::new()
+            },
+        );
+        if with_cost {
+            v.push(money(cost));
+        }
+        first_line = false;
+        lines.push(v);
+    };
+    for r in &day.rows {
+        let row_cells = [
+            r.jobs.to_string(),
+            hours(r.gpu_hours()),
+            hours(r.in_quota_hours()),
+            hours(r.borrowed_hours()),
+            hours(r.lent_hours()),
+        ];
+        push(
+            &r.team,
+            by_type.then_some(ALL_TYPES),
+            row_cells,
+            r.total_cost,
+        );
+        if !by_type {
+            continue;
+        }
+        for t in &r.by_type {
+            let type_cells = [
+                t.jobs.to_string(),
+                hours(t.gpu_hours()),
+                hours(t.in_quota_hours()),
+                hours(t.borrowed_hours()),
+                hours(t.lent_hours()),
+            ];
+            push(&r.team, Some(&t.gpu_type), type_cells, t.total_cost);
+        }
+    }
 }
 
 /// The first line of a teams table, e.g. `GPU usage on c by day from ... (local time), GPU-hours
@@ -1377,7 +1535,6 @@ pub(crate) struct TableCells {
 /// the total of each type).
 pub(crate) fn teams_table_cells(report: &UsageReport, by_type: bool) -> TableCells {
     let with_cost = report.capacity_cost.is_some();
-    let currency = currency_suffix(report);
     let mut header: Vec<String> = vec!["TEAM".into()];
     if by_type {
         header.push("TYPE".into());
@@ -1397,30 +1554,62 @@ pub(crate) fn teams_table_cells(report: &UsageReport, by_type: bool) -> TableCel
     if with_cost {
         header.push("ALLOC-COST".into());
         header.push("IDLE-COST".into());
-        header.push(format!("TOTAL-COST{currency}"));
+        header.push(format!("TOTAL-COST{}", currency_suffix(report)));
     }
-    let cells = |l: Line<'_>| -> Vec<String> {
-        let mut v = vec![l.team.to_string()];
-        if by_type {
-            v.push(l.gpu_type.to_string());
-        }
-        v.extend([
-            l.jobs.to_string(),
-            l.quota.map(|q| q.to_string()).unwrap_or_default(),
-            hours(l.hours[0]),
-            hours(l.hours[1]),
-            hours(l.hours[2]),
-            hours(l.hours[3]),
-            percent(l.quota_used),
-        ]);
-        if with_cost {
-            v.extend(l.costs.map(money));
-        }
-        v
-    };
+    let cells = |l: Line<'_>| l.cells(by_type, with_cost);
     let mut lines: Vec<Vec<String>> = Vec::new();
     for r in &report.rows {
-        lines.push(cells(Line {
+        lines.push(cells(Line::of_row(r)));
+        if by_type {
+            for t in &r.by_type {
+                lines.push(cells(Line::of_type(r, t)));
+            }
+        }
+    }
+    let rule_before = lines.len();
+    // The total of the rows, then with types the total of each type's lines.
+    lines.push(cells(Line::total(report)));
+    if by_type {
+        for c in &report.capacity_by_type {
+            lines.push(cells(Line::total_of_type(report, &c.gpu_type)));
+        }
+    }
+    TableCells {
+        header,
+        lines,
+        total_from: rule_before,
+    }
+}
+
+/// The sum of the costs there are; None where there is none.
+fn sum_cost(costs: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    costs.flatten().reduce(|a, b| a + b)
+}
+
+impl<'a> Line<'a> {
+    /// The line's cells: `by_type`, with its type; `with_cost`, with its costs.
+    fn cells(self, by_type: bool, with_cost: bool) -> Vec<String> {
+        let mut v = vec![self.team.to_string()];
+        if by_type {
+            v.push(self.gpu_type.to_string());
+        }
+        v.extend([
+            self.jobs.to_string(),
+            self.quota.map(|q| q.to_string()).unwrap_or_default(),
+            hours(self.hours[0]),
+            hours(self.hours[1]),
+            hours(self.hours[2]),
+            hours(self.hours[3]),
+            percent(self.quota_used),
+        ]);
+        if with_cost {
+            v.extend(self.costs.map(money));
+        }
+        v
+    }
+
+    fn of_row(r: &'a TeamRow) -> Line<'a> {
+        Line {
             team: &r.team,
             gpu_type: ALL_TYPES,
             jobs: r.jobs,
@@ -1433,93 +1622,87 @@ pub(crate) fn teams_table_cells(report: &UsageReport, by_type: bool) -> TableCel
             ],
             quota_used: r.quota_used_percent(),
             costs: [r.allocated_cost, r.idle_cost, r.total_cost],
-        }));
-        if by_type {
-            for t in &r.by_type {
-                lines.push(cells(Line {
-                    team: &r.team,
-                    gpu_type: &t.gpu_type,
-                    jobs: t.jobs,
-                    quota: t.quota.map(u64::from),
-                    hours: [
-                        t.gpu_hours(),
-                        t.in_quota_hours(),
-                        t.borrowed_hours(),
-                        t.lent_hours(),
-                    ],
-                    quota_used: t.quota_used_percent(),
-                    costs: [t.allocated_cost, t.idle_cost, t.total_cost],
-                }));
-            }
         }
     }
-    let rule_before = lines.len();
-    // The total of the rows, then with types the total of each type's lines.
-    let sum_cost =
-        |costs: &mut dyn Iterator<Item = Option<f64>>| costs.flatten().reduce(|a, b| a + b);
-    let teams = || report.rows.iter().filter(|r| r.kind == RowKind::Team);
-    let team_quota: f64 = teams().map(|r| r.quota_seconds).sum();
-    let team_in_quota: f64 = teams().map(|r| r.in_quota_seconds).sum();
-    let total_seconds: u128 = report.rows.iter().map(|r| r.gpu_seconds).sum();
-    lines.push(cells(Line {
-        team: "total",
-        gpu_type: ALL_TYPES,
-        jobs: report.rows.iter().map(|r| r.jobs).sum(),
-        quota: report
+
+    fn of_type(r: &'a TeamRow, t: &'a TypeRow) -> Line<'a> {
+        Line {
+            team: &r.team,
+            gpu_type: &t.gpu_type,
+            jobs: t.jobs,
+            quota: t.quota.map(u64::from),
+            hours: [
+                t.gpu_hours(),
+                t.in_quota_hours(),
+                t.borrowed_hours(),
+                t.lent_hours(),
+            ],
+            quota_used: t.quota_used_percent(),
+            costs: [t.allocated_cost, t.idle_cost, t.total_cost],
+        }
+    }
+
+    /// The total of the rows; QUOTA-USED over the teams' quotas only.
+    fn total(report: &'a UsageReport) -> Line<'a> {
+        let rows = &report.rows;
+        let teams = || rows.iter().filter(|r| r.kind == RowKind::Team);
+        let team_quota: f64 = teams().map(|r| r.quota_seconds).sum();
+        let team_in_quota: f64 = teams().map(|r| r.in_quota_seconds).sum();
+        let total_seconds: u128 = rows.iter().map(|r| r.gpu_seconds).sum();
+        Line {
+            team: "total",
+            gpu_type: ALL_TYPES,
+            jobs: rows.iter().map(|r| r.jobs).sum(),
+            quota: rows
+                .iter()
+                .filter_map(|r| r.quota.map(u64::from))
+                .reduce(|a, b| a + b),
+            hours: [
+                total_seconds as f64 / SECONDS_PER_HOUR,
+                rows.iter().map(TeamRow::in_quota_hours).sum(),
+                rows.iter().map(TeamRow::borrowed_hours).sum(),
+                rows.iter().map(TeamRow::lent_hours).sum(),
+            ],
+            quota_used: (team_quota > 0.0).then(|| 100.0 * team_in_quota / team_quota),
+            costs: [
+                sum_cost(rows.iter().map(|r| r.allocated_cost)),
+                sum_cost(rows.iter().map(|r| r.idle_cost)),
+                sum_cost(rows.iter().map(|r| r.total_cost)),
+            ],
+        }
+    }
+
+    /// The total of the lines of `gpu_type`; its QUOTA and QUOTA-USED over the teams' only.
+    fn total_of_type(report: &'a UsageReport, gpu_type: &'a str) -> Line<'a> {
+        let of_type: Vec<(&TeamRow, &TypeRow)> = report
             .rows
             .iter()
-            .filter_map(|r| r.quota.map(u64::from))
-            .reduce(|a, b| a + b),
-        hours: [
-            total_seconds as f64 / SECONDS_PER_HOUR,
-            report.rows.iter().map(TeamRow::in_quota_hours).sum(),
-            report.rows.iter().map(TeamRow::borrowed_hours).sum(),
-            report.rows.iter().map(TeamRow::lent_hours).sum(),
-        ],
-        quota_used: (team_quota > 0.0).then(|| 100.0 * team_in_quota / team_quota),
-        costs: [
-            sum_cost(&mut report.rows.iter().map(|r| r.allocated_cost)),
-            sum_cost(&mut report.rows.iter().map(|r| r.idle_cost)),
-            sum_cost(&mut report.rows.iter().map(|r| r.total_cost)),
-        ],
-    }));
-    if by_type {
-        for c in &report.capacity_by_type {
-            let of_type: Vec<(&TeamRow, &TypeRow)> = report
-                .rows
-                .iter()
-                .filter_map(|r| r.of_type(&c.gpu_type).map(|t| (r, t)))
-                .collect();
-            let team_types = || of_type.iter().filter(|(r, _)| r.kind == RowKind::Team);
-            let quota: f64 = team_types().filter_map(|(_, t)| t.quota_seconds).sum();
-            let in_quota: f64 = team_types().map(|(_, t)| t.in_quota_seconds).sum();
-            let h = |f: fn(&TypeRow) -> f64| of_type.iter().map(|(_, t)| f(t)).sum::<f64>();
-            lines.push(cells(Line {
-                team: "total",
-                gpu_type: &c.gpu_type,
-                jobs: of_type.iter().map(|(_, t)| t.jobs).sum(),
-                quota: team_types()
-                    .filter_map(|(_, t)| t.quota.map(u64::from))
-                    .reduce(|a, b| a + b),
-                hours: [
-                    h(TypeRow::gpu_hours),
-                    h(TypeRow::in_quota_hours),
-                    h(TypeRow::borrowed_hours),
-                    h(TypeRow::lent_hours),
-                ],
-                quota_used: (quota > 0.0).then(|| 100.0 * in_quota / quota),
-                costs: [
-                    sum_cost(&mut of_type.iter().map(|(_, t)| t.allocated_cost)),
-                    sum_cost(&mut of_type.iter().map(|(_, t)| t.idle_cost)),
-                    sum_cost(&mut of_type.iter().map(|(_, t)| t.total_cost)),
-                ],
-            }));
+            .filter_map(|r| r.of_type(gpu_type).map(|t| (r, t)))
+            .collect();
+        let team_types = || of_type.iter().filter(|(r, _)| r.kind == RowKind::Team);
+        let quota: f64 = team_types().filter_map(|(_, t)| t.quota_seconds).sum();
+        let in_quota: f64 = team_types().map(|(_, t)| t.in_quota_seconds).sum();
+        let h = |f: fn(&TypeRow) -> f64| of_type.iter().map(|(_, t)| f(t)).sum::<f64>();
+        Line {
+            team: "total",
+            gpu_type,
+            jobs: of_type.iter().map(|(_, t)| t.jobs).sum(),
+            quota: team_types()
+                .filter_map(|(_, t)| t.quota.map(u64::from))
+                .reduce(|a, b| a + b),
+            hours: [
+                h(TypeRow::gpu_hours),
+                h(TypeRow::in_quota_hours),
+                h(TypeRow::borrowed_hours),
+                h(TypeRow::lent_hours),
+            ],
+            quota_used: (quota > 0.0).then(|| 100.0 * in_quota / quota),
+            costs: [
+                sum_cost(of_type.iter().map(|(_, t)| t.allocated_cost)),
+                sum_cost(of_type.iter().map(|(_, t)| t.idle_cost)),
+                sum_cost(of_type.iter().map(|(_, t)| t.total_cost)),
+            ],
         }
-    }
-    TableCells {
-        header,
-        lines,
-        total_from: rule_before,
     }
 }
 

@@ -159,6 +159,40 @@ fn burst(c: &Cluster) -> TestResult {
     })
 }
 
+/// A job array's tasks: (task, raw job id, priority, start time).
+type Tasks = Vec<(String, String, u64, String)>;
+
+/// The running tasks of job array `array` and its pending ones, from one squeue read: two
+/// reads would compare a running task with a record the governor updated in between (it
+/// lowered the record and the tasks that had just started from it, still at the record's old
+/// priority, in one update; read before it, those tasks looked ranked above the record).
+fn running_and_pending(c: &Cluster, array: &str) -> Result<(Tasks, Tasks), String> {
+    let out = c.ok(
+        "squeue",
+        &["-h", "-j", array, "-t", "R,PD", "-o", "%t|%i|%A|%Q|%S"],
+    )?;
+    let (mut running, mut pending) = (Vec::new(), Vec::new());
+    for l in out.lines() {
+        let f: Vec<&str> = l.trim().split('|').collect();
+        let (Some(state), Some(task), Some(id), Some(Ok(prio)), Some(start)) = (
+            f.first(),
+            f.get(1),
+            f.get(2),
+            f.get(3).map(|p| p.parse::<u64>()),
+            f.get(4),
+        ) else {
+            continue;
+        };
+        let t = (task.to_string(), id.to_string(), prio, start.to_string());
+        match *state {
+            "R" => running.push(t),
+            "PD" => pending.push(t),
+            _ => {}
+        }
+    }
+    Ok((running, pending))
+}
+
 /// The tasks of job array `array` in `state` (squeue's `-t`): (task, raw job id, priority,
 /// start time).
 fn tasks(
@@ -257,8 +291,7 @@ fn arrays(c: &Cluster) -> TestResult {
         // Every running task keeps its own (protected or victim) priority, above the pending
         // record's borrow band: an update of the record by the array's id would have given
         // them all the record's.
-        let running = tasks(c, &array, "R")?;
-        let pending = tasks(c, &array, "PD")?;
+        let (running, pending) = running_and_pending(c, &array)?;
         let lowest_running = running.iter().map(|t| t.2).min().unwrap_or(0);
         let highest_pending = pending.iter().map(|t| t.2).max().unwrap_or(0);
         ensure(
@@ -336,8 +369,8 @@ fn watch_ranks(
         ensure(Instant::now() < deadline, || {
             format!("timed out waiting for {n} running tasks of array {array}")
         })?;
-        let running = tasks(c, array, "R")?;
-        if let Some(record) = tasks(c, array, "PD")?.iter().map(|t| t.2).max() {
+        let (running, pending) = running_and_pending(c, array)?;
+        if let Some(record) = pending.iter().map(|t| t.2).max() {
             for t in &running {
                 if t.2 > record {
                     ranked.insert(t.0.clone());

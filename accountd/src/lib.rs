@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod model;
 pub mod parsable;
 pub mod period;
+pub mod replay;
 pub mod report;
 pub mod sacct;
 pub mod sample;

@@ -1,8 +1,53 @@
-//! The simulation (see the module `replay`).
+//! The simulation: Slurm's scheduler as teamshare configures it, driven by the governor's own
+//! [`governance::plan`] at every pass.
+//!
+//! What it models, each an assumption stated in docs/design/replay.md and tested:
+//! - **The governor.** A pass runs whenever something changed (a submission, an end, a
+//!   preemption, a job becoming eligible, a drain) while jobs wait, one more a pass interval
+//!   after a pass that let jobs start, and at the instants a rule depends on time (a victim's
+//!   `min_runtime_before_reclaim` ending, the reclaim fallback's second). Each pass is
+//!   [`governance::plan`] on the jobs as squeue would show them: the priorities it sets, the
+//!   team limits (`GrpTRES`), parking and release of non-preemptible jobs, and the requeues it
+//!   makes itself (reclaim fallback, displacement by a higher class, violations).
+//! - **Submission.** The plugin's own checks ([`submit::screen`]) and the cluster's size: a job
+//!   the candidate would refuse is counted as rejected and never queued.
+//! - **Slurm's scheduler.** Pending jobs in priority order (equal priorities: oldest submission,
+//!   then id), each started where it fits if its team's limit allows; a job that does not fit
+//!   may preempt running jobs of lower priority that have run `min_runtime_before_reclaim`
+//!   (preempt/qos with `PreemptMode=WITHIN` and `PreemptExemptTime`), on the node where the
+//!   fewest lowest-priority ones make room; else it gets a reservation from the running jobs'
+//!   time limits (backfill plans with limits, not run times) and a lower job starts only if it
+//!   fits now and either ends by its limit before the reservation or uses none of its nodes.
+//! - **Placement.** Nodes with GPUs of one type; a job's GPUs spread evenly over the nodes it
+//!   asks for; whole-node jobs take every GPU of their nodes; typed jobs only on their type.
+//! - **Preemption's cost.** A preempted job keeps its GPUs for `reclaim_grace`, then is
+//!   requeued and may start again after the requeue delay; it restarts from zero unless its
+//!   class or account checkpoints (then it loses at most the interval). The lost work is run
+//!   again (it is demand).
+//! - **Drains.** A drained node takes no new job; its running jobs finish.
+//! - **Determinism.** Events at one instant are applied in a fixed order (ends, then grace
+//!   ends, drains, submissions, eligibility, cancellations), and nothing depends on a hash.
 
-use teamshare_config::Config;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
 
-use super::{Cluster, Outcome, Secs, SimParams, Trace};
+use teamshare_config::{Config, IdleSharing};
+use teamshare_policy::governance::{self, ClusterJob, GovernInput, Phase, RECLAIM_FALLBACK_SECS};
+use teamshare_policy::priority::{self, encode, BORROW_BASE, VICTIM_BASE};
+use teamshare_policy::submit::{self, GpuAsk, SubmitRequest};
+
+use super::{Cluster, JobOutcome, Outcome, Secs, SimParams, SimRun, Trace, TraceJob};
+use crate::model::fairshare;
+
+/// How often the fair-share factors are recomputed (Slurm's `PriorityCalcPeriod` default).
+const FAIRSHARE_PERIOD: Secs = 300;
+/// How many blocked jobs may hold a backfill reservation at once.
+const MAX_RESERVATIONS: usize = 4;
+/// How many pending jobs one scheduling pass looks at (Slurm's `bf_max_job_test` default).
+const MAX_JOBS_TESTED: usize = 500;
+/// How often progress is reported, in simulated seconds.
+const PROGRESS_EVERY: Secs = 86_400;
 
 /// Replay `trace` under `config`. `progress` is told the simulated time now and then.
 pub fn simulate(
@@ -11,8 +56,9 @@ pub fn simulate(
     params: &SimParams,
     progress: &mut dyn FnMut(Secs),
 ) -> Outcome {
-    let _ = (trace, config, params, progress);
-    todo!("the simulator")
+    let mut sim = Sim::new(trace, config, params);
+    sim.run(progress);
+    sim.finish()
 }
 
 /// The usable GPUs over time as steps `(from, gpus)`, starting at `since` with every node of
@@ -40,4 +86,1434 @@ pub fn capacity_steps(cluster: &Cluster, since: Secs, total: u32) -> Vec<(Secs, 
         }
     }
     steps
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Not submitted yet, or refused.
+    Future,
+    Pending,
+    Running,
+    /// Preempted: holds its GPUs until the grace time ends.
+    Grace,
+    Done,
+}
+
+/// What happens at an instant; the order of the variants is the order events of one instant
+/// are applied in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    End,
+    GraceEnd,
+    Drain,
+    Undrain,
+    Eligible,
+    Cancel,
+    Wake,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Event {
+    at: Secs,
+    kind: Kind,
+    seq: u64,
+    /// A job's index, or a node's for drains.
+    target: usize,
+    /// The job's run the event belongs to (a stale end is ignored).
+    serial: u32,
+}
+
+struct Node {
+    name: String,
+    gpus: u32,
+    gpu_type: Option<String>,
+    free: u32,
+    drained: bool,
+}
+
+struct Job {
+    state: State,
+    team: Option<usize>,
+    gpus: u32,
+    nodes: u32,
+    exclusive: bool,
+    gpu_type: Option<String>,
+    time_limit: Secs,
+    class_idx: u8,
+    /// Work still to do, seconds.
+    remaining: Secs,
+    eligible_at: Secs,
+    priority: u32,
+    parked: bool,
+    /// Preempted others for itself: waits for their grace to end before preempting again.
+    awaiting_until: Secs,
+    run_start: Secs,
+    run_borrowed: bool,
+    serial: u32,
+    /// (node, GPUs) held.
+    alloc: Vec<(usize, u32)>,
+    /// Its row in the jobs shown to the governor.
+    row: Option<usize>,
+    checkpoint: Option<Secs>,
+}
+
+struct Reservation {
+    start: Secs,
+    nodes: Vec<usize>,
+}
+
+struct Sim<'a> {
+    trace: &'a Trace,
+    config: &'a Config,
+    params: &'a SimParams,
+    typed: bool,
+    grace: Secs,
+    exempt: Secs,
+    requeue_delay: Secs,
+    nodes: Vec<Node>,
+    jobs: Vec<Job>,
+    out: Vec<JobOutcome>,
+    /// What squeue would show the governor: pending (eligible) and running jobs.
+    rows: Vec<ClusterJob>,
+    row_job: Vec<usize>,
+    events: BinaryHeap<Reverse<Event>>,
+    seq: u64,
+    next_submit: usize,
+    now: Secs,
+    /// GPUs held per team (running and in grace), and per (team, type) when typed.
+    used: Vec<u32>,
+    used_typed: BTreeMap<(usize, String), u32>,
+    limits: Vec<u32>,
+    type_limits: BTreeMap<(usize, String), u32>,
+    fairshare: BTreeMap<String, f64>,
+    decayed: BTreeMap<String, f64>,
+    last_decay: Secs,
+    last_fairshare: Secs,
+    dirty: bool,
+    pending: usize,
+    passes: u64,
+    last_pass: Secs,
+    team_names: Vec<Arc<str>>,
+}
+
+impl<'a> Sim<'a> {
+    fn new(trace: &'a Trace, config: &'a Config, params: &'a SimParams) -> Sim<'a> {
+        let nodes: Vec<Node> = trace
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| Node {
+                name: n.name.clone(),
+                gpus: n.gpus,
+                gpu_type: n.gpu_type.clone(),
+                free: n.gpus,
+                drained: false,
+            })
+            .collect();
+        let reclaim_cancels =
+            config.governance.reclaim_mode == teamshare_config::ReclaimMode::Cancel;
+        let mut sim = Sim {
+            trace,
+            config,
+            params,
+            typed: config.is_typed(),
+            grace: secs(config.governance.reclaim_grace),
+            exempt: secs(config.governance.min_runtime_before_reclaim),
+            // A cancelled job is resubmitted by its owner at once (an assumption).
+            requeue_delay: if reclaim_cancels {
+                0
+            } else {
+                params.requeue_delay
+            },
+            nodes,
+            jobs: Vec::with_capacity(trace.jobs.len()),
+            out: Vec::with_capacity(trace.jobs.len()),
+            rows: Vec::new(),
+            row_job: Vec::new(),
+            events: BinaryHeap::new(),
+            seq: 0,
+            next_submit: 0,
+            now: trace.since,
+            used: vec![0; config.teams.len()],
+            used_typed: BTreeMap::new(),
+            limits: config.teams.iter().map(|t| t.quota.total).collect(),
+            type_limits: BTreeMap::new(),
+            fairshare: BTreeMap::new(),
+            decayed: BTreeMap::new(),
+            last_decay: trace.since,
+            last_fairshare: Secs::MIN,
+            dirty: false,
+            pending: 0,
+            passes: 0,
+            last_pass: Secs::MIN,
+            team_names: config
+                .teams
+                .iter()
+                .map(|t| Arc::from(t.name.as_str()))
+                .collect(),
+        };
+        for (i, t) in config.teams.iter().enumerate() {
+            for (k, q) in &t.quota.by_type {
+                sim.type_limits.insert((i, k.clone()), *q);
+            }
+        }
+        for (i, j) in trace.jobs.iter().enumerate() {
+            let job = sim.job_of(j);
+            sim.jobs.push(job);
+            sim.out.push(JobOutcome {
+                job: i,
+                ..JobOutcome::default()
+            });
+        }
+        for d in &trace.cluster.drains {
+            if let Some(n) = sim.nodes.iter().position(|n| n.name == d.node) {
+                if d.until > d.since {
+                    sim.push(d.since, Kind::Drain, n, 0);
+                    sim.push(d.until, Kind::Undrain, n, 0);
+                }
+            }
+        }
+        sim
+    }
+
+    fn job_of(&self, j: &TraceJob) -> Job {
+        let team = self.config.teams.iter().position(|t| t.name == j.team);
+        let class = j
+            .class
+            .as_deref()
+            .and_then(|c| governance::class_index(self.config, c));
+        let checkpoint = [j.class.as_deref(), Some(j.team.as_str())]
+            .into_iter()
+            .flatten()
+            .find_map(|name| self.params.checkpoint.get(name).copied());
+        Job {
+            state: State::Future,
+            team,
+            gpus: j.gpus,
+            nodes: j.nodes.max(1),
+            exclusive: j.exclusive,
+            gpu_type: j.gpu_type.clone(),
+            time_limit: j.time_limit.max(1),
+            class_idx: class.unwrap_or(0),
+            remaining: j.work.max(0),
+            eligible_at: j.eligible.max(j.submit),
+            priority: encode(BORROW_BASE, class.unwrap_or(0)),
+            parked: false,
+            awaiting_until: Secs::MIN,
+            run_start: 0,
+            run_borrowed: false,
+            serial: 0,
+            alloc: Vec::new(),
+            row: None,
+            checkpoint,
+        }
+    }
+
+    fn push(&mut self, at: Secs, kind: Kind, target: usize, serial: u32) {
+        self.seq += 1;
+        self.events.push(Reverse(Event {
+            at,
+            kind,
+            seq: self.seq,
+            target,
+            serial,
+        }));
+    }
+
+    /// The next instant something happens, if any before the trace's end.
+    fn next_instant(&self) -> Option<Secs> {
+        let submit = self.trace.jobs.get(self.next_submit).map(|j| j.submit);
+        let event = self.events.peek().map(|Reverse(e)| e.at);
+        let t = match (submit, event) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        (t < self.trace.until).then_some(t.max(self.now))
+    }
+
+    fn run(&mut self, progress: &mut dyn FnMut(Secs)) {
+        let mut last_progress = self.trace.since;
+        while let Some(t) = self.next_instant() {
+            self.advance(t);
+            if t - last_progress >= PROGRESS_EVERY {
+                progress(t);
+                last_progress = t;
+            }
+            self.apply_events(t);
+            if self.dirty && self.pending > 0 {
+                self.pass();
+            }
+            let started = self.schedule();
+            if started && self.pending > 0 {
+                self.push(t + self.params.pass_interval.max(1), Kind::Wake, 0, 0);
+            }
+        }
+        self.advance(self.trace.until);
+        progress(self.trace.until);
+    }
+
+    /// Moves the clock, decaying the fair-share usage over the time that passed.
+    fn advance(&mut self, t: Secs) {
+        if t <= self.now {
+            return;
+        }
+        let dt = t - self.now;
+        if self.config.cluster.idle_sharing == IdleSharing::FairShare {
+            let half = self.config.accountd.fairshare_half_life.as_secs_f64();
+            let decay = if half > 0.0 {
+                (-(dt as f64) / half).exp2()
+            } else {
+                1.0
+            };
+            for (i, name) in self.team_names.iter().enumerate() {
+                let u = self.decayed.entry(name.to_string()).or_insert(0.0);
+                *u = *u * decay + f64::from(self.used[i]) * dt as f64;
+            }
+            self.last_decay = t;
+        }
+        self.now = t;
+    }
+
+    fn apply_events(&mut self, t: Secs) {
+        while let Some(Reverse(e)) = self.events.peek().copied() {
+            if e.at > t {
+                break;
+            }
+            self.events.pop();
+            match e.kind {
+                Kind::End => {
+                    let j = e.target;
+                    if self.jobs[j].state == State::Running && self.jobs[j].serial == e.serial {
+                        self.end_run(j, false);
+                        self.jobs[j].state = State::Done;
+                        self.jobs[j].remaining = 0;
+                    }
+                }
+                Kind::GraceEnd => {
+                    let j = e.target;
+                    if self.jobs[j].state == State::Grace && self.jobs[j].serial == e.serial {
+                        self.requeue(j);
+                    }
+                }
+                Kind::Drain => {
+                    self.nodes[e.target].drained = true;
+                    self.dirty = true;
+                }
+                Kind::Undrain => {
+                    self.nodes[e.target].drained = false;
+                    self.dirty = true;
+                }
+                Kind::Eligible => {
+                    let j = e.target;
+                    if self.jobs[j].state == State::Pending
+                        && self.jobs[j].row.is_none()
+                        && self.jobs[j].eligible_at <= t
+                    {
+                        self.show(j);
+                        self.dirty = true;
+                    }
+                }
+                Kind::Cancel => {
+                    let j = e.target;
+                    if self.jobs[j].state == State::Pending && self.out[j].runs.is_empty() {
+                        self.hide(j);
+                        self.jobs[j].state = State::Done;
+                        self.out[j].cancelled = true;
+                        self.pending -= 1;
+                        self.dirty = true;
+                    }
+                }
+                Kind::Wake => self.dirty = true,
+            }
+        }
+        while self
+            .trace
+            .jobs
+            .get(self.next_submit)
+            .is_some_and(|j| j.submit <= t)
+        {
+            let j = self.next_submit;
+            self.next_submit += 1;
+            self.submit(j);
+        }
+    }
+
+    /// The plugin's checks at submit; an accepted job waits (shown to the governor once
+    /// eligible).
+    fn submit(&mut self, j: usize) {
+        let tj = &self.trace.jobs[j];
+        if !self.accepts(tj) {
+            self.out[j].rejected = true;
+            return;
+        }
+        self.jobs[j].state = State::Pending;
+        self.pending += 1;
+        self.dirty = true;
+        if let Some(c) = tj.cancelled_pending_at {
+            self.push(c, Kind::Cancel, j, 0);
+        }
+        if self.jobs[j].eligible_at <= self.now {
+            self.show(j);
+        } else {
+            let at = self.jobs[j].eligible_at;
+            self.push(at, Kind::Eligible, j, 0);
+        }
+    }
+
+    fn accepts(&self, tj: &TraceJob) -> bool {
+        if tj.gpus == 0 {
+            return false;
+        }
+        let spec = match &tj.gpu_type {
+            Some(k) => format!("gres/gpu:{k}:{}", tj.gpus),
+            None => format!("gres/gpu:{}", tj.gpus),
+        };
+        let class = tj
+            .class
+            .as_deref()
+            .filter(|c| self.config.priority_class(c).is_some());
+        let req = SubmitRequest {
+            account: Some(tj.team.clone()),
+            partition: self.config.cluster.partitions.first().cloned(),
+            qos: class.map(str::to_string),
+            user_id: 1000,
+            submit_uid: 1000,
+            gpus: GpuAsk {
+                tres_per_job: Some(spec),
+                ..GpuAsk::default()
+            },
+            array: None,
+        };
+        if submit::screen(self.config, &req).is_err() {
+            return false;
+        }
+        // Larger than every node of its type together, or than what one node offers for a
+        // node's share: it could never run.
+        let fits_nodes = self
+            .nodes
+            .iter()
+            .filter(|n| type_matches(&tj.gpu_type, &n.gpu_type))
+            .filter(|n| n.gpus >= tj.gpus.div_ceil(tj.nodes.max(1)))
+            .count();
+        fits_nodes >= tj.nodes.max(1) as usize
+    }
+
+    /// Shows a pending job to the governor (squeue lists it as startable).
+    fn show(&mut self, j: usize) {
+        if self.jobs[j].row.is_some() {
+            return;
+        }
+        let tj = &self.trace.jobs[j];
+        let job = &self.jobs[j];
+        let row = ClusterJob {
+            id: tj.id,
+            team: tj.team.clone(),
+            phase: Phase::Pending,
+            gpus: job.gpus,
+            gpu_type: job.gpu_type.clone(),
+            priority: if job.parked { 0 } else { job.priority },
+            submit: tj.submit,
+            start: None,
+            eligible: true,
+            parked: job.parked,
+            park_held: job.parked,
+            batch: true,
+            nodes: Vec::new(),
+            node_count: job.nodes,
+            completing: false,
+            tasks: 1,
+        };
+        self.jobs[j].row = Some(self.rows.len());
+        self.rows.push(row);
+        self.row_job.push(j);
+    }
+
+    fn hide(&mut self, j: usize) {
+        let Some(r) = self.jobs[j].row.take() else {
+            return;
+        };
+        self.rows.swap_remove(r);
+        self.row_job.swap_remove(r);
+        if r < self.rows.len() {
+            let moved = self.row_job[r];
+            self.jobs[moved].row = Some(r);
+        }
+    }
+
+    /// One governor pass: the plan for the jobs as they are now, applied.
+    fn pass(&mut self) {
+        self.dirty = false;
+        self.passes += 1;
+        self.last_pass = self.now;
+        self.refresh_fairshare();
+        let (node_gpus, capacity_by_type, node_types) = self.usable_nodes();
+        let capacity = node_gpus.values().sum();
+        let plan = governance::plan(&GovernInput {
+            config: self.config,
+            capacity,
+            jobs: &self.rows,
+            fairshare: &self.fairshare,
+            now: self.now,
+            node_gpus: &node_gpus,
+            capacity_by_type: &capacity_by_type,
+            node_types: &node_types,
+        });
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            eprintln!("pass at {}: {:?}", self.now, plan);
+        }
+        for (i, t) in self.config.teams.iter().enumerate() {
+            if let Some(l) = plan.gpu_limits.get(&t.name) {
+                self.limits[i] = *l;
+            }
+            if let Some(by_type) = plan.type_limits.get(&t.name) {
+                for (k, l) in by_type {
+                    self.type_limits.insert((i, k.clone()), *l);
+                }
+            }
+        }
+        let by_id: BTreeMap<u64, usize> = self
+            .row_job
+            .iter()
+            .map(|&j| (self.trace.jobs[j].id, j))
+            .collect();
+        for (id, p) in &plan.priorities {
+            if let Some(&j) = by_id.get(id) {
+                self.jobs[j].priority = *p;
+                if let Some(r) = self.jobs[j].row {
+                    if !self.jobs[j].parked {
+                        self.rows[r].priority = *p;
+                    }
+                }
+            }
+        }
+        for id in &plan.park {
+            if let Some(&j) = by_id.get(id) {
+                self.set_parked(j, true);
+            }
+        }
+        for id in &plan.release {
+            if let Some(&j) = by_id.get(id) {
+                self.set_parked(j, false);
+            }
+        }
+        // The governor's own requeues, each valid for the job as it is now (running).
+        for id in plan
+            .reclaim
+            .iter()
+            .chain(&plan.displace)
+            .chain(&plan.violations)
+        {
+            if let Some(&j) = by_id.get(id) {
+                if self.jobs[j].state == State::Running {
+                    self.preempt(j, 0);
+                }
+            }
+        }
+        self.note_in_quota();
+        self.wake_for_time_rules(&plan.state.victims);
+    }
+
+    fn set_parked(&mut self, j: usize, parked: bool) {
+        let job = &mut self.jobs[j];
+        if job.state != State::Pending || job.parked == parked {
+            return;
+        }
+        job.parked = parked;
+        let priority = job.priority;
+        if let Some(r) = job.row {
+            let row = &mut self.rows[r];
+            row.parked = parked;
+            row.park_held = parked;
+            row.priority = if parked { 0 } else { priority };
+        }
+    }
+
+    /// Pending jobs the plan ranks as in quota (at or above the no-preempt level): the first
+    /// instant each did.
+    fn note_in_quota(&mut self) {
+        for (r, &j) in self.row_job.iter().enumerate() {
+            let row = &self.rows[r];
+            if row.phase == Phase::Pending
+                && priority::level(self.jobs[j].priority) >= VICTIM_BASE - 1
+                && !self.jobs[j].parked
+                && self.out[j].in_quota_since.is_none()
+            {
+                self.out[j].in_quota_since = Some(self.now);
+            }
+        }
+    }
+
+    /// Passes at the instants a rule depends on time while in-quota jobs wait: a victim's
+    /// exemption ending, the reclaim fallback's delay after a submission.
+    fn wake_for_time_rules(&mut self, victims: &[governance::Victim]) {
+        let now = self.now;
+        let waiting_in_quota = self.row_job.iter().enumerate().any(|(r, &j)| {
+            self.rows[r].phase == Phase::Pending
+                && priority::level(self.jobs[j].priority) >= VICTIM_BASE - 1
+        });
+        if !waiting_in_quota {
+            return;
+        }
+        let mut next: Option<Secs> = victims
+            .iter()
+            .map(|v| v.exempt_until)
+            .filter(|t| *t > now)
+            .min();
+        for (r, &j) in self.row_job.iter().enumerate() {
+            let row = &self.rows[r];
+            let due = row.submit.saturating_add(RECLAIM_FALLBACK_SECS);
+            if row.phase == Phase::Pending
+                && due > now
+                && priority::level(self.jobs[j].priority) >= VICTIM_BASE - 1
+            {
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+        }
+        if let Some(t) = next {
+            self.push(t, Kind::Wake, 0, 0);
+        }
+    }
+
+    fn refresh_fairshare(&mut self) {
+        if self.config.cluster.idle_sharing != IdleSharing::FairShare
+            || self.now - self.last_fairshare < FAIRSHARE_PERIOD
+        {
+            return;
+        }
+        self.last_fairshare = self.now;
+        let shares = fairshare::weights_from_config(self.config);
+        self.fairshare = fairshare::factors(
+            &shares,
+            &self.decayed,
+            self.config.accountd.fairshare_dampening,
+        );
+    }
+
+    /// GPUs per usable node, per type, and per node and type, as the governor reads them.
+    #[allow(clippy::type_complexity)]
+    fn usable_nodes(
+        &self,
+    ) -> (
+        BTreeMap<String, u32>,
+        BTreeMap<String, u32>,
+        BTreeMap<String, BTreeMap<String, u32>>,
+    ) {
+        let mut gpus = BTreeMap::new();
+        let mut by_type: BTreeMap<String, u32> = BTreeMap::new();
+        let mut node_types = BTreeMap::new();
+        for n in self.nodes.iter().filter(|n| !n.drained) {
+            gpus.insert(n.name.clone(), n.gpus);
+            if let Some(k) = &n.gpu_type {
+                *by_type.entry(k.clone()).or_default() += n.gpus;
+                if self.typed {
+                    node_types.insert(n.name.clone(), BTreeMap::from([(k.clone(), n.gpus)]));
+                }
+            }
+        }
+        (gpus, by_type, node_types)
+    }
+
+    /// Slurm's scheduling pass (the main scheduler and backfill as one walk down the queue);
+    /// true when it started a job.
+    fn schedule(&mut self) -> bool {
+        if self.pending == 0 {
+            return false;
+        }
+        let mut order: Vec<(Reverse<u32>, Secs, u64, usize)> = self
+            .row_job
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| self.rows[*r].phase == Phase::Pending)
+            .map(|(_, &j)| j)
+            .filter(|&j| !self.jobs[j].parked && self.jobs[j].awaiting_until <= self.now)
+            .map(|j| {
+                let tj = &self.trace.jobs[j];
+                (Reverse(self.jobs[j].priority), tj.submit, tj.id, j)
+            })
+            .collect();
+        order.sort_unstable();
+        let lowest_preemptible = self.lowest_victim_priority();
+        let mut free = self.free_by_type();
+        let mut reservations: Vec<Reservation> = Vec::new();
+        let mut blocked: Vec<usize> = Vec::new();
+        let mut started = false;
+        for (Reverse(p), _, _, j) in order.into_iter().take(MAX_JOBS_TESTED) {
+            let may_preempt = lowest_preemptible.is_some_and(|v| p > v);
+            if free.values().all(|f| *f == 0) && !may_preempt {
+                // Nothing can start or preempt from here down.
+                break;
+            }
+            if !self.within_limits(j) {
+                continue;
+            }
+            let fits_free = free_of(&free, &self.jobs[j].gpu_type) >= self.jobs[j].gpus;
+            if fits_free {
+                // Reservations of the jobs blocked above this one, made when first needed.
+                while reservations.len() < blocked.len().min(MAX_RESERVATIONS) {
+                    let r = self.reservation(blocked[reservations.len()]);
+                    reservations.push(r);
+                }
+                let end_by = self.now.saturating_add(self.jobs[j].time_limit);
+                if let Some(alloc) = self.place(j, &reservations, end_by) {
+                    self.start(j, alloc);
+                    free = self.free_by_type();
+                    started = true;
+                    continue;
+                }
+            }
+            if may_preempt && self.preempt_for(j) {
+                free = self.free_by_type();
+                if self.grace == 0 {
+                    // The victims are gone already: the job starts in this pass.
+                    let end_by = self.now.saturating_add(self.jobs[j].time_limit);
+                    if let Some(alloc) = self.place(j, &reservations, end_by) {
+                        self.start(j, alloc);
+                        free = self.free_by_type();
+                        started = true;
+                    }
+                }
+                continue;
+            }
+            blocked.push(j);
+        }
+        started
+    }
+
+    /// Free GPUs on usable nodes per GPU type (`None`: untyped nodes).
+    fn free_by_type(&self) -> BTreeMap<Option<String>, u32> {
+        let mut free: BTreeMap<Option<String>, u32> = BTreeMap::new();
+        for n in self.nodes.iter().filter(|n| !n.drained) {
+            *free.entry(n.gpu_type.clone()).or_default() += n.free;
+        }
+        free
+    }
+
+    fn lowest_victim_priority(&self) -> Option<u32> {
+        self.row_job
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| self.rows[*r].phase == Phase::Running)
+            .map(|(_, &j)| j)
+            .filter(|&j| self.jobs[j].state == State::Running)
+            .map(|j| self.jobs[j].priority)
+            .min()
+    }
+
+    /// The team's association limit (GrpTRES gres/gpu, and per type when typed).
+    fn within_limits(&self, j: usize) -> bool {
+        let job = &self.jobs[j];
+        let Some(t) = job.team else {
+            return false;
+        };
+        if self.used[t].saturating_add(job.gpus) > self.limits[t] {
+            return false;
+        }
+        if let (true, Some(k)) = (self.typed, &job.gpu_type) {
+            let used = self.used_typed.get(&(t, k.clone())).copied().unwrap_or(0);
+            let limit = self.type_limits.get(&(t, k.clone())).copied().unwrap_or(0);
+            if used.saturating_add(job.gpus) > limit {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The GPUs a job takes on each of its nodes.
+    fn per_node(&self, j: usize, node: &Node) -> u32 {
+        let job = &self.jobs[j];
+        if job.exclusive {
+            node.gpus
+        } else {
+            job.gpus.div_ceil(job.nodes)
+        }
+    }
+
+    /// Where the job fits now (best fit: the fullest nodes first), keeping clear of the
+    /// reservations it would delay.
+    fn place(
+        &self,
+        j: usize,
+        reservations: &[Reservation],
+        end_by: Secs,
+    ) -> Option<Vec<(usize, u32)>> {
+        let job = &self.jobs[j];
+        let mut fits: Vec<(u32, usize, u32)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.drained && type_matches(&job.gpu_type, &n.gpu_type))
+            .filter(|(i, _)| {
+                !reservations
+                    .iter()
+                    .any(|r| end_by > r.start && r.nodes.contains(i))
+            })
+            .filter_map(|(i, n)| {
+                let need = self.per_node(j, n);
+                let ok = need > 0
+                    && if job.exclusive {
+                        n.free == n.gpus
+                    } else {
+                        n.free >= need
+                    };
+                ok.then(|| (n.free - need, i, need))
+            })
+            .collect();
+        if fits.len() < job.nodes as usize {
+            return None;
+        }
+        fits.sort_unstable();
+        Some(
+            fits.into_iter()
+                .take(job.nodes as usize)
+                .map(|(_, i, need)| (i, need))
+                .collect(),
+        )
+    }
+
+    /// Backfill's reservation for a blocked job: the earliest instant its GPUs come free by
+    /// the running jobs' time limits, and the nodes it would take then.
+    fn reservation(&self, j: usize) -> Reservation {
+        let job = &self.jobs[j];
+        let mut free: Vec<u32> = self.nodes.iter().map(|n| n.free).collect();
+        let mut ends: Vec<(Secs, usize)> = self
+            .jobs_running()
+            .map(|r| {
+                let rj = &self.jobs[r];
+                let end = if rj.state == State::Grace {
+                    rj.awaiting_until
+                } else {
+                    rj.run_start.saturating_add(rj.time_limit)
+                };
+                (end, r)
+            })
+            .collect();
+        ends.sort_unstable();
+        let usable = |i: usize, free: &[u32]| {
+            let n = &self.nodes[i];
+            !n.drained
+                && type_matches(&job.gpu_type, &n.gpu_type)
+                && if job.exclusive {
+                    free[i] == n.gpus
+                } else {
+                    free[i] >= self.per_node(j, n)
+                }
+        };
+        let mut at = self.now;
+        let mut iter = ends.into_iter();
+        loop {
+            let nodes: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| usable(i, &free))
+                .collect();
+            if nodes.len() >= job.nodes as usize {
+                return Reservation {
+                    start: at,
+                    nodes: nodes.into_iter().take(job.nodes as usize).collect(),
+                };
+            }
+            let Some((end, r)) = iter.next() else {
+                // It never fits (drained nodes): it reserves nothing.
+                return Reservation {
+                    start: Secs::MAX,
+                    nodes: Vec::new(),
+                };
+            };
+            at = end.max(self.now);
+            for (n, g) in &self.jobs[r].alloc {
+                free[*n] += g;
+            }
+        }
+    }
+
+    fn jobs_running(&self) -> impl Iterator<Item = usize> + '_ {
+        self.row_job
+            .iter()
+            .copied()
+            .filter(|&j| matches!(self.jobs[j].state, State::Running | State::Grace))
+    }
+
+    /// preempt/qos with WITHIN: running jobs of lower priority past their exempt time, on the
+    /// node where the fewest of the lowest make room (multi-node jobs: the lowest until enough
+    /// nodes have room). True when it preempted.
+    fn preempt_for(&mut self, j: usize) -> bool {
+        let p = self.jobs[j].priority;
+        // Lowest priority first, then the most recently started.
+        let mut candidates: Vec<(u32, Reverse<Secs>, usize)> = self
+            .jobs_running()
+            .filter(|&r| self.jobs[r].state == State::Running)
+            .filter(|&r| self.jobs[r].priority < p)
+            .filter(|&r| self.now - self.jobs[r].run_start >= self.exempt)
+            .map(|r| (self.jobs[r].priority, Reverse(self.jobs[r].run_start), r))
+            .collect();
+        if candidates.is_empty() {
+            return false;
+        }
+        candidates.sort_unstable();
+        let mut free: Vec<u32> = self.nodes.iter().map(|n| n.free).collect();
+        let job_nodes = self.jobs[j].nodes as usize;
+        let room = |free: &[u32], i: usize| {
+            let n = &self.nodes[i];
+            !n.drained
+                && type_matches(&self.jobs[j].gpu_type, &n.gpu_type)
+                && if self.jobs[j].exclusive {
+                    free[i] == n.gpus
+                } else {
+                    free[i] >= self.per_node(j, n)
+                }
+        };
+        let mut chosen: Vec<usize> = Vec::new();
+        if job_nodes == 1 {
+            // The node needing the fewest victims, taken lowest first.
+            let mut best: Option<(usize, usize, Vec<usize>)> = None;
+            for i in 0..self.nodes.len() {
+                let mut f = free.clone();
+                let mut picked = Vec::new();
+                for (_, _, r) in &candidates {
+                    if room(&f, i) {
+                        break;
+                    }
+                    for (n, g) in &self.jobs[*r].alloc {
+                        if *n == i {
+                            f[i] += g;
+                            picked.push(*r);
+                        }
+                    }
+                }
+                if room(&f, i) && !picked.is_empty() {
+                    let key = (picked.len(), i);
+                    if best.as_ref().is_none_or(|b| (b.0, b.1) > key) {
+                        best = Some((key.0, key.1, picked));
+                    }
+                }
+            }
+            match best {
+                Some((_, _, picked)) => chosen = picked,
+                None => return false,
+            }
+        } else {
+            for (_, _, r) in &candidates {
+                if (0..self.nodes.len()).filter(|&i| room(&free, i)).count() >= job_nodes {
+                    break;
+                }
+                for (n, g) in &self.jobs[*r].alloc {
+                    free[*n] += g;
+                }
+                chosen.push(*r);
+            }
+            if (0..self.nodes.len()).filter(|&i| room(&free, i)).count() < job_nodes {
+                return false;
+            }
+        }
+        chosen.sort_unstable();
+        chosen.dedup();
+        for r in chosen {
+            self.preempt(r, self.grace);
+        }
+        self.jobs[j].awaiting_until = self.now.saturating_add(self.grace).max(self.now + 1);
+        if self.grace == 0 {
+            // The victims' GPUs are free now: the same pass starts the job.
+            self.jobs[j].awaiting_until = self.now;
+        }
+        true
+    }
+
+    fn start(&mut self, j: usize, alloc: Vec<(usize, u32)>) {
+        let now = self.now;
+        let gpus = self.jobs[j].gpus;
+        let team = self.jobs[j].team.expect("only team jobs are accepted");
+        let quota = match (&self.jobs[j].gpu_type, self.typed) {
+            (Some(k), true) => self.config.teams[team].quota_of(k),
+            _ => self.config.teams[team].quota.total,
+        };
+        let used_before = match (&self.jobs[j].gpu_type, self.typed) {
+            (Some(k), true) => self
+                .used_typed
+                .get(&(team, k.clone()))
+                .copied()
+                .unwrap_or(0),
+            _ => self.used[team],
+        };
+        let held: u32 = alloc.iter().map(|(_, g)| g).sum();
+        for (n, g) in &alloc {
+            self.nodes[*n].free -= g;
+        }
+        self.used[team] += held;
+        if let (Some(k), true) = (&self.jobs[j].gpu_type, self.typed) {
+            *self.used_typed.entry((team, k.clone())).or_default() += held;
+        }
+        let node_names: Vec<String> = alloc
+            .iter()
+            .map(|(n, _)| self.nodes[*n].name.clone())
+            .collect();
+        let run_type = self.jobs[j].gpu_type.clone().or_else(|| {
+            alloc
+                .first()
+                .and_then(|(n, _)| self.nodes[*n].gpu_type.clone())
+        });
+        let job = &mut self.jobs[j];
+        job.state = State::Running;
+        job.run_start = now;
+        job.run_borrowed = used_before.saturating_add(gpus) > quota;
+        job.serial += 1;
+        job.alloc = alloc;
+        let end = now.saturating_add(job.remaining.max(1).min(job.time_limit));
+        let serial = job.serial;
+        if let Some(r) = job.row {
+            let row = &mut self.rows[r];
+            row.phase = Phase::Running;
+            row.start = Some(now);
+            row.nodes = node_names;
+            row.gpus = held;
+            if self.typed {
+                row.gpu_type = run_type;
+            }
+            row.completing = false;
+        }
+        self.pending -= 1;
+        self.push(end, Kind::End, j, serial);
+    }
+
+    /// Ends the current run, freeing its GPUs.
+    fn end_run(&mut self, j: usize, preempted: bool) {
+        let now = self.now;
+        let team = self.jobs[j].team.expect("only team jobs run");
+        let alloc = std::mem::take(&mut self.jobs[j].alloc);
+        let held: u32 = alloc.iter().map(|(_, g)| g).sum();
+        for (n, g) in &alloc {
+            self.nodes[*n].free += g;
+        }
+        self.used[team] -= held;
+        if let (Some(k), true) = (&self.jobs[j].gpu_type, self.typed) {
+            if let Some(u) = self.used_typed.get_mut(&(team, k.clone())) {
+                *u -= held;
+            }
+        }
+        let job = &self.jobs[j];
+        self.out[j].runs.push(SimRun {
+            start: job.run_start,
+            end: now,
+            preempted,
+            borrowed: job.run_borrowed,
+        });
+        self.hide(j);
+        self.dirty = true;
+    }
+
+    /// A running job preempted (by Slurm for a pending job, or requeued by the governor):
+    /// it holds its GPUs for `grace`, then is requeued.
+    fn preempt(&mut self, j: usize, grace: Secs) {
+        if self.jobs[j].state != State::Running {
+            return;
+        }
+        let until = self.now.saturating_add(grace);
+        let job = &mut self.jobs[j];
+        job.state = State::Grace;
+        job.awaiting_until = until;
+        let serial = job.serial;
+        if let Some(r) = job.row {
+            self.rows[r].completing = true;
+        }
+        if grace == 0 {
+            self.requeue(j);
+        } else {
+            self.push(until, Kind::GraceEnd, j, serial);
+        }
+    }
+
+    /// The end of a preempted run: the work since its last checkpoint is lost, and the job
+    /// waits again after the requeue delay.
+    fn requeue(&mut self, j: usize) {
+        let now = self.now;
+        let ran = now - self.jobs[j].run_start;
+        let lost = match self.jobs[j].checkpoint {
+            Some(interval) if interval > 0 => ran % interval,
+            _ => ran,
+        };
+        let done = ran - lost;
+        self.end_run(j, true);
+        self.out[j].lost_gpu_secs += lost * i64::from(self.jobs[j].gpus);
+        let job = &mut self.jobs[j];
+        job.remaining = (job.remaining - done).max(1);
+        job.state = State::Pending;
+        job.awaiting_until = Secs::MIN;
+        job.eligible_at = now.saturating_add(self.requeue_delay);
+        job.priority = encode(BORROW_BASE, job.class_idx);
+        self.pending += 1;
+        if self.requeue_delay == 0 {
+            self.show(j);
+        } else {
+            let at = self.jobs[j].eligible_at;
+            self.push(at, Kind::Eligible, j, 0);
+        }
+    }
+
+    fn finish(mut self) -> Outcome {
+        // Runs still open at the trace's end end there (not preempted).
+        let until = self.trace.until;
+        for j in 0..self.jobs.len() {
+            if matches!(self.jobs[j].state, State::Running | State::Grace) {
+                let job = &self.jobs[j];
+                self.out[j].runs.push(SimRun {
+                    start: job.run_start,
+                    end: until.max(job.run_start),
+                    preempted: false,
+                    borrowed: job.run_borrowed,
+                });
+            }
+        }
+        let total: u32 = self.trace.cluster.nodes.iter().map(|n| n.gpus).sum();
+        Outcome {
+            jobs: self.out,
+            passes: self.passes,
+            capacity: capacity_steps(&self.trace.cluster, self.trace.since, total),
+        }
+    }
+}
+
+fn secs(d: std::time::Duration) -> Secs {
+    Secs::try_from(d.as_secs()).unwrap_or(Secs::MAX)
+}
+
+/// Free GPUs a job asking for `want` could use.
+fn free_of(free: &BTreeMap<Option<String>, u32>, want: &Option<String>) -> u32 {
+    match want {
+        None => free.values().sum(),
+        Some(_) => free.get(want).copied().unwrap_or(0),
+    }
+}
+
+/// Whether a job asking for `want` may run on a node of `has`.
+fn type_matches(want: &Option<String>, has: &Option<String>) -> bool {
+    match want {
+        None => true,
+        Some(k) => has.as_deref() == Some(k.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::{NodeSpec, Observed};
+
+    /// Two teams of quota 4 on `nodes` nodes of `per_node` GPUs; `extra` goes into the
+    /// first team's table, `governance` replaces the governance table's timing.
+    fn config(a_extra: &str, b_extra: &str, governance: &str) -> Config {
+        config_q(4, 4, a_extra, b_extra, governance)
+    }
+
+    fn config_q(qa: u32, qb: u32, a_extra: &str, b_extra: &str, governance: &str) -> Config {
+        let text = format!(
+            r#"
+[cluster]
+name = "t"
+partitions = ["gpu"]
+idle_sharing = "fifo"
+currency = "USD"
+
+[gpu_types.default]
+rate_per_hour = 1.0
+
+[[team]]
+name = "a"
+quota = {qa}
+{a_extra}
+
+[[team]]
+name = "b"
+quota = {qb}
+{b_extra}
+
+[[priority_class]]
+name = "inference"
+value = 100
+preemptible = false
+
+[governance]
+reclaim_mode = "requeue"
+{governance}
+"#
+        );
+        teamshare_config::parse(&text, "t.toml").expect("test config")
+    }
+
+    fn no_wait() -> &'static str {
+        "reclaim_grace = \"0s\"\nmin_runtime_before_reclaim = \"0s\""
+    }
+
+    fn job(id: u64, team: &str, submit: Secs, gpus: u32, work: Secs) -> TraceJob {
+        TraceJob {
+            id,
+            team: team.into(),
+            class: None,
+            submit,
+            eligible: submit,
+            gpus,
+            gpu_type: None,
+            nodes: 1,
+            exclusive: false,
+            time_limit: work * 2,
+            work,
+            cancelled_pending_at: None,
+            observed: Observed::default(),
+        }
+    }
+
+    fn trace(jobs: Vec<TraceJob>, nodes: u32, per_node: u32) -> Trace {
+        Trace {
+            jobs,
+            cluster: Cluster {
+                nodes: (0..nodes)
+                    .map(|i| NodeSpec {
+                        name: format!("n{i}"),
+                        gpus: per_node,
+                        gpu_type: None,
+                    })
+                    .collect(),
+                drains: Vec::new(),
+            },
+            since: 0,
+            until: 100_000,
+            source: "test".into(),
+        }
+    }
+
+    fn sim(t: &Trace, c: &Config, params: &SimParams) -> Outcome {
+        simulate(t, c, params, &mut |_| {})
+    }
+
+    fn starts(o: &Outcome) -> Vec<Vec<(Secs, Secs)>> {
+        o.jobs
+            .iter()
+            .map(|j| j.runs.iter().map(|r| (r.start, r.end)).collect())
+            .collect()
+    }
+
+    #[test]
+    fn siloed_a_team_waits_for_its_own_quota() {
+        // a has quota 4 on one 8-GPU node, b is idle. Siloed: a's second 4-GPU job may not
+        // borrow b's idle quota, so it starts when the first ends: at 0 + 100 = 100.
+        let t = trace(vec![job(1, "a", 0, 4, 100), job(2, "a", 0, 4, 100)], 1, 8);
+        let shared = config("", "", no_wait());
+        let o = sim(&t, &crate::replay::siloed(&shared), &SimParams::default());
+        assert_eq!(starts(&o), vec![vec![(0, 100)], vec![(100, 200)]]);
+        // Shared: the second borrows b's idle 4 GPUs and starts at once.
+        let o = sim(&t, &shared, &SimParams::default());
+        assert_eq!(starts(&o), vec![vec![(0, 100)], vec![(0, 100)]]);
+        assert!(o.jobs[1].runs[0].borrowed && !o.jobs[0].runs[0].borrowed);
+    }
+
+    #[test]
+    fn reclaim_restarts_the_borrower_from_zero_without_a_checkpoint() {
+        // a runs 4 in quota and 4 borrowed from 0; b submits 4 GPUs at 50. b's job is in
+        // quota: it preempts a's borrowed job (grace 0) and starts at 50, waiting 0 s.
+        // a's job lost 50 s x 4 GPUs = 200 GPU-s, is requeued and may start again at
+        // 50 + 121 = 171 (a's first job ended at 100, so a's quota is free), needs its full
+        // 100 s again: [171, 271).
+        let t = trace(
+            vec![
+                job(1, "a", 0, 4, 100),
+                job(2, "a", 0, 4, 100),
+                job(3, "b", 50, 4, 100),
+            ],
+            1,
+            8,
+        );
+        let c = config("", "", no_wait());
+        let o = sim(&t, &c, &SimParams::default());
+        assert_eq!(
+            starts(&o),
+            vec![vec![(0, 100)], vec![(0, 50), (171, 271)], vec![(50, 150)]]
+        );
+        assert_eq!(o.jobs[1].lost_gpu_secs, 200);
+        assert_eq!(o.jobs[1].preemptions(), 1);
+        assert!(o.jobs[1].runs[0].preempted && !o.jobs[1].runs[1].borrowed);
+        // b's job fitted its quota from its submission.
+        assert_eq!(o.jobs[2].in_quota_since, Some(50));
+    }
+
+    #[test]
+    fn a_checkpointing_job_loses_at_most_its_interval() {
+        // As above, but a checkpoints every 30 s: at 50 it has 30 s saved and loses 20 s x 4
+        // = 80 GPU-s; it needs 100 - 30 = 70 s more: [171, 241).
+        let t = trace(
+            vec![
+                job(1, "a", 0, 4, 100),
+                job(2, "a", 0, 4, 100),
+                job(3, "b", 50, 4, 100),
+            ],
+            1,
+            8,
+        );
+        let c = config("", "", no_wait());
+        let params = SimParams {
+            checkpoint: BTreeMap::from([("a".to_string(), 30)]),
+            ..SimParams::default()
+        };
+        let o = sim(&t, &c, &params);
+        assert_eq!(starts(&o)[1], vec![(0, 50), (171, 241)]);
+        assert_eq!(o.jobs[1].lost_gpu_secs, 80);
+    }
+
+    #[test]
+    fn min_runtime_protects_a_young_borrower() {
+        // min runtime 60 s: a's borrowed job (started at 0) is no victim before 60. b's job
+        // submitted at 50 waits 10 s and preempts it at 60; a loses 60 x 4 = 240 GPU-s.
+        let t = trace(
+            vec![
+                job(1, "a", 0, 4, 100),
+                job(2, "a", 0, 4, 100),
+                job(3, "b", 50, 4, 100),
+            ],
+            1,
+            8,
+        );
+        let c = config(
+            "",
+            "",
+            "reclaim_grace = \"0s\"\nmin_runtime_before_reclaim = \"60s\"",
+        );
+        let o = sim(&t, &c, &SimParams::default());
+        assert_eq!(starts(&o)[2], vec![(60, 160)]);
+        assert_eq!(starts(&o)[1][0], (0, 60));
+        assert_eq!(o.jobs[1].lost_gpu_secs, 240);
+    }
+
+    #[test]
+    fn grace_keeps_the_victims_gpus_until_it_ends() {
+        // grace 30 s: the victim is signalled at 50 and leaves at 80; b starts at 80 and a's
+        // job, having run 80 s, lost 80 x 4 = 320 GPU-s.
+        let t = trace(
+            vec![
+                job(1, "a", 0, 4, 100),
+                job(2, "a", 0, 4, 100),
+                job(3, "b", 50, 4, 100),
+            ],
+            1,
+            8,
+        );
+        let c = config(
+            "",
+            "",
+            "reclaim_grace = \"30s\"\nmin_runtime_before_reclaim = \"0s\"",
+        );
+        let o = sim(&t, &c, &SimParams::default());
+        assert_eq!(starts(&o)[2], vec![(80, 180)]);
+        assert_eq!(o.jobs[1].lost_gpu_secs, 320);
+    }
+
+    #[test]
+    fn lend_limit_zero_keeps_the_idle_quota_unlent() {
+        // b lends nothing and the cluster has no unallocated GPU (8 = 4 + 4): a's second job
+        // waits for a's first to end at 100, as siloed.
+        let t = trace(vec![job(1, "a", 0, 4, 100), job(2, "a", 0, 4, 100)], 1, 8);
+        let c = config("", "lend_limit = 0", no_wait());
+        let o = sim(&t, &c, &SimParams::default());
+        assert_eq!(starts(&o), vec![vec![(0, 100)], vec![(100, 200)]]);
+    }
+
+    #[test]
+    fn a_non_preemptible_class_never_borrows() {
+        // a's second inference job (not preemptible) does not fit a's quota while its first
+        // runs, and cannot displace a job of its own class: it is parked until the first ends
+        // at 100, though b's 4 GPUs are idle.
+        let mut first = job(1, "a", 0, 4, 100);
+        first.class = Some("inference".into());
+        let mut second = job(2, "a", 10, 4, 100);
+        second.class = Some("inference".into());
+        let t = trace(vec![first, second], 1, 8);
+        let c = config("", "", no_wait());
+        let o = sim(&t, &c, &SimParams::default());
+        assert_eq!(starts(&o)[1], vec![(100, 200)]);
+        assert!(!o.jobs[1].runs[0].borrowed);
+    }
+
+    #[test]
+    fn a_higher_class_displaces_its_own_teams_lower_class() {
+        // a's inference job at 10 does not fit a's quota (a's unclassed job holds it): the
+        // governor requeues a's own lower-class job (preempt_within_team = lower-priority), so
+        // the inference job starts at 10. The displaced job lost 10 x 4 = 40 GPU-s and runs
+        // again from 10 + 121 = 131: [131, 231).
+        let mut inference = job(2, "a", 10, 4, 100);
+        inference.class = Some("inference".into());
+        let t = trace(vec![job(1, "a", 0, 4, 100), inference], 1, 8);
+        let c = config("", "", no_wait());
+        let o = sim(&t, &c, &SimParams::default());
+        assert_eq!(starts(&o), vec![vec![(0, 10), (131, 231)], vec![(10, 110)]]);
+        assert_eq!(o.jobs[0].lost_gpu_secs, 40);
+    }
+
+    #[test]
+    fn a_drained_node_takes_no_new_job() {
+        // Two 4-GPU nodes; n1 is drained over [0, 500). a's job holds n0 over [0, 100); b's
+        // job (in quota, submitted at 10) has nowhere to go and nothing to preempt (a is in
+        // quota): it starts on n0 at 100, waiting 90 s.
+        let mut t = trace(vec![job(1, "a", 0, 4, 100), job(2, "b", 10, 4, 100)], 2, 4);
+        t.cluster.drains.push(crate::replay::Drain {
+            node: "n1".into(),
+            since: 0,
+            until: 500,
+        });
+        let c = config("", "", no_wait());
+        let o = sim(&t, &c, &SimParams::default());
+        assert_eq!(starts(&o), vec![vec![(0, 100)], vec![(100, 200)]]);
+        assert_eq!(o.capacity, vec![(0, 4), (500, 8)]);
+    }
+
+    #[test]
+    fn backfill_fills_a_hole_only_with_what_ends_in_time() {
+        // Two 8-GPU nodes; a's quota is 8, b's 12. a's job 1 (6 GPUs, limit 200) takes n0 and
+        // a's job 2 (8 GPUs, limit 600) n1, borrowing b's idle quota; min runtime 1000 s keeps
+        // job 2 from being reclaimed. b's 8-GPU job 3 (in quota, submitted at 1) fits no node:
+        // backfill reserves n0 for it from 0 + 200 (job 1's time limit). b's 1-GPU job 4
+        // (limit 100, at 2) ends by 102 <= 200 and backfills on n0's 2 free GPUs at 2; b's
+        // 1-GPU job 5 (limit 600, at 3) would end after 200 on the reserved node: it waits.
+        // Job 1 really ends at 100: job 3 starts then, on n0, and ends at 200, when job 5
+        // takes n0: [200, 500).
+        let t = trace(
+            vec![
+                job(1, "a", 0, 6, 100),
+                job(2, "a", 0, 8, 300),
+                job(3, "b", 1, 8, 100),
+                job(4, "b", 2, 1, 50),
+                job(5, "b", 3, 1, 300),
+            ],
+            2,
+            8,
+        );
+        let c = config_q(
+            8,
+            12,
+            "",
+            "",
+            "reclaim_grace = \"0s\"\nmin_runtime_before_reclaim = \"1000s\"",
+        );
+        let o = sim(&t, &c, &SimParams::default());
+        let s = starts(&o);
+        assert_eq!(s[0], vec![(0, 100)]);
+        assert_eq!(s[1], vec![(0, 300)]);
+        assert_eq!(s[3], vec![(2, 52)], "job 4 backfills");
+        assert_eq!(s[2], vec![(100, 200)]);
+        assert_eq!(
+            s[4],
+            vec![(200, 500)],
+            "job 5 does not jump the reservation"
+        );
+    }
+
+    #[test]
+    fn the_same_input_gives_the_same_outcome() {
+        let t = trace(
+            vec![
+                job(1, "a", 0, 4, 100),
+                job(2, "a", 0, 4, 100),
+                job(3, "b", 50, 4, 100),
+            ],
+            1,
+            8,
+        );
+        let c = config("", "", no_wait());
+        assert_eq!(
+            sim(&t, &c, &SimParams::default()),
+            sim(&t, &c, &SimParams::default())
+        );
+    }
 }

@@ -620,6 +620,13 @@ pub fn check_without_config(req: &SubmitRequest) -> Verdict {
     }
 }
 
+/// The submit-time checks that hold whatever the governor's state says (unknown team or class,
+/// GPU type not offered, more GPUs than quota + borrow limit): the plugin's own rules, for
+/// `accountd replay`, which judges a job of the past under a candidate configuration.
+pub fn screen(config: &Config, req: &SubmitRequest) -> Result<(), Rejection> {
+    screen_request(config, req).map(|_| ())
+}
+
 /// Decide whether a new job may be submitted, and how it enters the queue.
 pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -> Verdict {
     let (gpus, team, class, gpu_type) = match screen_request(config, req) {

@@ -558,9 +558,6 @@ impl<'a> Sim<'a> {
             capacity_by_type: &capacity_by_type,
             node_types: &node_types,
         });
-        if std::env::var_os("SIM_DEBUG").is_some() {
-            eprintln!("pass at {}: {:?}", self.now, plan);
-        }
         for (i, t) in self.config.teams.iter().enumerate() {
             if let Some(l) = plan.gpu_limits.get(&t.name) {
                 self.limits[i] = *l;
@@ -676,7 +673,7 @@ impl<'a> Sim<'a> {
 
     fn refresh_fairshare(&mut self) {
         if self.config.cluster.idle_sharing != IdleSharing::FairShare
-            || self.now - self.last_fairshare < FAIRSHARE_PERIOD
+            || self.now.saturating_sub(self.last_fairshare) < FAIRSHARE_PERIOD
         {
             return;
         }
@@ -725,7 +722,7 @@ impl<'a> Sim<'a> {
             .enumerate()
             .filter(|(r, _)| self.rows[*r].phase == Phase::Pending)
             .map(|(_, &j)| j)
-            .filter(|&j| !self.jobs[j].parked && self.jobs[j].awaiting_until <= self.now)
+            .filter(|&j| !self.jobs[j].parked)
             .map(|j| {
                 let tj = &self.trace.jobs[j];
                 (Reverse(self.jobs[j].priority), tj.submit, tj.id, j)
@@ -738,7 +735,10 @@ impl<'a> Sim<'a> {
         let mut blocked: Vec<usize> = Vec::new();
         let mut started = false;
         for (Reverse(p), _, _, j) in order.into_iter().take(MAX_JOBS_TESTED) {
-            let may_preempt = lowest_preemptible.is_some_and(|v| p > v);
+            // A job whose victims are still in their grace time waits for them (it stays first
+            // in line for any GPUs that come free meanwhile).
+            let may_preempt = lowest_preemptible.is_some_and(|v| p > v)
+                && self.jobs[j].awaiting_until <= self.now;
             if free.values().all(|f| *f == 0) && !may_preempt {
                 // Nothing can start or preempt from here down.
                 break;
@@ -1239,7 +1239,7 @@ reclaim_mode = "requeue"
         "reclaim_grace = \"0s\"\nmin_runtime_before_reclaim = \"0s\""
     }
 
-    fn job(id: u64, team: &str, submit: Secs, gpus: u32, work: Secs) -> TraceJob {
+    pub(super) fn job(id: u64, team: &str, submit: Secs, gpus: u32, work: Secs) -> TraceJob {
         TraceJob {
             id,
             team: team.into(),
@@ -1257,7 +1257,7 @@ reclaim_mode = "requeue"
         }
     }
 
-    fn trace(jobs: Vec<TraceJob>, nodes: u32, per_node: u32) -> Trace {
+    pub(super) fn trace(jobs: Vec<TraceJob>, nodes: u32, per_node: u32) -> Trace {
         Trace {
             jobs,
             cluster: Cluster {
@@ -1515,5 +1515,97 @@ reclaim_mode = "requeue"
             sim(&t, &c, &SimParams::default()),
             sim(&t, &c, &SimParams::default())
         );
+    }
+
+    mod property {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A history of one-GPU jobs (no fragmentation) on one 8-GPU node: team, submit, work.
+        fn history() -> impl Strategy<Value = Vec<(u8, Secs, Secs)>> {
+            prop::collection::vec((0u8..3, 0i64..2_000, 1i64..600), 1..40)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+            /// Sharing with borrowing never starts a job later than siloed would, beyond the
+            /// reclaim delay: min runtime (a victim's protection) + grace + one pass.
+            #[test]
+            fn sharing_never_delays_a_job_beyond_the_reclaim_delay(
+                jobs in history(),
+                fair in any::<bool>(),
+                min_runtime in 0i64..120,
+                grace in 0i64..60,
+            ) {
+                let text = format!(
+                    r#"
+[cluster]
+name = "p"
+partitions = ["gpu"]
+idle_sharing = "{}"
+currency = "USD"
+[gpu_types.default]
+rate_per_hour = 1.0
+[[team]]
+name = "t0"
+quota = 3
+[[team]]
+name = "t1"
+quota = 3
+[[team]]
+name = "t2"
+quota = 2
+[governance]
+reclaim_grace = "{grace}s"
+min_runtime_before_reclaim = "{min_runtime}s"
+"#,
+                    if fair { "fair-share" } else { "fifo" }
+                );
+                let shared = teamshare_config::parse(&text, "p.toml").expect("config");
+                let mut list: Vec<TraceJob> = jobs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (team, submit, work))| {
+                        job(i as u64 + 1, &format!("t{team}"), *submit, 1, *work)
+                    })
+                    .collect();
+                list.sort_by_key(|j| (j.submit, j.id));
+                let t = trace(list, 1, 8);
+                let params = SimParams::default();
+                let silo = sim(&t, &crate::replay::siloed(&shared), &params);
+                let share = sim(&t, &shared, &params);
+                let delay = min_runtime + grace + params.pass_interval + 1;
+                let self_preempted: std::collections::BTreeSet<&str> = share
+                    .jobs
+                    .iter()
+                    .filter(|o| o.preemptions() > 0)
+                    .map(|o| t.jobs[o.job].team.as_str())
+                    .collect();
+                for (i, (s, b)) in silo.jobs.iter().zip(&share.jobs).enumerate() {
+                    // In quota: it fitted its team's unused quota when it was submitted. A
+                    // team whose own borrowed jobs were preempted is left out: requeued, they
+                    // keep their older submit time and go ahead of its later jobs in its own
+                    // quota (the price of its own borrowing, not a lender's loss).
+                    let submit = t.jobs[i].submit;
+                    if b.in_quota_since != Some(submit) || self_preempted.contains(t.jobs[i].team.as_str()) {
+                        continue;
+                    }
+                    let shared = b.first_start();
+                    prop_assert!(
+                        shared.is_some_and(|x| x <= submit + delay),
+                        "in-quota job {} ({}) submitted at {} starts at {:?}",
+                        t.jobs[i].id, t.jobs[i].team, submit, shared
+                    );
+                    if let (Some(siloed), Some(shared)) = (s.first_start(), shared) {
+                        prop_assert!(
+                            shared <= siloed + delay,
+                            "job {} ({}) starts at {} shared, {} siloed",
+                            t.jobs[i].id, t.jobs[i].team, shared, siloed
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 
 pub mod sim;
+pub mod swf;
 
 /// Seconds since the Unix epoch, UTC.
 pub type Secs = i64;

@@ -194,7 +194,18 @@ struct Sim<'a> {
     passes: u64,
     last_pass: Secs,
     team_names: Vec<Arc<str>>,
+    /// The usable nodes as the governor reads them; rebuilt after a drain.
+    node_view: Option<NodeView>,
+    /// Pending jobs the last pass ranked in quota.
+    in_quota_waiting: bool,
 }
+
+/// GPUs per usable node, per type, and per node and type.
+type NodeView = (
+    BTreeMap<String, u32>,
+    BTreeMap<String, u32>,
+    BTreeMap<String, BTreeMap<String, u32>>,
+);
 
 impl<'a> Sim<'a> {
     fn new(trace: &'a Trace, config: &'a Config, params: &'a SimParams) -> Sim<'a> {
@@ -251,6 +262,8 @@ impl<'a> Sim<'a> {
                 .iter()
                 .map(|t| Arc::from(t.name.as_str()))
                 .collect(),
+            node_view: None,
+            in_quota_waiting: false,
         };
         for (i, t) in config.teams.iter().enumerate() {
             for (k, q) in &t.quota.by_type {
@@ -344,7 +357,8 @@ impl<'a> Sim<'a> {
                 self.pass();
             }
             let started = self.schedule();
-            if started && self.pending > 0 {
+            let free_somewhere = self.nodes.iter().any(|n| !n.drained && n.free > 0);
+            if started && self.pending > 0 && (free_somewhere || self.in_quota_waiting) {
                 self.push(t + self.params.pass_interval.max(1), Kind::Wake, 0, 0);
             }
         }
@@ -397,10 +411,12 @@ impl<'a> Sim<'a> {
                 }
                 Kind::Drain => {
                     self.nodes[e.target].drained = true;
+                    self.node_view = None;
                     self.dirty = true;
                 }
                 Kind::Undrain => {
                     self.nodes[e.target].drained = false;
+                    self.node_view = None;
                     self.dirty = true;
                 }
                 Kind::Eligible => {
@@ -410,7 +426,7 @@ impl<'a> Sim<'a> {
                         && self.jobs[j].eligible_at <= t
                     {
                         self.show(j);
-                        self.dirty = true;
+                        self.dirty |= self.may_matter(j);
                     }
                 }
                 Kind::Cancel => {
@@ -448,15 +464,52 @@ impl<'a> Sim<'a> {
         }
         self.jobs[j].state = State::Pending;
         self.pending += 1;
-        self.dirty = true;
         if let Some(c) = tj.cancelled_pending_at {
             self.push(c, Kind::Cancel, j, 0);
         }
         if self.jobs[j].eligible_at <= self.now {
             self.show(j);
+            self.dirty |= self.may_matter(j);
         } else {
             let at = self.jobs[j].eligible_at;
             self.push(at, Kind::Eligible, j, 0);
+        }
+    }
+
+    /// Whether a job that starts waiting may change what the next scheduling pass does, so
+    /// that a governor pass is due now. It may not when no GPU is free anywhere, its team holds
+    /// its quota already (it cannot be in quota) and its class is the lowest (it cannot displace
+    /// its team's jobs): it can neither start nor preempt until GPUs come free, and an end
+    /// brings a pass before that. Its place among the borrowers is given by that pass.
+    fn may_matter(&self, j: usize) -> bool {
+        if self.nodes.iter().any(|n| !n.drained && n.free > 0) {
+            return true;
+        }
+        let job = &self.jobs[j];
+        let Some(t) = job.team else {
+            return false;
+        };
+        let team = &self.config.teams[t];
+        let (used, quota) = match (&job.gpu_type, self.typed) {
+            (Some(k), true) => (
+                self.used_typed.get(&(t, k.clone())).copied().unwrap_or(0),
+                team.quota_of(k),
+            ),
+            _ => (self.used[t], team.quota.total),
+        };
+        let lowest_class = job.class_idx == 0
+            || self
+                .config
+                .priority_classes
+                .iter()
+                .all(|c| c.value >= self.class_value(job.class_idx));
+        used < quota || !lowest_class
+    }
+
+    fn class_value(&self, idx: u8) -> u32 {
+        match usize::from(idx) {
+            0 => 0,
+            i => self.config.priority_classes.get(i - 1).map_or(0, |c| c.value),
         }
     }
 
@@ -546,7 +599,8 @@ impl<'a> Sim<'a> {
         self.passes += 1;
         self.last_pass = self.now;
         self.refresh_fairshare();
-        let (node_gpus, capacity_by_type, node_types) = self.usable_nodes();
+        let view = self.node_view.take().unwrap_or_else(|| self.usable_nodes());
+        let (node_gpus, capacity_by_type, node_types) = &view;
         let capacity = node_gpus.values().sum();
         let plan = governance::plan(&GovernInput {
             config: self.config,
@@ -554,10 +608,11 @@ impl<'a> Sim<'a> {
             jobs: &self.rows,
             fairshare: &self.fairshare,
             now: self.now,
-            node_gpus: &node_gpus,
-            capacity_by_type: &capacity_by_type,
-            node_types: &node_types,
+            node_gpus,
+            capacity_by_type,
+            node_types,
         });
+        self.node_view = Some(view);
         for (i, t) in self.config.teams.iter().enumerate() {
             if let Some(l) = plan.gpu_limits.get(&t.name) {
                 self.limits[i] = *l;
@@ -648,6 +703,7 @@ impl<'a> Sim<'a> {
             self.rows[r].phase == Phase::Pending
                 && priority::level(self.jobs[j].priority) >= VICTIM_BASE - 1
         });
+        self.in_quota_waiting = waiting_in_quota;
         if !waiting_in_quota {
             return;
         }
@@ -687,14 +743,7 @@ impl<'a> Sim<'a> {
     }
 
     /// GPUs per usable node, per type, and per node and type, as the governor reads them.
-    #[allow(clippy::type_complexity)]
-    fn usable_nodes(
-        &self,
-    ) -> (
-        BTreeMap<String, u32>,
-        BTreeMap<String, u32>,
-        BTreeMap<String, BTreeMap<String, u32>>,
-    ) {
+    fn usable_nodes(&self) -> NodeView {
         let mut gpus = BTreeMap::new();
         let mut by_type: BTreeMap<String, u32> = BTreeMap::new();
         let mut node_types = BTreeMap::new();
@@ -731,6 +780,7 @@ impl<'a> Sim<'a> {
         order.sort_unstable();
         let lowest_preemptible = self.lowest_victim_priority();
         let mut free = self.free_by_type();
+        let mut largest = self.largest_free();
         let mut reservations: Vec<Reservation> = Vec::new();
         let mut blocked: Vec<usize> = Vec::new();
         let mut started = false;
@@ -746,7 +796,8 @@ impl<'a> Sim<'a> {
             if !self.within_limits(j) {
                 continue;
             }
-            let fits_free = free_of(&free, &self.jobs[j].gpu_type) >= self.jobs[j].gpus;
+            let fits_free = free_of(&free, &self.jobs[j].gpu_type) >= self.jobs[j].gpus
+                && self.may_fit_one_node(j, &largest);
             if fits_free {
                 // Reservations of the jobs blocked above this one, made when first needed.
                 while reservations.len() < blocked.len().min(MAX_RESERVATIONS) {
@@ -757,12 +808,14 @@ impl<'a> Sim<'a> {
                 if let Some(alloc) = self.place(j, &reservations, end_by) {
                     self.start(j, alloc);
                     free = self.free_by_type();
+                    largest = self.largest_free();
                     started = true;
                     continue;
                 }
             }
             if may_preempt && self.preempt_for(j) {
                 free = self.free_by_type();
+                largest = self.largest_free();
                 if self.grace == 0 {
                     // The victims are gone already: the job starts in this pass.
                     let end_by = self.now.saturating_add(self.jobs[j].time_limit);
@@ -777,6 +830,32 @@ impl<'a> Sim<'a> {
             blocked.push(j);
         }
         started
+    }
+
+    /// The most free GPUs on one usable node, per GPU type, and how many usable nodes of the
+    /// type are wholly free.
+    fn largest_free(&self) -> BTreeMap<Option<String>, (u32, u32)> {
+        let mut out: BTreeMap<Option<String>, (u32, u32)> = BTreeMap::new();
+        for n in self.nodes.iter().filter(|n| !n.drained) {
+            let e = out.entry(n.gpu_type.clone()).or_default();
+            e.0 = e.0.max(n.free);
+            e.1 += u32::from(n.free == n.gpus);
+        }
+        out
+    }
+
+    /// A quick test before placement: whether some node could hold a one-node job's GPUs,
+    /// or enough nodes are wholly free for a whole-node job (multi-node jobs are placed).
+    fn may_fit_one_node(&self, j: usize, largest: &BTreeMap<Option<String>, (u32, u32)>) -> bool {
+        let job = &self.jobs[j];
+        let of_type = largest
+            .iter()
+            .filter(|(k, _)| type_matches(&job.gpu_type, k))
+            .map(|(_, v)| *v);
+        if job.exclusive {
+            return of_type.map(|(_, whole)| whole).sum::<u32>() >= job.nodes;
+        }
+        job.nodes > 1 || of_type.map(|(most, _)| most).max().unwrap_or(0) >= job.gpus
     }
 
     /// Free GPUs on usable nodes per GPU type (`None`: untyped nodes).

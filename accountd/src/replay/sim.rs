@@ -509,7 +509,11 @@ impl<'a> Sim<'a> {
     fn class_value(&self, idx: u8) -> u32 {
         match usize::from(idx) {
             0 => 0,
-            i => self.config.priority_classes.get(i - 1).map_or(0, |c| c.value),
+            i => self
+                .config
+                .priority_classes
+                .get(i - 1)
+                .map_or(0, |c| c.value),
         }
     }
 

@@ -340,15 +340,30 @@ pub struct Plan {
 struct Rules<'a> {
     config: &'a Config,
     table: Vec<Class>,
+    /// Per class index: how many distinct class values are below its value.
+    ranks: Vec<u32>,
     within: bool,
     exempt_secs: i64,
 }
 
 impl<'a> Rules<'a> {
     fn new(config: &'a Config) -> Rules<'a> {
+        let table = classes(config);
+        let ranks = table
+            .iter()
+            .map(|c| {
+                let below: BTreeSet<u32> = table
+                    .iter()
+                    .map(|o| o.value)
+                    .filter(|x| *x < c.value)
+                    .collect();
+                u32::try_from(below.len()).unwrap_or(u32::MAX)
+            })
+            .collect();
         Rules {
             config,
-            table: classes(config),
+            table,
+            ranks,
             within: config.governance.preempt_within_team == WithinTeam::LowerPriority,
             exempt_secs: i64::try_from(config.governance.min_runtime_before_reclaim.as_secs())
                 .unwrap_or(i64::MAX),
@@ -378,14 +393,7 @@ impl<'a> Rules<'a> {
 
     /// How many distinct class values are below this job's: its class's place in a band.
     fn class_rank(&self, j: &ClusterJob) -> u32 {
-        let v = self.value(j);
-        let below: BTreeSet<u32> = self
-            .table
-            .iter()
-            .map(|c| c.value)
-            .filter(|x| *x < v)
-            .collect();
-        u32::try_from(below.len()).unwrap_or(u32::MAX)
+        self.ranks[usize::from(self.class_idx(j))]
     }
 }
 
@@ -396,6 +404,19 @@ struct Running<'a> {
     victims: Vec<(&'a ClusterJob, f64)>,
     protected_by_team: BTreeMap<&'a str, Vec<&'a ClusterJob>>,
     violations: Vec<u64>,
+}
+
+/// The jobs that pass `keep`, by team, each team's in the order given (one walk over the
+/// jobs, however many teams).
+fn group_by_team<'a>(
+    jobs: &'a [ClusterJob],
+    keep: impl Fn(&ClusterJob) -> bool,
+) -> BTreeMap<&'a str, Vec<&'a ClusterJob>> {
+    let mut groups: BTreeMap<&str, Vec<&ClusterJob>> = BTreeMap::new();
+    for j in jobs.iter().filter(|j| keep(j)) {
+        groups.entry(j.team.as_str()).or_default().push(j);
+    }
+    groups
 }
 
 /// Phase 1: each team's running jobs fill its quota, non-preemptible classes first (they may
@@ -411,11 +432,9 @@ fn sort_running<'a>(
         protected_by_team: BTreeMap::new(),
         violations: Vec::new(),
     };
+    let mut by_team = group_by_team(jobs, |j| j.phase == Phase::Running);
     for team in &rules.config.teams {
-        let mut running: Vec<&ClusterJob> = jobs
-            .iter()
-            .filter(|j| j.team == team.name && j.phase == Phase::Running)
-            .collect();
+        let mut running: Vec<&ClusterJob> = by_team.remove(team.name.as_str()).unwrap_or_default();
         running.sort_by(|a, b| {
             rules
                 .preemptible(a)
@@ -526,13 +545,11 @@ fn sort_pending<'a>(
         team_states: BTreeMap::new(),
     };
     let mut targeted: BTreeSet<u64> = BTreeSet::new();
+    let mut by_team = group_by_team(jobs, |j| {
+        j.phase == Phase::Pending && (j.priority != 0 || j.park_held)
+    });
     for team in &rules.config.teams {
-        let mut pending: Vec<&ClusterJob> = jobs
-            .iter()
-            .filter(|j| {
-                j.team == team.name && j.phase == Phase::Pending && (j.priority != 0 || j.park_held)
-            })
-            .collect();
+        let mut pending: Vec<&ClusterJob> = by_team.remove(team.name.as_str()).unwrap_or_default();
         pending.sort_by(|a, b| {
             rules
                 .value(b)
@@ -590,11 +607,20 @@ fn lower_classes_to_displace(
     room: u32,
     targeted: &BTreeSet<u64>,
 ) -> Option<(Vec<u64>, u32)> {
-    let mut lower: Vec<&ClusterJob> = running
+    let protected = running
         .protected_by_team
         .get(team.name.as_str())
-        .map(|v| v.to_vec())
+        .map(Vec::as_slice)
         .unwrap_or_default();
+    // Most waiting jobs have no lower class to displace: answered without a copy.
+    let value = rules.value(j);
+    if !protected
+        .iter()
+        .any(|r| rules.preemptible(r) && rules.value(r) < value)
+    {
+        return None;
+    }
+    let mut lower: Vec<&ClusterJob> = protected.to_vec();
     lower.retain(|r| {
         rules.preemptible(r) && rules.value(r) < rules.value(j) && !targeted.contains(&r.id)
     });

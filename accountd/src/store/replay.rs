@@ -54,6 +54,8 @@ impl Store {
         until: UnixSeconds,
     ) -> Result<SubmittedJobs, StoreError> {
         let read = || -> rusqlite::Result<SubmittedJobs> {
+            // CROSS JOIN keeps the jobs found as the outer loop, each job's runs looked up by
+            // (cluster, job_id_raw): as a plain join SQLite scans every run of the cluster.
             let mut stmt = self.conn.prepare_cached(
                 "WITH jobs AS (
                      SELECT job_id_raw FROM job_runs INDEXED BY job_runs_by_start
@@ -65,7 +67,7 @@ impl Store {
                  SELECT r.job_id_raw, r.job_id, r.account, r.user, r.partition, r.qos, r.state,
                         r.submit_time, r.start_time, r.end_time, r.elapsed, r.gpus, r.alloc_tres,
                         r.gpu_types, r.eligible_time, r.time_limit, r.nnodes
-                 FROM jobs JOIN job_runs r ON r.cluster = ?1 AND r.job_id_raw = jobs.job_id_raw
+                 FROM jobs CROSS JOIN job_runs r ON r.cluster = ?1 AND r.job_id_raw = jobs.job_id_raw
                  WHERE NOT EXISTS (SELECT 1 FROM job_runs e WHERE e.cluster = ?1
                                    AND e.job_id_raw = r.job_id_raw AND e.start_time < ?2)
                  ORDER BY r.job_id_raw, r.start_time",

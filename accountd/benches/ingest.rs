@@ -65,7 +65,13 @@ fn main() {
             _ => {} // cargo bench's --bench
         }
     }
-    if !sacct_file.exists() {
+    // A file written for another field list (FIELDS grew: issue 13) is written again.
+    let current = std::fs::File::open(&sacct_file).is_ok_and(|f| {
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut BufReader::new(f), &mut first).is_ok()
+            && first.trim_end().split('|').count() == sacct::FIELDS.len()
+    });
+    if !current {
         std::fs::create_dir_all(sacct_file.parent().unwrap()).unwrap();
         eprintln!(
             "generating {} (1,000,000 records) ...",
@@ -92,7 +98,7 @@ fn main() {
     let t = Instant::now();
     let mut runs = 0usize;
     for line in text.lines() {
-        if let Ok(Some(_)) = sacct::read_line(line, &chrono::Utc) {
+        if let Ok(sacct::Record::Run(_)) = sacct::read_line(line, &chrono::Utc) {
             runs += 1;
         }
     }

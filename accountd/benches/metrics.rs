@@ -95,6 +95,9 @@ fn month(config: &teamshare_config::Config) -> metrics::MonthFigures {
             gpus,
             gpus_by_type: BTreeMap::new(),
             alloc_tres: format!("cpu=8,gres/gpu={gpus},node=1"),
+            eligible: Some(start - 60),
+            time_limit: Some(7200),
+            nnodes: Some(1),
         });
     }
     store.record_runs(&runs, NOW, None).expect("runs");

@@ -138,6 +138,9 @@ fn generate(db: &Path, runs: usize) {
             gpus,
             gpus_by_type,
             alloc_tres,
+            eligible: None,
+            time_limit: Some(86_400),
+            nnodes: Some(1),
         });
         if batch.len() == batch.capacity() || i + 1 == runs {
             store

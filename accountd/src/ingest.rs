@@ -169,8 +169,11 @@ pub struct IngestSummary {
     /// Non-empty lines sacct printed.
     pub read: usize,
     pub stored: BatchOutcome,
-    /// Records of jobs that never started (not stored: they held no GPUs).
+    /// Records of jobs that never started: they held no GPUs, and are stored apart (for
+    /// `accountd replay`) unless their job has runs (a requeued job waiting to run again).
     pub not_started: usize,
+    /// What storing those records did.
+    pub unstarted: BatchOutcome,
     pub malformed: Vec<MalformedLine>,
 }
 
@@ -282,9 +285,11 @@ struct ReadCounts {
     malformed: Vec<MalformedLine>,
 }
 
-/// Runs parsed and not yet written, with how far the reading has got.
+/// Runs (and jobs that never started) parsed and not yet written, with how far the reading
+/// has got.
 struct Parsed {
     runs: Vec<sacct::JobRun>,
+    unstarted: Vec<sacct::UnstartedJob>,
     lines: usize,
     latest_submit: UnixSeconds,
 }
@@ -311,7 +316,10 @@ fn read_into<Tz: TimeZone + Sync>(
         let mut reported = 0;
         let mut written = Ok(());
         for parsed in received.iter() {
-            if let Err(e) = writer.write(&parsed.runs) {
+            if let Err(e) = writer
+                .write(&parsed.runs)
+                .and_then(|()| writer.write_unstarted(&parsed.unstarted))
+            {
                 // Dropping the receiver stops the parser at its next handover.
                 written = Err(e);
                 break;
@@ -347,17 +355,19 @@ fn parse_lines<Tz: TimeZone>(
     let mut counts = ReadCounts::default();
     let mut latest_submit = window.since;
     let mut runs = Vec::with_capacity(HANDOVER);
+    let mut unstarted = Vec::new();
     let mut buf: Vec<u8> = Vec::with_capacity(512);
     let mut line_number = 0;
     loop {
         buf.clear();
         let at_end = out.read_until(b'\n', &mut buf).map_err(IngestError::Read)? == 0;
-        if at_end || runs.len() == HANDOVER {
+        if at_end || runs.len() + unstarted.len() >= HANDOVER {
             while let Ok(written) = recycled.try_recv() {
                 drop(written);
             }
             let parsed = Parsed {
                 runs: std::mem::replace(&mut runs, Vec::with_capacity(HANDOVER)),
+                unstarted: std::mem::take(&mut unstarted),
                 lines: counts.lines,
                 latest_submit,
             };
@@ -381,11 +391,14 @@ fn parse_lines<Tz: TimeZone>(
             .map_err(|_| sacct::LineError::NotUtf8)
             .and_then(|line| sacct::read_line(line, tz));
         match read {
-            Ok(Some(run)) => {
+            Ok(sacct::Record::Run(run)) => {
                 latest_submit = latest_submit.max(run.submit.unwrap_or(run.start));
                 runs.push(run.into_job_run());
             }
-            Ok(None) => counts.not_started += 1,
+            Ok(sacct::Record::Unstarted(job)) => {
+                counts.not_started += 1;
+                unstarted.push(job.into_unstarted_job());
+            }
             Err(e) => counts.malformed.push(MalformedLine::new(
                 sacct::COMMAND,
                 line_number,
@@ -409,8 +422,9 @@ fn finish(
     Ok(IngestSummary {
         window: plan.window,
         read: read.lines,
-        stored,
+        stored: stored.runs,
         not_started: read.not_started,
+        unstarted: stored.unstarted,
         malformed: read.malformed,
     })
 }
@@ -424,7 +438,7 @@ mod tests {
     const NOW: i64 = 1_715_688_000; // 2024-05-14T12:00:00Z
 
     fn line(job: u32, start: &str, end: &str, state: &str, gpus: u32) -> String {
-        format!("{job}|{job}|c|agents|alice|gpu|normal|{state}|2024-05-14T00:00:00|{start}|{end}|00:00:00|cpu=1,gres/gpu={gpus},node=1\n")
+        format!("{job}|{job}|c|agents|alice|gpu|normal|{state}|2024-05-14T00:00:00|{start}|{end}|00:00:00|cpu=1,gres/gpu={gpus},node=1|2024-05-14T00:00:00|2880|1|cpu=1,gres/gpu={gpus},node=1\n")
     }
 
     fn plan_for(store: &Store) -> IngestPlan {
@@ -534,15 +548,34 @@ mod tests {
         assert_eq!(first.read, 3);
         assert_eq!(first.stored.inserted, 2);
         assert_eq!(first.not_started, 1);
+        assert_eq!(first.unstarted.inserted, 1);
         let second = store_output(&mut store, &p, &text, &Utc, NOW + 60).unwrap();
         assert_eq!(second.stored.inserted, 0);
         assert_eq!(second.stored.updated, 0);
         assert_eq!(second.stored.unchanged, 2);
+        assert_eq!(second.not_started, 1);
+        assert_eq!(
+            (second.unstarted.inserted, second.unstarted.updated),
+            (0, 0)
+        );
         let n: i64 = store
             .connection()
             .query_row("SELECT count(*) FROM job_runs", [], |r| r.get(0))
             .unwrap();
         assert_eq!(n, 2);
+        // Job 3 starts: the next ingest stores its run and it is no longer pending.
+        let started = line(3, "2024-05-14T03:00:00", "Unknown", "RUNNING", 0);
+        store_output(&mut store, &p, &started, &Utc, NOW + 120).unwrap();
+        let pending: i64 = store
+            .connection()
+            .query_row("SELECT count(*) FROM unstarted_jobs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(pending, 0);
+        let n: i64 = store
+            .connection()
+            .query_row("SELECT count(*) FROM job_runs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 3);
     }
 
     #[test]
@@ -621,7 +654,7 @@ mod tests {
                 let submit = p.window.since + span * i / 25_000;
                 let t = crate::period::format_local(submit, &Utc);
                 format!(
-                    "{i}|{i}|c|agents|alice|gpu|normal|COMPLETED|{t}|{t}|{t}|00:00:00|gres/gpu=1\n"
+                    "{i}|{i}|c|agents|alice|gpu|normal|COMPLETED|{t}|{t}|{t}|00:00:00|gres/gpu=1|{t}|2880|1|gres/gpu=1\n"
                 )
             })
             .collect();

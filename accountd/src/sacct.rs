@@ -19,7 +19,9 @@ use crate::period::{format_local, parse_local_datetime, UnixSeconds};
 use crate::slurm_cli::SlurmCommand;
 
 /// The fields asked of sacct, in order. Parsing depends on this order.
-pub const FIELDS: [&str; 13] = [
+/// The last four were added for `accountd replay` (issue 13): when a job could first start, the
+/// limit backfill planned with, its node count, and what a job that never started asked for.
+pub const FIELDS: [&str; 17] = [
     "JobIDRaw",
     "JobID",
     "Cluster",
@@ -33,6 +35,10 @@ pub const FIELDS: [&str; 13] = [
     "End",
     "Elapsed",
     "AllocTRES",
+    "Eligible",
+    "TimelimitRaw",
+    "NNodes",
+    "ReqTRES",
 ];
 
 /// How long one sacct call may take before it is stopped.
@@ -63,6 +69,41 @@ pub struct JobRun {
     pub gpus_by_type: BTreeMap<String, u64>,
     /// The allocation verbatim (`billing=1,cpu=1,gres/gpu=2,node=1`).
     pub alloc_tres: String,
+    /// When it could first start (after its begin time and dependencies); None where sacct
+    /// has none (`Unknown`: a job never eligible, such as one held until cancelled).
+    pub eligible: Option<UnixSeconds>,
+    /// Its time limit in seconds; None without one (`UNLIMITED`, `Partition_Limit`).
+    pub time_limit: Option<i64>,
+    /// Nodes allocated (requested, for a job that never started).
+    pub nnodes: Option<u32>,
+}
+
+/// A job that never started (Start `Unknown`): pending when sacct was read, or ended while it
+/// waited (cancelled, or a deadline passed). It held no GPUs; `accountd replay` needs it as
+/// demand. A requeued job waiting to run again reads the same way (it has runs: the store
+/// keeps it out of the jobs that never started).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnstartedJob {
+    pub cluster: String,
+    pub job_id_raw: u32,
+    /// As users see it; a pending job array is one record, `123_[1-100%4]`.
+    pub job_id: String,
+    pub account: String,
+    pub user: String,
+    pub partition: String,
+    pub qos: String,
+    pub state: String,
+    pub submit: Option<UnixSeconds>,
+    pub eligible: Option<UnixSeconds>,
+    /// When it ended without starting (cancelled while pending); None while pending.
+    pub end: Option<UnixSeconds>,
+    /// GPUs it asked for (ReqTRES), and the typed part of them.
+    pub gpus: u64,
+    pub gpus_by_type: BTreeMap<String, u64>,
+    pub time_limit: Option<i64>,
+    pub nnodes: Option<u32>,
+    /// The request verbatim.
+    pub req_tres: String,
 }
 
 /// A line that could not be read; it is reported and skipped (`command` is `sacct`).
@@ -80,6 +121,8 @@ pub struct SacctBatch {
     /// Records of jobs that never started (Start `Unknown`): pending or cancelled while pending.
     /// They held no GPUs, and a pending job is seen again with its start once it runs.
     pub not_started: usize,
+    /// Those records (`not_started` of them).
+    pub unstarted: Vec<UnstartedJob>,
     pub malformed: Vec<MalformedLine>,
 }
 
@@ -98,6 +141,14 @@ pub enum LineError {
     EndBeforeStart,
     #[error("AllocTRES: {0}")]
     AllocTres(GresError),
+    #[error("ReqTRES: {0}")]
+    ReqTres(GresError),
+    #[error(
+        "TimelimitRaw `{0}` is not a time limit (expected minutes, UNLIMITED or Partition_Limit)"
+    )]
+    Timelimit(String),
+    #[error("NNodes `{0}` is not a node count")]
+    NNodes(String),
     #[error("the line is not UTF-8")]
     NotUtf8,
 }
@@ -121,6 +172,61 @@ pub struct RunRecord<'a> {
     pub gpus: u64,
     pub gpus_by_type: BTreeMap<String, u64>,
     pub alloc_tres: &'a str,
+    pub eligible: Option<UnixSeconds>,
+    pub time_limit: Option<i64>,
+    pub nnodes: Option<u32>,
+}
+
+/// A job that never started as read from one line, borrowing its text; the fields are
+/// [`UnstartedJob`]'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnstartedRecord<'a> {
+    pub cluster: &'a str,
+    pub job_id_raw: u32,
+    pub job_id: &'a str,
+    pub account: &'a str,
+    pub user: &'a str,
+    pub partition: &'a str,
+    pub qos: &'a str,
+    pub state: &'a str,
+    pub submit: Option<UnixSeconds>,
+    pub eligible: Option<UnixSeconds>,
+    pub end: Option<UnixSeconds>,
+    pub gpus: u64,
+    pub gpus_by_type: BTreeMap<String, u64>,
+    pub time_limit: Option<i64>,
+    pub nnodes: Option<u32>,
+    pub req_tres: &'a str,
+}
+
+impl UnstartedRecord<'_> {
+    pub fn into_unstarted_job(self) -> UnstartedJob {
+        UnstartedJob {
+            cluster: self.cluster.to_string(),
+            job_id_raw: self.job_id_raw,
+            job_id: self.job_id.to_string(),
+            account: self.account.to_string(),
+            user: self.user.to_string(),
+            partition: self.partition.to_string(),
+            qos: self.qos.to_string(),
+            state: self.state.to_string(),
+            submit: self.submit,
+            eligible: self.eligible,
+            end: self.end,
+            gpus: self.gpus,
+            gpus_by_type: self.gpus_by_type,
+            time_limit: self.time_limit,
+            nnodes: self.nnodes,
+            req_tres: self.req_tres.to_string(),
+        }
+    }
+}
+
+/// One line of sacct's output: a run, or a job that never started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record<'a> {
+    Run(RunRecord<'a>),
+    Unstarted(UnstartedRecord<'a>),
 }
 
 impl RunRecord<'_> {
@@ -141,6 +247,9 @@ impl RunRecord<'_> {
             gpus: self.gpus,
             gpus_by_type: self.gpus_by_type,
             alloc_tres: self.alloc_tres.to_string(),
+            eligible: self.eligible,
+            time_limit: self.time_limit,
+            nnodes: self.nnodes,
         }
     }
 }
@@ -153,8 +262,11 @@ pub fn parse<Tz: TimeZone>(text: &str, tz: &Tz) -> SacctBatch {
     for (number, line) in parsable::lines(text) {
         batch.lines += 1;
         match read_line(line, tz) {
-            Ok(Some(run)) => batch.runs.push(run.into_job_run()),
-            Ok(None) => batch.not_started += 1,
+            Ok(Record::Run(run)) => batch.runs.push(run.into_job_run()),
+            Ok(Record::Unstarted(job)) => {
+                batch.not_started += 1;
+                batch.unstarted.push(job.into_unstarted_job());
+            }
             Err(e) => {
                 batch
                     .malformed
@@ -165,13 +277,10 @@ pub fn parse<Tz: TimeZone>(text: &str, tz: &Tz) -> SacctBatch {
     batch
 }
 
-/// Read one non-empty line of sacct's parsable output: the run, or None for a job that never
-/// started (Start `Unknown`: pending, or cancelled while pending).
-pub fn read_line<'a, Tz: TimeZone>(
-    line: &'a str,
-    tz: &Tz,
-) -> Result<Option<RunRecord<'a>>, LineError> {
-    let [job_id_raw, job_id, cluster, account, user, partition, qos, state, submit, start, end, elapsed, alloc_tres] =
+/// Read one non-empty line of sacct's parsable output: a run, or a job that never started
+/// (Start `Unknown`: pending, or cancelled while pending).
+pub fn read_line<'a, Tz: TimeZone>(line: &'a str, tz: &Tz) -> Result<Record<'a>, LineError> {
+    let [job_id_raw, job_id, cluster, account, user, partition, qos, state, submit, start, end, elapsed, alloc_tres, eligible, time_limit, nnodes, req_tres] =
         parsable::fields::<{ FIELDS.len() }>(line, Shape::Exactly)?;
     let job_id_raw: u32 = job_id_raw
         .trim()
@@ -182,13 +291,35 @@ pub fn read_line<'a, Tz: TimeZone>(
     let end = optional_time("End", end, tz)?;
     let elapsed = parse_elapsed(elapsed).ok_or_else(|| LineError::Elapsed(elapsed.to_string()))?;
     let gpus = gpu_count(alloc_tres).map_err(LineError::AllocTres)?;
+    let eligible = optional_time("Eligible", eligible, tz)?;
+    let time_limit =
+        parse_time_limit(time_limit).ok_or_else(|| LineError::Timelimit(time_limit.to_string()))?;
+    let nnodes = parse_nnodes(nnodes).ok_or_else(|| LineError::NNodes(nnodes.to_string()))?;
+    let requested = gpu_count(req_tres).map_err(LineError::ReqTres)?;
     let Some(start) = start else {
-        return Ok(None);
+        return Ok(Record::Unstarted(UnstartedRecord {
+            cluster,
+            job_id_raw,
+            job_id,
+            account,
+            user,
+            partition,
+            qos,
+            state,
+            submit,
+            eligible,
+            end,
+            gpus: requested.total,
+            gpus_by_type: requested.by_type,
+            time_limit,
+            nnodes,
+            req_tres,
+        }));
     };
     if end.is_some_and(|end| end < start) {
         return Err(LineError::EndBeforeStart);
     }
-    Ok(Some(RunRecord {
+    Ok(Record::Run(RunRecord {
         cluster,
         job_id_raw,
         job_id,
@@ -204,7 +335,33 @@ pub fn read_line<'a, Tz: TimeZone>(
         gpus: gpus.total,
         gpus_by_type: gpus.by_type,
         alloc_tres,
+        eligible,
+        time_limit,
+        nnodes,
     }))
+}
+
+/// TimelimitRaw: whole minutes, as seconds; Slurm's words for no limit (`UNLIMITED`, and
+/// `Partition_Limit`: the partition's, which sacct does not know) and empty read as None.
+/// Returns None for an unreadable value, Some(None) for "no limit".
+fn parse_time_limit(text: &str) -> Option<Option<i64>> {
+    match text.trim() {
+        "" | "UNLIMITED" | "Partition_Limit" | "INVALID" | "Unknown" => Some(None),
+        t if t.bytes().all(|b| b.is_ascii_digit()) => {
+            let minutes: i64 = t.parse().ok()?;
+            Some(Some(minutes.checked_mul(60)?))
+        }
+        _ => None,
+    }
+}
+
+/// NNodes: a count (`--noconvert`: never `1K`); empty reads as None.
+fn parse_nnodes(text: &str) -> Option<Option<u32>> {
+    match text.trim() {
+        "" | "Unknown" => Some(None),
+        t if t.bytes().all(|b| b.is_ascii_digit()) => t.parse().ok().map(Some),
+        _ => None,
+    }
 }
 
 /// sacct prints `Unknown` for a time that has not happened (start of a pending job, end of a
@@ -323,7 +480,7 @@ mod tests {
 
     #[test]
     fn a_completed_job() {
-        let r = one("101|101|gpu-cluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:10|2024-05-01T01:00:10|01:00:00|billing=1,cpu=1,gres/gpu=2,node=1");
+        let r = one("101|101|gpu-cluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:10|2024-05-01T01:00:10|01:00:00|billing=1,cpu=1,gres/gpu=2,node=1|2024-05-01T00:00:00|2880|1|billing=1,cpu=1,gres/gpu=2,node=1");
         assert_eq!(r.job_id_raw, 101);
         assert_eq!(r.job_id, "101");
         assert_eq!(r.cluster, "gpu-cluster");
@@ -343,14 +500,14 @@ mod tests {
 
     #[test]
     fn times_are_read_in_the_given_zone() {
-        let line = "7|7|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:00:01|00:00:01|gres/gpu=1";
+        let line = "7|7|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:00:01|00:00:01|gres/gpu=1|2024-05-01T00:00:00|2880|1|gres/gpu=1";
         let b = parse(line, &FixedOffset::west_opt(3 * 3600).unwrap());
         assert_eq!(b.runs[0].start, T0 + 3 * 3600);
     }
 
     #[test]
     fn a_running_job_has_no_end() {
-        let r = one("102|102|c|training|bob|gpu|normal|RUNNING|2024-05-01T00:00:00|2024-05-01T00:00:00|Unknown|1-02:03:04|cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1");
+        let r = one("102|102|c|training|bob|gpu|normal|RUNNING|2024-05-01T00:00:00|2024-05-01T00:00:00|Unknown|1-02:03:04|cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1|2024-05-01T00:00:00|2880|1|cpu=4,gres/gpu=4,gres/gpu:h100=4,node=1");
         assert_eq!(r.end, None);
         assert_eq!(r.state, "RUNNING");
         assert_eq!(r.elapsed, Some(86_400 + 2 * 3600 + 3 * 60 + 4));
@@ -361,9 +518,9 @@ mod tests {
     #[test]
     fn a_requeued_job_gives_one_run_per_start() {
         let text = "\
-103|103|c|research|carol|gpu|normal|PREEMPTED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:10:00|00:10:00|gres/gpu=1
-103|103|c|research|carol|gpu|normal|REQUEUED|2024-05-01T00:00:00|2024-05-01T00:12:01|2024-05-01T00:20:00|00:07:59|gres/gpu=1
-103|103|c|research|carol|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:30:00|2024-05-01T01:00:00|00:30:00|gres/gpu=1
+103|103|c|research|carol|gpu|normal|PREEMPTED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:10:00|00:10:00|gres/gpu=1|2024-05-01T00:00:00|2880|1|gres/gpu=1
+103|103|c|research|carol|gpu|normal|REQUEUED|2024-05-01T00:00:00|2024-05-01T00:12:01|2024-05-01T00:20:00|00:07:59|gres/gpu=1|2024-05-01T00:00:00|2880|1|gres/gpu=1
+103|103|c|research|carol|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:30:00|2024-05-01T01:00:00|00:30:00|gres/gpu=1|2024-05-01T00:00:00|2880|1|gres/gpu=1
 ";
         let b = parse(text, &Utc);
         assert_eq!(b.lines, 3);
@@ -376,7 +533,7 @@ mod tests {
 
     #[test]
     fn array_tasks_keep_both_ids() {
-        let r = one("205|200_5|c|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:01:00|00:01:00|gres/gpu=1");
+        let r = one("205|200_5|c|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:01:00|00:01:00|gres/gpu=1|2024-05-01T00:00:00|2880|1|gres/gpu=1");
         assert_eq!(r.job_id_raw, 205);
         assert_eq!(r.job_id, "200_5");
     }
@@ -393,29 +550,71 @@ mod tests {
             "BOOT_FAIL",
             "SOME_FUTURE_STATE",
         ] {
-            let line = format!("1|1|c|a|u|gpu|normal|{state}|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1");
+            let line = format!("1|1|c|a|u|gpu|normal|{state}|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1|2024-05-01T00:00:00|2880|1|gres/gpu=1");
             assert_eq!(one(&line).state, state);
         }
     }
 
     #[test]
-    fn jobs_that_never_started_are_counted_not_stored() {
+    fn jobs_that_never_started_are_counted_and_kept_apart() {
         let text = "\
-300|300|c|a|u|gpu|normal|PENDING|2024-05-01T00:00:00|Unknown|Unknown|00:00:00|
-301|301|c|a|u|gpu|normal|CANCELLED by 1000|2024-05-01T00:00:00|None|2024-05-01T00:01:00|00:00:00|
+300|300|c|a|u|gpu|normal|PENDING|2024-05-01T00:00:00|Unknown|Unknown|00:00:00||2024-05-01T00:10:00|90|2|billing=2,cpu=2,gres/gpu=4,gres/gpu:h100=4,node=2
+301|301|c|a|u|gpu|normal|CANCELLED by 1000|2024-05-01T00:00:00|None|2024-05-01T00:01:00|00:00:00||Unknown|UNLIMITED||cpu=1,gres/gpu=1,node=1
 ";
         let b = parse(text, &Utc);
         assert_eq!(b.lines, 2);
         assert!(b.runs.is_empty());
         assert_eq!(b.not_started, 2);
-        assert!(b.malformed.is_empty());
+        assert!(b.malformed.is_empty(), "{:?}", b.malformed);
+        let [pending, cancelled] = &b.unstarted[..] else {
+            panic!("{b:?}")
+        };
+        // Asked for 4 h100 on 2 nodes for 90 min = 5400 s; eligible 10 min after submit.
+        assert_eq!(pending.job_id_raw, 300);
+        assert_eq!(pending.state, "PENDING");
+        assert_eq!(
+            (pending.submit, pending.eligible),
+            (Some(T0), Some(T0 + 600))
+        );
+        assert_eq!(pending.end, None);
+        assert_eq!(
+            (pending.gpus, pending.gpus_by_type.get("h100")),
+            (4, Some(&4))
+        );
+        assert_eq!((pending.time_limit, pending.nnodes), (Some(5400), Some(2)));
+        // Cancelled a minute after submit, never eligible, no limit, no node count.
+        assert_eq!(cancelled.end, Some(T0 + 60));
+        assert_eq!(cancelled.eligible, None);
+        assert_eq!((cancelled.time_limit, cancelled.nnodes), (None, None));
+        assert_eq!(cancelled.gpus, 1);
+        assert!(cancelled.gpus_by_type.is_empty());
+        assert_eq!(cancelled.req_tres, "cpu=1,gres/gpu=1,node=1");
+    }
+
+    #[test]
+    fn eligible_time_limit_and_nodes_of_a_run() {
+        // TimelimitRaw is in minutes: 1440 min = 86 400 s.
+        let r = one("500|500|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T02:00:00|2024-05-01T03:00:00|01:00:00|gres/gpu=8,node=2|2024-05-01T01:00:00|1440|2|gres/gpu=8,node=2");
+        assert_eq!(r.eligible, Some(T0 + 3600));
+        assert_eq!(r.time_limit, Some(86_400));
+        assert_eq!(r.nnodes, Some(2));
+        for (limit, want) in [
+            ("UNLIMITED", None),
+            ("Partition_Limit", None),
+            ("", None),
+            ("0", Some(0)),
+            (" 30 ", Some(1800)),
+        ] {
+            let line = format!("1|1|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1|2024-05-01T00:00:00|{limit}|1|gres/gpu=1");
+            assert_eq!(one(&line).time_limit, want, "{limit:?}");
+        }
     }
 
     #[test]
     fn jobs_without_gpus_are_runs_with_zero_gpus() {
-        let r = one("400|400|c|a|u|cpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:00:01|00:00:01|billing=1,cpu=1,mem=1024M,node=1");
+        let r = one("400|400|c|a|u|cpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:00:01|00:00:01|billing=1,cpu=1,mem=1024M,node=1|2024-05-01T00:00:00|2880|1|billing=1,cpu=1,mem=1024M,node=1");
         assert_eq!(r.gpus, 0);
-        let r = one("401|401|c|a|u|cpu|normal|CANCELLED by 0|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:00:00|00:00:00|");
+        let r = one("401|401|c|a|u|cpu|normal|CANCELLED by 0|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:00:00|00:00:00||2024-05-01T00:00:00|2880|1|");
         assert_eq!(r.gpus, 0);
         assert_eq!(r.alloc_tres, "");
     }
@@ -423,10 +622,10 @@ mod tests {
     #[test]
     fn malformed_lines_are_reported_with_number_and_content() {
         let text = "\
-1|1|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1
+1|1|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1|2024-05-01T00:00:00|2880|1|gres/gpu=1
 2|2|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00
-3|3|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=two
-4|4|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1
+3|3|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=two|2024-05-01T00:00:00|2880|1|gres/gpu=two
+4|4|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1|2024-05-01T00:00:00|2880|1|gres/gpu=1
 ";
         let b = parse(text, &Utc);
         assert_eq!(b.lines, 4);
@@ -437,7 +636,7 @@ mod tests {
         assert_eq!(b.malformed.len(), 2);
         assert_eq!(b.malformed[0].line_number, 2);
         assert!(
-            b.malformed[0].reason.contains("expected 13"),
+            b.malformed[0].reason.contains("expected 17"),
             "{}",
             b.malformed[0].reason
         );
@@ -449,7 +648,7 @@ mod tests {
 
     #[test]
     fn each_kind_of_bad_field_is_malformed() {
-        let ok = "1|1|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1";
+        let ok = "1|1|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1|2024-05-01T00:00:00|2880|1|gres/gpu=1";
         let fields: Vec<&str> = ok.split('|').collect();
         let with = |i: usize, v: &str| {
             let mut f = fields.clone();
@@ -474,15 +673,27 @@ mod tests {
         assert!(malformed(&with(12, "gres/gpu:h100:x=1"))
             .reason
             .contains("AllocTRES"));
+        assert!(malformed(&with(13, "soon")).reason.contains("Eligible"));
+        for bad in ["1:00:00", "-5", "ninety", "9999999999999999999"] {
+            let m = malformed(&with(14, bad));
+            assert!(m.reason.contains("TimelimitRaw"), "{bad}: {}", m.reason);
+            assert!(m.reason.contains("UNLIMITED"), "{}", m.reason);
+        }
+        for bad in ["two", "1K", "-1", "2-4"] {
+            assert!(malformed(&with(15, bad)).reason.contains("NNodes"), "{bad}");
+        }
+        assert!(malformed(&with(16, "gres/gpu=lots"))
+            .reason
+            .contains("ReqTRES"));
         assert!(malformed(&format!("{ok}|extra"))
             .reason
-            .contains("found 14"));
+            .contains("found 18"));
         assert!(malformed("garbage").reason.contains("found 1"));
     }
 
     #[test]
     fn blank_lines_are_ignored_and_line_numbers_stay_true() {
-        let text = "\n1|1|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1\n\nbad\n";
+        let text = "\n1|1|c|a|u|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T00:05:00|00:05:00|gres/gpu=1|2024-05-01T00:00:00|2880|1|gres/gpu=1\n\nbad\n";
         let b = parse(text, &Utc);
         assert_eq!(b.lines, 2);
         assert_eq!(b.malformed[0].line_number, 4);
@@ -515,7 +726,7 @@ mod tests {
         assert_eq!(args[pos("-E") + 1], "2024-05-01T01:00:00");
         assert_eq!(
             args[pos("-o") + 1],
-            "JobIDRaw,JobID,Cluster,Account,User,Partition,QOS,State,Submit,Start,End,Elapsed,AllocTRES"
+            "JobIDRaw,JobID,Cluster,Account,User,Partition,QOS,State,Submit,Start,End,Elapsed,AllocTRES,Eligible,TimelimitRaw,NNodes,ReqTRES"
         );
     }
 }

@@ -264,12 +264,12 @@ fn usage_errors_exit_2_and_help_documents_exit_codes() {
 // ---- report ----------------------------------------------------------------------------------
 
 const SACCT_FIXTURE: &str = "\
-1|1|testcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:59:00|2024-05-01T01:00:00|2024-05-01T03:00:00|02:00:00|billing=2,cpu=2,gres/gpu=2,node=1
-2|2|testcluster|agents|alice|gpu|normal|RUNNING|2024-04-30T22:00:00|2024-04-30T23:00:00|Unknown|1-01:00:00|cpu=1,gres/gpu=1,node=1
-3|3|testcluster|training|bob|gpu|normal|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:00:00|2024-05-01T10:30:00|00:30:00|cpu=8,gres/gpu=4,gres/gpu:h100=4,node=1
-4|4|testcluster|ghost|carol|gpu|normal|CANCELLED by 0|2024-05-01T12:00:00|2024-05-01T12:00:00|2024-05-01T13:00:00|01:00:00|gres/gpu=1
-5|5|testcluster|agents|alice|cpu|normal|COMPLETED|2024-05-01T12:00:00|2024-05-01T12:00:00|2024-05-01T13:00:00|01:00:00|cpu=4,node=1
-6|6|othercluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T12:00:00|2024-05-01T12:00:00|2024-05-01T13:00:00|01:00:00|gres/gpu=8
+1|1|testcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:59:00|2024-05-01T01:00:00|2024-05-01T03:00:00|02:00:00|billing=2,cpu=2,gres/gpu=2,node=1|2024-05-01T00:59:00|2880|1|billing=2,cpu=2,gres/gpu=2,node=1
+2|2|testcluster|agents|alice|gpu|normal|RUNNING|2024-04-30T22:00:00|2024-04-30T23:00:00|Unknown|1-01:00:00|cpu=1,gres/gpu=1,node=1|2024-04-30T22:00:00|2880|1|cpu=1,gres/gpu=1,node=1
+3|3|testcluster|training|bob|gpu|normal|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:00:00|2024-05-01T10:30:00|00:30:00|cpu=8,gres/gpu=4,gres/gpu:h100=4,node=1|2024-05-01T10:00:00|2880|1|cpu=8,gres/gpu=4,gres/gpu:h100=4,node=1
+4|4|testcluster|ghost|carol|gpu|normal|CANCELLED by 0|2024-05-01T12:00:00|2024-05-01T12:00:00|2024-05-01T13:00:00|01:00:00|gres/gpu=1|2024-05-01T12:00:00|2880|1|gres/gpu=1
+5|5|testcluster|agents|alice|cpu|normal|COMPLETED|2024-05-01T12:00:00|2024-05-01T12:00:00|2024-05-01T13:00:00|01:00:00|cpu=4,node=1|2024-05-01T12:00:00|2880|1|cpu=4,node=1
+6|6|othercluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T12:00:00|2024-05-01T12:00:00|2024-05-01T13:00:00|01:00:00|gres/gpu=8|2024-05-01T12:00:00|2880|1|gres/gpu=8
 ";
 
 /// The fixture's runs, and the capacity accountd run would have recorded since April: 8 GPUs,
@@ -730,11 +730,11 @@ database = "accountd.db"
 "#;
 
 const TYPED_SACCT: &str = "\
-11|11|testcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-02T00:00:00|1-00:00:00|cpu=1,gres/gpu=1,gres/gpu:h100=1
-12|12|testcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T12:00:00|12:00:00|cpu=1,gres/gpu=1,gres/gpu:a100=1
-13|13|testcluster|training|bob|gpu|normal|COMPLETED|2024-05-01T06:00:00|2024-05-01T06:00:00|2024-05-01T08:00:00|02:00:00|cpu=2,gres/gpu=2,gres/gpu:a100=2
-14|14|testcluster|agents|alice|debug|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T01:00:00|01:00:00|cpu=2,gres/gpu=2,gres/gpu:h100=2
-15|15|testcluster|training|bob|gpu|normal|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:00:00|2024-05-01T11:00:00|01:00:00|cpu=1,gres/gpu=1
+11|11|testcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-02T00:00:00|1-00:00:00|cpu=1,gres/gpu=1,gres/gpu:h100=1|2024-05-01T00:00:00|2880|1|cpu=1,gres/gpu=1,gres/gpu:h100=1
+12|12|testcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T12:00:00|12:00:00|cpu=1,gres/gpu=1,gres/gpu:a100=1|2024-05-01T00:00:00|2880|1|cpu=1,gres/gpu=1,gres/gpu:a100=1
+13|13|testcluster|training|bob|gpu|normal|COMPLETED|2024-05-01T06:00:00|2024-05-01T06:00:00|2024-05-01T08:00:00|02:00:00|cpu=2,gres/gpu=2,gres/gpu:a100=2|2024-05-01T06:00:00|2880|1|cpu=2,gres/gpu=2,gres/gpu:a100=2
+14|14|testcluster|agents|alice|debug|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T01:00:00|01:00:00|cpu=2,gres/gpu=2,gres/gpu:h100=2|2024-05-01T00:00:00|2880|1|cpu=2,gres/gpu=2,gres/gpu:h100=2
+15|15|testcluster|training|bob|gpu|normal|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:00:00|2024-05-01T11:00:00|01:00:00|cpu=1,gres/gpu=1|2024-05-01T10:00:00|2880|1|cpu=1,gres/gpu=1
 ";
 
 /// A typed configuration (agents holds h100 quota, training a100), 4 h100 and 6 a100, on

@@ -41,9 +41,9 @@ database = "accountd.db"
 /// - 2024-05-03: an account named like markup holds 1 GPU for an hour (borrowed, no quota):
 ///   the page must show the name as text, not as an element.
 const SACCT: &str = "\
-1|1|htmlcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T06:00:00|06:00:00|cpu=4,gres/gpu=4,node=1
-2|2|htmlcluster|training|bob|gpu|normal|COMPLETED|2024-05-02T00:00:00|2024-05-02T00:00:00|2024-05-03T00:00:00|1-00:00:00|cpu=8,gres/gpu=4,node=1
-3|3|htmlcluster|<b>x</b>|eve|gpu|normal|COMPLETED|2024-05-03T10:00:00|2024-05-03T10:00:00|2024-05-03T11:00:00|01:00:00|cpu=1,gres/gpu=1,node=1
+1|1|htmlcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T06:00:00|06:00:00|cpu=4,gres/gpu=4,node=1|2024-05-01T00:00:00|2880|1|cpu=4,gres/gpu=4,node=1
+2|2|htmlcluster|training|bob|gpu|normal|COMPLETED|2024-05-02T00:00:00|2024-05-02T00:00:00|2024-05-03T00:00:00|1-00:00:00|cpu=8,gres/gpu=4,node=1|2024-05-02T00:00:00|2880|1|cpu=8,gres/gpu=4,node=1
+3|3|htmlcluster|<b>x</b>|eve|gpu|normal|COMPLETED|2024-05-03T10:00:00|2024-05-03T10:00:00|2024-05-03T11:00:00|01:00:00|cpu=1,gres/gpu=1,node=1|2024-05-03T10:00:00|2880|1|cpu=1,gres/gpu=1,node=1
 ";
 
 const CHROMIUM: &str = "/usr/bin/chromium";

@@ -49,7 +49,7 @@ fn site(n: usize) -> tempfile::TempDir {
         };
         writeln!(
             out,
-            "{id}|{id}|crashcluster|{team}|u{u}|gpu|teamshare|COMPLETED|{sub}|{st}|{en}|00:{m:02}:00|billing={g},cpu={g},gres/gpu={g},node=1",
+            "{id}|{id}|crashcluster|{team}|u{u}|gpu|teamshare|COMPLETED|{sub}|{st}|{en}|00:{m:02}:00|billing={g},cpu={g},gres/gpu={g},node=1|{sub}|2880|1|billing={g},cpu={g},gres/gpu={g},node=1",
             id = 1000 + i,
             u = i % 7,
             sub = t(start - 5),

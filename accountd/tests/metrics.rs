@@ -46,11 +46,11 @@ fairshare_half_life = "2d"
 
 /// May 2024 up to 2024-05-20T00:00:00Z.
 const SACCT: &str = "\
-1|1|testcluster|agents|alice|gpu|normal|COMPLETED|2024-05-02T09:50:00|2024-05-02T10:00:00|2024-05-02T14:00:00|04:00:00|cpu=2,gres/gpu=3,node=1
-2|2|testcluster|training|bob|gpu|normal|PREEMPTED|2024-05-02T11:00:00|2024-05-02T11:00:00|2024-05-02T12:00:00|01:00:00|cpu=8,gres/gpu=4,gres/gpu:h100=4,node=1
-3|3|testcluster|agents|alice|gpu|normal|RUNNING|2024-05-19T20:00:00|2024-05-19T22:00:00|Unknown|02:00:00|gres/gpu=1
-4|4|testcluster|research|carol|gpu|normal|COMPLETED|2024-04-30T10:00:00|2024-04-30T12:00:00|2024-05-01T02:00:00|14:00:00|gres/gpu=2
-5|5|testcluster|stray|dave|gpu|normal|COMPLETED|2024-05-03T00:00:00|2024-05-03T00:00:00|2024-05-03T03:00:00|03:00:00|gres/gpu=2
+1|1|testcluster|agents|alice|gpu|normal|COMPLETED|2024-05-02T09:50:00|2024-05-02T10:00:00|2024-05-02T14:00:00|04:00:00|cpu=2,gres/gpu=3,node=1|2024-05-02T09:50:00|2880|1|cpu=2,gres/gpu=3,node=1
+2|2|testcluster|training|bob|gpu|normal|PREEMPTED|2024-05-02T11:00:00|2024-05-02T11:00:00|2024-05-02T12:00:00|01:00:00|cpu=8,gres/gpu=4,gres/gpu:h100=4,node=1|2024-05-02T11:00:00|2880|1|cpu=8,gres/gpu=4,gres/gpu:h100=4,node=1
+3|3|testcluster|agents|alice|gpu|normal|RUNNING|2024-05-19T20:00:00|2024-05-19T22:00:00|Unknown|02:00:00|gres/gpu=1|2024-05-19T20:00:00|2880|1|gres/gpu=1
+4|4|testcluster|research|carol|gpu|normal|COMPLETED|2024-04-30T10:00:00|2024-04-30T12:00:00|2024-05-01T02:00:00|14:00:00|gres/gpu=2|2024-04-30T10:00:00|2880|1|gres/gpu=2
+5|5|testcluster|stray|dave|gpu|normal|COMPLETED|2024-05-03T00:00:00|2024-05-03T00:00:00|2024-05-03T03:00:00|03:00:00|gres/gpu=2|2024-05-03T00:00:00|2880|1|gres/gpu=2
 ";
 
 const NOW: i64 = 1_716_163_200; // 2024-05-20T00:00:00Z

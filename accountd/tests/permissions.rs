@@ -38,8 +38,8 @@ database = "data/accountd.db"
 "#;
 
 const SACCT: &str = "\
-1|1|testcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:59:00|2024-05-01T01:00:00|2024-05-01T03:00:00|02:00:00|billing=2,cpu=2,gres/gpu=2,node=1
-2|2|testcluster|training|bob|gpu|normal|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:00:00|2024-05-01T10:30:00|00:30:00|cpu=8,gres/gpu=4,node=1
+1|1|testcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:59:00|2024-05-01T01:00:00|2024-05-01T03:00:00|02:00:00|billing=2,cpu=2,gres/gpu=2,node=1|2024-05-01T00:59:00|2880|1|billing=2,cpu=2,gres/gpu=2,node=1
+2|2|testcluster|training|bob|gpu|normal|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:00:00|2024-05-01T10:30:00|00:30:00|cpu=8,gres/gpu=4,node=1|2024-05-01T10:00:00|2880|1|cpu=8,gres/gpu=4,node=1
 ";
 
 /// `id <flag> <user>`, if the user exists.

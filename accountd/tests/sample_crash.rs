@@ -119,6 +119,9 @@ fn kill_9_then_restart_loses_and_duplicates_nothing() {
             gpus: 2,
             gpus_by_type: Default::default(),
             alloc_tres: "cpu=2,gres/gpu=2,node=1".into(),
+            eligible: Some(JOB_START),
+            time_limit: None,
+            nnodes: Some(1),
         };
         store.record_runs(&[run], JOB_START, None).unwrap();
     }

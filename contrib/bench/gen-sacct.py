@@ -2,14 +2,17 @@
 """Synthetic `sacct -a -X -D -P -n --noconvert -o <accountd's FIELDS>` output, for benchmarks.
 
 The fields, in accountd/src/sacct.rs FIELDS order:
-  JobIDRaw|JobID|Cluster|Account|User|Partition|QOS|State|Submit|Start|End|Elapsed|AllocTRES
+  JobIDRaw|JobID|Cluster|Account|User|Partition|QOS|State|Submit|Start|End|Elapsed|AllocTRES|
+  Eligible|TimelimitRaw|NNodes|ReqTRES
 Times are UTC (accountd runs sacct with TZ=UTC and SLURM_TIME_FORMAT=standard).
 
 A realistic mix, deterministic for a given --seed: ~92 % finished runs (COMPLETED, FAILED,
 CANCELLED by <uid>, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL), 3 % requeued jobs (a PREEMPTED run and
 a later run with the same JobIDRaw), 5 % array tasks (JobID 123_4), 1 % still running (End
-Unknown), 2 % never started (Start Unknown/None: counted, not stored), GPU counts 1/2/4/8 with
-half of them typed (gres/gpu:h100=N), 3 teams + 1 CPU-only account.
+Unknown), 2 % never started (Start Unknown/None: stored apart, for replay), GPU counts 1/2/4/8
+with half of them typed (gres/gpu:h100=N), 3 teams + 1 CPU-only account. Eligible is the submit
+time (5 % a begin time up to 10 minutes later), time limits 1 h, 4 h, 1 day (minutes) or
+UNLIMITED and at least the run, one node, ReqTRES the allocation's.
 
 usage: gen-sacct.py --records N [--cluster NAME] [--end UNIX] [--days D] [--seed S] > file
 """
@@ -72,31 +75,37 @@ def main():
         if rnd.random() < 0.05:
             jobid = f"{job - rnd.randrange(1, 50)}_{rnd.randrange(0, 100)}"
         common = f"{job}|{jobid}|{cluster}|{team}|{user}|gpu|{qos}|"
+        eligible = submit + (rnd.randrange(0, 600) if rnd.random() < 0.05 else 0)
+        start = max(start, eligible)
+        limit = next((m for m in rnd.choice([[60, 240, 1440], [240, 1440], [1440]]) if m * 60 >= dur), None)
+        limit = "UNLIMITED" if limit is None or rnd.random() < 0.05 else str(limit)
+        # Eligible|TimelimitRaw|NNodes|ReqTRES, after AllocTRES
+        extra = f"|{fmt_time(eligible)}|{limit}|1|{tres}"
         if r < 0.02:
             # never started: pending at the window's end, or cancelled while pending
             if rnd.random() < 0.5:
-                buf.append(common + f"PENDING|{fmt_time(submit)}|Unknown|Unknown|00:00:00|\n")
+                buf.append(common + f"PENDING|{fmt_time(submit)}|Unknown|Unknown|00:00:00|{extra}\n")
             else:
-                buf.append(common + f"CANCELLED by 1000|{fmt_time(submit)}|None|{fmt_time(submit + 60)}|00:00:00|\n")
+                buf.append(common + f"CANCELLED by 1000|{fmt_time(submit)}|None|{fmt_time(submit + 60)}|00:00:00|{extra}\n")
             written += 1
         elif r < 0.03:
             # still running
             run = max(0, min(end, start + dur) - start)
             start = min(start, end - 1)
-            buf.append(common + f"RUNNING|{fmt_time(submit)}|{fmt_time(start)}|Unknown|{fmt_elapsed(run)}|{tres}\n")
+            buf.append(common + f"RUNNING|{fmt_time(submit)}|{fmt_time(start)}|Unknown|{fmt_elapsed(run)}|{tres}{extra}\n")
             written += 1
         elif r < 0.06 and written + 2 <= a.records:
             # requeued: preempted, then run again later (same JobIDRaw, another start)
             first_end = start + min(dur, 600)
-            buf.append(common + f"PREEMPTED|{fmt_time(submit)}|{fmt_time(start)}|{fmt_time(first_end)}|{fmt_elapsed(first_end - start)}|{tres}\n")
+            buf.append(common + f"PREEMPTED|{fmt_time(submit)}|{fmt_time(start)}|{fmt_time(first_end)}|{fmt_elapsed(first_end - start)}|{tres}{extra}\n")
             s2 = first_end + 121
             e2 = s2 + dur
-            buf.append(common + f"COMPLETED|{fmt_time(submit)}|{fmt_time(s2)}|{fmt_time(e2)}|{fmt_elapsed(e2 - s2)}|{tres}\n")
+            buf.append(common + f"COMPLETED|{fmt_time(submit)}|{fmt_time(s2)}|{fmt_time(e2)}|{fmt_elapsed(e2 - s2)}|{tres}{extra}\n")
             written += 2
         else:
             state = finished[rnd.randrange(len(finished))]
             e = start + dur
-            buf.append(common + f"{state}|{fmt_time(submit)}|{fmt_time(start)}|{fmt_time(e)}|{fmt_elapsed(dur)}|{tres}\n")
+            buf.append(common + f"{state}|{fmt_time(submit)}|{fmt_time(start)}|{fmt_time(e)}|{fmt_elapsed(dur)}|{tres}{extra}\n")
             written += 1
         if len(buf) >= 10000:
             out.write("".join(buf))

@@ -276,10 +276,11 @@ fn seed_history(c: &Cluster, heavy: &str) -> TestResult {
     // 8 GPUs for 10 hours, ending an hour ago.
     let (start, end) = (now - 11 * 3600, now - 3600);
     let line = format!(
-        "900001|900001|teamshare-live|{heavy}|root|gpu|teamshare|COMPLETED|{}|{}|{}|10:00:00|billing=8,cpu=8,gres/gpu=8,node=2\n",
+        "900001|900001|teamshare-live|{heavy}|root|gpu|teamshare|COMPLETED|{}|{}|{}|10:00:00|billing=8,cpu=8,gres/gpu=8,node=2|{}|720|2|billing=8,cpu=8,gres/gpu=8,node=2\n",
         fmt(start - 60),
         fmt(start),
-        fmt(end)
+        fmt(end),
+        fmt(start - 60)
     );
     let script = format!("#!/bin/sh\ncat <<'EOF'\n{line}EOF\n");
     let sacct = dir.join("sacct");

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 
+pub mod history;
 pub mod sim;
 pub mod swf;
 

@@ -181,6 +181,49 @@ CREATE INDEX job_runs_runaway ON job_runs (cluster, start_time) WHERE runaway;
 ALTER TABLE ingest_state ADD COLUMN squeue_checked_at INTEGER;
 "#,
     },
+    // 6 (issue 13): what `accountd replay` needs to rebuild the demand of a period.
+    // - Runs get their eligible time, time limit and node count (sacct Eligible, TimelimitRaw,
+    //   NNodes); NULL for runs stored before, until an ingest reads them again.
+    // - Jobs that never started (pending when read, or cancelled while pending) were counted and
+    //   dropped; they are demand the replay must see. One row per job (JobIDRaw): a pending job
+    //   is read again every ingest until it starts or ends, and each read is an upsert that
+    //   writes only what changed. A job with runs is never one of them: the ingest does not
+    //   store it and deletes the row of a pending job once a run of it is stored, so that the
+    //   run's ingest does no extra statement per run (only one per batch, over the pending rows,
+    //   through `unstarted_jobs_pending`).
+    Migration {
+        version: 6,
+        sql: r#"
+ALTER TABLE job_runs ADD COLUMN eligible_time INTEGER;   -- UTC unix seconds
+ALTER TABLE job_runs ADD COLUMN time_limit INTEGER;      -- seconds; NULL: none (UNLIMITED)
+ALTER TABLE job_runs ADD COLUMN nnodes INTEGER;
+
+CREATE TABLE unstarted_jobs (
+    id            INTEGER PRIMARY KEY,
+    cluster       TEXT    NOT NULL,
+    job_id_raw    INTEGER NOT NULL,
+    job_id        TEXT    NOT NULL,    -- a pending array is one record: 123_[1-100%4]
+    account       TEXT    NOT NULL,
+    user          TEXT    NOT NULL,
+    partition     TEXT    NOT NULL,
+    qos           TEXT    NOT NULL,
+    state         TEXT    NOT NULL,    -- verbatim: PENDING, 'CANCELLED by 1000', ...
+    submit_time   INTEGER,             -- UTC unix seconds
+    eligible_time INTEGER,
+    end_time      INTEGER,             -- when it ended without starting; NULL while pending
+    gpus          INTEGER NOT NULL,    -- GPUs asked for (ReqTRES)
+    gpu_types     TEXT,                -- as job_runs.gpu_types: h100=4, NULL when untyped
+    time_limit    INTEGER,             -- seconds; NULL: none
+    nnodes        INTEGER,
+    req_tres      TEXT    NOT NULL,    -- sacct ReqTRES verbatim
+    first_seen    INTEGER NOT NULL,    -- when an ingest first stored it
+    updated_at    INTEGER NOT NULL,    -- when an ingest last changed it
+    UNIQUE (cluster, job_id_raw)
+);
+CREATE INDEX unstarted_jobs_by_submit ON unstarted_jobs (cluster, submit_time);
+CREATE INDEX unstarted_jobs_pending ON unstarted_jobs (cluster) WHERE end_time IS NULL;
+"#,
+    },
 ];
 
 /// The schema version this code writes and understands.
@@ -326,19 +369,71 @@ mod tests {
             .unwrap();
         assert_eq!(text, "a100=0,h100=1");
         assert_eq!(store.longest_run("c").unwrap(), 100);
-        // The ingest writes to the migrated table.
+        // The ingest writes to the migrated table. Run 1 as read before version 6 (no eligible
+        // time, no node count) is unchanged.
+        let mut same = run(1, "a", 100, Some(200), 2);
+        (same.eligible, same.nnodes) = (None, None);
         let o = store
-            .record_runs(
-                &[
-                    run(1, "a", 100, Some(200), 2),
-                    run(2, "a", 150, Some(900), 1),
-                ],
-                5,
-                None,
-            )
+            .record_runs(&[same, run(2, "a", 150, Some(900), 1)], 5, None)
             .unwrap();
         assert_eq!((o.unchanged, o.updated), (1, 1));
         assert_eq!(store.longest_run("c").unwrap(), 750);
         assert!(store.record_capacity("c", &capacity(5, 4, &[])).unwrap());
+    }
+
+    #[test]
+    fn a_version_5_database_gets_the_replay_columns_and_the_jobs_that_never_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v5.db");
+        {
+            let mut old = Store {
+                conn: Connection::open(&path).unwrap(),
+                path: "v5".into(),
+                immutable_since: None,
+            };
+            old.migrate(&MIGRATIONS[..5]).unwrap();
+            // As version 5's ingest wrote it.
+            old.conn
+                .execute_batch(
+                    "INSERT INTO job_runs (cluster, job_id_raw, start_time, job_id, account, user,
+                         partition, qos, state, submit_time, end_time, elapsed, gpus, alloc_tres,
+                         first_seen, updated_at)
+                     VALUES ('c', 1, 100, '1', 'a', 'u', 'gpu', 'normal', 'COMPLETED', 90, 200,
+                             100, 2, 'cpu=1,gres/gpu=2,node=1', 1, 1);",
+                )
+                .unwrap();
+        }
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        // The old run is kept, its new columns NULL.
+        let cols: (Option<i64>, Option<i64>, Option<i64>, i64) = store
+            .connection()
+            .query_row(
+                "SELECT eligible_time, time_limit, nnodes, gpus FROM job_runs",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(cols, (None, None, None, 2));
+        let jobs = store.jobs_submitted("c", 0, 1000).unwrap();
+        assert_eq!(jobs.started.len(), 1);
+        assert_eq!(jobs.started[0].runs[0].time_limit, None);
+        assert!(jobs.unstarted.is_empty());
+        // Read again by a new ingest, it gets them.
+        let mut again = run(1, "a", 100, Some(200), 2);
+        again.submit = Some(90);
+        (again.eligible, again.time_limit) = (Some(95), Some(3600));
+        let o = store.record_runs(&[again], 5, None).unwrap();
+        assert_eq!(o.updated, 1);
+        let cols: (Option<i64>, Option<i64>, Option<i64>) = store
+            .connection()
+            .query_row(
+                "SELECT eligible_time, time_limit, nnodes FROM job_runs",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(cols, (Some(95), Some(3600), Some(1)));
+        assert_eq!(crate::store::tests::count(&store, "unstarted_jobs"), 0);
     }
 }

@@ -14,7 +14,8 @@
 //!
 //! The parts: this module opens the database (pragmas, who may read the file) and holds
 //! [`Store`]; `migrations`: the schema and its versions; `runs`: the job runs sacct reports, the
-//! ingest watermark and the runaway runs; `capacity`: the governed capacity over time;
+//! ingest watermark, the runaway runs and the jobs that never started; `replay`: the jobs of a
+//! period as `accountd replay` reads them; `capacity`: the governed capacity over time;
 //! `samples`: the NVML GPU samples and their hourly rollup. Every SQL statement of accountd is in
 //! one of them.
 
@@ -26,13 +27,16 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 mod capacity;
 mod migrations;
+mod replay;
 mod runs;
 mod samples;
 
 pub use capacity::{CapacitySample, CAPACITY_HEARTBEAT_SECONDS};
 pub use migrations::SCHEMA_VERSION;
+pub use replay::{StartedJob, SubmittedJobs};
 pub use runs::{
     BatchOutcome, GpuTypes, RunStart, RunUsage, RunWriter, RunawayRun, WatermarkAdvance,
+    WriteOutcome,
 };
 pub use samples::{GpuTime, PeriodGpuTime, RunGpu, SampledRun, SamplesOutcome};
 
@@ -444,6 +448,11 @@ impl Store {
         }
     }
 
+    /// The database file (`:memory:` for one in memory), for messages.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
     /// The connection, for tests and benchmarks that look at the tables themselves; accountd
     /// reads and writes only through the methods of this module.
     pub fn connection(&self) -> &Connection {
@@ -500,6 +509,9 @@ pub(crate) mod tests {
             gpus,
             gpus_by_type: BTreeMap::new(),
             alloc_tres: format!("cpu=1,gres/gpu={gpus},node=1"),
+            eligible: Some(start),
+            time_limit: None,
+            nnodes: Some(1),
         }
     }
 

@@ -9,7 +9,7 @@ use rusqlite::{params, Connection, OptionalExtension, Statement};
 
 use super::{Store, StoreError, MEMORY};
 use crate::period::UnixSeconds;
-use crate::sacct::JobRun;
+use crate::sacct::{JobRun, UnstartedJob};
 
 /// What one batch did to the database.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -20,6 +20,15 @@ pub struct BatchOutcome {
     pub updated: usize,
     /// Runs seen before, identical.
     pub unchanged: usize,
+}
+
+/// What one batch did to the runs and to the jobs that never started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteOutcome {
+    pub runs: BatchOutcome,
+    /// Jobs that never started; `unchanged` also counts those not stored because the job has
+    /// runs (a requeued job waiting to run again).
+    pub unstarted: BatchOutcome,
 }
 
 /// Moving the ingest watermark of a cluster forward (never back) in the batch's transaction.
@@ -121,7 +130,19 @@ impl Store {
     ) -> Result<BatchOutcome, StoreError> {
         let mut writer = self.run_writer(seen_at)?;
         writer.write(runs)?;
-        writer.finish(watermark)
+        Ok(writer.finish(watermark)?.runs)
+    }
+
+    /// Store a batch of jobs that never started (see [`RunWriter::write_unstarted`]), in one
+    /// transaction.
+    pub fn record_unstarted(
+        &mut self,
+        jobs: &[UnstartedJob],
+        seen_at: UnixSeconds,
+    ) -> Result<BatchOutcome, StoreError> {
+        let mut writer = self.run_writer(seen_at)?;
+        writer.write_unstarted(jobs)?;
+        Ok(writer.finish(None)?.unstarted)
     }
 
     /// Begin writing runs: one IMMEDIATE transaction that [`RunWriter::finish`] commits; dropped
@@ -501,10 +522,16 @@ pub struct RunWriter<'s> {
     conn: &'s Connection,
     path: &'s str,
     upsert: Statement<'s>,
+    upsert_unstarted: Statement<'s>,
     seen_at: UnixSeconds,
     /// The longest finished run written, per cluster.
     longest: Vec<(String, i64)>,
-    outcome: BatchOutcome,
+    /// The clusters of the runs inserted: a pending job of theirs may have started.
+    started_in: Vec<String>,
+    /// Jobs that never started written in this batch: a run of theirs later in the same batch
+    /// (a requeued job's) makes them jobs that did start.
+    unstarted_written: Vec<(String, u32)>,
+    outcome: WriteOutcome,
     cache_before: i64,
     open: bool,
 }
@@ -522,6 +549,7 @@ impl<'s> RunWriter<'s> {
         // Everything that can fail before the transaction opens, so that a failure never
         // leaves it open.
         let upsert = conn.prepare(UPSERT_RUN).map_err(err)?;
+        let upsert_unstarted = conn.prepare(UPSERT_UNSTARTED).map_err(err)?;
         let cache_before: i64 = conn
             .query_row("PRAGMA cache_size", [], |r| r.get(0))
             .map_err(err)?;
@@ -536,9 +564,12 @@ impl<'s> RunWriter<'s> {
             conn,
             path,
             upsert,
+            upsert_unstarted,
             seen_at,
             longest: Vec::new(),
-            outcome: BatchOutcome::default(),
+            started_in: Vec::new(),
+            unstarted_written: Vec::new(),
+            outcome: WriteOutcome::default(),
             cache_before,
             open: true,
         };
@@ -582,16 +613,22 @@ impl<'s> RunWriter<'s> {
             to_i64(run.gpus),
             run.alloc_tres,
             gpu_types,
-            self.seen_at
+            self.seen_at,
+            run.eligible,
+            run.time_limit,
+            run.nnodes
         ])?;
         if changed == 0 {
-            self.outcome.unchanged += 1;
+            self.outcome.runs.unchanged += 1;
             return Ok(());
         }
         if self.conn.last_insert_rowid() != rowid_before {
-            self.outcome.inserted += 1;
+            self.outcome.runs.inserted += 1;
+            if !self.started_in.contains(&run.cluster) {
+                self.started_in.push(run.cluster.clone());
+            }
         } else {
-            self.outcome.updated += 1;
+            self.outcome.runs.updated += 1;
         }
         if let Some(end) = run.end {
             let length = end - run.start;
@@ -603,13 +640,77 @@ impl<'s> RunWriter<'s> {
         Ok(())
     }
 
+    /// Insert, update or leave alone each job that never started; one whose job has a stored
+    /// run is not stored (a requeued job waiting to run again is not a job that never started).
+    pub fn write_unstarted(&mut self, jobs: &[UnstartedJob]) -> Result<(), StoreError> {
+        for job in jobs {
+            self.write_one_unstarted(job).map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    fn write_one_unstarted(&mut self, job: &UnstartedJob) -> rusqlite::Result<()> {
+        let rowid_before = self.conn.last_insert_rowid();
+        let changed = self.upsert_unstarted.execute(params![
+            job.cluster,
+            job.job_id_raw,
+            job.job_id,
+            job.account,
+            job.user,
+            job.partition,
+            job.qos,
+            job.state,
+            job.submit,
+            job.eligible,
+            job.end,
+            to_i64(job.gpus),
+            gpu_types_text(&job.gpus_by_type),
+            job.time_limit,
+            job.nnodes,
+            job.req_tres,
+            self.seen_at
+        ])?;
+        let outcome = &mut self.outcome.unstarted;
+        if changed == 0 {
+            outcome.unchanged += 1;
+            return Ok(());
+        }
+        if self.conn.last_insert_rowid() != rowid_before {
+            outcome.inserted += 1;
+        } else {
+            outcome.updated += 1;
+        }
+        self.unstarted_written
+            .push((job.cluster.clone(), job.job_id_raw));
+        Ok(())
+    }
+
     /// Advance the watermark if asked, and commit.
     pub fn finish(
         mut self,
         watermark: Option<&WatermarkAdvance>,
-    ) -> Result<BatchOutcome, StoreError> {
+    ) -> Result<WriteOutcome, StoreError> {
         let conn = self.conn;
         let close = || -> rusqlite::Result<()> {
+            // A job that started is not one that never started: the pending ones of a cluster
+            // where runs were inserted (the queue, not the history), and those written now.
+            for cluster in &self.started_in {
+                conn.prepare_cached(
+                    "DELETE FROM unstarted_jobs INDEXED BY unstarted_jobs_pending
+                     WHERE cluster = ?1 AND end_time IS NULL
+                       AND EXISTS (SELECT 1 FROM job_runs r WHERE r.cluster = ?1
+                                   AND r.job_id_raw = unstarted_jobs.job_id_raw)",
+                )?
+                .execute([cluster])?;
+            }
+            for (cluster, job) in &self.unstarted_written {
+                conn.prepare_cached(
+                    "DELETE FROM unstarted_jobs WHERE cluster = ?1 AND job_id_raw = ?2
+                       AND EXISTS (SELECT 1 FROM job_runs r WHERE r.cluster = ?1
+                                   AND r.job_id_raw = ?2)",
+                )?
+                .execute(params![cluster, job])?;
+            }
             for (cluster, longest) in &self.longest {
                 conn.execute(
                     "INSERT INTO run_bounds (cluster, longest_run) VALUES (?1, ?2)
@@ -653,8 +754,9 @@ impl Drop for RunWriter<'_> {
 const UPSERT_RUN: &str = "
 INSERT INTO job_runs (cluster, job_id_raw, start_time, job_id, account, user, partition, qos,
                       state, submit_time, end_time, elapsed, gpus, alloc_tres, gpu_types,
-                      first_seen, updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?16)
+                      first_seen, updated_at, eligible_time, time_limit, nnodes)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?16, ?17, ?18,
+        ?19)
 ON CONFLICT (cluster, job_id_raw, start_time) DO UPDATE SET
     job_id = excluded.job_id, account = excluded.account, user = excluded.user,
     partition = excluded.partition, qos = excluded.qos, state = excluded.state,
@@ -665,7 +767,9 @@ ON CONFLICT (cluster, job_id_raw, start_time) DO UPDATE SET
                    ELSE excluded.elapsed END,
     runaway = runaway AND excluded.end_time IS NULL,
     gpus = excluded.gpus, alloc_tres = excluded.alloc_tres,
-    gpu_types = excluded.gpu_types, updated_at = max(updated_at, excluded.updated_at)
+    gpu_types = excluded.gpu_types, updated_at = max(updated_at, excluded.updated_at),
+    eligible_time = excluded.eligible_time, time_limit = excluded.time_limit,
+    nnodes = excluded.nnodes
 WHERE job_id IS NOT excluded.job_id OR account IS NOT excluded.account
    OR user IS NOT excluded.user OR partition IS NOT excluded.partition
    OR qos IS NOT excluded.qos OR state IS NOT excluded.state
@@ -673,11 +777,36 @@ WHERE job_id IS NOT excluded.job_id OR account IS NOT excluded.account
    OR ((end_time IS NOT excluded.end_time OR elapsed IS NOT excluded.elapsed)
        AND NOT (runaway AND excluded.end_time IS NULL))
    OR gpus IS NOT excluded.gpus
-   OR alloc_tres IS NOT excluded.alloc_tres OR gpu_types IS NOT excluded.gpu_types";
+   OR alloc_tres IS NOT excluded.alloc_tres OR gpu_types IS NOT excluded.gpu_types
+   OR eligible_time IS NOT excluded.eligible_time OR time_limit IS NOT excluded.time_limit
+   OR nnodes IS NOT excluded.nnodes";
+
+/// Insert a job that never started, or update the stored one where a recorded fact differs
+/// (a pending job that was cancelled); identical, or a job with a stored run: nothing written.
+const UPSERT_UNSTARTED: &str = "
+INSERT INTO unstarted_jobs (cluster, job_id_raw, job_id, account, user, partition, qos, state,
+                            submit_time, eligible_time, end_time, gpus, gpu_types, time_limit,
+                            nnodes, req_tres, first_seen, updated_at)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?17
+WHERE NOT EXISTS (SELECT 1 FROM job_runs WHERE cluster = ?1 AND job_id_raw = ?2)
+ON CONFLICT (cluster, job_id_raw) DO UPDATE SET
+    job_id = excluded.job_id, account = excluded.account, user = excluded.user,
+    partition = excluded.partition, qos = excluded.qos, state = excluded.state,
+    submit_time = excluded.submit_time, eligible_time = excluded.eligible_time,
+    end_time = excluded.end_time, gpus = excluded.gpus, gpu_types = excluded.gpu_types,
+    time_limit = excluded.time_limit, nnodes = excluded.nnodes, req_tres = excluded.req_tres,
+    updated_at = max(updated_at, excluded.updated_at)
+WHERE job_id IS NOT excluded.job_id OR account IS NOT excluded.account
+   OR user IS NOT excluded.user OR partition IS NOT excluded.partition
+   OR qos IS NOT excluded.qos OR state IS NOT excluded.state
+   OR submit_time IS NOT excluded.submit_time OR eligible_time IS NOT excluded.eligible_time
+   OR end_time IS NOT excluded.end_time OR gpus IS NOT excluded.gpus
+   OR gpu_types IS NOT excluded.gpu_types OR time_limit IS NOT excluded.time_limit
+   OR nnodes IS NOT excluded.nnodes OR req_tres IS NOT excluded.req_tres";
 
 /// The typed GPUs as stored in `job_runs.gpu_types`: `a100=2,h100=4` in type order; None when
 /// there are none.
-fn gpu_types_text(by_type: &BTreeMap<String, u64>) -> Option<String> {
+pub(super) fn gpu_types_text(by_type: &BTreeMap<String, u64>) -> Option<String> {
     let mut text = String::new();
     for (gpu_type, n) in by_type {
         if !text.is_empty() {
@@ -710,7 +839,7 @@ fn intern(seen: &mut Vec<Arc<str>>, last: &mut usize, bytes: &[u8]) -> rusqlite:
 
 /// Read `job_runs.gpu_types` back; an entry that does not read is skipped (the column is only
 /// written by [`gpu_types_text`]).
-fn parse_gpu_types(text: &str) -> BTreeMap<String, u64> {
+pub(super) fn parse_gpu_types(text: &str) -> BTreeMap<String, u64> {
     text.split(',')
         .filter_map(|entry| {
             let (gpu_type, n) = entry.split_once('=')?;
@@ -925,6 +1054,135 @@ mod tests {
         assert_eq!(waits, [("a", 60), ("b", 0)]);
         assert_eq!(store.account_of_job("c", 4).unwrap().as_deref(), Some("b"));
         assert_eq!(store.account_of_job("c", 99).unwrap(), None);
+    }
+
+    fn pending(job: u32, submit: i64, end: Option<i64>) -> UnstartedJob {
+        UnstartedJob {
+            cluster: "c".into(),
+            job_id_raw: job,
+            job_id: job.to_string(),
+            account: "a".into(),
+            user: "u".into(),
+            partition: "gpu".into(),
+            qos: "normal".into(),
+            state: if end.is_some() {
+                "CANCELLED by 1000"
+            } else {
+                "PENDING"
+            }
+            .into(),
+            submit: Some(submit),
+            eligible: Some(submit),
+            end,
+            gpus: 2,
+            gpus_by_type: BTreeMap::from([("h100".to_string(), 2)]),
+            time_limit: Some(3600),
+            nnodes: Some(1),
+            req_tres: "cpu=1,gres/gpu=2,gres/gpu:h100=2,node=1".into(),
+        }
+    }
+
+    /// job_id_raw, state, end_time, gpu_types, first_seen, updated_at
+    type UnstartedRow = (i64, String, Option<i64>, Option<String>, i64, i64);
+
+    fn unstarted_rows(store: &Store) -> Vec<UnstartedRow> {
+        store
+            .connection()
+            .prepare(
+                "SELECT job_id_raw, state, end_time, gpu_types, first_seen, updated_at
+                 FROM unstarted_jobs ORDER BY job_id_raw",
+            )
+            .unwrap()
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn jobs_that_never_started_are_stored_once_and_updated_when_they_end() {
+        let mut store = Store::open_in_memory().unwrap();
+        let batch = [pending(10, 100, None), pending(11, 100, Some(160))];
+        let first = store.record_unstarted(&batch, 1000).unwrap();
+        assert_eq!((first.inserted, first.updated, first.unchanged), (2, 0, 0));
+        let before = unstarted_rows(&store);
+        assert_eq!(
+            before[0],
+            (
+                10,
+                "PENDING".into(),
+                None,
+                Some("h100=2".into()),
+                1000,
+                1000
+            )
+        );
+        // The same window again: nothing is written, not even a time.
+        let second = store.record_unstarted(&batch, 2000).unwrap();
+        assert_eq!(
+            (second.inserted, second.updated, second.unchanged),
+            (0, 0, 2)
+        );
+        assert_eq!(unstarted_rows(&store), before);
+        // Job 10 is cancelled while it waits: updated, first seen kept.
+        let third = store
+            .record_unstarted(&[pending(10, 100, Some(2500))], 3000)
+            .unwrap();
+        assert_eq!(third.updated, 1);
+        let rows = unstarted_rows(&store);
+        assert_eq!(rows[0].1, "CANCELLED by 1000");
+        assert_eq!((rows[0].2, rows[0].4, rows[0].5), (Some(2500), 1000, 3000));
+        assert_eq!(count(&store, "unstarted_jobs"), 2);
+    }
+
+    #[test]
+    fn a_pending_job_that_starts_is_no_longer_one_that_never_started() {
+        let mut store = Store::open_in_memory().unwrap();
+        store
+            .record_unstarted(&[pending(10, 100, None), pending(11, 100, None)], 1000)
+            .unwrap();
+        // A later ingest: job 10 runs now (its run is inserted), job 11 still waits.
+        let mut writer = store.run_writer(2000).unwrap();
+        writer.write(&[run(10, "a", 500, None, 2)]).unwrap();
+        writer.write_unstarted(&[pending(11, 100, None)]).unwrap();
+        let o = writer.finish(None).unwrap();
+        assert_eq!((o.runs.inserted, o.unstarted.unchanged), (1, 1));
+        let ids: Vec<i64> = unstarted_rows(&store).iter().map(|r| r.0).collect();
+        assert_eq!(ids, [11]);
+        // Read again, an older window that still had job 10 pending does not bring it back.
+        let o = store
+            .record_unstarted(&[pending(10, 100, None)], 3000)
+            .unwrap();
+        assert_eq!((o.inserted, o.unchanged), (0, 1));
+        assert_eq!(count(&store, "unstarted_jobs"), 1);
+    }
+
+    #[test]
+    fn a_requeued_job_waiting_to_run_again_is_not_one_that_never_started() {
+        let mut store = Store::open_in_memory().unwrap();
+        let mut preempted = run(20, "a", 100, Some(200), 2);
+        preempted.state = "PREEMPTED".into();
+        // Its pending remainder, in the same batch as its run and before it, then after it.
+        let mut writer = store.run_writer(1000).unwrap();
+        writer.write_unstarted(&[pending(20, 321, None)]).unwrap();
+        writer.write(std::slice::from_ref(&preempted)).unwrap();
+        writer.finish(None).unwrap();
+        assert_eq!(count(&store, "unstarted_jobs"), 0);
+        let o = store
+            .record_unstarted(&[pending(20, 321, None)], 2000)
+            .unwrap();
+        assert_eq!((o.inserted, o.unchanged), (0, 1));
+        assert_eq!(count(&store, "unstarted_jobs"), 0);
+        assert_eq!(count(&store, "job_runs"), 1);
     }
 
     fn runaway_flags(store: &Store) -> Vec<(i64, Option<i64>, bool)> {

@@ -16,6 +16,9 @@
 
 use std::collections::BTreeMap;
 
+pub mod calibrate;
+pub mod metrics;
+pub mod render;
 pub mod sim;
 
 /// Seconds since the Unix epoch, UTC.

@@ -784,18 +784,18 @@ fn axis_max(max: f64) -> f64 {
 }
 
 fn svg_open(out: &mut String, title: &str, top: f64) {
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<figure><svg class=\"chart\" viewBox=\"0 0 {W} {HGT}\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\"><title>{}</title>\n",
+        "<figure><svg class=\"chart\" viewBox=\"0 0 {W} {HGT}\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\"><title>{}</title>",
         escape(title)
     );
     // The y axis: 0, half, top.
     for k in 0..=2 {
         let v = top * f64::from(k) / 2.0;
         let y = HGT - BOTTOM - (HGT - BOTTOM - TOP) * f64::from(k) / 2.0;
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<line x1=\"{LEFT}\" y1=\"{y:.2}\" x2=\"{W}\" y2=\"{y:.2}\" stroke=\"#e3e3e3\"/><text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"end\">{}</text>\n",
+            "<line x1=\"{LEFT}\" y1=\"{y:.2}\" x2=\"{W}\" y2=\"{y:.2}\" stroke=\"#e3e3e3\"/><text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"end\">{}</text>",
             LEFT - 4.0,
             y + 4.0,
             (v * 1000.0).round() / 1000.0
@@ -837,9 +837,9 @@ fn bars_svg(
         for (i, v) in values.iter().enumerate() {
             let Some(v) = v else { continue };
             let h = plot * v / top;
-            let _ = write!(
+            let _ = writeln!(
                 out,
-                "<rect x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"{}\"><title>{}: {}: {:.2} h</title></rect>\n",
+                "<rect x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"{}\"><title>{}: {}: {:.2} h</title></rect>",
                 x0 + bar * i as f64,
                 HGT - BOTTOM - h,
                 bar,
@@ -850,9 +850,9 @@ fn bars_svg(
                 v
             );
         }
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{}</text>\n",
+            "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{}</text>",
             LEFT + band * (g as f64 + 0.5),
             HGT - BOTTOM + 16.0,
             escape(label)
@@ -878,9 +878,9 @@ fn lines_svg(out: &mut String, title: &str, xs: &[f64], series: &[(String, Vec<O
     let plot = HGT - BOTTOM - TOP;
     let xpos = |x: f64| LEFT + 12.0 + (W - LEFT - 24.0) * (x - lo) / span;
     for &x in xs {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{x}</text>\n",
+            "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{x}</text>",
             xpos(x),
             HGT - BOTTOM + 16.0
         );
@@ -895,17 +895,17 @@ fn lines_svg(out: &mut String, title: &str, xs: &[f64], series: &[(String, Vec<O
                 y.map(|y| format!("{:.2},{:.2}", xpos(*x), HGT - BOTTOM - plot * y / top))
             })
             .collect();
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"><title>{}</title></polyline>\n",
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"><title>{}</title></polyline>",
             points.join(" "),
             escape(name)
         );
         for p in &points {
             let (x, y) = p.split_once(',').unwrap_or(("0", "0"));
-            let _ = write!(
+            let _ = writeln!(
                 out,
-                "<circle cx=\"{x}\" cy=\"{y}\" r=\"3\" fill=\"{color}\"/>\n"
+                "<circle cx=\"{x}\" cy=\"{y}\" r=\"3\" fill=\"{color}\"/>"
             );
         }
     }

@@ -269,7 +269,12 @@ fn man_pages_one_per_command_with_its_options_and_exit_status() {
         let exits = tagged(&roff_section(&page, "\"EXIT STATUS\""));
         assert_eq!(exits, help.exits, "{name}");
         let codes: Vec<&str> = exits.iter().map(|(c, _)| c.as_str()).collect();
-        assert_eq!(codes, ["0", "1", "2"], "{name}");
+        // `replay` alone also ends with 3: its model does not fit the history.
+        if name == "accountd-replay" {
+            assert_eq!(codes, ["0", "1", "2", "3"], "{name}");
+        } else {
+            assert_eq!(codes, ["0", "1", "2"], "{name}");
+        }
 
         let environment: Vec<String> = tagged(&roff_section(&page, "ENVIRONMENT"))
             .into_iter()
@@ -378,7 +383,8 @@ printf '%s\n' "${COMPREPLY[@]}""#,
         assert!(all.contains(c), "{c} in {all:?}");
     }
     assert!(!all.iter().any(|c| c == "generate"), "{all:?}");
-    assert_eq!(complete("accountd rep"), ["report"]);
+    assert_eq!(complete("accountd rep"), ["report", "replay"]);
+    assert_eq!(complete("accountd repo"), ["report"]);
     let by = complete("accountd report --by");
     assert_eq!(by, ["--by-day", "--by-type"]);
 }

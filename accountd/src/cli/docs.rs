@@ -19,11 +19,19 @@ pub enum ExitStatus {
     Runtime,
     /// An invalid configuration or invalid command-line usage.
     Invalid,
+    /// `accountd replay`: the simulation of the current settings does not reproduce the
+    /// history (calibration failed), so the what-ifs are not printed.
+    ModelMisfit,
 }
 
 impl ExitStatus {
     /// Every status, in the order of their codes (the order the help lists them in).
-    pub const ALL: [ExitStatus; 3] = [Self::Success, Self::Runtime, Self::Invalid];
+    pub const ALL: [ExitStatus; 4] = [
+        Self::Success,
+        Self::Runtime,
+        Self::Invalid,
+        Self::ModelMisfit,
+    ];
 
     /// The process's exit code.
     pub const fn code(self) -> u8 {
@@ -31,6 +39,7 @@ impl ExitStatus {
             Self::Success => 0,
             Self::Runtime => 1,
             Self::Invalid => 2,
+            Self::ModelMisfit => 3,
         }
     }
 }
@@ -42,20 +51,25 @@ impl From<ExitStatus> for ExitCode {
 }
 
 /// What each [`ExitStatus`] means for one command: a field per status, so that no command's
-/// help can leave one out. Each meaning is one line of text; the help wraps it.
+/// help can leave one out. Each meaning is one line of text; the help wraps it. A status only
+/// some commands end with is an `Option`: None for the others, whose help does not list it.
 #[derive(Debug)]
 pub struct ExitMeanings {
     pub success: &'static str,
     pub runtime: &'static str,
     pub invalid: &'static str,
+    /// `accountd replay` alone.
+    pub model_misfit: Option<&'static str>,
 }
 
 impl ExitMeanings {
-    pub fn of(&self, status: ExitStatus) -> &'static str {
+    /// What `status` means for the command; None: the command never ends with it.
+    pub fn of(&self, status: ExitStatus) -> Option<&'static str> {
         match status {
-            ExitStatus::Success => self.success,
-            ExitStatus::Runtime => self.runtime,
-            ExitStatus::Invalid => self.invalid,
+            ExitStatus::Success => Some(self.success),
+            ExitStatus::Runtime => Some(self.runtime),
+            ExitStatus::Invalid => Some(self.invalid),
+            ExitStatus::ModelMisfit => self.model_misfit,
         }
     }
 }
@@ -82,10 +96,13 @@ impl CommandDoc {
         }
         text.push_str("Exit codes:");
         for status in ExitStatus::ALL {
+            let Some(meaning) = self.exits.of(status) else {
+                continue;
+            };
             text.push('\n');
             let first = format!("  {}  ", status.code());
             let rest = " ".repeat(first.len());
-            text.push_str(&wrap(self.exits.of(status), &first, &rest, HELP_WIDTH));
+            text.push_str(&wrap(meaning, &first, &rest, HELP_WIDTH));
         }
         text
     }
@@ -121,6 +138,7 @@ const COMMON_EXITS: ExitMeanings = ExitMeanings {
     success: "success (also when stdout's reader goes away early, as with `| head`)",
     runtime: "runtime error (I/O, sacct/sinfo/sacctmgr failure, database)",
     invalid: "invalid configuration or usage",
+    model_misfit: None,
 };
 
 const TIMES: &str = "\
@@ -143,6 +161,7 @@ SLURM_CONF, or with --no-jobs, samples carry no job.",
         success: "success (--once)",
         runtime: "runtime error: NVML library missing or failing, spool not writable",
         invalid: COMMON_EXITS.invalid,
+        model_misfit: None,
     },
 };
 
@@ -164,6 +183,7 @@ is waited for 5 s at most, then accountd exits; a second signal exits at once.",
                   started; a second SIGTERM/SIGINT while stopping; a thread of the daemon ended \
                   unexpectedly (a bug: the service manager should start it again)",
         invalid: COMMON_EXITS.invalid,
+        model_misfit: None,
     },
 };
 
@@ -182,12 +202,53 @@ is [accountd] state_file, flagged NOT CURRENT when the plugin would not act on i
         success: "success, whatever the state's age (it is shown)",
         runtime: "runtime error: Slurm cannot be read",
         invalid: "invalid configuration or usage (--team naming no team)",
+        model_misfit: None,
+    },
+};
+
+const REPLAY: CommandDoc = CommandDoc {
+    notes: "\
+Replays a period of job history (the database's, or an SWF file's with --swf and --team-map)
+under each --candidate and prints, per team and for the cluster, side by side: queue wait (mean,
+p50, p95, p99, and p95 per priority class), time to start of in-quota jobs, owner reclaim
+latency, GPU-hours in quota, borrowed, lent and idle, the share of the capacity allocated, cost,
+preemptions and the work they lost. Candidates: as-today (the history itself), siloed (each team
+capped at its quota, nothing lent) or a teamshare.toml; by default as-today, siloed and the
+configuration. The first candidate is the baseline: a team worse off under another (p95 wait
+longer by more than max(60 s, 10 %), in-quota GPU-hours down by more than 5 %, more
+preemptions) is flagged with `!` and the reason. Percentiles are nearest-rank; a job that never
+started counts its wait up to its cancellation or the period's end.
+
+First the history is replayed under the settings it ran under (--current, default the
+configuration) and compared with what happened: per team, p50 and p95 wait within
+max(--tolerance-secs, --tolerance-pct) and allocated GPU-hours within 10 %. If it does not fit,
+only the calibration is printed, with hints drawn from the history (held jobs, late
+eligibility, drains, jobs pending at the end, runs beyond the capacity), and accountd exits 3;
+--skip-calibration skips it. A plain-Slurm baseline (--current none) is not modelled: it needs
+--skip-calibration.
+
+--capacity-curve K replays each simulated candidate with C - i x --curve-step GPUs (i = 1..K;
+the step defaults to --gpus-per-node) and says how many GPUs the cluster could lose under each
+at equal p95 wait (the baseline's, within tolerance). On a terminal, progress goes to stderr.
+Times in the output are UTC; the same input gives the same output.",
+    exits: &ExitMeanings {
+        success: "success (also when stdout's reader goes away early, as with `| head`)",
+        runtime: "runtime error (the history cannot be read: database, SWF file)",
+        invalid: "invalid configuration (of any candidate) or usage",
+        model_misfit: Some(
+            "the simulation of the current settings does not reproduce the history \
+             (calibration failed): the calibration is printed, the what-ifs are not",
+        ),
     },
 };
 
 /// The commands whose doc is not [`COMMON`], by their names on the command line.
-pub const OWN_DOCS: [(&str, &CommandDoc); 3] =
-    [("sample", &SAMPLE), ("run", &RUN), ("status", &STATUS)];
+pub const OWN_DOCS: [(&str, &CommandDoc); 4] = [
+    ("sample", &SAMPLE),
+    ("run", &RUN),
+    ("status", &STATUS),
+    ("replay", &REPLAY),
+];
 
 /// The doc of the command clap names `name`.
 pub fn of_command(name: &str) -> &'static CommandDoc {
@@ -283,16 +344,24 @@ mod tests {
                 .filter(|l| !l.starts_with("     "))
                 .map(|l| l.split_whitespace().next().unwrap())
                 .collect();
-            assert_eq!(codes, ["0", "1", "2"], "{text}");
+            let expected: Vec<String> = ExitStatus::ALL
+                .iter()
+                .filter(|s| doc.exits.of(**s).is_some())
+                .map(|s| s.code().to_string())
+                .collect();
+            assert_eq!(codes, expected, "{text}");
+            assert_eq!(&codes[..3], ["0", "1", "2"], "{text}");
             for line in exits.lines() {
                 assert!(line.chars().count() <= HELP_WIDTH, "{line:?}");
             }
             // Unwrapped again, each meaning is whole.
             let joined = exits.split_whitespace().collect::<Vec<_>>().join(" ");
             for status in ExitStatus::ALL {
+                let Some(meaning) = doc.exits.of(status) else {
+                    continue;
+                };
                 assert!(joined.contains(
-                    doc.exits
-                        .of(status)
+                    meaning
                         .split_whitespace()
                         .collect::<Vec<_>>()
                         .join(" ")

@@ -151,9 +151,12 @@ fn exit_status(doc: &CommandDoc) -> Roff {
     let mut roff = Roff::new();
     roff.control("SH", ["EXIT STATUS"]);
     for status in ExitStatus::ALL {
+        let Some(meaning) = doc.exits.of(status) else {
+            continue;
+        };
         roff.control("TP", []);
         roff.text([bold(status.code().to_string())]);
-        roff.text([roman(doc.exits.of(status))]);
+        roff.text([roman(meaning)]);
     }
     roff
 }

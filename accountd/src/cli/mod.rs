@@ -33,6 +33,7 @@ mod docs;
 mod generate;
 mod govern;
 mod ingest;
+mod replay;
 mod report;
 mod run;
 mod sample;
@@ -71,6 +72,9 @@ enum Command {
     /// Reports: per-team usage, borrowing, lending and cost; jobs with idle GPUs; utilisation;
     /// fair-share
     Report(report::ReportArgs),
+    /// Replay a period of job history under candidate configurations (as today, siloed, other
+    /// teamshare.toml files) and show per team, side by side, what would change
+    Replay(replay::ReplayArgs),
     /// The daemon: governor passes, sacct ingest, sample collection, capacity samples, and
     /// /metrics, until SIGTERM or SIGINT
     Run(run::RunArgs),
@@ -158,6 +162,11 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Report(args) => {
             let config = load_config(&config_path)?;
             report::run(&config, database_path(&cli, &config), args)
+        }
+        Command::Replay(args) => {
+            let config = load_config(&config_path)?;
+            let database = database_path(&cli, &config);
+            replay::run(&config, &config_path, database, args)
         }
         Command::Status(args) => {
             let config = load_config(&config_path)?;

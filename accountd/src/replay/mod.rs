@@ -16,7 +16,10 @@
 
 use std::collections::BTreeMap;
 
+pub mod calibrate;
 pub mod history;
+pub mod metrics;
+pub mod render;
 pub mod sim;
 pub mod swf;
 

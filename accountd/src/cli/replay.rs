@@ -1,0 +1,789 @@
+//! `accountd replay`: a period of job history replayed under candidate configurations, the
+//! figures per team side by side (`accountd::replay`).
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use teamshare_config::{Config, ReclaimMode};
+
+use accountd::period::{self, format_local, Period};
+use accountd::replay::calibrate::{self, Tolerance};
+use accountd::replay::metrics::{self, figures, worse_off};
+use accountd::replay::render::{self, Column, Curve, CurvePoint, Replay, AS_TODAY, SILOED};
+use accountd::replay::{self as replay_model, sim, NodeSpec, Outcome, Secs, SimParams, Trace};
+
+use super::args::{time_arg, FormatArg, Time};
+use super::{load_config, print, ExitStatus, UsageError};
+
+/// The period replayed when `--since` is not given: this many days before `--until`.
+const DEFAULT_DAYS: i64 = 30;
+const DAY: i64 = 86_400;
+
+#[derive(Debug, Args)]
+pub(super) struct ReplayArgs {
+    /// Replay the jobs of this Standard Workload Format file instead of the database's history
+    #[arg(long, value_name = "FILE", requires = "team_map")]
+    swf: Option<PathBuf>,
+    /// With --swf: the file that maps SWF groups or users to teams
+    #[arg(long, value_name = "FILE", requires = "swf")]
+    team_map: Option<PathBuf>,
+    /// Start of the period [default: 30 days before --until]
+    #[arg(long, value_name = "TIME")]
+    since: Option<Time>,
+    /// End of the period [default: now]
+    #[arg(long, value_name = "TIME")]
+    until: Option<Time>,
+    /// A candidate: `as-today` (the history itself), `siloed` (each team capped at its quota,
+    /// nothing lent) or a teamshare.toml; repeatable, the first is the baseline [default:
+    /// as-today, siloed and the configuration]
+    #[arg(long = "candidate", value_name = "NAME")]
+    candidates: Vec<String>,
+    /// The teamshare.toml the history ran under, replayed for the calibration; `none`: plain
+    /// Slurm, which is not modelled (needs --skip-calibration) [default: the configuration]
+    #[arg(long, value_name = "FILE|none")]
+    current: Option<String>,
+    /// A constant capacity of N GPUs (in nodes of --gpus-per-node) instead of the history's
+    /// nodes and drains
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    capacity: Option<u32>,
+    /// GPUs per node, where the trace does not say (SWF, --capacity)
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    gpus_per_node: u32,
+    /// A priority class or account whose jobs checkpoint every INTERVAL (a preempted job loses
+    /// at most that much work); repeatable
+    #[arg(long = "checkpoint", value_name = "NAME=INTERVAL", value_parser = parse_checkpoint)]
+    checkpoints: Vec<(String, Secs)>,
+    /// How long a requeued job waits before it may start again [default: 121s, Slurm's; 0
+    /// under reclaim_mode = "cancel"]
+    #[arg(long, value_name = "DURATION", value_parser = parse_secs)]
+    requeue_delay: Option<Secs>,
+    /// Also replay each simulated candidate with K smaller capacities (C - i x --curve-step
+    /// GPUs, i = 1..K)
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    capacity_curve: Option<u32>,
+    /// GPUs taken away at each step of the capacity curve [default: --gpus-per-node]
+    #[arg(long, value_name = "N", requires = "capacity_curve", value_parser = clap::value_parser!(u32).range(1..))]
+    curve_step: Option<u32>,
+    /// Calibration: simulated waits may be off by this percentage of the observed...
+    #[arg(long, value_name = "PCT", default_value_t = calibrate::DEFAULT_TOLERANCE_PCT, value_parser = parse_pct)]
+    tolerance_pct: f64,
+    /// ...or by this many seconds, whichever is more
+    #[arg(long, value_name = "SECS", default_value_t = calibrate::DEFAULT_TOLERANCE_SECS, value_parser = clap::value_parser!(i64).range(0..))]
+    tolerance_secs: i64,
+    /// Print the what-ifs without checking that the simulation reproduces the history
+    #[arg(long)]
+    skip_calibration: bool,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+    format: FormatArg,
+}
+
+fn parse_secs(text: &str) -> Result<Secs, String> {
+    let d = teamshare_config::parse_duration(text)?;
+    Secs::try_from(d.as_secs()).map_err(|_| format!("`{text}` is too long"))
+}
+
+fn parse_checkpoint(text: &str) -> Result<(String, Secs), String> {
+    let (name, interval) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}`: expected NAME=INTERVAL (e.g. training=30m)"))?;
+    if name.is_empty() {
+        return Err(format!("`{text}`: no class or account before `=`"));
+    }
+    let secs = parse_secs(interval)?;
+    if secs == 0 {
+        return Err(format!("`{text}`: the interval must be above 0"));
+    }
+    Ok((name.to_string(), secs))
+}
+
+fn parse_pct(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "`{text}` is not a percentage (a number, 0 or more)"
+        )),
+    }
+}
+
+/// A candidate as named on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CandidateArg {
+    AsToday,
+    Siloed,
+    File(PathBuf),
+}
+
+impl CandidateArg {
+    fn parse(text: &str) -> Self {
+        match text {
+            AS_TODAY => CandidateArg::AsToday,
+            SILOED => CandidateArg::Siloed,
+            path => CandidateArg::File(PathBuf::from(path)),
+        }
+    }
+}
+
+/// A candidate ready to replay.
+struct Candidate {
+    name: String,
+    /// None: "as today" (the history, not simulated).
+    config: Option<Config>,
+    /// The file it was read from (to reuse the calibration's simulation).
+    path: Option<PathBuf>,
+}
+
+/// Where the history comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum TraceSource {
+    Database(PathBuf),
+    Swf { file: PathBuf, team_map: PathBuf },
+}
+
+/// What [`load_trace`] is asked for.
+#[derive(Debug, Clone)]
+#[expect(
+    dead_code,
+    reason = "TODO(integration): read by the trace loaders, not written yet"
+)]
+pub(super) struct TraceRequest {
+    pub source: TraceSource,
+    pub period: Period,
+    /// Slurm's name of the cluster (the database's rows are per cluster).
+    pub cluster: String,
+    /// GPUs per node where the source does not say (SWF).
+    pub gpus_per_node: u32,
+}
+
+/// The history to replay.
+// TODO(integration): `replay::history::load` (the database) and `replay::swf::load` (an SWF
+// file and its team mapping) are written apart; wire them in here:
+//   TraceSource::Database(db) => with_report_store(db, "ingest", |s| history::load(s, ...)),
+//   TraceSource::Swf { file, team_map } => swf::load(file, team_map, ...).
+// Until then every replay stops here with a runtime error (exit 1).
+pub(super) fn load_trace(request: &TraceRequest, config: &Config) -> anyhow::Result<Trace> {
+    let _ = config;
+    let what = match &request.source {
+        TraceSource::Database(db) => format!("the database {}", db.display()),
+        TraceSource::Swf { file, .. } => format!("the SWF file {}", file.display()),
+    };
+    anyhow::bail!(
+        "cannot read the history from {what}: this build of accountd has no trace loader yet (replay::history / replay::swf)"
+    )
+}
+
+pub(super) fn run(
+    config: &Config,
+    config_path: &Path,
+    database: PathBuf,
+    args: &ReplayArgs,
+) -> anyhow::Result<ExitCode> {
+    let now = period::now();
+    let until = time_arg(args.until.as_ref(), now, "--until")?.unwrap_or(now);
+    let since =
+        time_arg(args.since.as_ref(), now, "--since")?.unwrap_or(until - DEFAULT_DAYS * DAY);
+    if since >= until {
+        return Err(UsageError(format!(
+            "the period is empty: --since ({}) must be before --until ({})",
+            format_local(since, &chrono::Local),
+            format_local(until, &chrono::Local)
+        ))
+        .into());
+    }
+    // Every configuration is read before the long work starts.
+    let current = current_settings(config, config_path, args)?;
+    let candidates = candidates(config, config_path, args)?;
+    if args.capacity_curve.is_some() && candidates.iter().all(|c| c.config.is_none()) {
+        return Err(UsageError(
+            "--capacity-curve replays simulated candidates: as-today alone has none".into(),
+        )
+        .into());
+    }
+    let source = match (&args.swf, &args.team_map) {
+        (Some(file), Some(team_map)) => TraceSource::Swf {
+            file: file.clone(),
+            team_map: team_map.clone(),
+        },
+        _ => TraceSource::Database(database),
+    };
+    let request = TraceRequest {
+        source,
+        period: Period { since, until },
+        cluster: accountd::slurm_cli::slurm_name(&config.cluster.name),
+        gpus_per_node: args.gpus_per_node,
+    };
+    let mut trace = load_trace(&request, config)?;
+    if let Some(n) = args.capacity {
+        trace.cluster = constant_cluster(&trace, n, args.gpus_per_node)?;
+    }
+    let tolerance = Tolerance {
+        pct: args.tolerance_pct,
+        secs: args.tolerance_secs,
+    };
+    let checkpoint: BTreeMap<String, Secs> = args.checkpoints.iter().cloned().collect();
+    let params_for = |c: &Config| SimParams {
+        requeue_delay: args.requeue_delay.unwrap_or(
+            if c.governance.reclaim_mode == ReclaimMode::Cancel {
+                0
+            } else {
+                121
+            },
+        ),
+        checkpoint: checkpoint.clone(),
+        ..SimParams::default()
+    };
+    let figures_config = current.as_ref().map_or(config, |(_, c)| c);
+    let mut notes = notes(args, &trace);
+
+    // Calibration: the current settings against the history.
+    let mut cached: Option<(PathBuf, Outcome)> = None;
+    let calibration = match (&current, args.skip_calibration) {
+        (Some((path, settings)), false) => {
+            let outcome = simulate(
+                &trace,
+                settings,
+                &params_for(settings),
+                "the current settings",
+            );
+            let observed = figures(&trace, &replay_model::observed(&trace), settings);
+            let simulated = figures(&trace, &outcome, settings);
+            cached = Some((path.clone(), outcome));
+            Some(calibrate::calibrate(
+                &trace, &observed, &simulated, tolerance,
+            ))
+        }
+        _ => None,
+    };
+    if let Some(cal) = calibration.as_ref().filter(|c| !c.fits) {
+        notes.push("the what-ifs are not printed: the model does not fit the history (give --skip-calibration to print them anyway)".into());
+        let replay = Replay {
+            source: trace.source.clone(),
+            since,
+            until,
+            columns: Vec::new(),
+            calibration: Some(cal.clone()),
+            curve: None,
+            notes,
+        };
+        output(&replay, args.format)?;
+        return Ok(ExitStatus::ModelMisfit.into());
+    }
+
+    // The candidates at the trace's capacity.
+    let mut columns: Vec<Column> = Vec::new();
+    for c in &candidates {
+        let (outcome, fig_config) = match &c.config {
+            None => (replay_model::observed(&trace), figures_config),
+            Some(cfg) => {
+                let reuse = cached
+                    .as_ref()
+                    .filter(|(p, _)| c.path.as_deref() == Some(p.as_path()))
+                    .map(|(_, o)| o.clone());
+                let outcome =
+                    reuse.unwrap_or_else(|| simulate(&trace, cfg, &params_for(cfg), &c.name));
+                (outcome, cfg)
+            }
+        };
+        columns.push(Column {
+            candidate: c.name.clone(),
+            figures: figures(&trace, &outcome, fig_config),
+            worse_off: Vec::new(),
+        });
+    }
+    if let Some((first, rest)) = columns.split_first_mut() {
+        for col in rest {
+            col.worse_off = worse_off(&first.figures, &col.figures);
+        }
+    }
+
+    let curve = args.capacity_curve.map(|k| {
+        let full = total_gpus(&trace);
+        let step = args.curve_step.unwrap_or(args.gpus_per_node);
+        let mut points = Vec::new();
+        for (c, col) in candidates.iter().zip(&columns) {
+            if c.config.is_some() {
+                points.push(CurvePoint::of(&c.name, full, &col.figures));
+            }
+        }
+        for i in 1..=k {
+            let Some(gpus) = full.checked_sub(i.saturating_mul(step)).filter(|g| *g > 0) else {
+                break;
+            };
+            let smaller = without_gpus(&trace, full - gpus);
+            for c in &candidates {
+                let Some(cfg) = &c.config else { continue };
+                let label = format!("{} at {gpus} GPUs", c.name);
+                let outcome = simulate(&smaller, cfg, &params_for(cfg), &label);
+                points.push(CurvePoint::of(
+                    &c.name,
+                    gpus,
+                    &figures(&smaller, &outcome, cfg),
+                ));
+            }
+        }
+        let reference = columns
+            .first()
+            .and_then(|c| c.figures.cluster().wait.p95_secs);
+        Curve::new(full, step, reference, tolerance, points)
+    });
+
+    let replay = Replay {
+        source: trace.source.clone(),
+        since,
+        until,
+        columns,
+        calibration,
+        curve,
+        notes,
+    };
+    output(&replay, args.format)
+}
+
+fn output(replay: &Replay, format: FormatArg) -> anyhow::Result<ExitCode> {
+    let text = match format {
+        FormatArg::Table => render::render_table(replay),
+        FormatArg::Csv => render::render_csv(replay),
+        FormatArg::Json => render::render_json(replay),
+        FormatArg::Html => render::render_html(replay),
+    };
+    print(&text)
+}
+
+/// The settings the history ran under (`--current`), with their file; None for `none`.
+fn current_settings(
+    config: &Config,
+    config_path: &Path,
+    args: &ReplayArgs,
+) -> anyhow::Result<Option<(PathBuf, Config)>> {
+    match args.current.as_deref() {
+        None => Ok(Some((config_path.to_path_buf(), config.clone()))),
+        Some("none") if args.skip_calibration => Ok(None),
+        Some("none") => Err(UsageError(
+            "--current none: a plain-Slurm baseline is not modelled, so the history cannot be calibrated against it: give --skip-calibration too".into(),
+        )
+        .into()),
+        Some(path) => {
+            let path = PathBuf::from(path);
+            let settings = load_config(&path)?;
+            Ok(Some((path, settings)))
+        }
+    }
+}
+
+/// The candidates of `--candidate`, each configuration read (an invalid one: exit 2).
+fn candidates(
+    config: &Config,
+    config_path: &Path,
+    args: &ReplayArgs,
+) -> anyhow::Result<Vec<Candidate>> {
+    let wanted: Vec<CandidateArg> = if args.candidates.is_empty() {
+        vec![
+            CandidateArg::AsToday,
+            CandidateArg::Siloed,
+            CandidateArg::File(config_path.to_path_buf()),
+        ]
+    } else {
+        args.candidates
+            .iter()
+            .map(|c| CandidateArg::parse(c))
+            .collect()
+    };
+    let file_name = |p: &Path| {
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
+    let mut out: Vec<Candidate> = Vec::new();
+    for c in wanted {
+        let candidate = match c {
+            CandidateArg::AsToday => Candidate {
+                name: AS_TODAY.into(),
+                config: None,
+                path: None,
+            },
+            CandidateArg::Siloed => Candidate {
+                name: SILOED.into(),
+                config: Some(replay_model::siloed(config)),
+                path: None,
+            },
+            CandidateArg::File(path) => {
+                let cfg = if path == config_path {
+                    config.clone()
+                } else {
+                    load_config(&path)?
+                };
+                // By file name; by the path as given where two share one.
+                let short = file_name(&path);
+                let name = if out.iter().any(|o| o.name == short)
+                    || args
+                        .candidates
+                        .iter()
+                        .filter(|a| file_name(Path::new(a)) == short)
+                        .count()
+                        > 1
+                {
+                    path.display().to_string()
+                } else {
+                    short
+                };
+                Candidate {
+                    name,
+                    config: Some(cfg),
+                    path: Some(path),
+                }
+            }
+        };
+        if out.iter().any(|o| o.name == candidate.name) {
+            return Err(
+                UsageError(format!("--candidate {} is given twice", candidate.name)).into(),
+            );
+        }
+        out.push(candidate);
+    }
+    Ok(out)
+}
+
+/// What the figures rest on, said under them.
+fn notes(args: &ReplayArgs, trace: &Trace) -> Vec<String> {
+    let mut notes = vec![
+        "a job that never started is replayed with its time limit as its run time".to_string(),
+        "a job that never started counts its wait up to its cancellation or the end of the period (censored)".to_string(),
+        "the history marks no run as borrowed and no job as in quota: as-today has no reclaim latency or in-quota start".to_string(),
+        format!(
+            "requeue delay {}; checkpointing: {}",
+            args.requeue_delay.map_or("121s (0 under reclaim_mode = cancel)".to_string(), |d| format!("{d}s")),
+            if args.checkpoints.is_empty() {
+                "none (a preempted job loses all its work)".to_string()
+            } else {
+                args.checkpoints
+                    .iter()
+                    .map(|(n, s)| format!("{n} every {}", metrics::duration(*s)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ),
+    ];
+    if let Some(n) = args.capacity {
+        notes.push(format!(
+            "constant capacity of {n} GPUs (--capacity), in nodes of {} GPUs, no drains",
+            args.gpus_per_node
+        ));
+    }
+    notes.push(format!(
+        "{} jobs, {} GPUs on {} nodes",
+        trace.jobs.len(),
+        total_gpus(trace),
+        trace.cluster.nodes.len()
+    ));
+    notes
+}
+
+/// Replay `trace` under `config`, the progress on a terminal's stderr, redrawn in place at most
+/// every 200 ms: `replaying siloed: 43 % (day 157 of 365)`.
+fn simulate(trace: &Trace, config: &Config, params: &SimParams, label: &str) -> Outcome {
+    let tty = std::io::stderr().is_terminal();
+    let span = (trace.until - trace.since).max(1);
+    let days = (span + DAY - 1) / DAY;
+    let mut drawn: Option<Instant> = None;
+    let mut progress = |t: Secs| {
+        if !tty || drawn.is_some_and(|d| d.elapsed() < Duration::from_millis(200)) {
+            return;
+        }
+        drawn = Some(Instant::now());
+        let done = (t - trace.since).clamp(0, span);
+        say_err_inline!(
+            "\rreplaying {label}: {:.0} % (day {} of {days})   ",
+            100.0 * done as f64 / span as f64,
+            (done / DAY + 1).min(days)
+        );
+    };
+    let outcome = sim::simulate(trace, config, params, &mut progress);
+    if drawn.is_some() {
+        say_err_inline!("\r{}\r", " ".repeat(label.len() + 48));
+    }
+    outcome
+}
+
+fn total_gpus(trace: &Trace) -> u32 {
+    trace
+        .cluster
+        .nodes
+        .iter()
+        .fold(0u32, |s, n| s.saturating_add(n.gpus))
+}
+
+/// A cluster of `gpus` GPUs in nodes of `per_node` (the last one with the rest), of the trace's
+/// GPU type where its nodes have one, no drains.
+fn constant_cluster(
+    trace: &Trace,
+    gpus: u32,
+    per_node: u32,
+) -> Result<replay_model::Cluster, UsageError> {
+    let mut types: Vec<Option<&str>> = trace
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| n.gpu_type.as_deref())
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    if types.len() > 1 {
+        return Err(UsageError(format!(
+            "--capacity gives GPUs of one type, and the history's nodes have several ({}): leave --capacity out",
+            types
+                .iter()
+                .map(|t| t.unwrap_or("untyped"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let gpu_type = types.first().copied().flatten().map(str::to_string);
+    let mut nodes = Vec::new();
+    let mut left = gpus;
+    while left > 0 {
+        let n = left.min(per_node);
+        nodes.push(NodeSpec {
+            name: format!("replay{:04}", nodes.len() + 1),
+            gpus: n,
+            gpu_type: gpu_type.clone(),
+        });
+        left -= n;
+    }
+    Ok(replay_model::Cluster {
+        nodes,
+        drains: Vec::new(),
+    })
+}
+
+/// `trace` with `remove` GPUs fewer: taken from the nodes last by name first, whole nodes
+/// while they fit, then from one node's GPUs (its drains kept); a removed node's drains go.
+fn without_gpus(trace: &Trace, remove: u32) -> Trace {
+    let mut t = trace.clone();
+    let mut order: Vec<usize> = (0..t.cluster.nodes.len()).collect();
+    order.sort_by(|a, b| t.cluster.nodes[*b].name.cmp(&t.cluster.nodes[*a].name));
+    let mut left = remove;
+    let mut gone = Vec::new();
+    for i in order {
+        if left == 0 {
+            break;
+        }
+        let node = &mut t.cluster.nodes[i];
+        if node.gpus <= left {
+            left -= node.gpus;
+            gone.push(node.name.clone());
+            node.gpus = 0;
+        } else {
+            node.gpus -= left;
+            left = 0;
+        }
+    }
+    t.cluster.nodes.retain(|n| n.gpus > 0);
+    t.cluster.drains.retain(|d| !gone.contains(&d.node));
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Cli, Command};
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<ReplayArgs, clap::Error> {
+        let mut argv = vec!["accountd", "replay"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|cli| match cli.command {
+            Command::Replay(a) => a,
+            other => panic!("{other:?}"),
+        })
+    }
+
+    #[test]
+    fn the_defaults() {
+        let a = parse(&[]).unwrap();
+        assert!(a.candidates.is_empty());
+        assert_eq!(a.gpus_per_node, 8);
+        assert_eq!(a.tolerance_pct, 25.0);
+        assert_eq!(a.tolerance_secs, 120);
+        assert_eq!(a.requeue_delay, None);
+        assert_eq!(a.format, FormatArg::Table);
+        assert!(!a.skip_calibration);
+        assert!(a.swf.is_none() && a.capacity_curve.is_none());
+    }
+
+    #[test]
+    fn every_option_parses() {
+        let a = parse(&[
+            "--swf",
+            "x.swf",
+            "--team-map",
+            "map.toml",
+            "--since",
+            "2024-01-01",
+            "--until",
+            "now",
+            "--candidate",
+            "as-today",
+            "--candidate",
+            "siloed",
+            "--candidate",
+            "new/teamshare.toml",
+            "--current",
+            "old.toml",
+            "--capacity",
+            "64",
+            "--gpus-per-node",
+            "4",
+            "--checkpoint",
+            "training=30m",
+            "--checkpoint",
+            "research=2h",
+            "--requeue-delay",
+            "0s",
+            "--capacity-curve",
+            "3",
+            "--curve-step",
+            "8",
+            "--tolerance-pct",
+            "10",
+            "--tolerance-secs",
+            "300",
+            "--skip-calibration",
+            "--format",
+            "html",
+        ])
+        .unwrap();
+        assert_eq!(a.swf.as_deref(), Some(Path::new("x.swf")));
+        assert_eq!(
+            a.candidates
+                .iter()
+                .map(|c| CandidateArg::parse(c))
+                .collect::<Vec<_>>(),
+            [
+                CandidateArg::AsToday,
+                CandidateArg::Siloed,
+                CandidateArg::File("new/teamshare.toml".into())
+            ]
+        );
+        assert_eq!(a.current.as_deref(), Some("old.toml"));
+        assert_eq!((a.capacity, a.gpus_per_node), (Some(64), 4));
+        assert_eq!(
+            a.checkpoints,
+            [
+                ("training".to_string(), 1800),
+                ("research".to_string(), 7200)
+            ]
+        );
+        assert_eq!(a.requeue_delay, Some(0));
+        assert_eq!((a.capacity_curve, a.curve_step), (Some(3), Some(8)));
+        assert_eq!((a.tolerance_pct, a.tolerance_secs), (10.0, 300));
+        assert!(a.skip_calibration);
+        assert_eq!(a.format, FormatArg::Html);
+    }
+
+    #[test]
+    fn mistakes_are_usage_errors() {
+        for bad in [
+            &["--swf", "x.swf"][..],
+            &["--team-map", "m"],
+            &["--curve-step", "8"],
+            &["--checkpoint", "training"],
+            &["--checkpoint", "=30m"],
+            &["--checkpoint", "training=0s"],
+            &["--checkpoint", "training=soon"],
+            &["--capacity", "0"],
+            &["--gpus-per-node", "0"],
+            &["--tolerance-pct", "-1"],
+            &["--tolerance-secs", "-5"],
+            &["--requeue-delay", "later"],
+            &["--format", "xml"],
+        ] {
+            let err = parse(bad).map(|_| ()).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn current_none_needs_skip_calibration() {
+        let config = teamshare_config::parse(
+            "[cluster]\nname = \"c\"\n[[team]]\nname = \"a\"\nquota = 1\n",
+            "t.toml",
+        )
+        .unwrap();
+        let a = parse(&["--current", "none"]).unwrap();
+        let err = current_settings(&config, Path::new("t.toml"), &a).unwrap_err();
+        assert_eq!(super::super::exit_code_for(&err), ExitStatus::Invalid);
+        assert!(err.to_string().contains("not modelled"), "{err}");
+        let a = parse(&["--current", "none", "--skip-calibration"]).unwrap();
+        assert!(current_settings(&config, Path::new("t.toml"), &a)
+            .unwrap()
+            .is_none());
+        // The defaults: as-today, siloed and the configuration by its file name.
+        let a = parse(&[]).unwrap();
+        let names: Vec<String> = candidates(&config, Path::new("/etc/slurm/t.toml"), &a)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["as-today", "siloed", "t.toml"]);
+        let twice = parse(&["--candidate", "siloed", "--candidate", "siloed"]).unwrap();
+        assert!(candidates(&config, Path::new("t.toml"), &twice).is_err());
+    }
+
+    #[test]
+    fn capacities_are_taken_whole_nodes_first() {
+        let node = |name: &str, gpus| NodeSpec {
+            name: name.into(),
+            gpus,
+            gpu_type: Some("h100".into()),
+        };
+        let trace = Trace {
+            cluster: replay_model::Cluster {
+                nodes: vec![node("a", 8), node("b", 8), node("c", 8)],
+                drains: vec![replay_model::Drain {
+                    node: "c".into(),
+                    since: 0,
+                    until: 10,
+                }],
+            },
+            ..Trace::default()
+        };
+        let smaller = without_gpus(&trace, 12);
+        let left: Vec<(&str, u32)> = smaller
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.gpus))
+            .collect();
+        assert_eq!(left, [("a", 8), ("b", 4)]);
+        assert!(smaller.cluster.drains.is_empty());
+        let constant = constant_cluster(&trace, 20, 8).unwrap();
+        let sizes: Vec<u32> = constant.nodes.iter().map(|n| n.gpus).collect();
+        assert_eq!(sizes, [8, 8, 4]);
+        assert_eq!(constant.nodes[0].gpu_type.as_deref(), Some("h100"));
+        let mut mixed = trace.clone();
+        mixed.cluster.nodes[0].gpu_type = None;
+        assert!(constant_cluster(&mixed, 20, 8).is_err());
+    }
+
+    #[test]
+    fn without_a_trace_loader_the_replay_is_a_runtime_error() {
+        let config = teamshare_config::parse(
+            "[cluster]\nname = \"c\"\n[[team]]\nname = \"a\"\nquota = 1\n",
+            "t.toml",
+        )
+        .unwrap();
+        let request = TraceRequest {
+            source: TraceSource::Database("/nonexistent.db".into()),
+            period: Period { since: 0, until: 1 },
+            cluster: "c".into(),
+            gpus_per_node: 8,
+        };
+        let err = load_trace(&request, &config).unwrap_err();
+        assert_eq!(super::super::exit_code_for(&err), ExitStatus::Runtime);
+    }
+}

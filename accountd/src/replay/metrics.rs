@@ -1,0 +1,912 @@
+//! An outcome as per-team figures, and the comparison of a candidate's against today's.
+//!
+//! Every figure is per team (every team of the configuration and every account with jobs in
+//! the trace, by name) and for the whole cluster (the [`CLUSTER`] row, last). The definitions:
+//!
+//! - **Queue wait** of a job: its first start minus the instant it became eligible. A job that
+//!   never started waits until its cancellation (its owner gave up) or the trace's end: such a
+//!   wait is *censored* (the job would have waited at least that long) and is counted as it is,
+//!   so a candidate that starves jobs shows it in the percentiles; [`Waits::censored`] says how
+//!   many there were. Rejected jobs (refused at submit by the candidate) never queued: they are
+//!   in no wait, only in [`TeamFigures::rejected`]. Per priority class too: the class is the
+//!   job's [`TraceJob::class`] where the configuration has that priority class, else
+//!   [`NO_CLASS`].
+//! - **Time to start of in-quota jobs**: for jobs whose GPUs fitted their team's unused quota
+//!   while they waited ([`JobOutcome::in_quota_since`]), first start minus that instant
+//!   (censored like the waits).
+//! - **Owner reclaim latency**: the same measure, over the in-quota jobs whose start needed a
+//!   preemption. From the outcome alone: an in-quota job of team T that waited from `q` (in quota
+//!   since) to its start `s` needed a preemption when some run of another team, started as
+//!   borrowed ([`SimRun::borrowed`]), ended by preemption within `[q, s]`. (Reclaim frees GPUs
+//!   at the preemption; the owner's job starts at or after it.) The observed history marks no run
+//!   as borrowed and no job as in quota, so "as today" has none of either.
+//! - **GPU-hours**: the accounting model of DESIGN §5, exactly as `report teams` computes it
+//!   ([`crate::report::compute_usage`], which feeds [`crate::model::usage::split_usage`] and
+//!   [`crate::model::cost::team_costs`]): the outcome's runs are the runs, per GPU type where the
+//!   configuration's quotas are typed; the outcome's capacity steps are the capacity (per type
+//!   from the trace's nodes and drains). *Idle quota* is the part of a team's quota it neither
+//!   used nor lent: quota - in quota - lent (at least 0). The *allocated share* is allocated
+//!   GPU-hours over the capacity's GPU-hours, in percent.
+//! - **Preemptions**: runs ended by preemption, the GPU-hours of work they lost
+//!   ([`JobOutcome::lost_gpu_secs`]), jobs preempted more than once.
+//! - **Percentiles** are nearest-rank ([`nearest_rank`]): the smallest value with at least p %
+//!   of the values at or below it; always one of the values, so deterministic and exact.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::Serialize;
+use teamshare_config::Config;
+
+use crate::report::{compute_usage, RowKind, UsageParams, UsageReport};
+use crate::store::{CapacitySample, GpuTypes, RunUsage};
+
+use super::{sim, Cluster, JobOutcome, Outcome, Secs, SimRun, Trace, TraceJob};
+
+/// The row of the whole cluster.
+pub const CLUSTER: &str = "(cluster)";
+/// The class of a job without one the configuration knows.
+pub const NO_CLASS: &str = "(none)";
+
+/// A team is worse off when its p95 wait grows by more than the larger of this...
+pub const WORSE_WAIT_SECS: Secs = 60;
+/// ...and this percentage of today's p95 wait;
+pub const WORSE_WAIT_PCT: f64 = 10.0;
+/// or when its in-quota GPU-hours drop by more than this percentage of today's;
+pub const WORSE_IN_QUOTA_PCT: f64 = 5.0;
+// or when its preemptions grow at all.
+
+const SECONDS_PER_HOUR: f64 = 3600.0;
+
+/// The smallest value of `sorted` (ascending) with at least `percent` % of the values at or
+/// below it: the value of rank ceil(percent / 100 x n), ranks from 1. None for no values;
+/// `percent` 0 gives the smallest, 100 (or more) the largest.
+pub fn nearest_rank(sorted: &[Secs], percent: u32) -> Option<Secs> {
+    let n = sorted.len();
+    if n == 0 {
+        return None;
+    }
+    let rank = (usize::try_from(percent).unwrap_or(usize::MAX).min(100) * n).div_ceil(100);
+    Some(sorted[rank.clamp(1, n) - 1])
+}
+
+/// Waits (or times to start) of a set of jobs, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Waits {
+    /// The jobs measured.
+    pub jobs: u32,
+    /// Of them, those that never started (their wait runs to their cancellation or the end).
+    pub censored: u32,
+    pub mean_secs: Option<f64>,
+    pub p50_secs: Option<Secs>,
+    pub p95_secs: Option<Secs>,
+    pub p99_secs: Option<Secs>,
+}
+
+impl Waits {
+    /// The figures of `values` (in any order), `censored` of them censored.
+    pub fn of(mut values: Vec<Secs>, censored: u32) -> Self {
+        values.sort_unstable();
+        let n = values.len();
+        Waits {
+            jobs: u32::try_from(n).unwrap_or(u32::MAX),
+            censored,
+            mean_secs: (n > 0).then(|| values.iter().map(|&v| v as f64).sum::<f64>() / n as f64),
+            p50_secs: nearest_rank(&values, 50),
+            p95_secs: nearest_rank(&values, 95),
+            p99_secs: nearest_rank(&values, 99),
+        }
+    }
+}
+
+/// A row's cost, in the configuration's currency (DESIGN §5, as `report teams` prices it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Cost {
+    /// In-quota hours at the rate plus borrowed hours at the rate x `borrowed_cost_factor`.
+    pub allocated: f64,
+    /// The row's share of the idle capacity cost (`idle_cost_split`).
+    pub idle: f64,
+    pub total: f64,
+}
+
+/// The figures of one team, or of the cluster ([`CLUSTER`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TeamFigures {
+    pub team: String,
+    /// Jobs of the trace.
+    pub jobs: u32,
+    /// Queue wait of every job that queued.
+    pub wait: Waits,
+    /// The same per priority class ([`NO_CLASS`] for none the configuration knows).
+    pub wait_by_class: BTreeMap<String, Waits>,
+    /// Time to start of in-quota jobs (from [`JobOutcome::in_quota_since`]).
+    pub in_quota_start: Waits,
+    /// Owner reclaim latency: [`TeamFigures::in_quota_start`] of the in-quota jobs whose start
+    /// needed a preemption of another team's borrowed run.
+    pub reclaim: Waits,
+    /// Q_T x the period (the cluster: the sum of the quotas).
+    pub quota_gpu_hours: f64,
+    pub allocated_gpu_hours: f64,
+    pub in_quota_gpu_hours: f64,
+    pub borrowed_gpu_hours: f64,
+    /// Other teams' borrowed hours on this team's idle quota (the cluster: every borrowed hour,
+    /// the unallocated capacity's included).
+    pub lent_gpu_hours: f64,
+    /// Quota neither used nor lent: quota - in quota - lent, at least 0.
+    pub idle_quota_gpu_hours: f64,
+    /// Allocated GPU-hours over the capacity's, in percent (None without capacity).
+    pub allocated_share_pct: Option<f64>,
+    /// None without `[gpu_types]` rates.
+    pub cost: Option<Cost>,
+    /// Runs ended by preemption.
+    pub preemptions: u32,
+    /// Work they lost, in GPU-hours.
+    pub lost_gpu_hours: f64,
+    /// Jobs preempted more than once.
+    pub preempted_repeatedly: u32,
+    /// Refused at submit by the candidate.
+    pub rejected: u32,
+    /// Cancelled by their owner while they waited.
+    pub cancelled: u32,
+}
+
+/// The figures of one outcome: per team by name, then [`CLUSTER`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Figures {
+    pub since: Secs,
+    pub until: Secs,
+    pub capacity_gpu_hours: f64,
+    pub currency: Option<String>,
+    pub rows: Vec<TeamFigures>,
+}
+
+impl Figures {
+    /// The row of `team` (or of [`CLUSTER`]).
+    pub fn row(&self, team: &str) -> Option<&TeamFigures> {
+        self.rows.iter().find(|r| r.team == team)
+    }
+
+    /// The cluster's row.
+    pub fn cluster(&self) -> &TeamFigures {
+        self.rows
+            .last()
+            .expect("figures always have the cluster row")
+    }
+
+    /// The teams' rows (every row but the cluster's).
+    pub fn teams(&self) -> &[TeamFigures] {
+        &self.rows[..self.rows.len().saturating_sub(1)]
+    }
+}
+
+/// The figures of `outcome`, a replay of `trace` under `config` (see the module's doc).
+pub fn figures(trace: &Trace, outcome: &Outcome, config: &Config) -> Figures {
+    let mut names: BTreeSet<&str> = config.teams.iter().map(|t| t.name.as_str()).collect();
+    names.extend(trace.jobs.iter().map(|j| j.team.as_str()));
+    let mut rows: BTreeMap<&str, Tally> = names.iter().map(|&n| (n, Tally::default())).collect();
+    let mut cluster = Tally::default();
+
+    let reclaims = ReclaimIndex::new(trace, outcome);
+    for o in &outcome.jobs {
+        let Some(job) = trace.jobs.get(o.job) else {
+            continue;
+        };
+        let class = match &job.class {
+            Some(c) if config.priority_class(c).is_some() => c.as_str(),
+            _ => NO_CLASS,
+        };
+        let tally = rows.entry(job.team.as_str()).or_default();
+        for t in [tally, &mut cluster] {
+            t.add(trace, job, o, class, &reclaims);
+        }
+    }
+
+    let usage = usage_of(trace, outcome, config);
+    let mut out: Vec<TeamFigures> = rows
+        .into_iter()
+        .map(|(name, tally)| {
+            let mut f = tally.figures(name);
+            if let Some(row) = usage
+                .rows
+                .iter()
+                .find(|r| r.team == name && matches!(r.kind, RowKind::Team | RowKind::Account))
+            {
+                f.quota_gpu_hours = row.quota_hours();
+                f.allocated_gpu_hours = row.gpu_hours();
+                f.in_quota_gpu_hours = row.in_quota_hours();
+                f.borrowed_gpu_hours = row.borrowed_hours();
+                f.lent_gpu_hours = row.lent_hours();
+                f.cost = match (row.allocated_cost, row.idle_cost, row.total_cost) {
+                    (Some(allocated), Some(idle), Some(total)) => Some(Cost {
+                        allocated,
+                        idle,
+                        total,
+                    }),
+                    _ => None,
+                };
+            } else if usage.capacity_cost.is_some() {
+                f.cost = Some(Cost::default());
+            }
+            f.idle_quota_gpu_hours =
+                (f.quota_gpu_hours - f.in_quota_gpu_hours - f.lent_gpu_hours).max(0.0);
+            f.allocated_share_pct = share(f.allocated_gpu_hours, &usage);
+            f
+        })
+        .collect();
+
+    let mut c = cluster.figures(CLUSTER);
+    let teams = &out;
+    c.quota_gpu_hours = teams.iter().map(|t| t.quota_gpu_hours).sum();
+    c.allocated_gpu_hours = usage.allocated_gpu_seconds / SECONDS_PER_HOUR;
+    c.in_quota_gpu_hours = teams.iter().map(|t| t.in_quota_gpu_hours).sum();
+    c.borrowed_gpu_hours = teams.iter().map(|t| t.borrowed_gpu_hours).sum();
+    c.lent_gpu_hours = c.borrowed_gpu_hours;
+    c.idle_quota_gpu_hours = teams.iter().map(|t| t.idle_quota_gpu_hours).sum();
+    c.allocated_share_pct = share(c.allocated_gpu_hours, &usage);
+    c.cost = usage.capacity_cost.map(|capacity| {
+        let allocated: f64 = usage.rows.iter().filter_map(|r| r.allocated_cost).sum();
+        Cost {
+            allocated,
+            idle: capacity - allocated,
+            total: capacity,
+        }
+    });
+    out.push(c);
+
+    Figures {
+        since: trace.since,
+        until: trace.until,
+        capacity_gpu_hours: usage.capacity_gpu_seconds / SECONDS_PER_HOUR,
+        currency: usage
+            .currency
+            .clone()
+            .filter(|_| usage.capacity_cost.is_some()),
+        rows: out,
+    }
+}
+
+fn share(hours: f64, usage: &UsageReport) -> Option<f64> {
+    let capacity = usage.capacity_gpu_seconds / SECONDS_PER_HOUR;
+    (capacity > 0.0).then(|| 100.0 * hours / capacity)
+}
+
+/// The teams report of the outcome: its runs as the runs (in the governed partitions), its
+/// capacity steps as the capacity samples.
+fn usage_of(trace: &Trace, outcome: &Outcome, config: &Config) -> UsageReport {
+    let partition: Arc<str> = config
+        .cluster
+        .partitions
+        .first()
+        .map_or_else(|| Arc::from(""), |p| Arc::from(p.as_str()));
+    let mut accounts: BTreeMap<&str, Arc<str>> = BTreeMap::new();
+    let mut runs = Vec::new();
+    for o in &outcome.jobs {
+        let Some(job) = trace.jobs.get(o.job) else {
+            continue;
+        };
+        if job.gpus == 0 {
+            continue;
+        }
+        let account = accounts
+            .entry(job.team.as_str())
+            .or_insert_with(|| Arc::from(job.team.as_str()))
+            .clone();
+        let by_type = job
+            .gpu_type
+            .as_ref()
+            .map(|t| BTreeMap::from([(t.clone(), u64::from(job.gpus))]))
+            .unwrap_or_default();
+        let gpus_by_type = GpuTypes::new(&by_type);
+        for r in &o.runs {
+            runs.push(RunUsage {
+                id: i64::try_from(o.job).unwrap_or(i64::MAX),
+                account: account.clone(),
+                partition: partition.clone(),
+                start: r.start,
+                end: Some(r.end.max(r.start)),
+                gpus: u64::from(job.gpus),
+                gpus_by_type: gpus_by_type.clone(),
+            });
+        }
+    }
+    let period = crate::period::Period {
+        since: trace.since,
+        until: trace.until,
+    };
+    let params = UsageParams::from_config(config, period, trace.until, Vec::new());
+    compute_usage(&runs, &capacity_samples(trace, outcome), &params)
+}
+
+/// The outcome's capacity steps as samples, each with the GPUs per type of the trace's nodes
+/// not drained at that instant (none where the nodes are untyped).
+fn capacity_samples(trace: &Trace, outcome: &Outcome) -> Vec<CapacitySample> {
+    let mut typed: BTreeMap<&str, Vec<(Secs, u32)>> = BTreeMap::new();
+    let types: BTreeSet<&str> = trace
+        .cluster
+        .nodes
+        .iter()
+        .filter_map(|n| n.gpu_type.as_deref())
+        .collect();
+    for t in types {
+        let nodes: Vec<_> = trace
+            .cluster
+            .nodes
+            .iter()
+            .filter(|n| n.gpu_type.as_deref() == Some(t))
+            .cloned()
+            .collect();
+        let drains = trace
+            .cluster
+            .drains
+            .iter()
+            .filter(|d| nodes.iter().any(|n| n.name == d.node))
+            .cloned()
+            .collect();
+        let total = nodes.iter().map(|n| n.gpus).sum();
+        let sub = Cluster { nodes, drains };
+        typed.insert(t, sim::capacity_steps(&sub, trace.since, total));
+    }
+    let mut instants: BTreeSet<Secs> = outcome.capacity.iter().map(|s| s.0).collect();
+    if !outcome.capacity.is_empty() {
+        instants.extend(typed.values().flatten().map(|s| s.0));
+    }
+    instants
+        .into_iter()
+        .map(|ts| CapacitySample {
+            ts,
+            gpus: step_at(&outcome.capacity, ts),
+            by_type: typed
+                .iter()
+                .map(|(t, steps)| (t.to_string(), step_at(steps, ts)))
+                .collect(),
+        })
+        .collect()
+}
+
+/// The value of the step function `steps` at `t` (the first step's before it).
+fn step_at(steps: &[(Secs, u32)], t: Secs) -> u32 {
+    steps
+        .iter()
+        .filter(|s| s.0 <= t)
+        .max_by_key(|s| s.0)
+        .or_else(|| steps.iter().min_by_key(|s| s.0))
+        .map_or(0, |s| s.1)
+}
+
+/// The ends of runs started as borrowed and ended by preemption, per team, sorted.
+struct ReclaimIndex<'t> {
+    by_team: BTreeMap<&'t str, Vec<Secs>>,
+}
+
+impl<'t> ReclaimIndex<'t> {
+    fn new(trace: &'t Trace, outcome: &Outcome) -> Self {
+        let mut by_team: BTreeMap<&str, Vec<Secs>> = BTreeMap::new();
+        for o in &outcome.jobs {
+            let Some(job) = trace.jobs.get(o.job) else {
+                continue;
+            };
+            for r in o.runs.iter().filter(|r| r.borrowed && r.preempted) {
+                by_team.entry(job.team.as_str()).or_default().push(r.end);
+            }
+        }
+        for ends in by_team.values_mut() {
+            ends.sort_unstable();
+        }
+        ReclaimIndex { by_team }
+    }
+
+    /// Whether a team other than `team` had a borrowed run preempted within `[from, to]`.
+    fn preempted_for(&self, team: &str, from: Secs, to: Secs) -> bool {
+        self.by_team.iter().any(|(t, ends)| {
+            *t != team && {
+                let i = ends.partition_point(|&e| e < from);
+                ends.get(i).is_some_and(|&e| e <= to)
+            }
+        })
+    }
+}
+
+/// A row's job figures as they are summed up.
+#[derive(Default)]
+struct Tally {
+    jobs: u32,
+    waits: Vec<Secs>,
+    censored: u32,
+    by_class: BTreeMap<String, (Vec<Secs>, u32)>,
+    in_quota: Vec<Secs>,
+    in_quota_censored: u32,
+    reclaim: Vec<Secs>,
+    preemptions: u32,
+    lost_gpu_secs: i64,
+    repeatedly: u32,
+    rejected: u32,
+    cancelled: u32,
+}
+
+impl Tally {
+    fn add(
+        &mut self,
+        trace: &Trace,
+        job: &TraceJob,
+        o: &JobOutcome,
+        class: &str,
+        reclaims: &ReclaimIndex,
+    ) {
+        self.jobs += 1;
+        let preemptions = o.preemptions();
+        self.preemptions += preemptions;
+        self.repeatedly += u32::from(preemptions > 1);
+        self.lost_gpu_secs += o.lost_gpu_secs;
+        self.cancelled += u32::from(o.cancelled);
+        if o.rejected {
+            self.rejected += 1;
+            return;
+        }
+        let start = o.first_start();
+        // Until its start, else its cancellation, else the trace's end.
+        let waited_until = start.unwrap_or_else(|| {
+            job.cancelled_pending_at
+                .filter(|_| o.cancelled)
+                .unwrap_or(trace.until)
+                .min(trace.until)
+        });
+        let censored = u32::from(start.is_none());
+        let wait = (waited_until - job.eligible).max(0);
+        self.waits.push(wait);
+        self.censored += censored;
+        let c = self.by_class.entry(class.to_string()).or_default();
+        c.0.push(wait);
+        c.1 += censored;
+        if let Some(q) = o.in_quota_since {
+            let t = (waited_until - q).max(0);
+            self.in_quota.push(t);
+            self.in_quota_censored += censored;
+            if let Some(s) = start {
+                if reclaims.preempted_for(&job.team, q, s) {
+                    self.reclaim.push(t);
+                }
+            }
+        }
+    }
+
+    fn figures(self, team: &str) -> TeamFigures {
+        TeamFigures {
+            team: team.to_string(),
+            jobs: self.jobs,
+            wait: Waits::of(self.waits, self.censored),
+            wait_by_class: self
+                .by_class
+                .into_iter()
+                .map(|(c, (w, n))| (c, Waits::of(w, n)))
+                .collect(),
+            in_quota_start: Waits::of(self.in_quota, self.in_quota_censored),
+            reclaim: Waits::of(self.reclaim, 0),
+            preemptions: self.preemptions,
+            lost_gpu_hours: self.lost_gpu_secs as f64 / SECONDS_PER_HOUR,
+            preempted_repeatedly: self.repeatedly,
+            rejected: self.rejected,
+            cancelled: self.cancelled,
+            ..TeamFigures::default()
+        }
+    }
+}
+
+/// What makes a team worse off under a candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorseMeasure {
+    /// Its p95 wait grew by more than max([`WORSE_WAIT_SECS`], [`WORSE_WAIT_PCT`] %).
+    P95Wait,
+    /// Its in-quota GPU-hours dropped by more than [`WORSE_IN_QUOTA_PCT`] %.
+    InQuotaGpuHours,
+    /// Its preemptions grew.
+    Preemptions,
+}
+
+/// A team worse off under a candidate than today, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorseOff {
+    pub team: String,
+    pub measure: WorseMeasure,
+    pub today: f64,
+    pub candidate: f64,
+    /// One line: the measure, today's value and the candidate's.
+    pub reason: String,
+}
+
+/// The teams worse off under `candidate` than under `today` (the cluster row is no team), one
+/// entry per team and measure, by team then measure. A team `today` does not have is compared
+/// with nothing and is not listed.
+pub fn worse_off(today: &Figures, candidate: &Figures) -> Vec<WorseOff> {
+    let mut out = Vec::new();
+    for c in candidate.teams() {
+        let Some(t) = today.row(&c.team).filter(|t| t.team != CLUSTER) else {
+            continue;
+        };
+        if let (Some(before), Some(after)) = (t.wait.p95_secs, c.wait.p95_secs) {
+            let allowed = (WORSE_WAIT_SECS as f64).max(before as f64 * WORSE_WAIT_PCT / 100.0);
+            if (after - before) as f64 > allowed {
+                out.push(WorseOff {
+                    team: c.team.clone(),
+                    measure: WorseMeasure::P95Wait,
+                    today: before as f64,
+                    candidate: after as f64,
+                    reason: format!(
+                        "p95 wait {} instead of {} (more than {} longer)",
+                        duration(after),
+                        duration(before),
+                        duration(allowed.round() as Secs)
+                    ),
+                });
+            }
+        }
+        let (before, after) = (t.in_quota_gpu_hours, c.in_quota_gpu_hours);
+        if before > 0.0 && before - after > before * WORSE_IN_QUOTA_PCT / 100.0 {
+            out.push(WorseOff {
+                team: c.team.clone(),
+                measure: WorseMeasure::InQuotaGpuHours,
+                today: before,
+                candidate: after,
+                reason: format!(
+                    "{after:.1} GPU-hours in quota instead of {before:.1} ({:.1} % fewer)",
+                    100.0 * (before - after) / before
+                ),
+            });
+        }
+        if c.preemptions > t.preemptions {
+            out.push(WorseOff {
+                team: c.team.clone(),
+                measure: WorseMeasure::Preemptions,
+                today: f64::from(t.preemptions),
+                candidate: f64::from(c.preemptions),
+                reason: format!("{} preemptions instead of {}", c.preemptions, t.preemptions),
+            });
+        }
+    }
+    out
+}
+
+/// A duration as the reports show it: `45s`, `14m 03s`, `2h 05m`, `3d 04h`.
+pub fn duration(secs: Secs) -> String {
+    let (sign, s) = if secs < 0 { ("-", -secs) } else { ("", secs) };
+    let text = match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {:02}h", s / 86_400, s % 86_400 / 3600),
+    };
+    format!("{sign}{text}")
+}
+
+/// A job's run `[start, end)` (test helper and for callers building outcomes by hand).
+pub fn run(start: Secs, end: Secs, preempted: bool, borrowed: bool) -> SimRun {
+    SimRun {
+        start,
+        end,
+        preempted,
+        borrowed,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::replay::{NodeSpec, Observed};
+
+    pub(crate) const H: Secs = 3600;
+    pub(crate) const T0: Secs = 1_709_251_200;
+
+    pub(crate) const CONFIG: &str = r#"
+[cluster]
+name = "c"
+partitions = ["gpu"]
+currency = "BRL"
+
+[gpu_types.default]
+rate_per_hour = 10.0
+
+[[team]]
+name = "agents"
+quota = 2
+borrow_limit = 2
+
+[[team]]
+name = "training"
+quota = 2
+borrow_limit = 2
+
+[[priority_class]]
+name = "inference"
+value = 100
+preemptible = false
+"#;
+
+    pub(crate) fn config() -> Config {
+        teamshare_config::parse(CONFIG, "teamshare.toml").unwrap()
+    }
+
+    pub(crate) fn job(id: u64, team: &str, eligible: Secs, gpus: u32) -> TraceJob {
+        TraceJob {
+            id,
+            team: team.to_string(),
+            class: None,
+            submit: eligible,
+            eligible,
+            gpus,
+            gpu_type: None,
+            nodes: 1,
+            exclusive: false,
+            time_limit: 10 * H,
+            work: H,
+            cancelled_pending_at: None,
+            observed: Observed::default(),
+        }
+    }
+
+    /// Four GPUs (one node) over 10 hours from T0; agents (quota 2) and training (quota 2).
+    ///
+    /// - job 0, agents, 2 GPUs, eligible T0, runs [T0, T0+4h): in quota (8 GPU-h);
+    /// - job 1, training, 2 GPUs, eligible T0, runs [T0+1h, T0+5h): in quota (8 GPU-h), waited
+    ///   1 h; class `inference`;
+    /// - job 2, agents, 2 GPUs, eligible T0, borrowed: runs [T0, T0+1h) on training's idle
+    ///   quota, preempted at T0+1h (2 GPU-h borrowed, lost); then again [T0+4h, T0+6h) in
+    ///   quota (4 GPU-h);
+    /// - job 3, training, 1 GPU, eligible T0+8h, never started: censored wait of 2 h;
+    /// - job 4, agents, 8 GPUs: rejected.
+    ///
+    /// Job 1 was in quota from T0 and started at T0+1h after agents' borrowed run was
+    /// preempted at T0+1h: a reclaim latency of 1 h.
+    ///
+    /// GPU-hours: agents allocated 8 + 2 + 4 = 14, in quota 12, borrowed 2; training
+    /// allocated 8, in quota 8, lent 2 (its idle quota [T0, T0+1h) held agents' borrowed run).
+    /// Quota hours: 2 x 10 = 20 each; idle quota: agents 20 - 12 = 8, training 20 - 8 - 2 = 10.
+    /// Capacity 4 x 10 = 40 GPU-h; allocated 22 = 55 %.
+    /// Cost (rate 10, factor 1, quota-share idle split): agents allocated 140, training 80;
+    /// idle 400 - 220 = 180, half each: agents 230, training 170.
+    pub(crate) fn trace_and_outcome() -> (Trace, Outcome) {
+        let mut j1 = job(1, "training", T0, 2);
+        j1.class = Some("inference".into());
+        let mut j3 = job(3, "training", T0 + 8 * H, 1);
+        j3.class = Some("nonesuch".into());
+        let trace = Trace {
+            jobs: vec![
+                job(0, "agents", T0, 2),
+                j1,
+                job(2, "agents", T0, 2),
+                j3,
+                job(4, "agents", T0, 8),
+            ],
+            cluster: Cluster {
+                nodes: vec![NodeSpec {
+                    name: "n1".into(),
+                    gpus: 4,
+                    gpu_type: None,
+                }],
+                drains: vec![],
+            },
+            since: T0,
+            until: T0 + 10 * H,
+            source: "test".into(),
+        };
+        let outcome = Outcome {
+            jobs: vec![
+                JobOutcome {
+                    job: 0,
+                    runs: vec![run(T0, T0 + 4 * H, false, false)],
+                    in_quota_since: Some(T0),
+                    ..JobOutcome::default()
+                },
+                JobOutcome {
+                    job: 1,
+                    runs: vec![run(T0 + H, T0 + 5 * H, false, false)],
+                    in_quota_since: Some(T0),
+                    ..JobOutcome::default()
+                },
+                JobOutcome {
+                    job: 2,
+                    runs: vec![
+                        run(T0, T0 + H, true, true),
+                        run(T0 + 4 * H, T0 + 6 * H, false, false),
+                    ],
+                    lost_gpu_secs: 2 * H,
+                    ..JobOutcome::default()
+                },
+                JobOutcome {
+                    job: 3,
+                    in_quota_since: Some(T0 + 8 * H),
+                    ..JobOutcome::default()
+                },
+                JobOutcome {
+                    job: 4,
+                    rejected: true,
+                    ..JobOutcome::default()
+                },
+            ],
+            passes: 0,
+            capacity: vec![(T0, 4)],
+        };
+        (trace, outcome)
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn nearest_rank_percentiles_by_hand() {
+        let v: Vec<Secs> = (1..=10).collect();
+        // ceil(0.5 x 10) = 5th; ceil(0.95 x 10) = 10th; ceil(0.9 x 10) = 9th.
+        assert_eq!(nearest_rank(&v, 50), Some(5));
+        assert_eq!(nearest_rank(&v, 95), Some(10));
+        assert_eq!(nearest_rank(&v, 90), Some(9));
+        assert_eq!(nearest_rank(&v, 0), Some(1));
+        assert_eq!(nearest_rank(&v, 100), Some(10));
+        // Of 20 values, p95 is the 19th: ceil(19.0).
+        let w: Vec<Secs> = (1..=20).map(|x| x * 10).collect();
+        assert_eq!(nearest_rank(&w, 95), Some(190));
+        assert_eq!(nearest_rank(&w, 99), Some(200));
+        assert_eq!(nearest_rank(&[7], 50), Some(7));
+        assert_eq!(nearest_rank(&[], 50), None);
+        let waits = Waits::of(vec![30, 10, 20], 1);
+        assert_eq!(waits.jobs, 3);
+        assert_eq!(waits.censored, 1);
+        assert!(close(waits.mean_secs.unwrap(), 20.0));
+        assert_eq!((waits.p50_secs, waits.p95_secs), (Some(20), Some(30)));
+    }
+
+    #[test]
+    fn figures_of_a_hand_built_outcome() {
+        let (trace, outcome) = trace_and_outcome();
+        let f = figures(&trace, &outcome, &config());
+        let names: Vec<&str> = f.rows.iter().map(|r| r.team.as_str()).collect();
+        assert_eq!(names, ["agents", "training", CLUSTER]);
+        let a = f.row("agents").unwrap();
+        let t = f.row("training").unwrap();
+        let c = f.cluster();
+
+        // Waits: agents 0, 0 (job 4 rejected); training 1 h, 2 h censored.
+        assert_eq!(a.wait.jobs, 2);
+        assert_eq!(a.wait.p95_secs, Some(0));
+        assert_eq!(a.rejected, 1);
+        assert_eq!(t.wait.jobs, 2);
+        assert_eq!(t.wait.censored, 1);
+        assert_eq!((t.wait.p50_secs, t.wait.p95_secs), (Some(H), Some(2 * H)));
+        assert!(close(t.wait.mean_secs.unwrap(), 1.5 * H as f64));
+        assert_eq!(t.wait_by_class["inference"].p95_secs, Some(H));
+        // `nonesuch` is no class of the configuration.
+        assert_eq!(t.wait_by_class[NO_CLASS].p95_secs, Some(2 * H));
+        assert_eq!(c.wait.jobs, 4);
+        assert_eq!(c.wait.p50_secs, Some(0));
+        assert_eq!(c.wait.p99_secs, Some(2 * H));
+
+        // In-quota time to start: agents 0 and 0; training 1 h and 2 h (censored).
+        assert_eq!(a.in_quota_start.p95_secs, Some(0));
+        assert_eq!(t.in_quota_start.p50_secs, Some(H));
+        assert_eq!(t.in_quota_start.censored, 1);
+        // Reclaim: training's job 1 (1 h); agents' own preempted run is no reclaim for it.
+        assert_eq!(t.reclaim.jobs, 1);
+        assert_eq!(t.reclaim.p95_secs, Some(H));
+        assert_eq!(a.reclaim.jobs, 0);
+
+        // GPU-hours (by hand in `trace_and_outcome`).
+        assert!(close(a.allocated_gpu_hours, 14.0));
+        assert!(close(a.in_quota_gpu_hours, 12.0));
+        assert!(close(a.borrowed_gpu_hours, 2.0));
+        assert!(close(a.lent_gpu_hours, 0.0));
+        assert!(close(t.allocated_gpu_hours, 8.0));
+        assert!(close(t.in_quota_gpu_hours, 8.0));
+        assert!(close(t.lent_gpu_hours, 2.0));
+        assert!(close(a.quota_gpu_hours, 20.0));
+        assert!(close(a.idle_quota_gpu_hours, 8.0));
+        assert!(close(t.idle_quota_gpu_hours, 10.0));
+        assert!(close(f.capacity_gpu_hours, 40.0));
+        assert!(close(c.allocated_gpu_hours, 22.0));
+        assert!(close(c.allocated_share_pct.unwrap(), 55.0));
+        assert!(close(a.allocated_share_pct.unwrap(), 35.0));
+        assert!(close(c.lent_gpu_hours, 2.0));
+
+        let ac = a.cost.as_ref().unwrap();
+        assert!(close(ac.allocated, 140.0));
+        assert!(close(ac.total, 230.0));
+        assert!(close(t.cost.as_ref().unwrap().total, 170.0));
+        assert!(close(c.cost.as_ref().unwrap().total, 400.0));
+        assert!(close(c.cost.as_ref().unwrap().idle, 180.0));
+        assert_eq!(f.currency.as_deref(), Some("BRL"));
+
+        // Preemptions: job 2 once, 2 GPU-h lost.
+        assert_eq!(a.preemptions, 1);
+        assert!(close(a.lost_gpu_hours, 2.0));
+        assert_eq!(a.preempted_repeatedly, 0);
+        assert_eq!(c.preemptions, 1);
+        assert_eq!(c.rejected, 1);
+    }
+
+    #[test]
+    fn a_cancelled_job_waits_until_its_cancellation_and_repeats_are_counted() {
+        let (mut trace, mut outcome) = trace_and_outcome();
+        trace.jobs[3].cancelled_pending_at = Some(T0 + 9 * H);
+        outcome.jobs[3].cancelled = true;
+        outcome.jobs[2]
+            .runs
+            .insert(1, run(T0 + 2 * H, T0 + 3 * H, true, true));
+        let f = figures(&trace, &outcome, &config());
+        let t = f.row("training").unwrap();
+        assert_eq!(t.wait.p95_secs, Some(H));
+        assert_eq!(t.cancelled, 1);
+        let a = f.row("agents").unwrap();
+        assert_eq!(a.preemptions, 2);
+        assert_eq!(a.preempted_repeatedly, 1);
+    }
+
+    #[test]
+    fn the_observed_history_has_its_own_figures() {
+        let (mut trace, _) = trace_and_outcome();
+        trace.jobs[0].observed.runs = vec![(T0, Some(T0 + H)), (T0 + 2 * H, None)];
+        let f = figures(&trace, &crate::replay::observed(&trace), &config());
+        let a = f.row("agents").unwrap();
+        assert_eq!(a.preemptions, 1);
+        // 2 GPUs for 1 h, then 8 h to the end.
+        assert!(close(a.allocated_gpu_hours, 18.0));
+        assert!(close(a.lost_gpu_hours, 2.0));
+        assert_eq!(a.reclaim.jobs, 0);
+    }
+
+    fn with(f: &Figures, team: &str, edit: impl Fn(&mut TeamFigures)) -> Figures {
+        let mut f = f.clone();
+        for r in &mut f.rows {
+            if r.team == team {
+                edit(r);
+            }
+        }
+        f
+    }
+
+    #[test]
+    fn worse_off_by_wait_in_quota_hours_and_preemptions() {
+        let (trace, outcome) = trace_and_outcome();
+        let today = figures(&trace, &outcome, &config());
+        assert!(worse_off(&today, &today).is_empty());
+        // training's p95 is 2 h: 10 % is 720 s; 700 s more is within, 721 s is not.
+        let within = with(&today, "training", |r| r.wait.p95_secs = Some(2 * H + 700));
+        assert!(worse_off(&today, &within).is_empty());
+        let longer = with(&today, "training", |r| r.wait.p95_secs = Some(2 * H + 721));
+        let w = worse_off(&today, &longer);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].team, "training");
+        assert_eq!(w[0].measure, WorseMeasure::P95Wait);
+        assert_eq!(
+            w[0].reason,
+            "p95 wait 2h 12m instead of 2h 00m (more than 12m 00s longer)"
+        );
+        // agents' p95 is 0: 60 s is the floor.
+        let a60 = with(&today, "agents", |r| r.wait.p95_secs = Some(60));
+        assert!(worse_off(&today, &a60).is_empty());
+        let a61 = with(&today, "agents", |r| {
+            r.wait.p95_secs = Some(61);
+            r.in_quota_gpu_hours = 11.3; // 12 -> 11.3: 5.8 % fewer
+            r.preemptions = 2;
+        });
+        let w = worse_off(&today, &a61);
+        let measures: Vec<WorseMeasure> = w.iter().map(|w| w.measure).collect();
+        assert_eq!(
+            measures,
+            [
+                WorseMeasure::P95Wait,
+                WorseMeasure::InQuotaGpuHours,
+                WorseMeasure::Preemptions
+            ]
+        );
+        assert_eq!(w[2].reason, "2 preemptions instead of 1");
+        let small_drop = with(&today, "agents", |r| r.in_quota_gpu_hours = 11.5);
+        assert!(worse_off(&today, &small_drop).is_empty());
+    }
+
+    #[test]
+    fn durations_read_at_a_glance() {
+        assert_eq!(duration(45), "45s");
+        assert_eq!(duration(843), "14m 03s");
+        assert_eq!(duration(7500), "2h 05m");
+        assert_eq!(duration(3 * 86_400 + 4 * 3600 + 59), "3d 04h");
+        assert_eq!(duration(-60), "-1m 00s");
+    }
+}

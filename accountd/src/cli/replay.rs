@@ -14,7 +14,7 @@ use accountd::period::{self, format_local, Period};
 use accountd::replay::calibrate::{self, Tolerance};
 use accountd::replay::metrics::{self, figures, worse_off};
 use accountd::replay::render::{self, Column, Curve, CurvePoint, Replay, AS_TODAY, SILOED};
-use accountd::replay::{self as replay_model, sim, NodeSpec, Outcome, Secs, SimParams, Trace};
+use accountd::replay::{self as replay_model, history, sim, swf, Outcome, Secs, SimParams, Trace};
 
 use super::args::{time_arg, FormatArg, Time};
 use super::{load_config, print, ExitStatus, UsageError};
@@ -146,34 +146,76 @@ pub(super) enum TraceSource {
 
 /// What [`load_trace`] is asked for.
 #[derive(Debug, Clone)]
-#[expect(
-    dead_code,
-    reason = "TODO(integration): read by the trace loaders, not written yet"
-)]
 pub(super) struct TraceRequest {
     pub source: TraceSource,
     pub period: Period,
     /// Slurm's name of the cluster (the database's rows are per cluster).
     pub cluster: String,
-    /// GPUs per node where the source does not say (SWF).
+    /// GPUs per node where the source does not say.
     pub gpus_per_node: u32,
+    /// A constant capacity instead of the recorded one (`--capacity`).
+    pub capacity: Option<u32>,
+    /// `--since` or `--until` given (an SWF trace is otherwise replayed whole).
+    pub explicit_period: bool,
 }
 
-/// The history to replay.
-// TODO(integration): `replay::history::load` (the database) and `replay::swf::load` (an SWF
-// file and its team mapping) are written apart; wire them in here:
-//   TraceSource::Database(db) => with_report_store(db, "ingest", |s| history::load(s, ...)),
-//   TraceSource::Swf { file, team_map } => swf::load(file, team_map, ...).
-// Until then every replay stops here with a runtime error (exit 1).
-pub(super) fn load_trace(request: &TraceRequest, config: &Config) -> anyhow::Result<Trace> {
-    let _ = config;
-    let what = match &request.source {
-        TraceSource::Database(db) => format!("the database {}", db.display()),
-        TraceSource::Swf { file, .. } => format!("the SWF file {}", file.display()),
-    };
-    anyhow::bail!(
-        "cannot read the history from {what}: this build of accountd has no trace loader yet (replay::history / replay::swf)"
-    )
+/// The time limit a run stands for when sacct gave none (runs ingested before accountd read
+/// time limits): a day, Slurm's usual partition default.
+const DEFAULT_TIME_LIMIT: Secs = DAY;
+
+/// The history to replay, and a line saying what was read (and what was left out, why).
+pub(super) fn load_trace(
+    request: &TraceRequest,
+    config: &Config,
+) -> anyhow::Result<(Trace, String)> {
+    let Period { since, until } = request.period;
+    match &request.source {
+        TraceSource::Database(db) => super::with_report_store(db, "ingest", |store| {
+            let history = match request.capacity {
+                Some(gpus) => {
+                    let types = config.governed_types();
+                    let gpu_type = (types.len() == 1)
+                        .then(|| types.iter().next().copied())
+                        .flatten();
+                    let nodes = history::constant_cluster(gpus, request.gpus_per_node, gpu_type);
+                    history::load_jobs(
+                        store,
+                        &request.cluster,
+                        since,
+                        until,
+                        DEFAULT_TIME_LIMIT,
+                        nodes,
+                    )
+                }
+                None => history::load(
+                    store,
+                    &request.cluster,
+                    since,
+                    until,
+                    request.gpus_per_node,
+                    DEFAULT_TIME_LIMIT,
+                ),
+            }?;
+            let line = format!("{}: {}", history.trace.source, history.summary);
+            Ok((history.trace, line))
+        }),
+        TraceSource::Swf { file, team_map } => {
+            let map = swf::read_team_map(team_map)?;
+            let (mut trace, summary) = swf::load_file(file, &map, request.capacity)?;
+            // The whole file unless --since or --until say otherwise.
+            if request.explicit_period {
+                let (since, until) = (since.max(trace.since), until.min(trace.until));
+                trace.jobs.retain(|j| j.submit >= since && j.submit < until);
+                trace.since = since;
+                trace.until = until.max(since);
+            }
+            let line = format!(
+                "{}: {} jobs of {} records ({} unmapped, {} malformed)",
+                trace.source, summary.jobs, summary.records, summary.unmapped, summary.malformed
+            );
+            Ok((trace, line))
+        }
+    }
 }
 
 pub(super) fn run(
@@ -215,11 +257,11 @@ pub(super) fn run(
         period: Period { since, until },
         cluster: accountd::slurm_cli::slurm_name(&config.cluster.name),
         gpus_per_node: args.gpus_per_node,
+        capacity: args.capacity,
+        explicit_period: args.since.is_some() || args.until.is_some(),
     };
-    let mut trace = load_trace(&request, config)?;
-    if let Some(n) = args.capacity {
-        trace.cluster = constant_cluster(&trace, n, args.gpus_per_node)?;
-    }
+    let (trace, read) = load_trace(&request, config)?;
+    let (since, until) = (trace.since, trace.until);
     let tolerance = Tolerance {
         pct: args.tolerance_pct,
         secs: args.tolerance_secs,
@@ -238,6 +280,7 @@ pub(super) fn run(
     };
     let figures_config = current.as_ref().map_or(config, |(_, c)| c);
     let mut notes = notes(args, &trace);
+    notes.insert(0, read);
 
     // Calibration: the current settings against the history.
     let mut cached: Option<(PathBuf, Outcome)> = None;
@@ -515,49 +558,6 @@ fn total_gpus(trace: &Trace) -> u32 {
         .nodes
         .iter()
         .fold(0u32, |s, n| s.saturating_add(n.gpus))
-}
-
-/// A cluster of `gpus` GPUs in nodes of `per_node` (the last one with the rest), of the trace's
-/// GPU type where its nodes have one, no drains.
-fn constant_cluster(
-    trace: &Trace,
-    gpus: u32,
-    per_node: u32,
-) -> Result<replay_model::Cluster, UsageError> {
-    let mut types: Vec<Option<&str>> = trace
-        .cluster
-        .nodes
-        .iter()
-        .map(|n| n.gpu_type.as_deref())
-        .collect();
-    types.sort_unstable();
-    types.dedup();
-    if types.len() > 1 {
-        return Err(UsageError(format!(
-            "--capacity gives GPUs of one type, and the history's nodes have several ({}): leave --capacity out",
-            types
-                .iter()
-                .map(|t| t.unwrap_or("untyped"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    let gpu_type = types.first().copied().flatten().map(str::to_string);
-    let mut nodes = Vec::new();
-    let mut left = gpus;
-    while left > 0 {
-        let n = left.min(per_node);
-        nodes.push(NodeSpec {
-            name: format!("replay{:04}", nodes.len() + 1),
-            gpus: n,
-            gpu_type: gpu_type.clone(),
-        });
-        left -= n;
-    }
-    Ok(replay_model::Cluster {
-        nodes,
-        drains: Vec::new(),
-    })
 }
 
 /// `trace` with `remove` GPUs fewer: taken from the nodes last by name first, whole nodes

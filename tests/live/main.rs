@@ -15,6 +15,7 @@ mod governance;
 mod hostile;
 mod monitoring;
 mod packaging;
+mod replay;
 mod scale;
 mod skeleton;
 mod status;
@@ -35,6 +36,7 @@ fn main() -> std::process::ExitCode {
     scenarios.extend_from_slice(adversarial::SCENARIOS);
     scenarios.extend_from_slice(status::SCENARIOS);
     scenarios.extend_from_slice(monitoring::SCENARIOS);
+    scenarios.extend_from_slice(replay::SCENARIOS);
 
     // Each cluster is started by the first scenario that needs it (so a filtered run starts only
     // the clusters its scenarios use); if it cannot start, every scenario on it fails.

@@ -736,7 +736,7 @@ mod tests {
 
     #[test]
     fn capacities_are_taken_whole_nodes_first() {
-        let node = |name: &str, gpus| NodeSpec {
+        let node = |name: &str, gpus| replay_model::NodeSpec {
             name: name.into(),
             gpus,
             gpu_type: Some("h100".into()),
@@ -761,17 +761,10 @@ mod tests {
             .collect();
         assert_eq!(left, [("a", 8), ("b", 4)]);
         assert!(smaller.cluster.drains.is_empty());
-        let constant = constant_cluster(&trace, 20, 8).unwrap();
-        let sizes: Vec<u32> = constant.nodes.iter().map(|n| n.gpus).collect();
-        assert_eq!(sizes, [8, 8, 4]);
-        assert_eq!(constant.nodes[0].gpu_type.as_deref(), Some("h100"));
-        let mut mixed = trace.clone();
-        mixed.cluster.nodes[0].gpu_type = None;
-        assert!(constant_cluster(&mixed, 20, 8).is_err());
     }
 
     #[test]
-    fn without_a_trace_loader_the_replay_is_a_runtime_error() {
+    fn a_missing_database_is_a_runtime_error() {
         let config = teamshare_config::parse(
             "[cluster]\nname = \"c\"\n[[team]]\nname = \"a\"\nquota = 1\n",
             "t.toml",
@@ -782,6 +775,8 @@ mod tests {
             period: Period { since: 0, until: 1 },
             cluster: "c".into(),
             gpus_per_node: 8,
+            capacity: None,
+            explicit_period: false,
         };
         let err = load_trace(&request, &config).unwrap_err();
         assert_eq!(super::super::exit_code_for(&err), ExitStatus::Runtime);

@@ -198,6 +198,8 @@ struct Sim<'a> {
     node_view: Option<NodeView>,
     /// Pending jobs the last pass ranked in quota.
     in_quota_waiting: bool,
+    /// The last scheduling pass passed over jobs for their team's limit.
+    limit_blocked: bool,
 }
 
 /// GPUs per usable node, per type, and per node and type.
@@ -264,6 +266,7 @@ impl<'a> Sim<'a> {
                 .collect(),
             node_view: None,
             in_quota_waiting: false,
+            limit_blocked: false,
         };
         for (i, t) in config.teams.iter().enumerate() {
             for (k, q) in &t.quota.by_type {
@@ -357,8 +360,14 @@ impl<'a> Sim<'a> {
                 self.pass();
             }
             let started = self.schedule();
+            // One more pass a moment later when it may let more in: jobs held back by their
+            // team's limit while GPUs are free (the new usage changes the allowances), or
+            // in-quota jobs still waiting.
             let free_somewhere = self.nodes.iter().any(|n| !n.drained && n.free > 0);
-            if started && self.pending > 0 && (free_somewhere || self.in_quota_waiting) {
+            if started
+                && self.pending > 0
+                && ((free_somewhere && self.limit_blocked) || self.in_quota_waiting)
+            {
                 self.push(t + self.params.pass_interval.max(1), Kind::Wake, 0, 0);
             }
         }
@@ -766,6 +775,7 @@ impl<'a> Sim<'a> {
     /// Slurm's scheduling pass (the main scheduler and backfill as one walk down the queue);
     /// true when it started a job.
     fn schedule(&mut self) -> bool {
+        self.limit_blocked = false;
         if self.pending == 0 {
             return false;
         }
@@ -798,6 +808,7 @@ impl<'a> Sim<'a> {
                 break;
             }
             if !self.within_limits(j) {
+                self.limit_blocked = true;
                 continue;
             }
             let fits_free = free_of(&free, &self.jobs[j].gpu_type) >= self.jobs[j].gpus

@@ -408,10 +408,10 @@ struct Running<'a> {
 
 /// The jobs that pass `keep`, by team, each team's in the order given (one walk over the
 /// jobs, however many teams).
-fn group_by_team<'a>(
-    jobs: &'a [ClusterJob],
+fn group_by_team(
+    jobs: &[ClusterJob],
     keep: impl Fn(&ClusterJob) -> bool,
-) -> BTreeMap<&'a str, Vec<&'a ClusterJob>> {
+) -> BTreeMap<&str, Vec<&ClusterJob>> {
     let mut groups: BTreeMap<&str, Vec<&ClusterJob>> = BTreeMap::new();
     for j in jobs.iter().filter(|j| keep(j)) {
         groups.entry(j.team.as_str()).or_default().push(j);

@@ -215,8 +215,8 @@ latency, GPU-hours in quota, borrowed, lent and idle, the share of the capacity 
 preemptions and the work they lost. Candidates: as-today (the history itself), siloed (each team
 capped at its quota, nothing lent) or a teamshare.toml; by default as-today, siloed and the
 configuration. The first candidate is the baseline: a team worse off under another (p95 wait
-longer by more than max(60 s, 10 %), in-quota GPU-hours down by more than 5 %, more
-preemptions) is flagged with `!` and the reason. Percentiles are nearest-rank; a job that never
+longer by more than max(60 s, 10 %), allocated GPU-hours down by more than 5 %, GPU-hours lost
+to preemptions up by more than max(1, 10 %)) is flagged with `!` and the reason. Percentiles are nearest-rank; a job that never
 started counts its wait up to its cancellation or the period's end.
 
 First the history is replayed under the settings it ran under (--current, default the

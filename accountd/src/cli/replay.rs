@@ -210,7 +210,7 @@ pub(super) fn load_trace(
                 trace.until = until.max(since);
             }
             let line = format!(
-                "{}: {} jobs of {} records ({} unmapped, {} malformed)",
+                "{}: {} jobs in the file, of {} records ({} unmapped, {} malformed)",
                 trace.source, summary.jobs, summary.records, summary.unmapped, summary.malformed
             );
             Ok((trace, line))

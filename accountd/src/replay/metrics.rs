@@ -52,9 +52,14 @@ pub const NO_CLASS: &str = "(none)";
 pub const WORSE_WAIT_SECS: Secs = 60;
 /// ...and this percentage of today's p95 wait;
 pub const WORSE_WAIT_PCT: f64 = 10.0;
-/// or when its in-quota GPU-hours drop by more than this percentage of today's;
-pub const WORSE_IN_QUOTA_PCT: f64 = 5.0;
-// or when its preemptions grow at all.
+/// or when the GPU-hours it was allocated drop by more than this percentage of today's (less
+/// of its work ran in the period; in-quota hours alone would flag a team that borrowed its
+/// backlog away early);
+pub const WORSE_ALLOCATED_PCT: f64 = 5.0;
+/// or when the GPU-hours it lost to preemptions grow by more than the larger of this...
+pub const WORSE_LOST_GPU_HOURS: f64 = 1.0;
+/// ...and this percentage of today's.
+pub const WORSE_LOST_PCT: f64 = 10.0;
 
 const SECONDS_PER_HOUR: f64 = 3600.0;
 
@@ -497,10 +502,11 @@ impl Tally {
 pub enum WorseMeasure {
     /// Its p95 wait grew by more than max([`WORSE_WAIT_SECS`], [`WORSE_WAIT_PCT`] %).
     P95Wait,
-    /// Its in-quota GPU-hours dropped by more than [`WORSE_IN_QUOTA_PCT`] %.
-    InQuotaGpuHours,
-    /// Its preemptions grew.
-    Preemptions,
+    /// Its allocated GPU-hours dropped by more than [`WORSE_ALLOCATED_PCT`] %.
+    AllocatedGpuHours,
+    /// Its GPU-hours lost to preemptions grew by more than max([`WORSE_LOST_GPU_HOURS`],
+    /// [`WORSE_LOST_PCT`] %).
+    LostGpuHours,
 }
 
 /// A team worse off under a candidate than today, and why.
@@ -540,26 +546,30 @@ pub fn worse_off(today: &Figures, candidate: &Figures) -> Vec<WorseOff> {
                 });
             }
         }
-        let (before, after) = (t.in_quota_gpu_hours, c.in_quota_gpu_hours);
-        if before > 0.0 && before - after > before * WORSE_IN_QUOTA_PCT / 100.0 {
+        let (before, after) = (t.allocated_gpu_hours, c.allocated_gpu_hours);
+        if before > 0.0 && before - after > before * WORSE_ALLOCATED_PCT / 100.0 {
             out.push(WorseOff {
                 team: c.team.clone(),
-                measure: WorseMeasure::InQuotaGpuHours,
+                measure: WorseMeasure::AllocatedGpuHours,
                 today: before,
                 candidate: after,
                 reason: format!(
-                    "{after:.1} GPU-hours in quota instead of {before:.1} ({:.1} % fewer)",
+                    "{after:.1} GPU-hours allocated instead of {before:.1} ({:.1} % fewer)",
                     100.0 * (before - after) / before
                 ),
             });
         }
-        if c.preemptions > t.preemptions {
+        let (before, after) = (t.lost_gpu_hours, c.lost_gpu_hours);
+        if after - before > WORSE_LOST_GPU_HOURS.max(before * WORSE_LOST_PCT / 100.0) {
             out.push(WorseOff {
                 team: c.team.clone(),
-                measure: WorseMeasure::Preemptions,
-                today: f64::from(t.preemptions),
-                candidate: f64::from(c.preemptions),
-                reason: format!("{} preemptions instead of {}", c.preemptions, t.preemptions),
+                measure: WorseMeasure::LostGpuHours,
+                today: before,
+                candidate: after,
+                reason: format!(
+                    "{after:.1} GPU-hours lost to preemptions instead of {before:.1} ({} preemptions instead of {})",
+                    c.preemptions, t.preemptions
+                ),
             });
         }
     }
@@ -862,7 +872,7 @@ preemptible = false
     }
 
     #[test]
-    fn worse_off_by_wait_in_quota_hours_and_preemptions() {
+    fn worse_off_by_wait_allocated_hours_and_lost_work() {
         let (trace, outcome) = trace_and_outcome();
         let today = figures(&trace, &outcome, &config());
         assert!(worse_off(&today, &today).is_empty());
@@ -883,8 +893,9 @@ preemptible = false
         assert!(worse_off(&today, &a60).is_empty());
         let a61 = with(&today, "agents", |r| {
             r.wait.p95_secs = Some(61);
-            r.in_quota_gpu_hours = 11.3; // 12 -> 11.3: 5.8 % fewer
-            r.preemptions = 2;
+            r.allocated_gpu_hours = r.allocated_gpu_hours * 0.94; // 6 % fewer
+            r.lost_gpu_hours += 1.01; // more than the 1 GPU-hour floor
+            r.preemptions += 1;
         });
         let w = worse_off(&today, &a61);
         let measures: Vec<WorseMeasure> = w.iter().map(|w| w.measure).collect();
@@ -892,13 +903,20 @@ preemptible = false
             measures,
             [
                 WorseMeasure::P95Wait,
-                WorseMeasure::InQuotaGpuHours,
-                WorseMeasure::Preemptions
+                WorseMeasure::AllocatedGpuHours,
+                WorseMeasure::LostGpuHours
             ]
         );
-        assert_eq!(w[2].reason, "2 preemptions instead of 1");
-        let small_drop = with(&today, "agents", |r| r.in_quota_gpu_hours = 11.5);
-        assert!(worse_off(&today, &small_drop).is_empty());
+        assert!(
+            w[2].reason.ends_with("(2 preemptions instead of 1)"),
+            "{}",
+            w[2].reason
+        );
+        let small = with(&today, "agents", |r| {
+            r.allocated_gpu_hours = r.allocated_gpu_hours * 0.96;
+            r.lost_gpu_hours += 0.99;
+        });
+        assert!(worse_off(&today, &small).is_empty());
     }
 
     #[test]

@@ -331,8 +331,8 @@ impl Line {
     fn worse(&self) -> Option<WorseMeasure> {
         match self {
             Line::Wait(95) => Some(WorseMeasure::P95Wait),
-            Line::InQuota => Some(WorseMeasure::InQuotaGpuHours),
-            Line::Preemptions => Some(WorseMeasure::Preemptions),
+            Line::Share => Some(WorseMeasure::AllocatedGpuHours),
+            Line::Lost => Some(WorseMeasure::LostGpuHours),
             _ => None,
         }
     }

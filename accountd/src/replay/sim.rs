@@ -572,7 +572,9 @@ impl<'a> Sim<'a> {
         let tj = &self.trace.jobs[j];
         let job = &self.jobs[j];
         let row = ClusterJob {
-            id: tj.id,
+            // The trace's ids may repeat (SWF job numbers, a wrapped JobIDRaw): the governor
+            // sees each job by its place in the trace (submit order, then id).
+            id: row_id(j),
             team: tj.team.clone(),
             phase: Phase::Pending,
             gpus: job.gpus,
@@ -636,13 +638,15 @@ impl<'a> Sim<'a> {
                 }
             }
         }
-        let by_id: BTreeMap<u64, usize> = self
-            .row_job
-            .iter()
-            .map(|&j| (self.trace.jobs[j].id, j))
-            .collect();
+        let n = self.jobs.len();
+        let by_id = |id: &u64| -> Option<usize> {
+            usize::try_from(*id)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .filter(|i| *i < n)
+        };
         for (id, p) in &plan.priorities {
-            if let Some(&j) = by_id.get(id) {
+            if let Some(j) = by_id(id) {
                 self.jobs[j].priority = *p;
                 if let Some(r) = self.jobs[j].row {
                     if !self.jobs[j].parked {
@@ -652,12 +656,12 @@ impl<'a> Sim<'a> {
             }
         }
         for id in &plan.park {
-            if let Some(&j) = by_id.get(id) {
+            if let Some(j) = by_id(id) {
                 self.set_parked(j, true);
             }
         }
         for id in &plan.release {
-            if let Some(&j) = by_id.get(id) {
+            if let Some(j) = by_id(id) {
                 self.set_parked(j, false);
             }
         }
@@ -668,7 +672,7 @@ impl<'a> Sim<'a> {
             .chain(&plan.displace)
             .chain(&plan.violations)
         {
-            if let Some(&j) = by_id.get(id) {
+            if let Some(j) = by_id(id) {
                 if self.jobs[j].state == State::Running {
                     self.preempt(j, 0);
                 }
@@ -788,7 +792,7 @@ impl<'a> Sim<'a> {
             .filter(|&j| !self.jobs[j].parked)
             .map(|j| {
                 let tj = &self.trace.jobs[j];
-                (Reverse(self.jobs[j].priority), tj.submit, tj.id, j)
+                (Reverse(self.jobs[j].priority), tj.submit, row_id(j), j)
             })
             .collect();
         order.sort_unstable();
@@ -1265,6 +1269,11 @@ impl<'a> Sim<'a> {
 
 fn secs(d: std::time::Duration) -> Secs {
     Secs::try_from(d.as_secs()).unwrap_or(Secs::MAX)
+}
+
+/// The id the governor knows trace job `j` by.
+fn row_id(j: usize) -> u64 {
+    j as u64 + 1
 }
 
 /// Free GPUs a job asking for `want` could use.

@@ -893,7 +893,7 @@ preemptible = false
         assert!(worse_off(&today, &a60).is_empty());
         let a61 = with(&today, "agents", |r| {
             r.wait.p95_secs = Some(61);
-            r.allocated_gpu_hours = r.allocated_gpu_hours * 0.94; // 6 % fewer
+            r.allocated_gpu_hours *= 0.94; // 6 % fewer
             r.lost_gpu_hours += 1.01; // more than the 1 GPU-hour floor
             r.preemptions += 1;
         });
@@ -913,7 +913,7 @@ preemptible = false
             w[2].reason
         );
         let small = with(&today, "agents", |r| {
-            r.allocated_gpu_hours = r.allocated_gpu_hours * 0.96;
+            r.allocated_gpu_hours *= 0.96;
             r.lost_gpu_hours += 0.99;
         });
         assert!(worse_off(&today, &small).is_empty());

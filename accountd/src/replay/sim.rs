@@ -800,6 +800,8 @@ impl<'a> Sim<'a> {
         let mut free = self.free_by_type();
         let mut largest = self.largest_free();
         let mut reservations: Vec<Reservation> = Vec::new();
+        // Per node, the earliest start of a reservation that holds it.
+        let mut reserved_from: Vec<Secs> = vec![Secs::MAX; self.nodes.len()];
         let mut blocked: Vec<usize> = Vec::new();
         let mut started = false;
         for (Reverse(p), _, _, j) in order.into_iter().take(MAX_JOBS_TESTED) {
@@ -821,10 +823,13 @@ impl<'a> Sim<'a> {
                 // Reservations of the jobs blocked above this one, made when first needed.
                 while reservations.len() < blocked.len().min(MAX_RESERVATIONS) {
                     let r = self.reservation(blocked[reservations.len()]);
+                    for &n in &r.nodes {
+                        reserved_from[n] = reserved_from[n].min(r.start);
+                    }
                     reservations.push(r);
                 }
                 let end_by = self.now.saturating_add(self.jobs[j].time_limit);
-                if let Some(alloc) = self.place(j, &reservations, end_by) {
+                if let Some(alloc) = self.place(j, &reserved_from, end_by) {
                     self.start(j, alloc);
                     free = self.free_by_type();
                     largest = self.largest_free();
@@ -838,7 +843,7 @@ impl<'a> Sim<'a> {
                 if self.grace == 0 {
                     // The victims are gone already: the job starts in this pass.
                     let end_by = self.now.saturating_add(self.jobs[j].time_limit);
-                    if let Some(alloc) = self.place(j, &reservations, end_by) {
+                    if let Some(alloc) = self.place(j, &reserved_from, end_by) {
                         self.start(j, alloc);
                         free = self.free_by_type();
                         started = true;
@@ -928,23 +933,14 @@ impl<'a> Sim<'a> {
 
     /// Where the job fits now (best fit: the fullest nodes first), keeping clear of the
     /// reservations it would delay.
-    fn place(
-        &self,
-        j: usize,
-        reservations: &[Reservation],
-        end_by: Secs,
-    ) -> Option<Vec<(usize, u32)>> {
+    fn place(&self, j: usize, reserved_from: &[Secs], end_by: Secs) -> Option<Vec<(usize, u32)>> {
         let job = &self.jobs[j];
         let mut fits: Vec<(u32, usize, u32)> = self
             .nodes
             .iter()
             .enumerate()
             .filter(|(_, n)| !n.drained && type_matches(&job.gpu_type, &n.gpu_type))
-            .filter(|(i, _)| {
-                !reservations
-                    .iter()
-                    .any(|r| end_by > r.start && r.nodes.contains(i))
-            })
+            .filter(|(i, _)| end_by <= reserved_from[*i])
             .filter_map(|(i, n)| {
                 let need = self.per_node(j, n);
                 let ok = need > 0
@@ -956,8 +952,14 @@ impl<'a> Sim<'a> {
                 ok.then(|| (n.free - need, i, need))
             })
             .collect();
-        if fits.len() < job.nodes as usize {
+        let k = job.nodes as usize;
+        if fits.len() < k {
             return None;
+        }
+        // The k best (the keys are distinct: each holds its node's index).
+        if k < fits.len() {
+            fits.select_nth_unstable(k);
+            fits.truncate(k);
         }
         fits.sort_unstable();
         Some(
@@ -998,14 +1000,17 @@ impl<'a> Sim<'a> {
         };
         let mut at = self.now;
         let mut iter = ends.into_iter();
+        // Free GPUs only grow as jobs end, so a node once usable stays usable: counted as they
+        // turn, listed once at the end.
+        let mut count = (0..self.nodes.len()).filter(|&i| usable(i, &free)).count();
         loop {
-            let nodes: Vec<usize> = (0..self.nodes.len())
-                .filter(|&i| usable(i, &free))
-                .collect();
-            if nodes.len() >= job.nodes as usize {
+            if count >= job.nodes as usize {
                 return Reservation {
                     start: at,
-                    nodes: nodes.into_iter().take(job.nodes as usize).collect(),
+                    nodes: (0..self.nodes.len())
+                        .filter(|&i| usable(i, &free))
+                        .take(job.nodes as usize)
+                        .collect(),
                 };
             }
             let Some((end, r)) = iter.next() else {
@@ -1017,7 +1022,9 @@ impl<'a> Sim<'a> {
             };
             at = end.max(self.now);
             for (n, g) in &self.jobs[r].alloc {
+                let was = usable(*n, &free);
                 free[*n] += g;
+                count += usize::from(!was && usable(*n, &free));
             }
         }
     }

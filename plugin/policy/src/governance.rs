@@ -435,14 +435,25 @@ fn sort_running<'a>(
     let mut by_team = group_by_team(jobs, |j| j.phase == Phase::Running);
     for team in &rules.config.teams {
         let mut running: Vec<&ClusterJob> = by_team.remove(team.name.as_str()).unwrap_or_default();
-        running.sort_by(|a, b| {
-            rules
-                .preemptible(a)
-                .cmp(&rules.preemptible(b))
-                .then(rules.value(b).cmp(&rules.value(a)))
-                .then(a.start.cmp(&b.start))
-                .then(a.id.cmp(&b.id))
-        });
+        // Non-preemptible first, then higher classes, the oldest, the lowest id (keys worked
+        // out once per job, not per comparison; the sort is stable as before).
+        let mut keyed: Vec<_> = running
+            .iter()
+            .map(|j| {
+                (
+                    (
+                        rules.preemptible(j),
+                        std::cmp::Reverse(rules.value(j)),
+                        j.start,
+                        j.id,
+                    ),
+                    *j,
+                )
+            })
+            .collect();
+        keyed.sort_by_key(|a| a.0);
+        running.clear();
+        running.extend(keyed.into_iter().map(|(_, j)| j));
         let used = running.iter().fold(0u32, |s, j| s.saturating_add(j.gpus));
         out.usage.insert(team.name.as_str(), used);
         let over = (f64::from(used) - f64::from(team.quota.total)) / f64::from(team.weight.max(1));
@@ -550,13 +561,23 @@ fn sort_pending<'a>(
     });
     for team in &rules.config.teams {
         let mut pending: Vec<&ClusterJob> = by_team.remove(team.name.as_str()).unwrap_or_default();
-        pending.sort_by(|a, b| {
-            rules
-                .value(b)
-                .cmp(&rules.value(a))
-                .then(a.submit.cmp(&b.submit))
-                .then(a.id.cmp(&b.id))
-        });
+        let mut keyed: Vec<_> = pending
+            .iter()
+            .map(|j| ((std::cmp::Reverse(rules.value(j)), j.submit, j.id), *j))
+            .collect();
+        keyed.sort_by_key(|a| a.0);
+        pending.clear();
+        pending.extend(keyed.into_iter().map(|(_, j)| j));
+        // The lowest preemptible class among the team's protected jobs: a job of no higher
+        // class has nothing to displace (answered without a walk over them).
+        let lowest_displaceable = running
+            .protected_by_team
+            .get(team.name.as_str())
+            .into_iter()
+            .flatten()
+            .filter(|r| rules.preemptible(r))
+            .map(|r| rules.value(r))
+            .min();
         let used = running.usage.get(team.name.as_str()).copied().unwrap_or(0);
         let mut room = team.quota.total.saturating_sub(used);
         let mut pending_in_quota = 0u32;
@@ -571,7 +592,7 @@ fn sort_pending<'a>(
                 out.in_quota.push(j);
                 continue;
             }
-            if rules.within {
+            if rules.within && lowest_displaceable.is_some_and(|v| v < rules.value(j)) {
                 if let Some((chosen, freed)) =
                     lower_classes_to_displace(rules, running, team, j, room, &targeted)
                 {
@@ -741,7 +762,7 @@ fn reclaim_candidates<'j>(
 /// and nothing when no node would let it in.
 fn reclaim_on_one_node(
     j: &ClusterJob,
-    node_free: &mut BTreeMap<String, u32>,
+    node_free: &mut BTreeMap<&str, u32>,
     candidates: &mut Vec<ReclaimCandidate<'_>>,
     chosen: &mut Vec<u64>,
 ) {
@@ -753,7 +774,7 @@ fn reclaim_on_one_node(
         return;
     };
     let freed: u32 = picked.iter().map(|i| candidates[*i].gpus).sum();
-    if let Some(f) = node_free.get_mut(&node) {
+    if let Some(f) = node_free.get_mut(node.as_str()) {
         *f = f.saturating_add(freed).saturating_sub(j.gpus);
     }
     for i in picked.iter().rev() {
@@ -766,28 +787,36 @@ fn reclaim_on_one_node(
 /// places in `candidates`.
 fn best_node_to_reclaim(
     j: &ClusterJob,
-    node_free: &BTreeMap<String, u32>,
+    node_free: &BTreeMap<&str, u32>,
     candidates: &[ReclaimCandidate<'_>],
 ) -> Option<(String, Vec<usize>)> {
+    // Each node's victims in reclaim order (one walk over them, however many nodes).
+    let mut on_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, victim) in candidates.iter().enumerate() {
+        if let Some(node) = victim.node {
+            on_node.entry(node).or_default().push(i);
+        }
+    }
     let mut best: Option<((usize, usize), &str, Vec<usize>)> = None;
     for (node, free) in node_free {
+        let Some(here) = on_node.get(node) else {
+            continue;
+        };
         let mut room = *free;
         let mut picked = Vec::new();
-        for (i, victim) in candidates.iter().enumerate() {
+        for &i in here {
             if room >= j.gpus {
                 break;
             }
-            if victim.node == Some(node.as_str()) {
-                room = room.saturating_add(victim.gpus);
-                picked.push(i);
-            }
+            room = room.saturating_add(candidates[i].gpus);
+            picked.push(i);
         }
         if room < j.gpus || picked.is_empty() {
             continue;
         }
         let key = (picked[picked.len() - 1], picked.len());
         if best.as_ref().is_none_or(|b| key < b.0) {
-            best = Some((key, node.as_str(), picked));
+            best = Some((key, *node, picked));
         }
     }
     best.map(|(_, node, picked)| (node.to_string(), picked))
@@ -795,8 +824,12 @@ fn best_node_to_reclaim(
 
 /// Free GPUs per usable node: its GPUs less those of the running jobs on it (a multi-node
 /// job counted evenly over its nodes).
-fn node_free(input: &GovernInput<'_>) -> BTreeMap<String, u32> {
-    let mut free = input.node_gpus.clone();
+fn node_free<'i>(input: &GovernInput<'i>) -> BTreeMap<&'i str, u32> {
+    let mut free: BTreeMap<&str, u32> = input
+        .node_gpus
+        .iter()
+        .map(|(n, g)| (n.as_str(), *g))
+        .collect();
     for j in input
         .jobs
         .iter()
@@ -808,7 +841,7 @@ fn node_free(input: &GovernInput<'_>) -> BTreeMap<String, u32> {
         let n = u32::try_from(j.nodes.len()).unwrap_or(u32::MAX);
         let share = j.gpus.div_ceil(n);
         for node in &j.nodes {
-            if let Some(f) = free.get_mut(node) {
+            if let Some(f) = free.get_mut(node.as_str()) {
                 *f = f.saturating_sub(share);
             }
         }

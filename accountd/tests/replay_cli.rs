@@ -155,6 +155,17 @@ fn the_capacity_curve_replays_each_step_and_the_output_is_the_same_every_time() 
         first.stdout, again.stdout,
         "the same input gives the same output"
     );
+    // The runs side by side or one after the other: the same figures in the same places.
+    for threads in ["1", "3"] {
+        let mut with = args.to_vec();
+        with.extend(["--threads", threads]);
+        let out = run(dir.path(), &with);
+        assert!(out.status.success(), "{}", text(&out));
+        assert_eq!(
+            first.stdout, out.stdout,
+            "--threads {threads} changes the output"
+        );
+    }
     for format in ["table", "csv", "html"] {
         let a = run(dir.path(), &["--format", format]);
         let b = run(dir.path(), &["--format", format]);

@@ -77,6 +77,10 @@ pub(super) struct ReplayArgs {
     /// Print the what-ifs without checking that the simulation reproduces the history
     #[arg(long)]
     skip_calibration: bool,
+    /// Replays run side by side on this many threads (each is single-threaded; the output
+    /// is the same for any number) [default: the CPUs this process may use]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
     /// Output format
     #[arg(long, value_enum, default_value_t = FormatArg::Table)]
     format: FormatArg,
@@ -316,24 +320,74 @@ pub(super) fn run(
         return Ok(ExitStatus::ModelMisfit.into());
     }
 
-    // The candidates at the trace's capacity.
-    let mut columns: Vec<Column> = Vec::new();
+    // The candidates at the trace's capacity, then the capacity curve: every simulation is
+    // independent of the others, so they run side by side; each result keeps its place.
+    let full = total_gpus(&trace);
+    let step = args.curve_step.unwrap_or(args.gpus_per_node);
+    let curve_gpus: Vec<u32> = (1..=args.capacity_curve.unwrap_or(0))
+        .map_while(|i| full.checked_sub(i.saturating_mul(step)).filter(|g| *g > 0))
+        .collect();
+    let mut runs: Vec<Run<'_>> = Vec::new();
+    let mut column_runs: Vec<Option<usize>> = Vec::new();
     for c in &candidates {
-        let (outcome, fig_config) = match &c.config {
-            None => (replay_model::observed(&trace), figures_config),
-            Some(cfg) => {
-                let reuse = cached
+        let Some(cfg) = &c.config else {
+            column_runs.push(None);
+            continue;
+        };
+        let reused = cached
+            .as_ref()
+            .is_some_and(|(p, _)| c.path.as_deref() == Some(p.as_path()));
+        if reused {
+            column_runs.push(None);
+            continue;
+        }
+        column_runs.push(Some(runs.len()));
+        runs.push(Run {
+            label: c.name.clone(),
+            config: cfg,
+            params: params_for(cfg),
+            gpus: None,
+        });
+    }
+    let mut curve_runs: Vec<(usize, u32, usize)> = Vec::new(); // (candidate, GPUs, run)
+    for &gpus in &curve_gpus {
+        for (ci, c) in candidates.iter().enumerate() {
+            let Some(cfg) = &c.config else { continue };
+            curve_runs.push((ci, gpus, runs.len()));
+            runs.push(Run {
+                label: format!("{} at {gpus} GPUs", c.name),
+                config: cfg,
+                params: params_for(cfg),
+                gpus: Some(gpus),
+            });
+        }
+    }
+    let threads = args.threads.map_or_else(
+        || std::thread::available_parallelism().map_or(1, usize::from),
+        |n| n as usize,
+    );
+    let mut results: Vec<Option<metrics::Figures>> = simulate_all(&trace, &runs, threads)
+        .into_iter()
+        .map(Some)
+        .collect();
+
+    let mut columns: Vec<Column> = Vec::new();
+    for (c, run) in candidates.iter().zip(&column_runs) {
+        let figures = match (&c.config, run) {
+            (None, _) => figures(&trace, &replay_model::observed(&trace), figures_config),
+            (Some(_), Some(r)) => results[*r]
+                .take()
+                .expect("each run's figures are taken once"),
+            (Some(cfg), None) => {
+                let (_, outcome) = cached
                     .as_ref()
-                    .filter(|(p, _)| c.path.as_deref() == Some(p.as_path()))
-                    .map(|(_, o)| o.clone());
-                let outcome =
-                    reuse.unwrap_or_else(|| simulate(&trace, cfg, &params_for(cfg), &c.name));
-                (outcome, cfg)
+                    .expect("a candidate not run reuses the calibration's");
+                figures(&trace, outcome, cfg)
             }
         };
         columns.push(Column {
             candidate: c.name.clone(),
-            figures: figures(&trace, &outcome, fig_config),
+            figures,
             worse_off: Vec::new(),
         });
     }
@@ -343,30 +397,18 @@ pub(super) fn run(
         }
     }
 
-    let curve = args.capacity_curve.map(|k| {
-        let full = total_gpus(&trace);
-        let step = args.curve_step.unwrap_or(args.gpus_per_node);
+    let curve = args.capacity_curve.map(|_| {
         let mut points = Vec::new();
         for (c, col) in candidates.iter().zip(&columns) {
             if c.config.is_some() {
                 points.push(CurvePoint::of(&c.name, full, &col.figures));
             }
         }
-        for i in 1..=k {
-            let Some(gpus) = full.checked_sub(i.saturating_mul(step)).filter(|g| *g > 0) else {
-                break;
-            };
-            let smaller = without_gpus(&trace, full - gpus);
-            for c in &candidates {
-                let Some(cfg) = &c.config else { continue };
-                let label = format!("{} at {gpus} GPUs", c.name);
-                let outcome = simulate(&smaller, cfg, &params_for(cfg), &label);
-                points.push(CurvePoint::of(
-                    &c.name,
-                    gpus,
-                    &figures(&smaller, &outcome, cfg),
-                ));
-            }
+        for (ci, gpus, r) in &curve_runs {
+            let figures = results[*r]
+                .take()
+                .expect("each run's figures are taken once");
+            points.push(CurvePoint::of(&candidates[*ci].name, *gpus, &figures));
         }
         let reference = columns
             .first()
@@ -526,30 +568,160 @@ fn notes(args: &ReplayArgs, trace: &Trace) -> Vec<String> {
     notes
 }
 
-/// Replay `trace` under `config`, the progress on a terminal's stderr, redrawn in place at most
-/// every 200 ms: `replaying siloed: 43 % (day 157 of 365)`.
+/// Replay `trace` under `config` alone (the calibration), the progress on a terminal.
 fn simulate(trace: &Trace, config: &Config, params: &SimParams, label: &str) -> Outcome {
-    let tty = std::io::stderr().is_terminal();
-    let span = (trace.until - trace.since).max(1);
-    let days = (span + DAY - 1) / DAY;
-    let mut drawn: Option<Instant> = None;
-    let mut progress = |t: Secs| {
-        if !tty || drawn.is_some_and(|d| d.elapsed() < Duration::from_millis(200)) {
+    let board = Progress::new(trace, vec![label.to_string()], 1);
+    let outcome = sim::simulate(trace, config, params, &mut |t| board.report(0, t));
+    board.clear();
+    outcome
+}
+
+/// One simulation of a batch: a candidate at the trace's capacity or (`gpus`) at a point of
+/// the capacity curve.
+struct Run<'c> {
+    label: String,
+    config: &'c Config,
+    params: SimParams,
+    gpus: Option<u32>,
+}
+
+/// Every run's figures, in the order of `runs`, computed on up to `threads` threads (each
+/// run is one simulation, deterministic on its own: the figures are the same however many
+/// threads there are). A curve point's smaller trace is made by the thread that replays it,
+/// so that no more of them exist at once than there are threads.
+fn simulate_all(trace: &Trace, runs: &[Run<'_>], threads: usize) -> Vec<metrics::Figures> {
+    let full = total_gpus(trace);
+    let board = Progress::new(
+        trace,
+        runs.iter().map(|r| r.label.clone()).collect(),
+        threads.clamp(1, runs.len().max(1)),
+    );
+    let one = |i: usize| {
+        let run = &runs[i];
+        let smaller = run
+            .gpus
+            .map(|g| without_gpus(trace, full.saturating_sub(g)));
+        let t = smaller.as_ref().unwrap_or(trace);
+        let outcome = sim::simulate(t, run.config, &run.params, &mut |at| board.report(i, at));
+        board.done(i);
+        figures(t, &outcome, run.config)
+    };
+    let workers = threads.clamp(1, runs.len().max(1));
+    let out: Vec<metrics::Figures> = if workers == 1 {
+        (0..runs.len()).map(one).collect()
+    } else {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let slots: Vec<std::sync::Mutex<Option<metrics::Figures>>> =
+            runs.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= runs.len() {
+                        break;
+                    }
+                    let figures = one(i);
+                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(figures);
+                });
+            }
+        });
+        slots
+            .into_iter()
+            .map(|s| {
+                s.into_inner()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .expect("every run was replayed")
+            })
+            .collect()
+    };
+    board.clear();
+    out
+}
+
+/// The progress of one or more replays on a terminal's stderr, redrawn in place at most every
+/// 200 ms: `replaying siloed: 43 % (day 157 of 365)`, or for a batch `replaying 11 runs on 2
+/// threads: 3 done, 41 % in all`. Nothing when stderr is not a terminal.
+struct Progress {
+    tty: bool,
+    since: Secs,
+    span: Secs,
+    labels: Vec<String>,
+    threads: usize,
+    state: std::sync::Mutex<ProgressState>,
+}
+
+struct ProgressState {
+    /// Per run: how far it is (seconds of the trace), `span` when done.
+    at: Vec<Secs>,
+    drawn: Option<Instant>,
+    width: usize,
+}
+
+impl Progress {
+    fn new(trace: &Trace, labels: Vec<String>, threads: usize) -> Progress {
+        let n = labels.len();
+        Progress {
+            tty: std::io::stderr().is_terminal(),
+            since: trace.since,
+            span: (trace.until - trace.since).max(1),
+            labels,
+            threads,
+            state: std::sync::Mutex::new(ProgressState {
+                at: vec![0; n],
+                drawn: None,
+                width: 0,
+            }),
+        }
+    }
+
+    fn report(&self, run: usize, t: Secs) {
+        if !self.tty {
             return;
         }
-        drawn = Some(Instant::now());
-        let done = (t - trace.since).clamp(0, span);
-        say_err_inline!(
-            "\rreplaying {label}: {:.0} % (day {} of {days})   ",
-            100.0 * done as f64 / span as f64,
-            (done / DAY + 1).min(days)
-        );
-    };
-    let outcome = sim::simulate(trace, config, params, &mut progress);
-    if drawn.is_some() {
-        say_err_inline!("\r{}\r", " ".repeat(label.len() + 48));
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(a) = st.at.get_mut(run) {
+            *a = (t - self.since).clamp(0, self.span);
+        }
+        if st
+            .drawn
+            .is_some_and(|d| d.elapsed() < Duration::from_millis(200))
+        {
+            return;
+        }
+        st.drawn = Some(Instant::now());
+        let line = if self.labels.len() == 1 {
+            let days = (self.span + DAY - 1) / DAY;
+            let done = st.at[0];
+            format!(
+                "replaying {}: {:.0} % (day {} of {days})",
+                self.labels[0],
+                100.0 * done as f64 / self.span as f64,
+                (done / DAY + 1).min(days)
+            )
+        } else {
+            let total: f64 = st.at.iter().map(|a| *a as f64 / self.span as f64).sum();
+            let finished = st.at.iter().filter(|a| **a >= self.span).count();
+            format!(
+                "replaying {} runs on {} threads: {finished} done, {:.0} % in all",
+                self.labels.len(),
+                self.threads,
+                100.0 * total / self.labels.len() as f64
+            )
+        };
+        st.width = st.width.max(line.len());
+        say_err_inline!("\r{line:<w$}", w = st.width);
     }
-    outcome
+
+    fn done(&self, run: usize) {
+        self.report(run, self.since + self.span);
+    }
+
+    fn clear(&self) {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.drawn.is_some() {
+            say_err_inline!("\r{}\r", " ".repeat(st.width));
+        }
+    }
 }
 
 fn total_gpus(trace: &Trace) -> u32 {

@@ -37,6 +37,22 @@ pub(super) fn time_arg(
         .with_context(|| format!("invalid {flag}"))
 }
 
+/// `since` to `until`, or "the period is empty" (exit 2) when `since` is not before `until`.
+pub(super) fn nonempty_period(
+    since: UnixSeconds,
+    until: UnixSeconds,
+) -> anyhow::Result<period::Period> {
+    if since >= until {
+        return Err(UsageError(format!(
+            "the period is empty: --since ({}) must be before --until ({})",
+            period::format_local(since, &chrono::Local),
+            period::format_local(until, &chrono::Local)
+        ))
+        .into());
+    }
+    Ok(period::Period { since, until })
+}
+
 /// A sampling interval (`10s`, `200ms`; 10 ms to 1 h: [`sample::parse_interval`]), parsed as it
 /// is read; [`Interval::get`] gives it, or its mistake.
 #[derive(Debug, Clone)]

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use teamshare_config::{Config, ReclaimMode};
 
-use accountd::period::{self, format_local, Period};
+use accountd::period::{self, Period};
 use accountd::replay::calibrate::{self, Tolerance};
 use accountd::replay::metrics::{self, figures, worse_off};
 use accountd::replay::render::{self, Column, Curve, CurvePoint, Replay, AS_TODAY, SILOED};
 use accountd::replay::{self as replay_model, history, sim, swf, Outcome, Secs, SimParams, Trace};
 
-use super::args::{time_arg, FormatArg, Time};
+use super::args::{nonempty_period, time_arg, FormatArg, Time};
 use super::{load_config, print, ExitStatus, UsageError};
 
 /// The period replayed when `--since` is not given: this many days before `--until`.
@@ -232,14 +232,7 @@ pub(super) fn run(
     let until = time_arg(args.until.as_ref(), now, "--until")?.unwrap_or(now);
     let since =
         time_arg(args.since.as_ref(), now, "--since")?.unwrap_or(until - DEFAULT_DAYS * DAY);
-    if since >= until {
-        return Err(UsageError(format!(
-            "the period is empty: --since ({}) must be before --until ({})",
-            format_local(since, &chrono::Local),
-            format_local(until, &chrono::Local)
-        ))
-        .into());
-    }
+    let Period { since, until } = nonempty_period(since, until)?;
     // Every configuration is read before the long work starts.
     let current = current_settings(config, config_path, args)?;
     let candidates = candidates(config, config_path, args)?;

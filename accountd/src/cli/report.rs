@@ -16,7 +16,7 @@ use accountd::report::{self, CapacitySource, FairshareParams, Format, RowKind, U
 use accountd::slurm_cli;
 use accountd::store::{RunawayRun, Store};
 
-use super::args::{time_arg, FormatArg, ReportKind, Time};
+use super::args::{nonempty_period, time_arg, FormatArg, ReportKind, Time};
 use super::{plural, print, with_report_store, UsageError};
 
 #[derive(Debug, Args)]
@@ -82,15 +82,7 @@ fn report_period(args: &ReportArgs, now: UnixSeconds) -> anyhow::Result<Period> 
     let since = time_arg(args.since.as_ref(), now, "--since")?
         .unwrap_or_else(|| period::month_start(now, &chrono::Local));
     let until = time_arg(args.until.as_ref(), now, "--until")?.unwrap_or(now);
-    if since >= until {
-        return Err(UsageError(format!(
-            "the period is empty: --since ({}) must be before --until ({})",
-            format_local(since, &chrono::Local),
-            format_local(until, &chrono::Local)
-        ))
-        .into());
-    }
-    Ok(Period { since, until })
+    nonempty_period(since, until)
 }
 
 /// Runaway runs in the period, said on stderr (every format: CSV and JSON stay data only).

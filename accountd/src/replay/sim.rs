@@ -799,8 +799,9 @@ impl<'a> Sim<'a> {
         let lowest_preemptible = self.lowest_victim_priority();
         let mut free = self.free_by_type();
         let mut largest = self.largest_free();
-        let mut reservations: Vec<Reservation> = Vec::new();
-        // Per node, the earliest start of a reservation that holds it.
+        // How many blocked jobs have their reservation, and per node the earliest start of a
+        // reservation that holds it.
+        let mut reserved = 0usize;
         let mut reserved_from: Vec<Secs> = vec![Secs::MAX; self.nodes.len()];
         let mut blocked: Vec<usize> = Vec::new();
         let mut started = false;
@@ -821,12 +822,12 @@ impl<'a> Sim<'a> {
                 && self.may_fit_one_node(j, &largest);
             if fits_free {
                 // Reservations of the jobs blocked above this one, made when first needed.
-                while reservations.len() < blocked.len().min(MAX_RESERVATIONS) {
-                    let r = self.reservation(blocked[reservations.len()]);
+                while reserved < blocked.len().min(MAX_RESERVATIONS) {
+                    let r = self.reservation(blocked[reserved]);
                     for &n in &r.nodes {
                         reserved_from[n] = reserved_from[n].min(r.start);
                     }
-                    reservations.push(r);
+                    reserved += 1;
                 }
                 let end_by = self.now.saturating_add(self.jobs[j].time_limit);
                 if let Some(alloc) = self.place(j, &reserved_from, end_by) {

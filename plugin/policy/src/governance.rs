@@ -545,6 +545,8 @@ fn sort_pending<'a>(
     rules: &Rules<'a>,
     jobs: &'a [ClusterJob],
     running: &Running<'a>,
+    nodes: &NodeRoom<'_>,
+    borrow_first: &BTreeSet<u64>,
 ) -> Pending<'a> {
     let mut out = Pending {
         in_quota: Vec::new(),
@@ -556,6 +558,8 @@ fn sort_pending<'a>(
         team_states: BTreeMap::new(),
     };
     let mut targeted: BTreeSet<u64> = BTreeSet::new();
+    // Free GPUs per node as the displacing jobs are placed, one after the other.
+    let mut nodes = nodes.clone();
     let mut by_team = group_by_team(jobs, |j| {
         j.phase == Phase::Pending && (j.priority != 0 || j.park_held)
     });
@@ -592,9 +596,12 @@ fn sort_pending<'a>(
                 out.in_quota.push(j);
                 continue;
             }
-            if rules.within && lowest_displaceable.is_some_and(|v| v < rules.value(j)) {
+            if rules.within
+                && lowest_displaceable.is_some_and(|v| v < rules.value(j))
+                && !borrow_first.contains(&j.id)
+            {
                 if let Some((chosen, freed)) =
-                    lower_classes_to_displace(rules, running, team, j, room, &targeted)
+                    lower_classes_to_displace(rules, running, team, j, room, &targeted, &mut nodes)
                 {
                     room = freed - j.gpus;
                     targeted.extend(chosen.iter().copied());
@@ -618,8 +625,42 @@ fn sort_pending<'a>(
     out
 }
 
-/// The team's own protected jobs of a lower, preemptible class, lowest class and youngest
-/// first, until `j` would fit; `None` when they cannot free enough.
+/// Phase 3 as the plan uses it: a job that may displace its team's lower classes does so only
+/// if it could not start now on borrowed GPUs instead. Borrowing costs nobody work, and once it
+/// runs, its class puts it inside the quota before the lower-class job (phase 1), which
+/// becomes the borrowed one. The phase is tried once with those jobs as borrowers; those the
+/// idle capacity then covers stay borrowers.
+fn sort_pending_borrow_first<'a>(
+    rules: &Rules<'a>,
+    input: &GovernInput<'a>,
+    running: &Running<'a>,
+    nodes: &NodeRoom<'_>,
+) -> Pending<'a> {
+    let none = BTreeSet::new();
+    let pending = sort_pending(rules, input.jobs, running, nodes, &none);
+    if pending.displacing.is_empty() {
+        return pending;
+    }
+    let displacing: BTreeSet<u64> = pending.displacing.iter().map(|j| j.id).collect();
+    let trial = sort_pending(rules, input.jobs, running, nodes, &displacing);
+    let shares = share_idle_capacity(rules, input, running, &trial);
+    let borrow: BTreeSet<u64> = displacing.intersection(&shares.granted).copied().collect();
+    if borrow.is_empty() {
+        return pending;
+    }
+    sort_pending(rules, input.jobs, running, nodes, &borrow)
+}
+
+/// The team's own protected jobs of a lower, preemptible class to requeue so that `j` fits
+/// its team's quota, lowest class and youngest first; `None` when they cannot free enough.
+///
+/// Where the nodes' free GPUs are known, the GPUs freed must also let it in: on each of the
+/// nodes it needs (its node count, or more when its GPUs exceed the largest node), the jobs
+/// to requeue are those there in that order until its share fits; the nodes it takes are those
+/// with room already, then those where the earliest in that order, then the fewest, make room.
+/// More jobs from elsewhere go only if its quota needs them, and a job that no such set would
+/// let in displaces nobody. Requeuing jobs for one that then cannot start loses their work for
+/// nothing, and at quota they start again and are requeued again, pass after pass.
 fn lower_classes_to_displace(
     rules: &Rules<'_>,
     running: &Running<'_>,
@@ -627,6 +668,7 @@ fn lower_classes_to_displace(
     j: &ClusterJob,
     room: u32,
     targeted: &BTreeSet<u64>,
+    nodes: &mut NodeRoom<'_>,
 ) -> Option<(Vec<u64>, u32)> {
     let protected = running
         .protected_by_team
@@ -651,16 +693,87 @@ fn lower_classes_to_displace(
             .cmp(&rules.value(b))
             .then(b.start.cmp(&a.start))
     });
+    let mut picked: Vec<usize> = Vec::new();
+    if !nodes.free.is_empty() {
+        for (node, here, freed, share) in nodes_to_displace(j, nodes, &lower)? {
+            if let Some(f) = nodes.free.get_mut(node) {
+                *f = f.saturating_add(freed).saturating_sub(share);
+            }
+            picked.extend(here);
+        }
+        picked.sort_unstable();
+        picked.dedup();
+    }
+    // The quota: the jobs picked where it will run, then the rest in order until it fits.
     let mut freed = room;
     let mut chosen = Vec::new();
-    for r in lower {
+    for &i in &picked {
+        freed = freed.saturating_add(lower[i].gpus);
+        chosen.push(lower[i].id);
+    }
+    for (i, r) in lower.iter().enumerate() {
         if freed >= j.gpus {
             break;
+        }
+        if picked.binary_search(&i).is_ok() {
+            continue;
         }
         freed = freed.saturating_add(r.gpus);
         chosen.push(r.id);
     }
     (freed >= j.gpus && !chosen.is_empty()).then_some((chosen, freed))
+}
+
+/// The nodes a displacing job would run on and, for each, the displaceable jobs there (places
+/// in `lower`) that make room for its share, the GPUs they free there and the share; `None`
+/// when not enough nodes could take it.
+#[allow(clippy::type_complexity)]
+fn nodes_to_displace<'n>(
+    j: &ClusterJob,
+    room: &NodeRoom<'n>,
+    lower: &[&ClusterJob],
+) -> Option<Vec<(&'n str, Vec<usize>, u32, u32)>> {
+    let nodes = j
+        .node_count
+        .max(j.gpus.div_ceil(room.largest.max(1)))
+        .max(1);
+    let share = j.gpus.div_ceil(nodes);
+    let mut options: Vec<((usize, usize), &str, Vec<usize>, u32)> = Vec::new();
+    for (&node, &free) in &room.free {
+        let mut has = free;
+        let mut here = Vec::new();
+        for (i, r) in lower.iter().enumerate() {
+            if has >= share {
+                break;
+            }
+            if !r.nodes.iter().any(|n| n == node) {
+                continue;
+            }
+            // A multi-node job frees its even share here.
+            let n = u32::try_from(r.nodes.len()).unwrap_or(u32::MAX);
+            has = has.saturating_add(r.gpus.div_ceil(n));
+            here.push(i);
+        }
+        if has < share {
+            continue;
+        }
+        // Nodes with room already first (no job to requeue), then the earliest last job,
+        // then the fewest jobs.
+        let key = (here.last().map_or(0, |i| i + 1), here.len());
+        options.push((key, node, here, has - free));
+    }
+    let nodes = usize::try_from(nodes).unwrap_or(usize::MAX);
+    if options.len() < nodes {
+        return None;
+    }
+    options.sort_by_key(|o| o.0);
+    options.truncate(nodes);
+    Some(
+        options
+            .into_iter()
+            .map(|(_, node, here, freed)| (node, here, freed, share))
+            .collect(),
+    )
 }
 
 /// Phase 4: borrowed jobs the governor requeues itself for in-quota jobs that still wait
@@ -677,6 +790,7 @@ fn fallback_reclaim(
     victims: &[Victim],
     displace: &[u64],
     free: u32,
+    node_free: &BTreeMap<&str, u32>,
 ) -> Vec<u64> {
     let waiting = waiting_for_reclaim(in_quota, input.now);
     if waiting.is_empty() {
@@ -690,7 +804,7 @@ fn fallback_reclaim(
         .filter(|v| by_id.get(&v.job_id).is_some_and(|j| j.completing))
         .fold(0u32, |s, v| s.saturating_add(v.gpus));
     let mut candidates = reclaim_candidates(&by_id, victims, displace, input.now);
-    let mut node_free = node_free(input);
+    let mut node_free = node_free.clone();
     let mut pool = free.saturating_add(ending);
     let mut chosen = Vec::new();
     for j in waiting {
@@ -822,6 +936,14 @@ fn best_node_to_reclaim(
     best.map(|(_, node, picked)| (node.to_string(), picked))
 }
 
+/// Free GPUs per usable node ([`node_free`]; empty when placement is unknown) and the size
+/// of the largest.
+#[derive(Clone)]
+struct NodeRoom<'n> {
+    free: BTreeMap<&'n str, u32>,
+    largest: u32,
+}
+
 /// Free GPUs per usable node: its GPUs less those of the running jobs on it (a multi-node
 /// job counted evenly over its nodes).
 fn node_free<'i>(input: &GovernInput<'i>) -> BTreeMap<&'i str, u32> {
@@ -879,6 +1001,7 @@ fn share_idle_capacity<'a>(
     // Each borrower with its team's band slot (the team served last has the lowest); under
     // fifo every team shares slot 0 and Slurm serves the oldest first.
     let mut served: Vec<(&ClusterJob, u32)> = Vec::new();
+    let mut granted = BTreeSet::new();
     for name in &order {
         let Some(team) = config.team(name) else {
             continue;
@@ -887,7 +1010,15 @@ fn share_idle_capacity<'a>(
         let own = lends.get(*name).copied().unwrap_or(0);
         let available = u32::try_from((remaining - own).max(0)).unwrap_or(u32::MAX);
         let borrowers = &pending.borrowers[*name];
-        let given = team_allowance(rules, running, team, borrowers, asks.get(*name), available);
+        let given = team_allowance(
+            rules,
+            running,
+            team,
+            borrowers,
+            asks.get(*name),
+            available,
+            &mut granted,
+        );
         remaining -= i64::from(given);
         allowance.insert(name.to_string(), given);
         let slot = match config.cluster.idle_sharing {
@@ -902,6 +1033,7 @@ fn share_idle_capacity<'a>(
     Shares {
         allowance,
         served,
+        granted,
         lends: lends
             .into_iter()
             .map(|(t, n)| (t.to_string(), u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
@@ -1031,6 +1163,7 @@ fn team_allowance(
     borrowers: &[&ClusterJob],
     ask: Option<&Ask<'_>>,
     mut available: u32,
+    granted: &mut BTreeSet<u64>,
 ) -> u32 {
     let used = running.usage.get(team.name.as_str()).copied().unwrap_or(0);
     let borrowed = used.saturating_sub(team.quota.total);
@@ -1052,6 +1185,7 @@ fn team_allowance(
         if beyond <= available.min(headroom.saturating_sub(given)) {
             available -= beyond;
             given += beyond;
+            granted.insert(j.id);
         }
     }
     given
@@ -1063,6 +1197,8 @@ struct Shares<'a> {
     allowance: BTreeMap<String, u32>,
     /// The borrowers in the order they are served, each with its team's band slot.
     served: Vec<(&'a ClusterJob, u32)>,
+    /// The borrowers the allowances cover (they may start on borrowed GPUs now).
+    granted: BTreeSet<u64>,
     /// What each team's idle quota offered to borrowers.
     lends: BTreeMap<String, u32>,
 }
@@ -1138,7 +1274,11 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
     let running = sort_running(&rules, input.jobs, &mut priorities);
     let victims = order_victims(&rules, running.victims.clone(), input.now, &mut priorities);
     let free = input.capacity.saturating_sub(gpus_in_use(&running));
-    let pending = sort_pending(&rules, input.jobs, &running);
+    let nodes = NodeRoom {
+        free: node_free(input),
+        largest: input.node_gpus.values().copied().max().unwrap_or(0),
+    };
+    let pending = sort_pending_borrow_first(&rules, input, &running, &nodes);
     let pending_in_quota_gpus = pending
         .in_quota
         .iter()
@@ -1152,6 +1292,7 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         &state.victims,
         &pending.displace,
         free,
+        &nodes.free,
     );
     let release = prioritise_fitting(&rules, &state, &pending, input.now, &mut priorities);
     let park = jobs_to_park(&rules, &pending);
@@ -1946,6 +2087,101 @@ min_runtime_before_reclaim = "0s"
         // The displacing job preempts nobody by itself, and keeps its class.
         assert!(level(p.priorities[&9]) < VICTIM_BASE);
         assert_eq!(class_of_priority(p.priorities[&9]), 1);
+    }
+
+    #[test]
+    fn a_higher_class_borrows_rather_than_displace_when_it_can() {
+        let c = config("");
+        // agents holds its quota (2) with jobs of no class; training its 4; research's 2 GPUs
+        // are idle and lendable. An experiment job of agents could displace one of its own
+        // jobs, but it can start on research's idle quota instead: nobody loses work.
+        let mut jobs = vec![running(1, "agents", 100), running(2, "agents", 101)];
+        jobs.extend((3..=6).map(|i| running(i, "training", 100)));
+        let mut experiment = pending(9, "agents", 300);
+        experiment.priority = encode(priority::BORROW_BASE, 2);
+        jobs.push(experiment);
+        let p = plan_for(&c, &jobs, &[]);
+        assert!(p.displace.is_empty());
+        assert_eq!(p.gpu_limits["agents"], 3);
+        assert_eq!(class_of_priority(p.priorities[&9]), 2);
+        // With research running its quota nothing is idle: it displaces agents' youngest.
+        jobs.extend((7..=8).map(|i| running(i, "research", 100)));
+        let p = plan_for(&c, &jobs, &[]);
+        assert_eq!(p.displace, [2]);
+    }
+
+    #[test]
+    fn a_higher_class_displaces_only_where_it_then_fits() {
+        let c = config("");
+        // Two 4-GPU nodes, full. training (quota 4) holds its quota: 1 and 3 of no class
+        // (value 0), 2 and 4 of class experiment (10); agents and research one GPU each per
+        // node.
+        let on = |mut j: ClusterJob, node: &str, class: u8| {
+            j.nodes = vec![node.to_string()];
+            j.priority = encode(priority::protected_level(0), class);
+            j
+        };
+        let mut jobs = vec![
+            on(running(1, "training", 100), "n1", 0),
+            on(running(2, "training", 103), "n1", 2),
+            on(running(3, "training", 101), "n2", 0),
+            on(running(4, "training", 104), "n2", 2),
+            on(running(5, "agents", 100), "n1", 0),
+            on(running(6, "agents", 100), "n2", 0),
+            on(running(7, "research", 100), "n1", 0),
+            on(running(8, "research", 100), "n2", 0),
+        ];
+        let mut inference = pending(9, "training", 300);
+        inference.priority = encode(priority::BORROW_BASE, 1);
+        inference.gpus = 2;
+        jobs.push(inference);
+        let nodes: BTreeMap<String, u32> = [("n1".to_string(), 4), ("n2".to_string(), 4)].into();
+        let fairshare = BTreeMap::new();
+        let plan_on = |jobs: &[ClusterJob], nodes: &BTreeMap<String, u32>| {
+            plan(&GovernInput {
+                config: &c,
+                capacity: 8,
+                jobs,
+                fairshare: &fairshare,
+                now: 1_000,
+                node_gpus: nodes,
+                capacity_by_type: &BTreeMap::new(),
+                node_types: &BTreeMap::new(),
+            })
+        };
+        // Displacement order: 3 (class 0, youngest), 1, 4, 2. The first two sit on two nodes
+        // and would free one GPU on each; on n2, 3 and 4 free two together (on n1 it would
+        // take 1 and 2, the fourth in order).
+        let mut p = plan_on(&jobs, &nodes);
+        p.displace.sort_unstable();
+        assert_eq!(p.displace, [3, 4]);
+        assert!(level(p.priorities[&9]) < VICTIM_BASE);
+        // Without the nodes' figures, the order alone (the GPUs may land anywhere).
+        let mut p = plan_on(&jobs, &BTreeMap::new());
+        p.displace.sort_unstable();
+        assert_eq!(p.displace, [1, 3]);
+        // Four GPUs: no node can give them (each keeps two other teams' jobs). Nobody is
+        // requeued for a job that would still not start.
+        jobs.last_mut().unwrap().gpus = 4;
+        assert!(plan_on(&jobs, &nodes).displace.is_empty());
+        // Over two nodes, two GPUs on each: training's four jobs make that room.
+        jobs.last_mut().unwrap().node_count = 2;
+        let mut p = plan_on(&jobs, &nodes);
+        p.displace.sort_unstable();
+        assert_eq!(p.displace, [1, 2, 3, 4]);
+        // Eight GPUs, more than a node has, on one node as squeue shows a pending job: it
+        // needs two whole nodes, which training cannot free.
+        jobs.last_mut().unwrap().node_count = 1;
+        jobs.last_mut().unwrap().gpus = 8;
+        assert!(plan_on(&jobs, &nodes).displace.is_empty());
+        jobs.last_mut().unwrap().gpus = 4;
+        // Two free GPUs on n1 (agents' and research's jobs there ended): only the quota
+        // holds it, so the first in order go, wherever they run.
+        jobs.retain(|j| j.id != 5 && j.id != 7);
+        jobs.last_mut().unwrap().gpus = 2;
+        let mut p = plan_on(&jobs, &nodes);
+        p.displace.sort_unstable();
+        assert_eq!(p.displace, [1, 3]);
     }
 
     #[test]

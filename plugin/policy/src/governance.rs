@@ -24,9 +24,11 @@
 //!
 //! Pure: the caller reads Slurm and applies the plan.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+
 use teamshare_config::{Config, IdleSharing, Team, WithinTeam};
 
 use crate::priority::{self, encode};
@@ -545,7 +547,7 @@ fn sort_pending<'a>(
     rules: &Rules<'a>,
     jobs: &'a [ClusterJob],
     running: &Running<'a>,
-    nodes: &NodeRoom<'_>,
+    nodes: &LazyNodes<'_, '_>,
     borrow_first: &BTreeSet<u64>,
 ) -> Pending<'a> {
     let mut out = Pending {
@@ -558,8 +560,9 @@ fn sort_pending<'a>(
         team_states: BTreeMap::new(),
     };
     let mut targeted: BTreeSet<u64> = BTreeSet::new();
-    // Free GPUs per node as the displacing jobs are placed, one after the other.
-    let mut nodes = nodes.clone();
+    // Free GPUs per node as the displacing jobs are placed, one after the other (read on
+    // the first displacement).
+    let mut placed: Option<NodeRoom<'_>> = None;
     let mut by_team = group_by_team(jobs, |j| {
         j.phase == Phase::Pending && (j.priority != 0 || j.park_held)
     });
@@ -601,7 +604,9 @@ fn sort_pending<'a>(
                 && !borrow_first.contains(&j.id)
             {
                 if let Some((chosen, freed)) =
-                    lower_classes_to_displace(rules, running, team, j, room, &targeted, &mut nodes)
+                    lower_classes_to_displace(rules, running, team, j, room, &targeted, {
+                        placed.get_or_insert_with(|| nodes.get().clone())
+                    })
                 {
                     room = freed - j.gpus;
                     targeted.extend(chosen.iter().copied());
@@ -634,7 +639,7 @@ fn sort_pending_borrow_first<'a>(
     rules: &Rules<'a>,
     input: &GovernInput<'a>,
     running: &Running<'a>,
-    nodes: &NodeRoom<'_>,
+    nodes: &LazyNodes<'_, '_>,
 ) -> Pending<'a> {
     let none = BTreeSet::new();
     let pending = sort_pending(rules, input.jobs, running, nodes, &none);
@@ -790,7 +795,7 @@ fn fallback_reclaim(
     victims: &[Victim],
     displace: &[u64],
     free: u32,
-    node_free: &BTreeMap<&str, u32>,
+    nodes: &LazyNodes<'_, '_>,
 ) -> Vec<u64> {
     let waiting = waiting_for_reclaim(in_quota, input.now);
     if waiting.is_empty() {
@@ -804,7 +809,7 @@ fn fallback_reclaim(
         .filter(|v| by_id.get(&v.job_id).is_some_and(|j| j.completing))
         .fold(0u32, |s, v| s.saturating_add(v.gpus));
     let mut candidates = reclaim_candidates(&by_id, victims, displace, input.now);
-    let mut node_free = node_free.clone();
+    let mut node_free = nodes.get().free.clone();
     let mut pool = free.saturating_add(ending);
     let mut chosen = Vec::new();
     for j in waiting {
@@ -942,6 +947,22 @@ fn best_node_to_reclaim(
 struct NodeRoom<'n> {
     free: BTreeMap<&'n str, u32>,
     largest: u32,
+}
+
+/// [`NodeRoom`] worked out on first need: most passes need it for nothing (no job displaces,
+/// none waits for the reclaim fallback), and it costs a walk over every running job's nodes.
+struct LazyNodes<'i, 'a> {
+    input: &'a GovernInput<'i>,
+    room: OnceCell<NodeRoom<'i>>,
+}
+
+impl<'i> LazyNodes<'i, '_> {
+    fn get(&self) -> &NodeRoom<'i> {
+        self.room.get_or_init(|| NodeRoom {
+            free: node_free(self.input),
+            largest: self.input.node_gpus.values().copied().max().unwrap_or(0),
+        })
+    }
 }
 
 /// Free GPUs per usable node: its GPUs less those of the running jobs on it (a multi-node
@@ -1274,9 +1295,9 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
     let running = sort_running(&rules, input.jobs, &mut priorities);
     let victims = order_victims(&rules, running.victims.clone(), input.now, &mut priorities);
     let free = input.capacity.saturating_sub(gpus_in_use(&running));
-    let nodes = NodeRoom {
-        free: node_free(input),
-        largest: input.node_gpus.values().copied().max().unwrap_or(0),
+    let nodes = LazyNodes {
+        input,
+        room: OnceCell::new(),
     };
     let pending = sort_pending_borrow_first(&rules, input, &running, &nodes);
     let pending_in_quota_gpus = pending
@@ -1292,7 +1313,7 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         &state.victims,
         &pending.displace,
         free,
-        &nodes.free,
+        &nodes,
     );
     let release = prioritise_fitting(&rules, &state, &pending, input.now, &mut priorities);
     let park = jobs_to_park(&rules, &pending);

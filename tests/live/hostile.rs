@@ -48,10 +48,6 @@ pub const SCENARIOS: &[Scenario] = &[
         only_startable_jobs_act,
     ),
     (
-        "hostile::f05b_a_higher_class_displaces_only_where_it_then_fits",
-        displaces_only_where_it_fits,
-    ),
-    (
         "hostile::f06_config_edits_reach_the_governor",
         config_edits_reach_the_governor,
     ),
@@ -470,71 +466,6 @@ fn only_startable_jobs_act(c: &Cluster) -> TestResult {
         c.submit_sleeps("research", 1, LONG, &["--begin=now+1hour"])?;
         c.submit_sleeps("training", 8, LONG, &[])?;
         c.wait_running("training", 8, 2 * MINUTE)
-    })
-}
-
-/// f05b (found by `accountd replay`, issue 13): a higher-class job displaces its team's lower
-/// classes only where the GPUs they free let it in. agents' two experiment jobs hold one GPU
-/// on each node, training the other six (two borrowed: nothing is left to lend): a 2-GPU
-/// one-node standard job of agents would find one GPU on each node if both were requeued, so
-/// neither is (before, both were, came back, and were requeued again). Once a GPU beside the
-/// one on n1 comes free, the job displaces its team's jobs (its quota needs both) and runs
-/// there.
-fn displaces_only_where_it_fits(c: &Cluster) -> TestResult {
-    isolated(c, |c| {
-        let on_n1 = fill(c, "agents", 1, &["--qos=experiment", "-w", "n1"])?;
-        let on_n2 = fill(c, "agents", 1, &["--qos=experiment", "-w", "n2"])?;
-        let training_n1 = fill(c, "training", 3, &["-w", "n1"])?;
-        fill(c, "training", 3, &["-w", "n2"])?;
-        // The governor logs each displacement as it requeues the job.
-        let displaced = |c: &Cluster, id: &str| {
-            c.governor_log()
-                .contains(&format!("job {id} displaced by a higher class of its team"))
-        };
-        let big = c.sbatch(&[
-            "-A",
-            "agents",
-            "-p",
-            "gpu",
-            "--gres=gpu:2",
-            "-N",
-            "1",
-            "--qos=standard",
-            "--wrap",
-            "sleep 3600",
-        ])?;
-        for _ in 0..3 {
-            c.wait_governor_pass()?;
-        }
-        let (a, b) = (on_n1[0].as_str(), on_n2[0].as_str());
-        ensure(
-            running(c, &on_n1) == 1
-                && running(c, &on_n2) == 1
-                && !displaced(c, a)
-                && !displaced(c, b),
-            || {
-                format!(
-                    "agents' jobs displaced for a job that fits no node ({} and {} of its \
-                     experiment jobs run)",
-                    running(c, &on_n1),
-                    running(c, &on_n2)
-                )
-            },
-        )?;
-        c.ok("scancel", &[training_n1[0].as_str()])?;
-        c.wait_for("the 2-GPU job to run", 2 * MINUTE, || {
-            Ok((c.job_state(&big)? == "RUNNING").then_some(()))
-        })?;
-        let node = c.ok("squeue", &["-h", "-j", big.as_str(), "-o", "%N"])?;
-        ensure(node.trim() == "n1", || {
-            format!(
-                "the 2-GPU job runs on {:?}, not where it displaced",
-                node.trim()
-            )
-        })?;
-        ensure(displaced(c, a), || {
-            format!("the job started without displacing job {a} on n1")
-        })
     })
 }
 

@@ -408,25 +408,63 @@ struct Running<'a> {
     violations: Vec<u64>,
 }
 
-/// The jobs that pass `keep`, by team, each team's in the order given (one walk over the
-/// jobs, however many teams).
-fn group_by_team(
-    jobs: &[ClusterJob],
-    keep: impl Fn(&ClusterJob) -> bool,
-) -> BTreeMap<&str, Vec<&ClusterJob>> {
-    let mut groups: BTreeMap<&str, Vec<&ClusterJob>> = BTreeMap::new();
-    for j in jobs.iter().filter(|j| keep(j)) {
-        groups.entry(j.team.as_str()).or_default().push(j);
+/// The jobs of each team (by its place in the configuration), found in one walk over the
+/// jobs with one lookup of the account per job, for every phase of the plan.
+struct ByTeam<'a> {
+    /// Running jobs, in the order given.
+    running: Vec<Vec<&'a ClusterJob>>,
+    /// Pending jobs the plan ranks (not held by their owner or an administrator), higher
+    /// classes first, then the oldest, the lowest id (the sort is stable).
+    pending: Vec<Vec<&'a ClusterJob>>,
+    /// Jobs outside every team that hold or ask for GPUs ([`outside_jobs`]), in the order
+    /// given.
+    outside: Vec<u64>,
+}
+
+fn by_team<'a>(rules: &Rules<'_>, jobs: &'a [ClusterJob]) -> ByTeam<'a> {
+    let teams = &rules.config.teams;
+    let index: BTreeMap<&str, usize> = teams
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    let mut out = ByTeam {
+        running: vec![Vec::new(); teams.len()],
+        pending: vec![Vec::new(); teams.len()],
+        outside: Vec::new(),
+    };
+    for j in jobs {
+        let Some(&t) = index.get(j.team.as_str()) else {
+            if is_outside(j) {
+                out.outside.push(j.id);
+            }
+            continue;
+        };
+        match j.phase {
+            Phase::Running => out.running[t].push(j),
+            Phase::Pending if j.priority != 0 || j.park_held => out.pending[t].push(j),
+            Phase::Pending => {}
+        }
     }
-    groups
+    for pending in &mut out.pending {
+        // Keys worked out once per job, not per comparison.
+        let mut keyed: Vec<_> = pending
+            .iter()
+            .map(|j| ((std::cmp::Reverse(rules.value(j)), j.submit, j.id), *j))
+            .collect();
+        keyed.sort_by_key(|a| a.0);
+        pending.clear();
+        pending.extend(keyed.into_iter().map(|(_, j)| j));
+    }
+    out
 }
 
 /// Phase 1: each team's running jobs fill its quota, non-preemptible classes first (they may
 /// only run inside it), then higher classes, then the oldest; the rest is borrowed.
 fn sort_running<'a>(
     rules: &Rules<'a>,
-    jobs: &'a [ClusterJob],
-    priorities: &mut BTreeMap<u64, u32>,
+    by_team: Vec<Vec<&'a ClusterJob>>,
+    priorities: &mut Priorities,
 ) -> Running<'a> {
     let mut out = Running {
         usage: BTreeMap::new(),
@@ -434,9 +472,7 @@ fn sort_running<'a>(
         protected_by_team: BTreeMap::new(),
         violations: Vec::new(),
     };
-    let mut by_team = group_by_team(jobs, |j| j.phase == Phase::Running);
-    for team in &rules.config.teams {
-        let mut running: Vec<&ClusterJob> = by_team.remove(team.name.as_str()).unwrap_or_default();
+    for (team, mut running) in rules.config.teams.iter().zip(by_team) {
         // Non-preemptible first, then higher classes, the oldest, the lowest id (keys worked
         // out once per job, not per comparison; the sort is stable as before).
         let mut keyed: Vec<_> = running
@@ -497,7 +533,7 @@ fn order_victims(
     rules: &Rules<'_>,
     mut victims: Vec<(&ClusterJob, f64)>,
     now: i64,
-    priorities: &mut BTreeMap<u64, u32>,
+    priorities: &mut Priorities,
 ) -> Vec<Victim> {
     victims.sort_by(|(a, oa), (b, ob)| {
         ob.partial_cmp(oa)
@@ -545,7 +581,7 @@ struct Pending<'a> {
 /// a job that does not fit displaces lower classes of its team or waits to borrow.
 fn sort_pending<'a>(
     rules: &Rules<'a>,
-    jobs: &'a [ClusterJob],
+    by_team: &[Vec<&'a ClusterJob>],
     running: &Running<'a>,
     nodes: &LazyNodes<'_, '_>,
     borrow_first: &BTreeSet<u64>,
@@ -563,18 +599,7 @@ fn sort_pending<'a>(
     // Free GPUs per node as the displacing jobs are placed, one after the other (read on
     // the first displacement).
     let mut placed: Option<NodeRoom<'_>> = None;
-    let mut by_team = group_by_team(jobs, |j| {
-        j.phase == Phase::Pending && (j.priority != 0 || j.park_held)
-    });
-    for team in &rules.config.teams {
-        let mut pending: Vec<&ClusterJob> = by_team.remove(team.name.as_str()).unwrap_or_default();
-        let mut keyed: Vec<_> = pending
-            .iter()
-            .map(|j| ((std::cmp::Reverse(rules.value(j)), j.submit, j.id), *j))
-            .collect();
-        keyed.sort_by_key(|a| a.0);
-        pending.clear();
-        pending.extend(keyed.into_iter().map(|(_, j)| j));
+    for (team, pending) in rules.config.teams.iter().zip(by_team) {
         // The lowest preemptible class among the team's protected jobs: a job of no higher
         // class has nothing to displace (answered without a walk over them).
         let lowest_displaceable = running
@@ -588,7 +613,7 @@ fn sort_pending<'a>(
         let used = running.usage.get(team.name.as_str()).copied().unwrap_or(0);
         let mut room = team.quota.total.saturating_sub(used);
         let mut pending_in_quota = 0u32;
-        for j in pending {
+        for &j in pending {
             if !j.startable() {
                 out.waiting.push(j);
                 continue;
@@ -638,22 +663,23 @@ fn sort_pending<'a>(
 fn sort_pending_borrow_first<'a>(
     rules: &Rules<'a>,
     input: &GovernInput<'a>,
+    by_team: &[Vec<&'a ClusterJob>],
     running: &Running<'a>,
     nodes: &LazyNodes<'_, '_>,
 ) -> Pending<'a> {
     let none = BTreeSet::new();
-    let pending = sort_pending(rules, input.jobs, running, nodes, &none);
+    let pending = sort_pending(rules, by_team, running, nodes, &none);
     if pending.displacing.is_empty() {
         return pending;
     }
     let displacing: BTreeSet<u64> = pending.displacing.iter().map(|j| j.id).collect();
-    let trial = sort_pending(rules, input.jobs, running, nodes, &displacing);
+    let trial = sort_pending(rules, by_team, running, nodes, &displacing);
     let shares = share_idle_capacity(rules, input, running, &trial);
     let borrow: BTreeSet<u64> = displacing.intersection(&shares.granted).copied().collect();
     if borrow.is_empty() {
         return pending;
     }
-    sort_pending(rules, input.jobs, running, nodes, &borrow)
+    sort_pending(rules, by_team, running, nodes, &borrow)
 }
 
 /// The team's own protected jobs of a lower, preemptible class to requeue so that `j` fits
@@ -1250,11 +1276,38 @@ fn expand_arrays(jobs: &[ClusterJob], capacity: u32) -> Option<Vec<ClusterJob>> 
     Some(out)
 }
 
+/// The priorities the phases set, gathered as they go and made into the plan's map once
+/// (a map insert per job per pass was a tenth of a replay).
+#[derive(Default)]
+struct Priorities {
+    /// (job id, priority, whether it only raises an earlier one), in the order set.
+    ops: Vec<(u64, u32, bool)>,
+}
+
+impl Priorities {
+    /// The job's priority is `p`.
+    fn insert(&mut self, id: u64, p: u32) {
+        self.ops.push((id, p, false));
+    }
+
+    fn into_map(mut self) -> BTreeMap<u64, u32> {
+        // Stable: each job's operations stay in the order they were made.
+        self.ops.sort_by_key(|o| o.0);
+        let mut out: Vec<(u64, u32)> = Vec::with_capacity(self.ops.len());
+        for (id, p, raise) in self.ops {
+            match out.last_mut() {
+                Some(last) if last.0 == id => last.1 = if raise { last.1.max(p) } else { p },
+                _ => out.push((id, p)),
+            }
+        }
+        out.into_iter().collect()
+    }
+}
+
 /// A pending record's priority is the highest any of its tasks earned: one task in quota
 /// ranks the record in quota (the team's limit keeps the others to what it may borrow).
-fn set_priority(priorities: &mut BTreeMap<u64, u32>, id: u64, p: u32) {
-    let e = priorities.entry(id).or_insert(p);
-    *e = (*e).max(p);
+fn set_priority(priorities: &mut Priorities, id: u64, p: u32) {
+    priorities.ops.push((id, p, true));
 }
 
 /// The plan for the jobs that run and wait now (DESIGN §4). An untyped configuration governs
@@ -1288,18 +1341,23 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
     };
     let config = input.config;
     let rules = Rules::new(config);
-    let mut priorities = BTreeMap::new();
+    let mut priorities = Priorities::default();
+    let ByTeam {
+        running,
+        pending,
+        outside,
+    } = by_team(&rules, input.jobs);
 
     // Per-team usage: what runs inside each quota (protected) and what is borrowed (victims),
     // then what waits and fits the unused quota, displaces a lower class or borrows.
-    let running = sort_running(&rules, input.jobs, &mut priorities);
+    let running = sort_running(&rules, running, &mut priorities);
     let victims = order_victims(&rules, running.victims.clone(), input.now, &mut priorities);
     let free = input.capacity.saturating_sub(gpus_in_use(&running));
     let nodes = LazyNodes {
         input,
         room: OnceCell::new(),
     };
-    let pending = sort_pending_borrow_first(&rules, input, &running, &nodes);
+    let pending = sort_pending_borrow_first(&rules, input, &pending, &running, &nodes);
     let pending_in_quota_gpus = pending
         .in_quota
         .iter()
@@ -1325,11 +1383,11 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
     let mut team_states = pending.team_states;
     let gpu_limits = team_gpu_limits(config, &running, &shares.allowance, &mut team_states);
     state.teams = team_states;
-    let mut outside = outside_jobs(input);
+    let mut outside = outside;
     outside.dedup(); // an array's tasks follow each other
 
     let plan = Plan {
-        priorities,
+        priorities: priorities.into_map(),
         gpu_limits,
         type_limits: BTreeMap::new(),
         displace: pending.displace,
@@ -1387,7 +1445,7 @@ fn prioritise_fitting(
     state: &PublishedState,
     pending: &Pending<'_>,
     now: i64,
-    priorities: &mut BTreeMap<u64, u32>,
+    priorities: &mut Priorities,
 ) -> Vec<u64> {
     let needed = state.pending_in_quota_gpus.saturating_sub(state.free_gpus);
     let in_quota_level = state.reclaim_level(needed, now);
@@ -1442,7 +1500,7 @@ fn jobs_to_park(rules: &Rules<'_>, pending: &Pending<'_>) -> Vec<u64> {
 fn prioritise_borrowers(
     rules: &Rules<'_>,
     served: &[(&ClusterJob, u32)],
-    priorities: &mut BTreeMap<u64, u32>,
+    priorities: &mut Priorities,
 ) {
     for (j, slot) in served {
         let level = if rules.preemptible(j) {
@@ -1456,11 +1514,7 @@ fn prioritise_borrowers(
 
 /// Jobs that cannot start now sit at the bottom; the pass after they become eligible ranks
 /// them.
-fn prioritise_waiting(
-    rules: &Rules<'_>,
-    waiting: &[&ClusterJob],
-    priorities: &mut BTreeMap<u64, u32>,
-) {
+fn prioritise_waiting(rules: &Rules<'_>, waiting: &[&ClusterJob], priorities: &mut Priorities) {
     for j in waiting {
         let level = priority::BORROW_BASE;
         set_priority(priorities, j.id, encode(level, rules.class_idx(j)));
@@ -1500,10 +1554,14 @@ fn outside_jobs(input: &GovernInput<'_>) -> Vec<u64> {
     input
         .jobs
         .iter()
-        .filter(|j| input.config.team(&j.team).is_none() && j.gpus > 0)
-        .filter(|j| j.phase == Phase::Running || j.priority != 0)
+        .filter(|j| input.config.team(&j.team).is_none() && is_outside(j))
         .map(|j| j.id)
         .collect()
+}
+
+/// Whether a job of no team holds or asks for GPUs (held ones are the governor's doing).
+fn is_outside(j: &ClusterJob) -> bool {
+    j.gpus > 0 && (j.phase == Phase::Running || j.priority != 0)
 }
 
 /// A typed configuration: each GPU type k is a pool of its own, governed by the same rules

@@ -48,6 +48,10 @@ pub const SCENARIOS: &[Scenario] = &[
         only_startable_jobs_act,
     ),
     (
+        "hostile::f05b_a_higher_class_displaces_only_where_it_then_fits",
+        displaces_only_where_it_fits,
+    ),
+    (
         "hostile::f06_config_edits_reach_the_governor",
         config_edits_reach_the_governor,
     ),
@@ -466,6 +470,75 @@ fn only_startable_jobs_act(c: &Cluster) -> TestResult {
         c.submit_sleeps("research", 1, LONG, &["--begin=now+1hour"])?;
         c.submit_sleeps("training", 8, LONG, &[])?;
         c.wait_running("training", 8, 2 * MINUTE)
+    })
+}
+
+/// f05b (found by `accountd replay`, issue 13): a higher-class job displaces its team's lower
+/// classes only where the GPUs they free let it in. agents' two experiment jobs hold one GPU
+/// on each node, training the other six (two borrowed: nothing is left to lend): a 2-GPU
+/// one-node standard job of agents would find one GPU on each node if both were requeued, so
+/// neither is (before, both were, came back, and were requeued again). Once a GPU beside the
+/// one on n1 comes free, the job displaces its team's jobs (its quota needs both) and runs
+/// there.
+fn displaces_only_where_it_fits(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let on_n1 = fill(c, "agents", 1, &["--qos=experiment", "-w", "n1"])?;
+        let on_n2 = fill(c, "agents", 1, &["--qos=experiment", "-w", "n2"])?;
+        let training_n1 = fill(c, "training", 3, &["-w", "n1"])?;
+        fill(c, "training", 3, &["-w", "n2"])?;
+        // Displaced: requeued, by the governor (it logs each displacement as it requeues)
+        // or by Slurm's preempt/qos, which may act first where the job's QOS outranks the
+        // victim's. Either way the job runs no more and its restart count shows the requeue.
+        let displaced = |c: &Cluster, id: &str| -> Result<(bool, String), String> {
+            let show = c.ok("scontrol", &["show", "job", id])?;
+            let restarts = show
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("Restarts="))
+                .and_then(|n| n.parse::<u32>().ok())
+                .unwrap_or(0);
+            let state = c.job_state(id)?;
+            let logged = c
+                .governor_log()
+                .contains(&format!("job {id} displaced by a higher class of its team"));
+            let seen = format!("state {state}, restarts {restarts}, governor logged it: {logged}");
+            Ok((restarts > 0 || logged || state != "RUNNING", seen))
+        };
+        let big = c.sbatch(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:2",
+            "-N",
+            "1",
+            "--qos=standard",
+            "--wrap",
+            "sleep 3600",
+        ])?;
+        for _ in 0..3 {
+            c.wait_governor_pass()?;
+        }
+        let (a, b) = (on_n1[0].as_str(), on_n2[0].as_str());
+        let (da, sa) = displaced(c, a)?;
+        let (db, sb) = displaced(c, b)?;
+        ensure(!da && !db, || {
+            format!("agents' jobs displaced for a job that fits no node (n1: {sa}; n2: {sb})")
+        })?;
+        c.ok("scancel", &[training_n1[0].as_str()])?;
+        c.wait_for("the 2-GPU job to run", 2 * MINUTE, || {
+            Ok((c.job_state(&big)? == "RUNNING").then_some(()))
+        })?;
+        let node = c.ok("squeue", &["-h", "-j", big.as_str(), "-o", "%N"])?;
+        ensure(node.trim() == "n1", || {
+            format!(
+                "the 2-GPU job runs on {:?}, not where it displaced",
+                node.trim()
+            )
+        })?;
+        let (da, sa) = displaced(c, a)?;
+        ensure(da, || {
+            format!("the job started on n1 without displacing job {a} there ({sa})")
+        })
     })
 }
 

@@ -33,6 +33,9 @@ use teamshare_config::{Config, IdleSharing, Team, WithinTeam};
 
 use crate::priority::{self, encode};
 
+mod planner;
+pub use planner::{PassInput, PassPlan, Planner};
+
 /// A priority class as the policy uses it; index 0 is "no class".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Class {
@@ -287,17 +290,22 @@ impl PublishedState {
 
 /// The reclaim level for `k` GPUs among `victims` (see [`PublishedState::reclaim_level`]).
 pub fn reclaim_level_in(victims: &[Victim], k: u32, now: i64) -> u32 {
+    reclaim_level_by(victims.iter().map(|v| (v.gpus, v.exempt_until)), k, now)
+}
+
+/// [`reclaim_level_in`] over the victims' GPUs and exempt times, in reclaim order.
+fn reclaim_level_by(victims: impl Iterator<Item = (u32, i64)>, k: u32, now: i64) -> u32 {
     if k == 0 {
         return priority::reclaim_level(0);
     }
     let mut needed = k;
     let mut last = None;
-    for (rank, v) in victims.iter().enumerate() {
+    for (rank, (gpus, exempt_until)) in victims.enumerate() {
         last = Some(rank);
-        if v.exempt_until > now {
+        if exempt_until > now {
             continue;
         }
-        needed = needed.saturating_sub(v.gpus.max(1));
+        needed = needed.saturating_sub(gpus.max(1));
         if needed == 0 {
             return priority::reclaim_level(rank + 1);
         }
@@ -346,6 +354,8 @@ struct Rules<'a> {
     ranks: Vec<u32>,
     within: bool,
     exempt_secs: i64,
+    /// The teams' places in the configuration, in the order of their names.
+    by_name: Vec<usize>,
 }
 
 impl<'a> Rules<'a> {
@@ -362,6 +372,8 @@ impl<'a> Rules<'a> {
                 u32::try_from(below.len()).unwrap_or(u32::MAX)
             })
             .collect();
+        let mut by_name: Vec<usize> = (0..config.teams.len()).collect();
+        by_name.sort_by(|a, b| config.teams[*a].name.cmp(&config.teams[*b].name));
         Rules {
             config,
             table,
@@ -369,6 +381,7 @@ impl<'a> Rules<'a> {
             within: config.governance.preempt_within_team == WithinTeam::LowerPriority,
             exempt_secs: i64::try_from(config.governance.min_runtime_before_reclaim.as_secs())
                 .unwrap_or(i64::MAX),
+            by_name,
         }
     }
 
@@ -397,108 +410,171 @@ impl<'a> Rules<'a> {
     fn class_rank(&self, j: &ClusterJob) -> u32 {
         self.ranks[usize::from(self.class_idx(j))]
     }
+
+    /// A running job's place in its team's walk over the quota (phase 1): non-preemptible
+    /// classes first (they may only run inside it), then higher classes, the oldest, the lowest
+    /// id.
+    fn running_key(&self, j: &ClusterJob) -> RunningKey {
+        (
+            self.preemptible(j),
+            std::cmp::Reverse(self.value(j)),
+            j.start,
+            j.id,
+        )
+    }
+
+    /// A pending job's place in its team's queue (phase 3): higher classes first, then the
+    /// oldest, the lowest id.
+    fn pending_key(&self, j: &ClusterJob) -> PendingKey {
+        (std::cmp::Reverse(self.value(j)), j.submit, j.id)
+    }
+
+    /// Whether the plan ranks a pending job: not held by its owner or an administrator (a
+    /// job teamshare parked with a hold is ranked: the governor releases it when it fits).
+    fn ranked(j: &ClusterJob) -> bool {
+        j.phase == Phase::Pending && (j.priority != 0 || j.park_held)
+    }
+}
+
+type RunningKey = (bool, std::cmp::Reverse<u32>, Option<i64>, u64);
+type PendingKey = (std::cmp::Reverse<u32>, i64, u64);
+
+/// A job as the phases of the plan hold it: the job, and its place in the table the pass is
+/// made from (the input of [`plan`], or a [`Planner`]'s table), which is where its priority is
+/// written.
+#[derive(Clone, Copy)]
+struct Entry<'j> {
+    job: &'j ClusterJob,
+    slot: usize,
+}
+
+impl std::ops::Deref for Entry<'_> {
+    type Target = ClusterJob;
+    fn deref(&self) -> &ClusterJob {
+        self.job
+    }
+}
+
+/// Where the phases write the priorities they decide.
+trait Sink {
+    /// The job's priority is `p` (a later call for the same job replaces it).
+    fn set(&mut self, e: Entry<'_>, p: u32);
+    /// A pending record's priority is the highest any of its tasks earned: one task in quota
+    /// ranks the record in quota (the team's limit keeps the others to what it may borrow).
+    fn raise(&mut self, e: Entry<'_>, p: u32);
+}
+
+/// The jobs of one pass grouped by team (by its place in the configuration), each team's in
+/// the order the phases walk them: built from the jobs squeue shows ([`Queues::from_jobs`]) or
+/// kept in that order between passes ([`Planner`]).
+struct Queues<'j> {
+    /// Running jobs in [`Rules::running_key`] order.
+    running: Vec<Vec<Entry<'j>>>,
+    /// Pending jobs the plan ranks ([`Rules::ranked`]) in [`Rules::pending_key`] order.
+    pending: Vec<Vec<Entry<'j>>>,
+    /// Running jobs of no team: they hold their nodes' GPUs all the same.
+    others_running: Vec<Entry<'j>>,
+    /// Jobs outside every team that hold or ask for GPUs ([`is_outside`]), in the order given.
+    outside: Vec<u64>,
+}
+
+impl<'j> Queues<'j> {
+    /// One walk over the jobs with one lookup of the account per job, then each team's lists
+    /// sorted once (stable: jobs of equal keys keep the order given).
+    fn from_jobs(rules: &Rules<'_>, jobs: &'j [ClusterJob]) -> Queues<'j> {
+        let teams = &rules.config.teams;
+        let index: BTreeMap<&str, usize> = teams
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.as_str(), i))
+            .collect();
+        let mut running: Vec<Vec<(RunningKey, Entry<'j>)>> = vec![Vec::new(); teams.len()];
+        let mut pending: Vec<Vec<(PendingKey, Entry<'j>)>> = vec![Vec::new(); teams.len()];
+        let mut others_running = Vec::new();
+        let mut outside = Vec::new();
+        for (slot, j) in jobs.iter().enumerate() {
+            let e = Entry { job: j, slot };
+            let Some(&t) = index.get(j.team.as_str()) else {
+                if is_outside(j) {
+                    outside.push(j.id);
+                }
+                if j.phase == Phase::Running {
+                    others_running.push(e);
+                }
+                continue;
+            };
+            match j.phase {
+                Phase::Running => running[t].push((rules.running_key(j), e)),
+                Phase::Pending if Rules::ranked(j) => pending[t].push((rules.pending_key(j), e)),
+                Phase::Pending => {}
+            }
+        }
+        // Keys worked out once per job, not per comparison.
+        let running = running
+            .into_iter()
+            .map(|mut list| {
+                list.sort_by_key(|a| a.0);
+                list.into_iter().map(|(_, e)| e).collect()
+            })
+            .collect();
+        let pending = pending
+            .into_iter()
+            .map(|mut list| {
+                list.sort_by_key(|a| a.0);
+                list.into_iter().map(|(_, e)| e).collect()
+            })
+            .collect();
+        Queues {
+            running,
+            pending,
+            others_running,
+            outside,
+        }
+    }
+
+    /// Every running job, of teams and others.
+    fn all_running(&self) -> impl Iterator<Item = Entry<'j>> + '_ {
+        self.running
+            .iter()
+            .flatten()
+            .chain(&self.others_running)
+            .copied()
+    }
 }
 
 /// Running jobs sorted into the protected (inside the quota), victims and violations.
 struct Running<'a> {
-    usage: BTreeMap<&'a str, u32>,
+    /// GPUs held by each team's running jobs.
+    usage: Vec<u32>,
     /// Victims with how far their team is over its quota for its weight.
-    victims: Vec<(&'a ClusterJob, f64)>,
-    protected_by_team: BTreeMap<&'a str, Vec<&'a ClusterJob>>,
+    victims: Vec<(Entry<'a>, f64)>,
+    /// Each team's running jobs inside its quota, in phase-1 order.
+    protected_by_team: Vec<Vec<Entry<'a>>>,
     violations: Vec<u64>,
-}
-
-/// The jobs of each team (by its place in the configuration), found in one walk over the
-/// jobs with one lookup of the account per job, for every phase of the plan.
-struct ByTeam<'a> {
-    /// Running jobs, in the order given.
-    running: Vec<Vec<&'a ClusterJob>>,
-    /// Pending jobs the plan ranks (not held by their owner or an administrator), higher
-    /// classes first, then the oldest, the lowest id (the sort is stable).
-    pending: Vec<Vec<&'a ClusterJob>>,
-    /// Jobs outside every team that hold or ask for GPUs ([`outside_jobs`]), in the order
-    /// given.
-    outside: Vec<u64>,
-}
-
-fn by_team<'a>(rules: &Rules<'_>, jobs: &'a [ClusterJob]) -> ByTeam<'a> {
-    let teams = &rules.config.teams;
-    let index: BTreeMap<&str, usize> = teams
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.as_str(), i))
-        .collect();
-    let mut out = ByTeam {
-        running: vec![Vec::new(); teams.len()],
-        pending: vec![Vec::new(); teams.len()],
-        outside: Vec::new(),
-    };
-    for j in jobs {
-        let Some(&t) = index.get(j.team.as_str()) else {
-            if is_outside(j) {
-                out.outside.push(j.id);
-            }
-            continue;
-        };
-        match j.phase {
-            Phase::Running => out.running[t].push(j),
-            Phase::Pending if j.priority != 0 || j.park_held => out.pending[t].push(j),
-            Phase::Pending => {}
-        }
-    }
-    for pending in &mut out.pending {
-        // Keys worked out once per job, not per comparison.
-        let mut keyed: Vec<_> = pending
-            .iter()
-            .map(|j| ((std::cmp::Reverse(rules.value(j)), j.submit, j.id), *j))
-            .collect();
-        keyed.sort_by_key(|a| a.0);
-        pending.clear();
-        pending.extend(keyed.into_iter().map(|(_, j)| j));
-    }
-    out
 }
 
 /// Phase 1: each team's running jobs fill its quota, non-preemptible classes first (they may
 /// only run inside it), then higher classes, then the oldest; the rest is borrowed.
 fn sort_running<'a>(
-    rules: &Rules<'a>,
-    by_team: Vec<Vec<&'a ClusterJob>>,
-    priorities: &mut Priorities,
+    rules: &Rules<'_>,
+    by_team: &[Vec<Entry<'a>>],
+    priorities: &mut dyn Sink,
 ) -> Running<'a> {
+    let teams = rules.config.teams.len();
     let mut out = Running {
-        usage: BTreeMap::new(),
+        usage: vec![0; teams],
         victims: Vec::new(),
-        protected_by_team: BTreeMap::new(),
+        protected_by_team: vec![Vec::new(); teams],
         violations: Vec::new(),
     };
-    for (team, mut running) in rules.config.teams.iter().zip(by_team) {
-        // Non-preemptible first, then higher classes, the oldest, the lowest id (keys worked
-        // out once per job, not per comparison; the sort is stable as before).
-        let mut keyed: Vec<_> = running
-            .iter()
-            .map(|j| {
-                (
-                    (
-                        rules.preemptible(j),
-                        std::cmp::Reverse(rules.value(j)),
-                        j.start,
-                        j.id,
-                    ),
-                    *j,
-                )
-            })
-            .collect();
-        keyed.sort_by_key(|a| a.0);
-        running.clear();
-        running.extend(keyed.into_iter().map(|(_, j)| j));
+    for (t, (team, running)) in rules.config.teams.iter().zip(by_team).enumerate() {
         let used = running.iter().fold(0u32, |s, j| s.saturating_add(j.gpus));
-        out.usage.insert(team.name.as_str(), used);
+        out.usage[t] = used;
         let over = (f64::from(used) - f64::from(team.quota.total)) / f64::from(team.weight.max(1));
         let mut inside = 0u32;
-        for j in running {
+        for &j in running {
             let fits = inside.saturating_add(j.gpus) <= team.quota.total;
-            if fits || !rules.preemptible(j) {
+            if fits || !rules.preemptible(&j) {
                 if fits {
                     inside += j.gpus;
                 } else {
@@ -506,18 +582,15 @@ fn sort_running<'a>(
                     // level (Slurm must not pick it) until the governor requeues it.
                     out.violations.push(j.id);
                 }
-                priorities.insert(
-                    j.id,
+                priorities.set(
+                    j,
                     encode(
-                        priority::protected_level(rules.value(j)),
-                        rules.class_idx(j),
+                        priority::protected_level(rules.value(&j)),
+                        rules.class_idx(&j),
                     ),
                 );
                 if fits {
-                    out.protected_by_team
-                        .entry(team.name.as_str())
-                        .or_default()
-                        .push(j);
+                    out.protected_by_team[t].push(j);
                 }
             } else {
                 out.victims.push((j, over));
@@ -527,14 +600,37 @@ fn sort_running<'a>(
     out
 }
 
+/// A running borrowed job in reclaim order, with its level.
+#[derive(Clone, Copy)]
+struct Ranked<'a> {
+    job: Entry<'a>,
+    level: u32,
+    /// Slurm's PreemptExemptTime protects it until then.
+    exempt_until: i64,
+}
+
+impl Ranked<'_> {
+    /// The victim as the published state shows it.
+    fn victim(&self) -> Victim {
+        Victim {
+            job_id: self.job.id,
+            team: self.job.team.clone(),
+            gpus: self.job.gpus,
+            level: self.level,
+            exempt_until: self.exempt_until,
+            gpu_type: self.job.gpu_type.clone(),
+        }
+    }
+}
+
 /// Phase 2: reclaim order (most over quota for its weight, lowest class, most recently
 /// started) and each victim's level.
-fn order_victims(
+fn order_victims<'a>(
     rules: &Rules<'_>,
-    mut victims: Vec<(&ClusterJob, f64)>,
+    mut victims: Vec<(Entry<'a>, f64)>,
     now: i64,
-    priorities: &mut Priorities,
-) -> Vec<Victim> {
+    priorities: &mut dyn Sink,
+) -> Vec<Ranked<'a>> {
     victims.sort_by(|(a, oa), (b, ob)| {
         ob.partial_cmp(oa)
             .unwrap_or(std::cmp::Ordering::Equal)
@@ -547,14 +643,11 @@ fn order_victims(
         .enumerate()
         .map(|(rank, (j, _))| {
             let level = priority::victim_level(rank);
-            priorities.insert(j.id, encode(level, rules.class_idx(j)));
-            Victim {
-                job_id: j.id,
-                team: j.team.clone(),
-                gpus: j.gpus,
+            priorities.set(*j, encode(level, rules.class_idx(j)));
+            Ranked {
+                job: *j,
                 level,
                 exempt_until: j.start.unwrap_or(now).saturating_add(rules.exempt_secs),
-                gpu_type: j.gpu_type.clone(),
             }
         })
         .collect()
@@ -563,56 +656,55 @@ fn order_victims(
 /// Pending jobs sorted by what they may do now.
 struct Pending<'a> {
     /// Fit their team's unused quota.
-    in_quota: Vec<&'a ClusterJob>,
+    in_quota: Vec<Entry<'a>>,
     /// At quota, but a higher class than some of the team's running jobs.
-    displacing: Vec<&'a ClusterJob>,
+    displacing: Vec<Entry<'a>>,
     /// Beyond the quota, per team, in the team's own order.
-    borrowers: BTreeMap<&'a str, Vec<&'a ClusterJob>>,
+    borrowers: Vec<Vec<Entry<'a>>>,
     /// Cannot start now (begin time, dependency): they reserve nothing.
-    waiting: Vec<&'a ClusterJob>,
+    waiting: Vec<Entry<'a>>,
     /// Running jobs to requeue for the displacing ones.
     displace: Vec<u64>,
     /// Unused quota per team left after its in-quota jobs.
-    room: BTreeMap<&'a str, u32>,
-    team_states: BTreeMap<String, TeamState>,
+    room: Vec<u32>,
+    team_states: Vec<TeamState>,
 }
 
 /// Phase 3: each team's pending jobs, higher classes then oldest first, take its unused quota;
 /// a job that does not fit displaces lower classes of its team or waits to borrow.
 fn sort_pending<'a>(
-    rules: &Rules<'a>,
-    by_team: &[Vec<&'a ClusterJob>],
+    rules: &Rules<'_>,
+    by_team: &[Vec<Entry<'a>>],
     running: &Running<'a>,
     nodes: &LazyNodes<'_, '_>,
     borrow_first: &BTreeSet<u64>,
 ) -> Pending<'a> {
+    let teams = rules.config.teams.len();
     let mut out = Pending {
         in_quota: Vec::new(),
         displacing: Vec::new(),
-        borrowers: BTreeMap::new(),
+        borrowers: vec![Vec::new(); teams],
         waiting: Vec::new(),
         displace: Vec::new(),
-        room: BTreeMap::new(),
-        team_states: BTreeMap::new(),
+        room: vec![0; teams],
+        team_states: Vec::with_capacity(teams),
     };
     let mut targeted: BTreeSet<u64> = BTreeSet::new();
     // Free GPUs per node as the displacing jobs are placed, one after the other (read on
     // the first displacement).
     let mut placed: Option<NodeRoom<'_>> = None;
-    for (team, pending) in rules.config.teams.iter().zip(by_team) {
+    for (t, (team, pending)) in rules.config.teams.iter().zip(by_team).enumerate() {
         // The lowest preemptible class among the team's protected jobs: a job of no higher
         // class has nothing to displace (answered without a walk over them).
-        let lowest_displaceable = running
-            .protected_by_team
-            .get(team.name.as_str())
-            .into_iter()
-            .flatten()
+        let lowest_displaceable = running.protected_by_team[t]
+            .iter()
             .filter(|r| rules.preemptible(r))
             .map(|r| rules.value(r))
             .min();
-        let used = running.usage.get(team.name.as_str()).copied().unwrap_or(0);
+        let used = running.usage[t];
         let mut room = team.quota.total.saturating_sub(used);
         let mut pending_in_quota = 0u32;
+        let borrowers = &mut out.borrowers[t];
         for &j in pending {
             if !j.startable() {
                 out.waiting.push(j);
@@ -625,11 +717,11 @@ fn sort_pending<'a>(
                 continue;
             }
             if rules.within
-                && lowest_displaceable.is_some_and(|v| v < rules.value(j))
+                && lowest_displaceable.is_some_and(|v| v < rules.value(&j))
                 && !borrow_first.contains(&j.id)
             {
                 if let Some((chosen, freed)) =
-                    lower_classes_to_displace(rules, running, team, j, room, &targeted, {
+                    lower_classes_to_displace(rules, running, t, &j, room, &targeted, {
                         placed.get_or_insert_with(|| nodes.get().clone())
                     })
                 {
@@ -640,17 +732,14 @@ fn sort_pending<'a>(
                     continue;
                 }
             }
-            out.borrowers.entry(team.name.as_str()).or_default().push(j);
+            borrowers.push(j);
         }
-        out.room.insert(team.name.as_str(), room);
-        out.team_states.insert(
-            team.name.clone(),
-            TeamState {
-                running_gpus: used,
-                pending_in_quota_gpus: pending_in_quota,
-                gpu_limit: 0,
-            },
-        );
+        out.room[t] = room;
+        out.team_states.push(TeamState {
+            running_gpus: used,
+            pending_in_quota_gpus: pending_in_quota,
+            gpu_limit: 0,
+        });
     }
     out
 }
@@ -661,9 +750,9 @@ fn sort_pending<'a>(
 /// becomes the borrowed one. The phase is tried once with those jobs as borrowers; those the
 /// idle capacity then covers stay borrowers.
 fn sort_pending_borrow_first<'a>(
-    rules: &Rules<'a>,
-    input: &GovernInput<'a>,
-    by_team: &[Vec<&'a ClusterJob>],
+    rules: &Rules<'_>,
+    pass: &Pass<'_>,
+    by_team: &[Vec<Entry<'a>>],
     running: &Running<'a>,
     nodes: &LazyNodes<'_, '_>,
 ) -> Pending<'a> {
@@ -674,8 +763,9 @@ fn sort_pending_borrow_first<'a>(
     }
     let displacing: BTreeSet<u64> = pending.displacing.iter().map(|j| j.id).collect();
     let trial = sort_pending(rules, by_team, running, nodes, &displacing);
-    let shares = share_idle_capacity(rules, input, running, &trial);
-    let borrow: BTreeSet<u64> = displacing.intersection(&shares.granted).copied().collect();
+    let shares = share_idle_capacity(rules, pass, running, &trial);
+    let granted: BTreeSet<u64> = shares.granted.iter().copied().collect();
+    let borrow: BTreeSet<u64> = displacing.intersection(&granted).copied().collect();
     if borrow.is_empty() {
         return pending;
     }
@@ -695,17 +785,13 @@ fn sort_pending_borrow_first<'a>(
 fn lower_classes_to_displace(
     rules: &Rules<'_>,
     running: &Running<'_>,
-    team: &Team,
+    team: usize,
     j: &ClusterJob,
     room: u32,
     targeted: &BTreeSet<u64>,
     nodes: &mut NodeRoom<'_>,
 ) -> Option<(Vec<u64>, u32)> {
-    let protected = running
-        .protected_by_team
-        .get(team.name.as_str())
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let protected = &running.protected_by_team[team];
     // Most waiting jobs have no lower class to displace: answered without a copy.
     let value = rules.value(j);
     if !protected
@@ -714,7 +800,7 @@ fn lower_classes_to_displace(
     {
         return None;
     }
-    let mut lower: Vec<&ClusterJob> = protected.to_vec();
+    let mut lower: Vec<&ClusterJob> = protected.iter().map(|e| e.job).collect();
     lower.retain(|r| {
         rules.preemptible(r) && rules.value(r) < rules.value(j) && !targeted.contains(&r.id)
     });
@@ -769,18 +855,28 @@ fn nodes_to_displace<'n>(
         .max(j.gpus.div_ceil(room.largest.max(1)))
         .max(1);
     let share = j.gpus.div_ceil(nodes);
+    // Each node's displaceable jobs, in `lower`'s order (one walk over their nodes, however
+    // many nodes the cluster has).
+    let mut on_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, r) in lower.iter().enumerate() {
+        for n in &r.nodes {
+            let here = on_node.entry(n.as_str()).or_default();
+            // Once per node, however often the job lists it.
+            if here.last() != Some(&i) {
+                here.push(i);
+            }
+        }
+    }
     let mut options: Vec<((usize, usize), &str, Vec<usize>, u32)> = Vec::new();
     for (&node, &free) in &room.free {
         let mut has = free;
         let mut here = Vec::new();
-        for (i, r) in lower.iter().enumerate() {
+        for &i in on_node.get(node).map(Vec::as_slice).unwrap_or_default() {
             if has >= share {
                 break;
             }
-            if !r.nodes.iter().any(|n| n == node) {
-                continue;
-            }
             // A multi-node job frees its even share here.
+            let r = lower[i];
             let n = u32::try_from(r.nodes.len()).unwrap_or(u32::MAX);
             has = has.saturating_add(r.gpus.div_ceil(n));
             here.push(i);
@@ -816,25 +912,24 @@ fn nodes_to_displace<'n>(
 /// are skipped. Without per-node figures, or for multi-node jobs, the victims are taken in
 /// reclaim order until the GPUs needed beyond the free ones are covered.
 fn fallback_reclaim(
-    input: &GovernInput<'_>,
-    in_quota: &[&ClusterJob],
-    victims: &[Victim],
+    now: i64,
+    in_quota: &[Entry<'_>],
+    victims: &[Ranked<'_>],
     displace: &[u64],
     free: u32,
     nodes: &LazyNodes<'_, '_>,
 ) -> Vec<u64> {
-    let waiting = waiting_for_reclaim(in_quota, input.now);
+    let waiting = waiting_for_reclaim(in_quota, now);
     if waiting.is_empty() {
         return Vec::new();
     }
-    let by_id: BTreeMap<u64, &ClusterJob> = input.jobs.iter().map(|j| (j.id, j)).collect();
     // Victims already ending (preempted by Slurm a moment ago) free their GPUs without help:
     // counted as free, never requeued again.
     let ending: u32 = victims
         .iter()
-        .filter(|v| by_id.get(&v.job_id).is_some_and(|j| j.completing))
-        .fold(0u32, |s, v| s.saturating_add(v.gpus));
-    let mut candidates = reclaim_candidates(&by_id, victims, displace, input.now);
+        .filter(|v| v.job.completing)
+        .fold(0u32, |s, v| s.saturating_add(v.job.gpus));
+    let mut candidates = reclaim_candidates(victims, displace, now);
     let mut node_free = nodes.get().free.clone();
     let mut pool = free.saturating_add(ending);
     let mut chosen = Vec::new();
@@ -857,10 +952,10 @@ fn fallback_reclaim(
 
 /// The in-quota jobs that can start and have waited at least [`RECLAIM_FALLBACK_SECS`],
 /// oldest first: the first served take the victims.
-fn waiting_for_reclaim<'j>(in_quota: &[&'j ClusterJob], now: i64) -> Vec<&'j ClusterJob> {
+fn waiting_for_reclaim<'j>(in_quota: &[Entry<'j>], now: i64) -> Vec<&'j ClusterJob> {
     let mut waiting: Vec<&ClusterJob> = in_quota
         .iter()
-        .copied()
+        .map(|e| e.job)
         .filter(|j| j.eligible && now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS)
         .collect();
     waiting.sort_by_key(|j| (j.submit, j.id));
@@ -879,24 +974,20 @@ struct ReclaimCandidate<'j> {
 /// The victims the fallback may requeue, in reclaim order: past their exempt time, not
 /// displaced already and not ending (those free their GPUs without help).
 fn reclaim_candidates<'j>(
-    by_id: &BTreeMap<u64, &'j ClusterJob>,
-    victims: &[Victim],
+    victims: &[Ranked<'j>],
     displace: &[u64],
     now: i64,
 ) -> Vec<ReclaimCandidate<'j>> {
     victims
         .iter()
-        .filter(|v| v.exempt_until <= now && !displace.contains(&v.job_id))
-        .filter(|v| !by_id.get(&v.job_id).is_some_and(|j| j.completing))
+        .filter(|v| v.exempt_until <= now && !displace.contains(&v.job.id))
+        .filter(|v| !v.job.completing)
         .map(|v| {
-            let node = by_id
-                .get(&v.job_id)
-                .copied()
-                .and_then(|j| (j.nodes.len() == 1).then(|| j.nodes[0].as_str()));
+            let j = v.job.job;
             ReclaimCandidate {
-                job_id: v.job_id,
-                gpus: v.gpus.max(1),
-                node,
+                job_id: j.id,
+                gpus: j.gpus.max(1),
+                node: (j.nodes.len() == 1).then(|| j.nodes[0].as_str()),
             }
         })
         .collect()
@@ -977,33 +1068,29 @@ struct NodeRoom<'n> {
 
 /// [`NodeRoom`] worked out on first need: most passes need it for nothing (no job displaces,
 /// none waits for the reclaim fallback), and it costs a walk over every running job's nodes.
-struct LazyNodes<'i, 'a> {
-    input: &'a GovernInput<'i>,
-    room: OnceCell<NodeRoom<'i>>,
+struct LazyNodes<'n, 'q> {
+    node_gpus: &'n BTreeMap<String, u32>,
+    queues: &'q Queues<'q>,
+    room: OnceCell<NodeRoom<'n>>,
 }
 
-impl<'i> LazyNodes<'i, '_> {
-    fn get(&self) -> &NodeRoom<'i> {
+impl<'n> LazyNodes<'n, '_> {
+    fn get(&self) -> &NodeRoom<'n> {
         self.room.get_or_init(|| NodeRoom {
-            free: node_free(self.input),
-            largest: self.input.node_gpus.values().copied().max().unwrap_or(0),
+            free: node_free(self.node_gpus, self.queues.all_running()),
+            largest: self.node_gpus.values().copied().max().unwrap_or(0),
         })
     }
 }
 
 /// Free GPUs per usable node: its GPUs less those of the running jobs on it (a multi-node
-/// job counted evenly over its nodes).
-fn node_free<'i>(input: &GovernInput<'i>) -> BTreeMap<&'i str, u32> {
-    let mut free: BTreeMap<&str, u32> = input
-        .node_gpus
-        .iter()
-        .map(|(n, g)| (n.as_str(), *g))
-        .collect();
-    for j in input
-        .jobs
-        .iter()
-        .filter(|j| j.phase == Phase::Running && !j.completing)
-    {
+/// job counted evenly over its nodes); jobs already ending hold nothing.
+fn node_free<'n, 'j>(
+    node_gpus: &'n BTreeMap<String, u32>,
+    running: impl Iterator<Item = Entry<'j>>,
+) -> BTreeMap<&'n str, u32> {
+    let mut free: BTreeMap<&str, u32> = node_gpus.iter().map(|(n, g)| (n.as_str(), *g)).collect();
+    for j in running.filter(|j| !j.completing) {
         if j.nodes.is_empty() {
             continue;
         }
@@ -1020,11 +1107,22 @@ fn node_free<'i>(input: &GovernInput<'i>) -> BTreeMap<&'i str, u32> {
 
 /// What one team's waiting borrowers ask of the lendable capacity.
 struct Ask<'a> {
-    job: &'a ClusterJob,
+    job: Entry<'a>,
     /// The part beyond what is left of the team's own quota (the job straddles it).
     beyond: u32,
     /// The team's own idle quota the job would use.
     own: u32,
+}
+
+/// What a pass reads besides the jobs.
+struct Pass<'a> {
+    /// C: GPUs of usable nodes in the governed partitions.
+    capacity: u32,
+    /// Fair-share factor per team (missing: 1.0).
+    fairshare: &'a BTreeMap<String, f64>,
+    now: i64,
+    /// GPUs per usable node of the governed partitions (empty: placement unknown).
+    node_gpus: &'a BTreeMap<String, u32>,
 }
 
 /// Phase 5: lendable idle capacity shared out by `idle_sharing`; returns each team's
@@ -1032,7 +1130,7 @@ struct Ask<'a> {
 /// team's band slot.
 fn share_idle_capacity<'a>(
     rules: &Rules<'_>,
-    input: &GovernInput<'_>,
+    pass: &Pass<'_>,
     running: &Running<'_>,
     pending: &Pending<'a>,
 ) -> Shares<'a> {
@@ -1041,35 +1139,33 @@ fn share_idle_capacity<'a>(
     let Lendable {
         lends,
         mut remaining,
-    } = lendable_capacity(config, input.capacity, running, pending, &asks);
-    let slots = band_slots(config, input.fairshare);
-    let order = service_order(rules, input.fairshare, pending);
-    let mut allowance: BTreeMap<String, u32> = BTreeMap::new();
+    } = lendable_capacity(config, pass.capacity, running, pending, &asks);
+    let slots = band_slots(rules, pass.fairshare);
+    let order = service_order(rules, pass.fairshare, pending);
+    let mut allowance = vec![0u32; config.teams.len()];
     // Each borrower with its team's band slot (the team served last has the lowest); under
     // fifo every team shares slot 0 and Slurm serves the oldest first.
-    let mut served: Vec<(&ClusterJob, u32)> = Vec::new();
-    let mut granted = BTreeSet::new();
-    for name in &order {
-        let Some(team) = config.team(name) else {
-            continue;
-        };
+    let mut served: Vec<(Entry<'a>, u32)> = Vec::new();
+    let mut granted = Vec::new();
+    for t in order {
+        let team = &config.teams[t];
         // A team never borrows its own idle quota.
-        let own = lends.get(*name).copied().unwrap_or(0);
+        let own = lends[t];
         let available = u32::try_from((remaining - own).max(0)).unwrap_or(u32::MAX);
-        let borrowers = &pending.borrowers[*name];
+        let borrowers = &pending.borrowers[t];
         let given = team_allowance(
             rules,
-            running,
+            running.usage[t],
             team,
             borrowers,
-            asks.get(*name),
+            asks[t].as_ref(),
             available,
             &mut granted,
         );
         remaining -= i64::from(given);
-        allowance.insert(name.to_string(), given);
+        allowance[t] = given;
         let slot = match config.cluster.idle_sharing {
-            IdleSharing::FairShare => slots.get(*name).copied().unwrap_or(0),
+            IdleSharing::FairShare => slots[t],
             IdleSharing::Fifo => 0,
         };
         served.extend(borrowers.iter().map(|j| (*j, slot)));
@@ -1083,7 +1179,7 @@ fn share_idle_capacity<'a>(
         granted,
         lends: lends
             .into_iter()
-            .map(|(t, n)| (t.to_string(), u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
+            .map(|n| u32::try_from(n.max(0)).unwrap_or(u32::MAX))
             .collect(),
     }
 }
@@ -1091,34 +1187,31 @@ fn share_idle_capacity<'a>(
 /// Each team's first borrower that can start and may borrow straddles its unused quota: it
 /// uses that quota and borrows only the rest (a 3-GPU job of a team with 2 idle GPUs of quota
 /// borrows 1). That quota is then not lent to others.
-fn straddling_asks<'a>(rules: &Rules<'_>, pending: &Pending<'a>) -> BTreeMap<&'a str, Ask<'a>> {
-    let mut asks = BTreeMap::new();
-    for (team, jobs) in &pending.borrowers {
-        let room = pending.room.get(team).copied().unwrap_or(0);
-        if let Some(j) = jobs
-            .iter()
-            .copied()
-            .find(|j| rules.preemptible(j) && j.eligible)
-        {
+fn straddling_asks<'a>(rules: &Rules<'_>, pending: &Pending<'a>) -> Vec<Option<Ask<'a>>> {
+    pending
+        .borrowers
+        .iter()
+        .zip(&pending.room)
+        .map(|(jobs, &room)| {
+            let j = jobs
+                .iter()
+                .copied()
+                .find(|j| rules.preemptible(j) && j.eligible)?;
             let own = room.min(j.gpus);
-            asks.insert(
-                *team,
-                Ask {
-                    job: j,
-                    beyond: j.gpus - own,
-                    own,
-                },
-            );
-        }
-    }
-    asks
+            Some(Ask {
+                job: j,
+                beyond: j.gpus - own,
+                own,
+            })
+        })
+        .collect()
 }
 
 /// What [`lendable_capacity`] found.
-struct Lendable<'c> {
+struct Lendable {
     /// What each team lends: its idle quota not claimed by its own in-quota or straddling
     /// jobs, up to its lend limit.
-    lends: BTreeMap<&'c str, i64>,
+    lends: Vec<i64>,
     /// What all borrowers may still take: the lendable capacity less what is borrowed now.
     remaining: i64,
 }
@@ -1126,28 +1219,25 @@ struct Lendable<'c> {
 /// Rule 4: the capacity borrowers may take. Unallocated capacity counts negative when quotas
 /// exceed what is usable (a drained node): the missing GPUs come out of what others may
 /// borrow.
-fn lendable_capacity<'c>(
-    config: &'c Config,
+fn lendable_capacity(
+    config: &Config,
     capacity: u32,
     running: &Running<'_>,
     pending: &Pending<'_>,
-    asks: &BTreeMap<&str, Ask<'_>>,
-) -> Lendable<'c> {
+    asks: &[Option<Ask<'_>>],
+) -> Lendable {
     let total_quota: i64 = config.teams.iter().map(|t| i64::from(t.quota.total)).sum();
     let mut lendable = i64::from(capacity) - total_quota;
     let mut borrowed_now = 0i64;
-    let mut lends: BTreeMap<&str, i64> = BTreeMap::new();
-    for t in &config.teams {
-        let used = running.usage.get(t.name.as_str()).copied().unwrap_or(0);
-        let claimed = pending
-            .team_states
-            .get(&t.name)
-            .map(|s| s.pending_in_quota_gpus)
-            .unwrap_or(0)
-            .saturating_add(asks.get(t.name.as_str()).map_or(0, |a| a.own));
+    let mut lends = Vec::with_capacity(config.teams.len());
+    for (i, t) in config.teams.iter().enumerate() {
+        let used = running.usage[i];
+        let claimed = pending.team_states[i]
+            .pending_in_quota_gpus
+            .saturating_add(asks[i].as_ref().map_or(0, |a| a.own));
         let idle = t.quota.total.saturating_sub(used).saturating_sub(claimed);
         let lend = i64::from(t.lend_limit.min(t.quota.total).min(idle));
-        lends.insert(t.name.as_str(), lend);
+        lends.push(lend);
         lendable += lend;
         borrowed_now += i64::from(used.saturating_sub(t.quota.total));
     }
@@ -1168,26 +1258,36 @@ fn by_fairshare(fairshare: &BTreeMap<String, f64>, a: &str, b: &str) -> std::cmp
 
 /// Band slots follow every team's place by fair-share factor, borrowing or not, so that a
 /// team starting or stopping to borrow moves no other team's jobs; the last team has slot 0.
-fn band_slots<'c>(config: &'c Config, fairshare: &BTreeMap<String, f64>) -> BTreeMap<&'c str, u32> {
-    let mut all: Vec<&str> = config.teams.iter().map(|t| t.name.as_str()).collect();
-    all.sort_by(|a, b| by_fairshare(fairshare, a, b));
-    all.iter()
-        .rev()
-        .enumerate()
-        .map(|(i, t)| (*t, u32::try_from(i).unwrap_or(u32::MAX)))
-        .collect()
+/// Indexed by the team's place in the configuration.
+fn band_slots(rules: &Rules<'_>, fairshare: &BTreeMap<String, f64>) -> Vec<u32> {
+    let teams = &rules.config.teams;
+    let mut all: Vec<usize> = rules.by_name.clone();
+    all.sort_by(|a, b| by_fairshare(fairshare, &teams[*a].name, &teams[*b].name));
+    let mut slots = vec![0u32; teams.len()];
+    for (i, t) in all.iter().rev().enumerate() {
+        slots[*t] = u32::try_from(i).unwrap_or(u32::MAX);
+    }
+    slots
 }
 
 /// Rule 5: the order borrowing teams are served in: by fair-share factor, or (fifo) by their
-/// oldest borrower that may borrow.
-fn service_order<'a>(
+/// oldest borrower that may borrow. Teams by their place in the configuration.
+fn service_order(
     rules: &Rules<'_>,
     fairshare: &BTreeMap<String, f64>,
-    pending: &Pending<'a>,
-) -> Vec<&'a str> {
-    let mut order: Vec<&str> = pending.borrowers.keys().copied().collect();
+    pending: &Pending<'_>,
+) -> Vec<usize> {
+    let teams = &rules.config.teams;
+    let mut order: Vec<usize> = rules
+        .by_name
+        .iter()
+        .copied()
+        .filter(|t| !pending.borrowers[*t].is_empty())
+        .collect();
     match rules.config.cluster.idle_sharing {
-        IdleSharing::FairShare => order.sort_by(|a, b| by_fairshare(fairshare, a, b)),
+        IdleSharing::FairShare => {
+            order.sort_by(|a, b| by_fairshare(fairshare, &teams[*a].name, &teams[*b].name))
+        }
         IdleSharing::Fifo => order.sort_by_key(|t| {
             pending.borrowers[*t]
                 .iter()
@@ -1205,34 +1305,44 @@ fn service_order<'a>(
 /// headroom (a later, smaller job may still fit where an earlier one did not).
 fn team_allowance(
     rules: &Rules<'_>,
-    running: &Running<'_>,
+    used: u32,
     team: &Team,
-    borrowers: &[&ClusterJob],
+    borrowers: &[Entry<'_>],
     ask: Option<&Ask<'_>>,
     mut available: u32,
-    granted: &mut BTreeSet<u64>,
+    granted: &mut Vec<u64>,
 ) -> u32 {
-    let used = running.usage.get(team.name.as_str()).copied().unwrap_or(0);
     let borrowed = used.saturating_sub(team.quota.total);
     let headroom = team
         .borrow_limit
         .map(|b| b.saturating_sub(borrowed))
         .unwrap_or(u32::MAX);
     let mut given = 0u32;
+    let ask_id = ask.map(|a| a.job.id);
+    let mut seen_ask = false;
     for j in borrowers {
+        let is_ask = ask_id == Some(j.id);
+        seen_ask |= is_ask;
+        let left = available.min(headroom.saturating_sub(given));
+        // Every borrower but the straddling one asks for at least one GPU beyond the quota
+        // (it did not fit what was left of it): once nothing is left and that one is behind,
+        // nothing more is given, and a long queue costs no walk.
+        if left == 0 && (ask_id.is_none() || (seen_ask && !is_ask)) {
+            break;
+        }
         // A non-preemptible class may never borrow; a job that could not start anyway
         // (begin time, dependency) must not open the door for one that may not borrow.
         if !rules.preemptible(j) || !j.eligible {
             continue;
         }
         let beyond = match ask {
-            Some(a) if a.job.id == j.id => a.beyond,
+            Some(a) if is_ask => a.beyond,
             _ => j.gpus,
         };
-        if beyond <= available.min(headroom.saturating_sub(given)) {
+        if beyond <= left {
             available -= beyond;
             given += beyond;
-            granted.insert(j.id);
+            granted.push(j.id);
         }
     }
     given
@@ -1240,14 +1350,14 @@ fn team_allowance(
 
 /// What [`share_idle_capacity`] decided.
 struct Shares<'a> {
-    /// Each borrowing team's allowance beyond its quota.
-    allowance: BTreeMap<String, u32>,
+    /// Each team's allowance beyond its quota (0 for teams not borrowing).
+    allowance: Vec<u32>,
     /// The borrowers in the order they are served, each with its team's band slot.
-    served: Vec<(&'a ClusterJob, u32)>,
+    served: Vec<(Entry<'a>, u32)>,
     /// The borrowers the allowances cover (they may start on borrowed GPUs now).
-    granted: BTreeSet<u64>,
+    granted: Vec<u64>,
     /// What each team's idle quota offered to borrowers.
-    lends: BTreeMap<String, u32>,
+    lends: Vec<u32>,
 }
 
 /// Each pending array record as the tasks it stands for, so that every phase counts them as
@@ -1284,12 +1394,17 @@ struct Priorities {
     ops: Vec<(u64, u32, bool)>,
 }
 
-impl Priorities {
-    /// The job's priority is `p`.
-    fn insert(&mut self, id: u64, p: u32) {
-        self.ops.push((id, p, false));
+impl Sink for Priorities {
+    fn set(&mut self, e: Entry<'_>, p: u32) {
+        self.ops.push((e.id, p, false));
     }
 
+    fn raise(&mut self, e: Entry<'_>, p: u32) {
+        self.ops.push((e.id, p, true));
+    }
+}
+
+impl Priorities {
     fn into_map(mut self) -> BTreeMap<u64, u32> {
         // Stable: each job's operations stay in the order they were made.
         self.ops.sort_by_key(|o| o.0);
@@ -1302,12 +1417,6 @@ impl Priorities {
         }
         out.into_iter().collect()
     }
-}
-
-/// A pending record's priority is the highest any of its tasks earned: one task in quota
-/// ranks the record in quota (the team's limit keeps the others to what it may borrow).
-fn set_priority(priorities: &mut Priorities, id: u64, p: u32) {
-    priorities.ops.push((id, p, true));
 }
 
 /// The plan for the jobs that run and wait now (DESIGN §4). An untyped configuration governs
@@ -1323,84 +1432,160 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
 /// What [`plan_pool`] decided for one pool of GPUs.
 struct PoolPlan {
     plan: Plan,
-    /// Each borrowing team's allowance beyond its quota (for the borrow limits shared between
-    /// types).
-    allowance: BTreeMap<String, u32>,
-    /// What each team's idle quota offered to borrowers (for the lend limits shared between
-    /// types).
-    lends: BTreeMap<String, u32>,
+    /// Each team's allowance beyond its quota, by its place in the configuration (for the
+    /// borrow limits shared between types).
+    allowance: Vec<u32>,
+    /// What each team's idle quota offered to borrowers, by its place in the configuration
+    /// (for the lend limits shared between types).
+    lends: Vec<u32>,
 }
 
 /// One pool of GPUs, governed by the rules of DESIGN §4 with the configuration's quotas and
 /// limits as totals, phase by phase.
 fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
     let expanded = expand_arrays(input.jobs, input.capacity);
-    let input = &GovernInput {
-        jobs: expanded.as_deref().unwrap_or(input.jobs),
-        ..*input
-    };
+    let jobs = expanded.as_deref().unwrap_or(input.jobs);
     let config = input.config;
     let rules = Rules::new(config);
-    let mut priorities = Priorities::default();
-    let ByTeam {
-        running,
-        pending,
-        outside,
-    } = by_team(&rules, input.jobs);
-
-    // Per-team usage: what runs inside each quota (protected) and what is borrowed (victims),
-    // then what waits and fits the unused quota, displaces a lower class or borrows.
-    let running = sort_running(&rules, running, &mut priorities);
-    let victims = order_victims(&rules, running.victims.clone(), input.now, &mut priorities);
-    let free = input.capacity.saturating_sub(gpus_in_use(&running));
-    let nodes = LazyNodes {
-        input,
-        room: OnceCell::new(),
-    };
-    let pending = sort_pending_borrow_first(&rules, input, &pending, &running, &nodes);
-    let pending_in_quota_gpus = pending
-        .in_quota
-        .iter()
-        .fold(0u32, |s, j| s.saturating_add(j.gpus));
-    let mut state = new_state(input, free, pending_in_quota_gpus, victims);
-
-    // Reclaim for in-quota jobs, then parking, idle sharing and the borrowers' bands.
-    let reclaim = fallback_reclaim(
-        input,
-        &pending.in_quota,
-        &state.victims,
-        &pending.displace,
-        free,
-        &nodes,
-    );
-    let release = prioritise_fitting(&rules, &state, &pending, input.now, &mut priorities);
-    let park = jobs_to_park(&rules, &pending);
-    let shares = share_idle_capacity(&rules, input, &running, &pending);
-    prioritise_borrowers(&rules, &shares.served, &mut priorities);
-    prioritise_waiting(&rules, &pending.waiting, &mut priorities);
-
-    // Ceilings, the jobs outside every team, and the plan.
-    let mut team_states = pending.team_states;
-    let gpu_limits = team_gpu_limits(config, &running, &shares.allowance, &mut team_states);
-    state.teams = team_states;
-    let mut outside = outside;
+    let mut queues = Queues::from_jobs(&rules, jobs);
+    let mut outside = std::mem::take(&mut queues.outside);
     outside.dedup(); // an array's tasks follow each other
+    let pass = Pass {
+        capacity: input.capacity,
+        fairshare: input.fairshare,
+        now: input.now,
+        node_gpus: input.node_gpus,
+    };
+    let mut priorities = Priorities::default();
+    let d = decide(&rules, &pass, &queues, &mut priorities);
 
+    let mut state = new_state(
+        input,
+        d.free,
+        d.pending_in_quota_gpus,
+        d.victims.iter().map(Ranked::victim).collect(),
+    );
+    state.teams = config
+        .teams
+        .iter()
+        .zip(d.team_states)
+        .map(|(t, s)| (t.name.clone(), s))
+        .collect();
     let plan = Plan {
         priorities: priorities.into_map(),
-        gpu_limits,
+        gpu_limits: config
+            .teams
+            .iter()
+            .zip(&d.gpu_limits)
+            .map(|(t, l)| (t.name.clone(), *l))
+            .collect(),
         type_limits: BTreeMap::new(),
-        displace: pending.displace,
-        reclaim,
-        violations: running.violations,
+        displace: d.displace,
+        reclaim: d.reclaim,
+        violations: d.violations,
         outside,
         untyped: Vec::new(),
-        park,
-        release,
+        park: d.park,
+        release: d.release,
         state,
     };
     PoolPlan {
         plan,
+        allowance: d.allowance,
+        lends: d.lends,
+    }
+}
+
+/// What the phases decided in one pass (the plan less its priorities, which went to the
+/// sink).
+struct Decided<'a> {
+    /// The running borrowed jobs in reclaim order.
+    victims: Vec<Ranked<'a>>,
+    /// C less the GPUs the teams' running jobs hold.
+    free: u32,
+    /// Σ GPUs of pending jobs that fit their team's unused quota.
+    pending_in_quota_gpus: u32,
+    /// Pending jobs that fit their team's quota or displace a lower class.
+    in_quota: Vec<Entry<'a>>,
+    displace: Vec<u64>,
+    reclaim: Vec<u64>,
+    violations: Vec<u64>,
+    park: Vec<u64>,
+    release: Vec<u64>,
+    /// By team, by its place in the configuration.
+    team_states: Vec<TeamState>,
+    gpu_limits: Vec<u32>,
+    allowance: Vec<u32>,
+    lends: Vec<u32>,
+}
+
+/// The phases of DESIGN §4 over one pass's queues: per-team usage, what runs inside each
+/// quota (protected) and what is borrowed (victims), then what waits and fits the unused
+/// quota, displaces a lower class or borrows; reclaim, parking, idle sharing and ceilings.
+fn decide<'a>(
+    rules: &Rules<'_>,
+    pass: &Pass<'_>,
+    queues: &'a Queues<'a>,
+    priorities: &mut dyn Sink,
+) -> Decided<'a> {
+    let config = rules.config;
+    let mut running = sort_running(rules, &queues.running, priorities);
+    let victims = order_victims(
+        rules,
+        std::mem::take(&mut running.victims),
+        pass.now,
+        priorities,
+    );
+    let free = pass.capacity.saturating_sub(gpus_in_use(&running));
+    let nodes = LazyNodes {
+        node_gpus: pass.node_gpus,
+        queues,
+        room: OnceCell::new(),
+    };
+    let pending = sort_pending_borrow_first(rules, pass, &queues.pending, &running, &nodes);
+    let pending_in_quota_gpus = pending
+        .in_quota
+        .iter()
+        .fold(0u32, |s, j| s.saturating_add(j.gpus));
+
+    // Reclaim for in-quota jobs, then parking, idle sharing and the borrowers' bands.
+    let reclaim = fallback_reclaim(
+        pass.now,
+        &pending.in_quota,
+        &victims,
+        &pending.displace,
+        free,
+        &nodes,
+    );
+    let needed = pending_in_quota_gpus.saturating_sub(free);
+    let in_quota_level = reclaim_level_by(
+        victims.iter().map(|v| (v.job.gpus, v.exempt_until)),
+        needed,
+        pass.now,
+    );
+    let release = prioritise_fitting(rules, in_quota_level, &pending, priorities);
+    let park = jobs_to_park(rules, &pending);
+    let shares = share_idle_capacity(rules, pass, &running, &pending);
+    prioritise_borrowers(rules, &shares.served, priorities);
+    prioritise_waiting(rules, &pending.waiting, priorities);
+
+    // Ceilings.
+    let mut team_states = pending.team_states;
+    let gpu_limits = team_gpu_limits(config, &running, &shares.allowance, &mut team_states);
+    let mut in_quota = pending.in_quota;
+    in_quota.extend(pending.displacing);
+    Decided {
+        victims,
+        free,
+        pending_in_quota_gpus,
+        in_quota,
+        displace: pending.displace,
+        reclaim,
+        violations: running.violations,
+        park,
+        release,
+        team_states,
+        gpu_limits,
         allowance: shares.allowance,
         lends: shares.lends,
     }
@@ -1408,10 +1593,7 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
 
 /// The GPUs teams' running jobs hold in all.
 fn gpus_in_use(running: &Running<'_>) -> u32 {
-    running
-        .usage
-        .values()
-        .fold(0u32, |s, u| s.saturating_add(*u))
+    running.usage.iter().fold(0u32, |s, u| s.saturating_add(*u))
 }
 
 /// The state a pass publishes, before its teams are filled in.
@@ -1442,23 +1624,20 @@ fn new_state(
 /// preempt nobody themselves. Returns the parked ones among them, to release.
 fn prioritise_fitting(
     rules: &Rules<'_>,
-    state: &PublishedState,
+    in_quota_level: u32,
     pending: &Pending<'_>,
-    now: i64,
-    priorities: &mut Priorities,
+    priorities: &mut dyn Sink,
 ) -> Vec<u64> {
-    let needed = state.pending_in_quota_gpus.saturating_sub(state.free_gpus);
-    let in_quota_level = state.reclaim_level(needed, now);
     let mut release = Vec::new();
-    for j in &pending.in_quota {
-        set_priority(priorities, j.id, encode(in_quota_level, rules.class_idx(j)));
+    for &j in &pending.in_quota {
+        priorities.raise(j, encode(in_quota_level, rules.class_idx(&j)));
         if j.parked || j.park_held {
             release.push(j.id);
         }
     }
-    for j in &pending.displacing {
+    for &j in &pending.displacing {
         let level = priority::reclaim_level(0);
-        set_priority(priorities, j.id, encode(level, rules.class_idx(j)));
+        priorities.raise(j, encode(level, rules.class_idx(&j)));
         if j.parked || j.park_held {
             release.push(j.id);
         }
@@ -1476,11 +1655,14 @@ fn prioritise_fitting(
 fn jobs_to_park(rules: &Rules<'_>, pending: &Pending<'_>) -> Vec<u64> {
     let mut park: Vec<u64> = pending
         .borrowers
-        .values()
+        .iter()
         .flatten()
         .filter(|j| !rules.preemptible(j) && !j.park_held)
         .map(|j| j.id)
         .collect();
+    if park.is_empty() {
+        return park;
+    }
     park.sort_unstable();
     park.dedup();
     let fitting: BTreeSet<u64> = pending
@@ -1497,27 +1679,23 @@ fn jobs_to_park(rules: &Rules<'_>, pending: &Pending<'_>) -> Vec<u64> {
 /// inside which Slurm itself serves the oldest submission first (equal priorities: submit
 /// time, then job id). A job's priority moves only when its band does, so a long queue costs
 /// no updates while the front of it changes (issue 9).
-fn prioritise_borrowers(
-    rules: &Rules<'_>,
-    served: &[(&ClusterJob, u32)],
-    priorities: &mut Priorities,
-) {
+fn prioritise_borrowers(rules: &Rules<'_>, served: &[(Entry<'_>, u32)], priorities: &mut dyn Sink) {
     for (j, slot) in served {
         let level = if rules.preemptible(j) {
             priority::borrow_band(*slot, rules.class_rank(j))
         } else {
             priority::BORROW_BASE
         };
-        set_priority(priorities, j.id, encode(level, rules.class_idx(j)));
+        priorities.raise(*j, encode(level, rules.class_idx(j)));
     }
 }
 
 /// Jobs that cannot start now sit at the bottom; the pass after they become eligible ranks
 /// them.
-fn prioritise_waiting(rules: &Rules<'_>, waiting: &[&ClusterJob], priorities: &mut Priorities) {
-    for j in waiting {
+fn prioritise_waiting(rules: &Rules<'_>, waiting: &[Entry<'_>], priorities: &mut dyn Sink) {
+    for &j in waiting {
         let level = priority::BORROW_BASE;
-        set_priority(priorities, j.id, encode(level, rules.class_idx(j)));
+        priorities.raise(j, encode(level, rules.class_idx(&j)));
     }
 }
 
@@ -1526,22 +1704,18 @@ fn prioritise_waiting(rules: &Rules<'_>, waiting: &[&ClusterJob], priorities: &m
 fn team_gpu_limits(
     config: &Config,
     running: &Running<'_>,
-    allowance: &BTreeMap<String, u32>,
-    team_states: &mut BTreeMap<String, TeamState>,
-) -> BTreeMap<String, u32> {
-    let mut gpu_limits = BTreeMap::new();
-    for t in &config.teams {
-        let used = running.usage.get(t.name.as_str()).copied().unwrap_or(0);
-        let mut limit = t
-            .quota
-            .total
-            .max(used)
-            .saturating_add(allowance.get(&t.name).copied().unwrap_or(0));
+    allowance: &[u32],
+    team_states: &mut [TeamState],
+) -> Vec<u32> {
+    let mut gpu_limits = Vec::with_capacity(config.teams.len());
+    for (i, t) in config.teams.iter().enumerate() {
+        let used = running.usage[i];
+        let mut limit = t.quota.total.max(used).saturating_add(allowance[i]);
         if let Some(b) = t.borrow_limit {
             limit = limit.min(t.quota.total.saturating_add(b));
         }
-        gpu_limits.insert(t.name.clone(), limit);
-        if let Some(ts) = team_states.get_mut(&t.name) {
+        gpu_limits.push(limit);
+        if let Some(ts) = team_states.get_mut(i) {
             ts.gpu_limit = limit;
         }
     }
@@ -1725,15 +1899,15 @@ impl SpentAcrossTypes {
     /// against their lend limits only where the pool had borrowers (a pool without any draws
     /// on nothing).
     fn add(&mut self, config: &Config, pool: &PoolPlan) {
-        let borrowing = pool.allowance.values().any(|n| *n > 0);
-        for t in &config.teams {
+        let borrowing = pool.allowance.iter().any(|n| *n > 0);
+        for (i, t) in config.teams.iter().enumerate() {
             if t.borrow_by_type.is_none() {
                 let e = self.borrowed.entry(t.name.clone()).or_insert(0);
-                *e = e.saturating_add(pool.allowance.get(&t.name).copied().unwrap_or(0));
+                *e = e.saturating_add(pool.allowance.get(i).copied().unwrap_or(0));
             }
             if t.lend_by_type.is_none() && borrowing {
                 let e = self.lent.entry(t.name.clone()).or_insert(0);
-                *e = e.saturating_add(pool.lends.get(&t.name).copied().unwrap_or(0));
+                *e = e.saturating_add(pool.lends.get(i).copied().unwrap_or(0));
             }
         }
     }

@@ -1,0 +1,362 @@
+//! The governor's plan kept between passes, for a caller that sees jobs arrive, start and end
+//! one at a time: accountd replay's simulated cluster, which passes a million times over a
+//! year of a large site.
+//!
+//! [`plan`](super::plan) groups and sorts every job on every pass, and hands back every
+//! priority. A [`Planner`] keeps each team's jobs in the order the phases walk them as they
+//! change, runs the same phases ([`decide`](super::decide)) over them, and hands back only
+//! the priorities that changed since its previous pass. What it decides is what `plan` decides
+//! for the same jobs (tested in `tests/planner.rs` against `plan` over random histories).
+//!
+//! Not covered: typed configurations (each GPU type is planned with limits left over by the
+//! others, so per pass), and a pending record standing for several array tasks (`tasks > 1`),
+//! which `plan` expands into its tasks; a `Planner` plans such a record as one task.
+
+use std::collections::{BTreeMap, HashMap};
+
+use teamshare_config::Config;
+
+use super::{decide, ClusterJob, Entry, Pass, PendingKey, Phase, Queues, Rules, RunningKey, Sink};
+
+/// Where a job is filed among the lists the phases walk.
+#[derive(Clone, Copy)]
+enum Filed {
+    /// Running, in its team's list (team's place in the configuration).
+    Running(usize, RunningKey),
+    /// Pending and ranked, in its team's queue.
+    Pending(usize, PendingKey),
+    /// Running, of no team (it holds its nodes' GPUs all the same).
+    Other,
+    /// Pending and not ranked (held by its owner), or pending outside every team.
+    Nowhere,
+}
+
+struct Held {
+    job: ClusterJob,
+    filed: Filed,
+}
+
+/// What a pass needs besides the jobs (see [`GovernInput`](super::GovernInput)).
+pub struct PassInput<'a> {
+    /// C: GPUs of usable nodes in the governed partitions.
+    pub capacity: u32,
+    /// Fair-share factor per team (missing: 1.0).
+    pub fairshare: &'a BTreeMap<String, f64>,
+    pub now: i64,
+    /// GPUs per usable node of the governed partitions (empty: placement unknown).
+    pub node_gpus: &'a BTreeMap<String, u32>,
+}
+
+/// What a [`Planner`] pass decided: [`Plan`](super::Plan)'s actions, with the priorities
+/// that changed since the previous pass instead of all of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassPlan {
+    /// (job id, priority) for every job whose priority differs from the one the previous
+    /// pass gave it (every job's, the first pass it is in).
+    pub priorities: Vec<(u64, u32)>,
+    /// Each team's GrpTRES gres/gpu, by the team's place in the configuration.
+    pub gpu_limits: Vec<u32>,
+    pub displace: Vec<u64>,
+    pub reclaim: Vec<u64>,
+    pub violations: Vec<u64>,
+    pub park: Vec<u64>,
+    pub release: Vec<u64>,
+    /// Jobs in a governed partition that hold or ask for GPUs outside any team.
+    pub outside: Vec<u64>,
+    /// Pending jobs that fit their team's unused quota or displace a lower class: ranked at
+    /// the no-preempt level or above, ahead of every borrower.
+    pub in_quota: Vec<u64>,
+    /// The earliest instant after the pass a victim's `min_runtime_before_reclaim` ends (a
+    /// pending in-quota job may then reclaim it).
+    pub next_exempt_end: Option<i64>,
+}
+
+/// The governor's plan over jobs kept between passes (see the module's documentation).
+pub struct Planner<'c> {
+    rules: Rules<'c>,
+    /// Team name to its place in the configuration.
+    index: BTreeMap<String, usize>,
+    jobs: Vec<Option<Held>>,
+    vacant: Vec<usize>,
+    slot_of: HashMap<u64, usize>,
+    /// Per team, its running jobs in phase-1 order.
+    running: Vec<Vec<(RunningKey, usize)>>,
+    /// Per team, its ranked pending jobs in phase-3 order.
+    pending: Vec<Vec<(PendingKey, usize)>>,
+    /// Running jobs of no team.
+    others: Vec<usize>,
+    /// Jobs of no team in the order they came, for [`PassPlan::outside`].
+    no_team: Vec<usize>,
+    /// The priority each job was last given.
+    given: Vec<Option<u32>>,
+    /// This pass's priorities, and the jobs that got one.
+    next: Vec<Option<u32>>,
+    written: Vec<usize>,
+}
+
+impl<'c> Planner<'c> {
+    pub fn new(config: &'c Config) -> Planner<'c> {
+        let teams = config.teams.len();
+        Planner {
+            rules: Rules::new(config),
+            index: config
+                .teams
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.name.clone(), i))
+                .collect(),
+            jobs: Vec::new(),
+            vacant: Vec::new(),
+            slot_of: HashMap::new(),
+            running: vec![Vec::new(); teams],
+            pending: vec![Vec::new(); teams],
+            others: Vec::new(),
+            no_team: Vec::new(),
+            given: Vec::new(),
+            next: Vec::new(),
+            written: Vec::new(),
+        }
+    }
+
+    /// The jobs the planner holds.
+    pub fn len(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slot_of.is_empty()
+    }
+
+    pub fn get(&self, id: u64) -> Option<&ClusterJob> {
+        let slot = *self.slot_of.get(&id)?;
+        self.jobs[slot].as_ref().map(|h| &h.job)
+    }
+
+    /// Every job the planner holds, in no particular order.
+    pub fn jobs(&self) -> impl Iterator<Item = &ClusterJob> {
+        self.jobs.iter().flatten().map(|h| &h.job)
+    }
+
+    /// The priority the last pass gave the job (none before its first pass, or while it is
+    /// not ranked).
+    pub fn priority(&self, id: u64) -> Option<u32> {
+        let slot = *self.slot_of.get(&id)?;
+        self.given[slot]
+    }
+
+    /// A job appears (as squeue would list it); one already held under its id is replaced.
+    pub fn insert(&mut self, job: ClusterJob) {
+        self.remove(job.id);
+        let slot = match self.vacant.pop() {
+            Some(s) => s,
+            None => {
+                self.jobs.push(None);
+                self.given.push(None);
+                self.next.push(None);
+                self.jobs.len() - 1
+            }
+        };
+        self.slot_of.insert(job.id, slot);
+        let team = self.index.get(job.team.as_str()).copied();
+        if team.is_none() {
+            self.no_team.push(slot);
+        }
+        self.given[slot] = None;
+        self.jobs[slot] = Some(Held {
+            job,
+            filed: Filed::Nowhere,
+        });
+        self.file(slot);
+    }
+
+    /// A job is gone (ended, cancelled, or no longer in the governed partitions).
+    pub fn remove(&mut self, id: u64) -> Option<ClusterJob> {
+        let slot = self.slot_of.remove(&id)?;
+        self.unfile(slot);
+        if let Some(i) = self.no_team.iter().position(|s| *s == slot) {
+            self.no_team.remove(i);
+        }
+        self.given[slot] = None;
+        self.vacant.push(slot);
+        self.jobs[slot].take().map(|h| h.job)
+    }
+
+    /// A job changed (started, is ending, was held or released, ...): `change` edits it, and
+    /// it is filed again where it now belongs. Its id must stay the same.
+    pub fn update(&mut self, id: u64, change: impl FnOnce(&mut ClusterJob)) {
+        let Some(&slot) = self.slot_of.get(&id) else {
+            return;
+        };
+        self.unfile(slot);
+        if let Some(h) = self.jobs[slot].as_mut() {
+            change(&mut h.job);
+            debug_assert_eq!(h.job.id, id, "Planner::update must keep the job's id");
+        }
+        self.file(slot);
+    }
+
+    fn file(&mut self, slot: usize) {
+        let Some(h) = self.jobs[slot].as_ref() else {
+            return;
+        };
+        let j = &h.job;
+        let team = self.index.get(j.team.as_str()).copied();
+        let filed = match (team, j.phase) {
+            (Some(t), Phase::Running) => {
+                let key = self.rules.running_key(j);
+                let list = &mut self.running[t];
+                let at = list.partition_point(|e| (e.0, e.1) < (key, slot));
+                list.insert(at, (key, slot));
+                Filed::Running(t, key)
+            }
+            (Some(t), Phase::Pending) if Rules::ranked(j) => {
+                let key = self.rules.pending_key(j);
+                let list = &mut self.pending[t];
+                let at = list.partition_point(|e| (e.0, e.1) < (key, slot));
+                list.insert(at, (key, slot));
+                Filed::Pending(t, key)
+            }
+            (None, Phase::Running) => {
+                self.others.push(slot);
+                Filed::Other
+            }
+            _ => Filed::Nowhere,
+        };
+        if matches!(filed, Filed::Nowhere) {
+            // Not ranked: the plan gives it no priority.
+            self.given[slot] = None;
+        }
+        if let Some(h) = self.jobs[slot].as_mut() {
+            h.filed = filed;
+        }
+    }
+
+    fn unfile(&mut self, slot: usize) {
+        let Some(h) = self.jobs[slot].as_mut() else {
+            return;
+        };
+        let filed = std::mem::replace(&mut h.filed, Filed::Nowhere);
+        match filed {
+            Filed::Running(t, key) => {
+                let list = &mut self.running[t];
+                if let Ok(at) = list.binary_search(&(key, slot)) {
+                    list.remove(at);
+                }
+            }
+            Filed::Pending(t, key) => {
+                let list = &mut self.pending[t];
+                if let Ok(at) = list.binary_search(&(key, slot)) {
+                    list.remove(at);
+                }
+            }
+            Filed::Other => {
+                if let Some(i) = self.others.iter().position(|s| *s == slot) {
+                    self.others.swap_remove(i);
+                }
+            }
+            Filed::Nowhere => {}
+        }
+    }
+
+    /// One pass over the jobs as they are now.
+    pub fn plan(&mut self, input: &PassInput<'_>) -> PassPlan {
+        let Planner {
+            rules,
+            jobs,
+            running,
+            pending,
+            others,
+            no_team,
+            given,
+            next,
+            written,
+            ..
+        } = self;
+        let entry = |slot: usize| -> Option<Entry<'_>> {
+            jobs[slot].as_ref().map(|h| Entry { job: &h.job, slot })
+        };
+        let queues = Queues {
+            running: running
+                .iter()
+                .map(|l| l.iter().filter_map(|(_, s)| entry(*s)).collect())
+                .collect(),
+            pending: pending
+                .iter()
+                .map(|l| l.iter().filter_map(|(_, s)| entry(*s)).collect())
+                .collect(),
+            others_running: others.iter().filter_map(|s| entry(*s)).collect(),
+            outside: Vec::new(),
+        };
+        let pass = Pass {
+            capacity: input.capacity,
+            fairshare: input.fairshare,
+            now: input.now,
+            node_gpus: input.node_gpus,
+        };
+        written.clear();
+        let mut sink = SlotSink { next, written };
+        let d = decide(rules, &pass, &queues, &mut sink);
+
+        let mut changed = Vec::new();
+        for &slot in written.iter() {
+            let Some(p) = next[slot].take() else {
+                continue; // written twice
+            };
+            if given[slot] != Some(p) {
+                given[slot] = Some(p);
+                if let Some(e) = entry(slot) {
+                    changed.push((e.id, p));
+                }
+            }
+        }
+        let outside = no_team
+            .iter()
+            .filter_map(|s| entry(*s))
+            .filter(|e| super::is_outside(e))
+            .map(|e| e.id)
+            .collect();
+        PassPlan {
+            priorities: changed,
+            gpu_limits: d.gpu_limits,
+            displace: d.displace,
+            reclaim: d.reclaim,
+            violations: d.violations,
+            park: d.park,
+            release: d.release,
+            outside,
+            in_quota: d.in_quota.iter().map(|e| e.id).collect(),
+            next_exempt_end: d
+                .victims
+                .iter()
+                .map(|v| v.exempt_until)
+                .filter(|t| *t > input.now)
+                .min(),
+        }
+    }
+}
+
+/// Priorities written per slot, as [`Priorities`](super::Priorities) does per job id.
+struct SlotSink<'a> {
+    next: &'a mut [Option<u32>],
+    written: &'a mut Vec<usize>,
+}
+
+impl Sink for SlotSink<'_> {
+    fn set(&mut self, e: Entry<'_>, p: u32) {
+        if self.next[e.slot].is_none() {
+            self.written.push(e.slot);
+        }
+        self.next[e.slot] = Some(p);
+    }
+
+    fn raise(&mut self, e: Entry<'_>, p: u32) {
+        let v = &mut self.next[e.slot];
+        match v {
+            Some(old) => *old = (*old).max(p),
+            None => {
+                self.written.push(e.slot);
+                *v = Some(p);
+            }
+        }
+    }
+}

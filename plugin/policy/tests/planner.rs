@@ -1,0 +1,382 @@
+//! A [`Planner`] kept up to date over a random history of jobs arriving, starting, ending,
+//! being held, parked and released decides at every pass what [`plan`] decides from scratch
+//! for the same jobs: every priority, limit and action.
+//!
+//! `PROPTEST_CASES=20000 cargo test --release -p teamshare-policy --test planner` for a soak.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use teamshare_config::Config;
+use teamshare_policy::governance::{
+    plan, ClusterJob, GovernInput, PassInput, Phase, Plan, Planner,
+};
+use teamshare_policy::priority::{self, encode};
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}
+
+/// Team names whose order is not the configuration's (the plan serves some things by name).
+const NAMES: [&str; 4] = ["zeta", "alpha", "mid", "beta"];
+
+#[derive(Debug, Clone)]
+struct TeamSpec {
+    quota: u32,
+    borrow: Option<u32>,
+    lend: Option<u32>,
+    weight: u32,
+}
+
+fn team_spec() -> impl Strategy<Value = TeamSpec> {
+    (
+        0u32..9,
+        prop::option::of(0u32..9),
+        prop::option::of(0u32..9),
+        1u32..100,
+    )
+        .prop_map(|(quota, borrow, lend, weight)| TeamSpec {
+            quota,
+            borrow,
+            lend: lend.map(|l| l.min(quota)),
+            weight,
+        })
+}
+
+fn config(teams: &[TeamSpec], fifo: bool, within: bool, exempt: u32) -> Config {
+    let mut text = format!(
+        "[cluster]\nname = \"p\"\nidle_sharing = \"{}\"\n",
+        if fifo { "fifo" } else { "fair-share" }
+    );
+    for (i, t) in teams.iter().enumerate() {
+        text.push_str(&format!(
+            "[[team]]\nname = \"{}\"\nquota = {}\nweight = {}\n",
+            NAMES[i], t.quota, t.weight
+        ));
+        if let Some(b) = t.borrow {
+            text.push_str(&format!("borrow_limit = {b}\n"));
+        }
+        if let Some(l) = t.lend {
+            text.push_str(&format!("lend_limit = {l}\n"));
+        }
+    }
+    text.push_str(
+        "[[priority_class]]\nname = \"inference\"\nvalue = 100\npreemptible = false\n\
+         [[priority_class]]\nname = \"standard\"\nvalue = 50\n\
+         [[priority_class]]\nname = \"experiment\"\nvalue = 10\n",
+    );
+    text.push_str(&format!(
+        "[governance]\nmin_runtime_before_reclaim = \"{exempt}s\"\npreempt_within_team = \"{}\"\n",
+        if within { "lower-priority" } else { "never" }
+    ));
+    teamshare_config::parse(&text, "p.toml").expect("generated configuration is valid")
+}
+
+/// What happens between two passes.
+#[derive(Debug, Clone)]
+enum Op {
+    /// A job is submitted: team (the last one: no team), GPUs, class, eligible, nodes asked.
+    Submit(usize, u32, u8, bool, u32),
+    /// The n-th pending job starts on these nodes.
+    Start(usize, Vec<usize>),
+    /// The n-th running job is ending (CG).
+    Complete(usize),
+    /// The n-th job ends or is cancelled.
+    End(usize),
+    /// The n-th pending job is held by its owner, or released.
+    Hold(usize),
+    /// The n-th pending job is parked by teamshare (held, begin time ahead), or released.
+    Park(usize),
+    /// Time passes.
+    Tick(i64),
+}
+
+fn op(teams: usize) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (0..teams + 1, prop_oneof![9 => 1u32..6, 1 => Just(0u32)], 0u8..4, prop::bool::weighted(0.85), 1u32..3)
+            .prop_map(|(t, g, c, e, n)| Op::Submit(t, g, c, e, n)),
+        3 => (any::<usize>(), prop::collection::vec(0usize..4, 1..3)).prop_map(|(i, n)| Op::Start(i, n)),
+        1 => any::<usize>().prop_map(Op::Complete),
+        2 => any::<usize>().prop_map(Op::End),
+        1 => any::<usize>().prop_map(Op::Hold),
+        1 => any::<usize>().prop_map(Op::Park),
+        2 => (0i64..400).prop_map(Op::Tick),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct History {
+    teams: Vec<TeamSpec>,
+    fifo: bool,
+    within: bool,
+    exempt: u32,
+    extra: u32,
+    nodes: Vec<u32>,
+    ops: Vec<Op>,
+}
+
+fn history() -> impl Strategy<Value = History> {
+    (
+        prop::collection::vec(team_spec(), 1..5),
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(0u32), Just(120u32)],
+        0u32..6,
+        prop::collection::vec(1u32..9, 0..5),
+    )
+        .prop_flat_map(|(teams, fifo, within, exempt, extra, nodes)| {
+            let n = teams.len();
+            (
+                Just((teams, fifo, within, exempt, extra, nodes)),
+                prop::collection::vec(op(n), 1..80),
+            )
+        })
+        .prop_map(
+            |((teams, fifo, within, exempt, extra, nodes), ops)| History {
+                teams,
+                fifo,
+                within,
+                exempt,
+                extra,
+                nodes,
+                ops,
+            },
+        )
+}
+
+fn nth(jobs: &[ClusterJob], phase: Phase, n: usize) -> Option<u64> {
+    let of: Vec<u64> = jobs
+        .iter()
+        .filter(|j| j.phase == phase)
+        .map(|j| j.id)
+        .collect();
+    (!of.is_empty()).then(|| of[n % of.len()])
+}
+
+/// Applies `op` to the jobs squeue would show and to the planner alike.
+fn apply(
+    op: &Op,
+    jobs: &mut Vec<ClusterJob>,
+    planner: &mut Planner<'_>,
+    now: &mut i64,
+    next_id: &mut u64,
+    teams: usize,
+    nodes: usize,
+) {
+    let edit = |jobs: &mut Vec<ClusterJob>,
+                planner: &mut Planner<'_>,
+                id: u64,
+                f: &dyn Fn(&mut ClusterJob)| {
+        if let Some(j) = jobs.iter_mut().find(|j| j.id == id) {
+            f(j);
+        }
+        planner.update(id, |j| f(j));
+    };
+    match op {
+        Op::Submit(t, gpus, class, eligible, node_count) => {
+            *next_id += 1;
+            let job = ClusterJob {
+                id: *next_id,
+                team: if *t < teams {
+                    NAMES[*t].to_string()
+                } else {
+                    "other".to_string()
+                },
+                phase: Phase::Pending,
+                gpus: *gpus,
+                gpu_type: None,
+                priority: encode(priority::BORROW_BASE, *class),
+                submit: *now,
+                start: None,
+                eligible: *eligible,
+                parked: false,
+                park_held: false,
+                batch: true,
+                nodes: Vec::new(),
+                node_count: *node_count,
+                completing: false,
+                tasks: 1,
+            };
+            jobs.push(job.clone());
+            planner.insert(job);
+        }
+        Op::Start(n, on) => {
+            if let Some(id) = nth(jobs, Phase::Pending, *n) {
+                let start = *now;
+                let names: Vec<String> = if nodes == 0 {
+                    Vec::new()
+                } else {
+                    on.iter().map(|i| format!("n{}", i % nodes)).collect()
+                };
+                edit(jobs, planner, id, &|j| {
+                    j.phase = Phase::Running;
+                    j.start = Some(start);
+                    j.nodes = names.clone();
+                    j.parked = false;
+                    j.park_held = false;
+                    j.eligible = true;
+                    if j.priority == 0 {
+                        j.priority = encode(priority::BORROW_BASE, 0);
+                    }
+                });
+            }
+        }
+        Op::Complete(n) => {
+            if let Some(id) = nth(jobs, Phase::Running, *n) {
+                edit(jobs, planner, id, &|j| j.completing = true);
+            }
+        }
+        Op::End(n) => {
+            if !jobs.is_empty() {
+                let id = jobs[n % jobs.len()].id;
+                jobs.retain(|j| j.id != id);
+                planner.remove(id);
+            }
+        }
+        Op::Hold(n) => {
+            if let Some(id) = nth(jobs, Phase::Pending, *n) {
+                edit(jobs, planner, id, &|j| {
+                    if j.priority == 0 && !j.park_held {
+                        j.priority = encode(priority::BORROW_BASE, 0);
+                    } else if !j.park_held {
+                        j.priority = 0;
+                    }
+                });
+            }
+        }
+        Op::Park(n) => {
+            if let Some(id) = nth(jobs, Phase::Pending, *n) {
+                edit(jobs, planner, id, &|j| {
+                    if j.park_held {
+                        j.park_held = false;
+                        j.parked = false;
+                        j.priority = encode(priority::BORROW_BASE, 1);
+                    } else {
+                        j.park_held = true;
+                        j.parked = true;
+                        j.priority = 0;
+                    }
+                });
+            }
+        }
+        Op::Tick(dt) => *now += dt,
+    }
+}
+
+fn same_as_plan(
+    config: &Config,
+    planner: &Planner<'_>,
+    jobs: &[ClusterJob],
+    full: &Plan,
+    pass: &teamshare_policy::governance::PassPlan,
+) -> Result<(), TestCaseError> {
+    for j in jobs {
+        prop_assert_eq!(
+            planner.priority(j.id),
+            full.priorities.get(&j.id).copied(),
+            "priority of job {}",
+            j.id
+        );
+    }
+    let limits: BTreeMap<String, u32> = config
+        .teams
+        .iter()
+        .zip(&pass.gpu_limits)
+        .map(|(t, l)| (t.name.clone(), *l))
+        .collect();
+    prop_assert_eq!(&limits, &full.gpu_limits);
+    prop_assert_eq!(&pass.displace, &full.displace);
+    prop_assert_eq!(&pass.reclaim, &full.reclaim);
+    prop_assert_eq!(&pass.violations, &full.violations);
+    prop_assert_eq!(&pass.park, &full.park);
+    prop_assert_eq!(&pass.release, &full.release);
+    prop_assert_eq!(&pass.outside, &full.outside);
+    // In quota: the pending jobs ranked at the no-preempt level or above.
+    let mut in_quota: Vec<u64> = jobs
+        .iter()
+        .filter(|j| j.phase == Phase::Pending)
+        .filter(|j| {
+            full.priorities
+                .get(&j.id)
+                .is_some_and(|p| priority::level(*p) >= priority::VICTIM_BASE - 1)
+        })
+        .map(|j| j.id)
+        .collect();
+    let mut got = pass.in_quota.clone();
+    in_quota.sort_unstable();
+    got.sort_unstable();
+    prop_assert_eq!(got, in_quota);
+    let next_exempt = full
+        .state
+        .victims
+        .iter()
+        .map(|v| v.exempt_until)
+        .filter(|t| *t > full.state.generated_at)
+        .min();
+    prop_assert_eq!(pass.next_exempt_end, next_exempt);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    #[test]
+    fn a_planner_kept_up_to_date_plans_what_plan_does(h in history()) {
+        let config = config(&h.teams, h.fifo, h.within, h.exempt);
+        let capacity = h.teams.iter().map(|t| t.quota).sum::<u32>() + h.extra;
+        let node_gpus: BTreeMap<String, u32> = h
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (format!("n{i}"), *g))
+            .collect();
+        let fairshare: BTreeMap<String, f64> = NAMES
+            .iter()
+            .take(h.teams.len())
+            .enumerate()
+            .map(|(i, n)| (n.to_string(), 1.0 / (i as f64 + 1.5)))
+            .collect();
+        let mut planner = Planner::new(&config);
+        let mut jobs: Vec<ClusterJob> = Vec::new();
+        let mut now = 1_000_000i64;
+        let mut next_id = 0u64;
+        for op in &h.ops {
+            apply(op, &mut jobs, &mut planner, &mut now, &mut next_id, h.teams.len(), h.nodes.len());
+            let full = plan(&GovernInput {
+                config: &config,
+                capacity,
+                jobs: &jobs,
+                fairshare: &fairshare,
+                now,
+                node_gpus: &node_gpus,
+                capacity_by_type: &BTreeMap::new(),
+                node_types: &BTreeMap::new(),
+            });
+            let pass = planner.plan(&PassInput {
+                capacity,
+                fairshare: &fairshare,
+                now,
+                node_gpus: &node_gpus,
+            });
+            same_as_plan(&config, &planner, &jobs, &full, &pass)?;
+            // Only what changed is handed back.
+            for (id, p) in &pass.priorities {
+                prop_assert_eq!(full.priorities.get(id), Some(p));
+            }
+            prop_assert_eq!(planner.len(), jobs.len());
+            // The governor applies the priorities (the class stays in the low bits).
+            for j in jobs.iter_mut() {
+                if let Some(p) = full.priorities.get(&j.id) {
+                    if j.priority != 0 {
+                        j.priority = *p;
+                        let p = *p;
+                        planner.update(j.id, |k| k.priority = p);
+                    }
+                }
+            }
+        }
+    }
+}

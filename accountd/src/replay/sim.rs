@@ -29,11 +29,12 @@
 //!   ends, drains, submissions, eligibility, cancellations), and nothing depends on a hash.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
 use teamshare_config::{Config, IdleSharing};
-use teamshare_policy::governance::{self, ClusterJob, GovernInput, Phase, RECLAIM_FALLBACK_SECS};
+use teamshare_policy::governance::{
+    self, ClusterJob, GovernInput, PassInput, Phase, Planner, RECLAIM_FALLBACK_SECS,
+};
 use teamshare_policy::priority::{self, encode, BORROW_BASE, VICTIM_BASE};
 use teamshare_policy::submit::{self, GpuAsk, SubmitRequest};
 
@@ -127,8 +128,101 @@ struct Node {
     name: String,
     gpus: u32,
     gpu_type: Option<String>,
+    /// Its place in [`FreeIndex::kinds`].
+    kind: usize,
     free: u32,
     drained: bool,
+}
+
+/// The free GPUs of usable nodes per GPU type, kept as nodes fill, empty, drain and return,
+/// so that a scheduling pass asks "could it fit anywhere" without a walk over the nodes.
+struct FreeIndex {
+    /// The nodes' GPU types (`None`: untyped), in order.
+    kinds: Vec<Option<String>>,
+    /// Per kind: free GPUs on usable nodes.
+    free: Vec<u32>,
+    /// Per kind: how many usable nodes have exactly `i` GPUs free.
+    by_free: Vec<Vec<u32>>,
+    /// Per kind: usable nodes with every GPU free.
+    whole: Vec<u32>,
+    /// Free GPUs on usable nodes of every kind.
+    total: u32,
+}
+
+impl FreeIndex {
+    fn new(nodes: &[Node]) -> FreeIndex {
+        let kinds: Vec<Option<String>> = nodes
+            .iter()
+            .map(|n| n.gpu_type.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut by_free = vec![Vec::new(); kinds.len()];
+        for n in nodes {
+            if let Some(k) = kinds.iter().position(|k| *k == n.gpu_type) {
+                let len = usize::try_from(n.gpus)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(1);
+                if by_free[k].len() < len {
+                    by_free[k].resize(len, 0);
+                }
+            }
+        }
+        FreeIndex {
+            free: vec![0; kinds.len()],
+            whole: vec![0; kinds.len()],
+            kinds,
+            by_free,
+            total: 0,
+        }
+    }
+
+    fn kind_of(&self, gpu_type: &Option<String>) -> usize {
+        self.kinds.iter().position(|k| k == gpu_type).unwrap_or(0)
+    }
+
+    /// The node counts again (it is usable).
+    fn enter(&mut self, n: &Node) {
+        if n.drained {
+            return;
+        }
+        self.free[n.kind] += n.free;
+        self.total += n.free;
+        self.by_free[n.kind][n.free as usize] += 1;
+        self.whole[n.kind] += u32::from(n.free == n.gpus);
+    }
+
+    /// The node stops counting (before its free GPUs change, or it drains).
+    fn leave(&mut self, n: &Node) {
+        if n.drained {
+            return;
+        }
+        self.free[n.kind] -= n.free;
+        self.total -= n.free;
+        self.by_free[n.kind][n.free as usize] -= 1;
+        self.whole[n.kind] -= u32::from(n.free == n.gpus);
+    }
+
+    /// The most free GPUs on one usable node of kind `k`.
+    fn largest(&self, k: usize) -> u32 {
+        self.by_free[k]
+            .iter()
+            .rposition(|c| *c > 0)
+            .map_or(0, |i| u32::try_from(i).unwrap_or(u32::MAX))
+    }
+
+    /// The kinds a job asking for `want` may run on.
+    fn matching<'s>(&'s self, want: &'s Option<String>) -> impl Iterator<Item = usize> + 's {
+        (0..self.kinds.len()).filter(move |k| type_matches(want, &self.kinds[*k]))
+    }
+
+    /// Free GPUs a job asking for `want` could use.
+    fn free_for(&self, want: &Option<String>) -> u32 {
+        match want {
+            None => self.total,
+            Some(_) => self.matching(want).map(|k| self.free[k]).sum(),
+        }
+    }
 }
 
 struct Job {
@@ -152,14 +246,40 @@ struct Job {
     serial: u32,
     /// (node, GPUs) held.
     alloc: Vec<(usize, u32)>,
-    /// Its row in the jobs shown to the governor.
-    row: Option<usize>,
+    /// Shown to the governor (squeue lists it): pending and eligible, or running.
+    shown: bool,
+    /// In the scheduler's queue (shown, pending, not parked), and the scheduling pass that
+    /// queued it.
+    queued: bool,
+    queued_in: u64,
+    /// Its key in [`Sim::ends`] while it runs or is in its grace time.
+    end_key: Option<Secs>,
     checkpoint: Option<Secs>,
 }
 
 struct Reservation {
     start: Secs,
     nodes: Vec<usize>,
+}
+
+/// A queued job's place in Slurm's order: priority, then the oldest submission, then id.
+type QueueKey = (Reverse<u32>, Secs, u64, usize);
+
+/// What the submit-time checks look at: team, class, GPUs, GPU type, nodes.
+type RequestKind = (String, Option<String>, u32, Option<String>, u32);
+
+/// What the governor decided in one pass, as the simulation applies it.
+struct Decision {
+    /// (job id, priority): every priority that changed.
+    priorities: Vec<(u64, u32)>,
+    /// Per team (place in the configuration).
+    gpu_limits: Vec<u32>,
+    type_limits: BTreeMap<(usize, String), u32>,
+    park: Vec<u64>,
+    release: Vec<u64>,
+    requeue: Vec<u64>,
+    in_quota: Vec<u64>,
+    next_exempt_end: Option<Secs>,
 }
 
 struct Sim<'a> {
@@ -171,11 +291,21 @@ struct Sim<'a> {
     exempt: Secs,
     requeue_delay: Secs,
     nodes: Vec<Node>,
+    free: FreeIndex,
     jobs: Vec<Job>,
     out: Vec<JobOutcome>,
-    /// What squeue would show the governor: pending (eligible) and running jobs.
-    rows: Vec<ClusterJob>,
-    row_job: Vec<usize>,
+    /// What squeue would show the governor (pending eligible and running jobs), and the
+    /// governor's plan over them, kept between passes.
+    planner: Planner<'a>,
+    /// Shown pending jobs that are not parked, in Slurm's order.
+    queue: BTreeSet<QueueKey>,
+    /// Running jobs (not in their grace time) by priority: preemption candidates.
+    running_prio: BTreeSet<(u32, usize)>,
+    /// Running jobs by the end of their time limit, and preempted ones by the end of their
+    /// grace: when backfill expects their GPUs back.
+    ends: BTreeSet<(Secs, usize)>,
+    /// Scheduling passes so far (see [`Job::queued_in`]).
+    sched_passes: u64,
     events: BinaryHeap<Reverse<Event>>,
     seq: u64,
     next_submit: usize,
@@ -186,20 +316,22 @@ struct Sim<'a> {
     limits: Vec<u32>,
     type_limits: BTreeMap<(usize, String), u32>,
     fairshare: BTreeMap<String, f64>,
-    decayed: BTreeMap<String, f64>,
+    /// Each team's decayed GPU usage (fair-share), by its place in the configuration.
+    decayed: Vec<f64>,
     last_decay: Secs,
     last_fairshare: Secs,
     dirty: bool,
     pending: usize,
     passes: u64,
     last_pass: Secs,
-    team_names: Vec<Arc<str>>,
     /// The usable nodes as the governor reads them; rebuilt after a drain.
     node_view: Option<NodeView>,
     /// Pending jobs the last pass ranked in quota.
     in_quota_waiting: bool,
     /// The last scheduling pass passed over jobs for their team's limit.
     limit_blocked: bool,
+    /// The submit-time checks' answers, per kind of request (the same for every job alike).
+    accepted: HashMap<RequestKind, bool>,
 }
 
 /// GPUs per usable node, per type, and per node and type.
@@ -211,7 +343,7 @@ type NodeView = (
 
 impl<'a> Sim<'a> {
     fn new(trace: &'a Trace, config: &'a Config, params: &'a SimParams) -> Sim<'a> {
-        let nodes: Vec<Node> = trace
+        let mut nodes: Vec<Node> = trace
             .cluster
             .nodes
             .iter()
@@ -219,10 +351,16 @@ impl<'a> Sim<'a> {
                 name: n.name.clone(),
                 gpus: n.gpus,
                 gpu_type: n.gpu_type.clone(),
+                kind: 0,
                 free: n.gpus,
                 drained: false,
             })
             .collect();
+        let mut free = FreeIndex::new(&nodes);
+        for n in &mut nodes {
+            n.kind = free.kind_of(&n.gpu_type);
+            free.enter(n);
+        }
         let reclaim_cancels =
             config.governance.reclaim_mode == teamshare_config::ReclaimMode::Cancel;
         let mut sim = Sim {
@@ -239,10 +377,14 @@ impl<'a> Sim<'a> {
                 params.requeue_delay
             },
             nodes,
+            free,
             jobs: Vec::with_capacity(trace.jobs.len()),
             out: Vec::with_capacity(trace.jobs.len()),
-            rows: Vec::new(),
-            row_job: Vec::new(),
+            planner: Planner::new(config),
+            queue: BTreeSet::new(),
+            running_prio: BTreeSet::new(),
+            ends: BTreeSet::new(),
+            sched_passes: 0,
             events: BinaryHeap::new(),
             seq: 0,
             next_submit: 0,
@@ -252,21 +394,17 @@ impl<'a> Sim<'a> {
             limits: config.teams.iter().map(|t| t.quota.total).collect(),
             type_limits: BTreeMap::new(),
             fairshare: BTreeMap::new(),
-            decayed: BTreeMap::new(),
+            decayed: Vec::new(),
             last_decay: trace.since,
             last_fairshare: Secs::MIN,
             dirty: false,
             pending: 0,
             passes: 0,
             last_pass: Secs::MIN,
-            team_names: config
-                .teams
-                .iter()
-                .map(|t| Arc::from(t.name.as_str()))
-                .collect(),
             node_view: None,
             in_quota_waiting: false,
             limit_blocked: false,
+            accepted: HashMap::new(),
         };
         for (i, t) in config.teams.iter().enumerate() {
             for (k, q) in &t.quota.by_type {
@@ -320,7 +458,10 @@ impl<'a> Sim<'a> {
             run_borrowed: false,
             serial: 0,
             alloc: Vec::new(),
-            row: None,
+            shown: false,
+            queued: false,
+            queued_in: 0,
+            end_key: None,
             checkpoint,
         }
     }
@@ -363,7 +504,7 @@ impl<'a> Sim<'a> {
             // One more pass a moment later when it may let more in: jobs held back by their
             // team's limit while GPUs are free (the new usage changes the allowances), or
             // in-quota jobs still waiting.
-            let free_somewhere = self.nodes.iter().any(|n| !n.drained && n.free > 0);
+            let free_somewhere = self.free.total > 0;
             if started
                 && self.pending > 0
                 && ((free_somewhere && self.limit_blocked) || self.in_quota_waiting)
@@ -388,9 +529,9 @@ impl<'a> Sim<'a> {
             } else {
                 1.0
             };
-            for (i, name) in self.team_names.iter().enumerate() {
-                let u = self.decayed.entry(name.to_string()).or_insert(0.0);
-                *u = *u * decay + f64::from(self.used[i]) * dt as f64;
+            self.decayed.resize(self.config.teams.len(), 0.0);
+            for (u, used) in self.decayed.iter_mut().zip(&self.used) {
+                *u = *u * decay + f64::from(*used) * dt as f64;
             }
             self.last_decay = t;
         }
@@ -418,20 +559,18 @@ impl<'a> Sim<'a> {
                         self.requeue(j);
                     }
                 }
-                Kind::Drain => {
-                    self.nodes[e.target].drained = true;
-                    self.node_view = None;
-                    self.dirty = true;
-                }
-                Kind::Undrain => {
-                    self.nodes[e.target].drained = false;
+                Kind::Drain | Kind::Undrain => {
+                    let n = e.target;
+                    self.free.leave(&self.nodes[n]);
+                    self.nodes[n].drained = e.kind == Kind::Drain;
+                    self.free.enter(&self.nodes[n]);
                     self.node_view = None;
                     self.dirty = true;
                 }
                 Kind::Eligible => {
                     let j = e.target;
                     if self.jobs[j].state == State::Pending
-                        && self.jobs[j].row.is_none()
+                        && !self.jobs[j].shown
                         && self.jobs[j].eligible_at <= t
                     {
                         self.show(j);
@@ -466,11 +605,11 @@ impl<'a> Sim<'a> {
     /// The plugin's checks at submit; an accepted job waits (shown to the governor once
     /// eligible).
     fn submit(&mut self, j: usize) {
-        let tj = &self.trace.jobs[j];
-        if !self.accepts(tj) {
+        if !self.accepts(j) {
             self.out[j].rejected = true;
             return;
         }
+        let tj = &self.trace.jobs[j];
         self.jobs[j].state = State::Pending;
         self.pending += 1;
         if let Some(c) = tj.cancelled_pending_at {
@@ -491,7 +630,7 @@ impl<'a> Sim<'a> {
     /// its team's jobs): it can neither start nor preempt until GPUs come free, and an end
     /// brings a pass before that. Its place among the borrowers is given by that pass.
     fn may_matter(&self, j: usize) -> bool {
-        if self.nodes.iter().any(|n| !n.drained && n.free > 0) {
+        if self.free.total > 0 {
             return true;
         }
         let job = &self.jobs[j];
@@ -526,7 +665,26 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn accepts(&self, tj: &TraceJob) -> bool {
+    /// [`Sim::check_submit`], once per kind of request: jobs of one team, class, size, type
+    /// and node count get the same answer.
+    fn accepts(&mut self, j: usize) -> bool {
+        let tj = &self.trace.jobs[j];
+        let key = (
+            tj.team.clone(),
+            tj.class.clone(),
+            tj.gpus,
+            tj.gpu_type.clone(),
+            tj.nodes,
+        );
+        if let Some(&ok) = self.accepted.get(&key) {
+            return ok;
+        }
+        let ok = self.check_submit(tj);
+        self.accepted.insert(key, ok);
+        ok
+    }
+
+    fn check_submit(&self, tj: &TraceJob) -> bool {
         if tj.gpus == 0 {
             return false;
         }
@@ -566,7 +724,7 @@ impl<'a> Sim<'a> {
 
     /// Shows a pending job to the governor (squeue lists it as startable).
     fn show(&mut self, j: usize) {
-        if self.jobs[j].row.is_some() {
+        if self.jobs[j].shown {
             return;
         }
         let tj = &self.trace.jobs[j];
@@ -591,20 +749,75 @@ impl<'a> Sim<'a> {
             completing: false,
             tasks: 1,
         };
-        self.jobs[j].row = Some(self.rows.len());
-        self.rows.push(row);
-        self.row_job.push(j);
+        self.planner.insert(row);
+        self.jobs[j].shown = true;
+        if !self.jobs[j].parked {
+            self.enqueue(j);
+        }
     }
 
     fn hide(&mut self, j: usize) {
-        let Some(r) = self.jobs[j].row.take() else {
+        if !self.jobs[j].shown {
             return;
-        };
-        self.rows.swap_remove(r);
-        self.row_job.swap_remove(r);
-        if r < self.rows.len() {
-            let moved = self.row_job[r];
-            self.jobs[moved].row = Some(r);
+        }
+        self.jobs[j].shown = false;
+        self.planner.remove(row_id(j));
+        self.dequeue(j);
+    }
+
+    fn queue_key(&self, j: usize) -> QueueKey {
+        (
+            Reverse(self.jobs[j].priority),
+            self.trace.jobs[j].submit,
+            row_id(j),
+            j,
+        )
+    }
+
+    /// Into the scheduler's queue (a pass under way does not see it: its order was taken
+    /// when it began).
+    fn enqueue(&mut self, j: usize) {
+        if self.jobs[j].queued {
+            return;
+        }
+        let key = self.queue_key(j);
+        self.queue.insert(key);
+        let job = &mut self.jobs[j];
+        job.queued = true;
+        job.queued_in = self.sched_passes + 1;
+    }
+
+    fn dequeue(&mut self, j: usize) {
+        if !self.jobs[j].queued {
+            return;
+        }
+        let key = self.queue_key(j);
+        self.queue.remove(&key);
+        self.jobs[j].queued = false;
+    }
+
+    /// A job's priority, wherever it is filed by it.
+    fn set_priority(&mut self, j: usize, p: u32) {
+        let old = self.jobs[j].priority;
+        if old == p {
+            return;
+        }
+        let queued = self.jobs[j].queued;
+        if queued {
+            let key = self.queue_key(j);
+            self.queue.remove(&key);
+        }
+        let running = self.jobs[j].state == State::Running;
+        if running {
+            self.running_prio.remove(&(old, j));
+        }
+        self.jobs[j].priority = p;
+        if queued {
+            let key = self.queue_key(j);
+            self.queue.insert(key);
+        }
+        if running {
+            self.running_prio.insert((p, j));
         }
     }
 
@@ -615,28 +828,107 @@ impl<'a> Sim<'a> {
         self.last_pass = self.now;
         self.refresh_fairshare();
         let view = self.node_view.take().unwrap_or_else(|| self.usable_nodes());
-        let (node_gpus, capacity_by_type, node_types) = &view;
-        let capacity = node_gpus.values().sum();
+        let decision = if self.typed {
+            self.plan_typed(&view)
+        } else {
+            let pass = self.planner.plan(&PassInput {
+                capacity: view.0.values().sum(),
+                fairshare: &self.fairshare,
+                now: self.now,
+                node_gpus: &view.0,
+            });
+            Decision {
+                priorities: pass.priorities,
+                gpu_limits: pass.gpu_limits,
+                type_limits: BTreeMap::new(),
+                park: pass.park,
+                release: pass.release,
+                requeue: pass
+                    .reclaim
+                    .into_iter()
+                    .chain(pass.displace)
+                    .chain(pass.violations)
+                    .collect(),
+                in_quota: pass.in_quota,
+                next_exempt_end: pass.next_exempt_end,
+            }
+        };
+        self.node_view = Some(view);
+        self.apply(decision);
+    }
+
+    /// A typed configuration plans each GPU type with what the others left of the shared
+    /// limits, pass by pass: [`governance::plan`] over the jobs shown.
+    fn plan_typed(&self, view: &NodeView) -> Decision {
+        let (node_gpus, capacity_by_type, node_types) = view;
+        let rows: Vec<ClusterJob> = self.planner.jobs().cloned().collect();
         let plan = governance::plan(&GovernInput {
             config: self.config,
-            capacity,
-            jobs: &self.rows,
+            capacity: node_gpus.values().sum(),
+            jobs: &rows,
             fairshare: &self.fairshare,
             now: self.now,
             node_gpus,
             capacity_by_type,
             node_types,
         });
-        self.node_view = Some(view);
+        let mut in_quota: Vec<u64> = rows
+            .iter()
+            .filter(|r| r.phase == Phase::Pending)
+            .filter(|r| {
+                plan.priorities
+                    .get(&r.id)
+                    .is_some_and(|p| priority::level(*p) >= VICTIM_BASE - 1)
+            })
+            .map(|r| r.id)
+            .collect();
+        in_quota.sort_unstable();
+        let mut type_limits = BTreeMap::new();
         for (i, t) in self.config.teams.iter().enumerate() {
-            if let Some(l) = plan.gpu_limits.get(&t.name) {
-                self.limits[i] = *l;
-            }
             if let Some(by_type) = plan.type_limits.get(&t.name) {
                 for (k, l) in by_type {
-                    self.type_limits.insert((i, k.clone()), *l);
+                    type_limits.insert((i, k.clone()), *l);
                 }
             }
+        }
+        Decision {
+            priorities: plan.priorities.iter().map(|(id, p)| (*id, *p)).collect(),
+            gpu_limits: self
+                .config
+                .teams
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    plan.gpu_limits
+                        .get(&t.name)
+                        .copied()
+                        .unwrap_or(self.limits[i])
+                })
+                .collect(),
+            type_limits,
+            park: plan.park,
+            release: plan.release,
+            requeue: plan
+                .reclaim
+                .into_iter()
+                .chain(plan.displace)
+                .chain(plan.violations)
+                .collect(),
+            in_quota,
+            next_exempt_end: plan
+                .state
+                .victims
+                .iter()
+                .map(|v| v.exempt_until)
+                .filter(|t| *t > self.now)
+                .min(),
+        }
+    }
+
+    fn apply(&mut self, mut d: Decision) {
+        self.limits.clone_from(&d.gpu_limits);
+        for (k, l) in std::mem::take(&mut d.type_limits) {
+            self.type_limits.insert(k, l);
         }
         let n = self.jobs.len();
         let by_id = |id: &u64| -> Option<usize> {
@@ -645,41 +937,38 @@ impl<'a> Sim<'a> {
                 .and_then(|i| i.checked_sub(1))
                 .filter(|i| *i < n)
         };
-        for (id, p) in &plan.priorities {
+        for (id, p) in &d.priorities {
             if let Some(j) = by_id(id) {
-                self.jobs[j].priority = *p;
-                if let Some(r) = self.jobs[j].row {
-                    if !self.jobs[j].parked {
-                        self.rows[r].priority = *p;
-                    }
-                }
+                self.set_priority(j, *p);
             }
         }
-        for id in &plan.park {
+        for id in &d.park {
             if let Some(j) = by_id(id) {
                 self.set_parked(j, true);
             }
         }
-        for id in &plan.release {
+        for id in &d.release {
             if let Some(j) = by_id(id) {
                 self.set_parked(j, false);
             }
         }
         // The governor's own requeues, each valid for the job as it is now (running).
-        for id in plan
-            .reclaim
-            .iter()
-            .chain(&plan.displace)
-            .chain(&plan.violations)
-        {
+        for id in &d.requeue {
             if let Some(j) = by_id(id) {
                 if self.jobs[j].state == State::Running {
                     self.preempt(j, 0);
                 }
             }
         }
-        self.note_in_quota();
-        self.wake_for_time_rules(&plan.state.victims);
+        // Pending jobs the plan ranks as in quota: the first instant each did.
+        for id in &d.in_quota {
+            if let Some(j) = by_id(id) {
+                if !self.jobs[j].parked && self.out[j].in_quota_since.is_none() {
+                    self.out[j].in_quota_since = Some(self.now);
+                }
+            }
+        }
+        self.wake_for_time_rules(&d, by_id);
     }
 
     fn set_parked(&mut self, j: usize, parked: bool) {
@@ -689,53 +978,37 @@ impl<'a> Sim<'a> {
         }
         job.parked = parked;
         let priority = job.priority;
-        if let Some(r) = job.row {
-            let row = &mut self.rows[r];
-            row.parked = parked;
-            row.park_held = parked;
-            row.priority = if parked { 0 } else { priority };
-        }
-    }
-
-    /// Pending jobs the plan ranks as in quota (at or above the no-preempt level): the first
-    /// instant each did.
-    fn note_in_quota(&mut self) {
-        for (r, &j) in self.row_job.iter().enumerate() {
-            let row = &self.rows[r];
-            if row.phase == Phase::Pending
-                && priority::level(self.jobs[j].priority) >= VICTIM_BASE - 1
-                && !self.jobs[j].parked
-                && self.out[j].in_quota_since.is_none()
-            {
-                self.out[j].in_quota_since = Some(self.now);
+        if job.shown {
+            self.planner.update(row_id(j), |row| {
+                row.parked = parked;
+                row.park_held = parked;
+                row.priority = if parked { 0 } else { priority };
+            });
+            if parked {
+                self.dequeue(j);
+            } else {
+                self.enqueue(j);
             }
         }
     }
 
     /// Passes at the instants a rule depends on time while in-quota jobs wait: a victim's
     /// exemption ending, the reclaim fallback's delay after a submission.
-    fn wake_for_time_rules(&mut self, victims: &[governance::Victim]) {
+    fn wake_for_time_rules(&mut self, d: &Decision, by_id: impl Fn(&u64) -> Option<usize>) {
         let now = self.now;
-        let waiting_in_quota = self.row_job.iter().enumerate().any(|(r, &j)| {
-            self.rows[r].phase == Phase::Pending
-                && priority::level(self.jobs[j].priority) >= VICTIM_BASE - 1
-        });
-        self.in_quota_waiting = waiting_in_quota;
-        if !waiting_in_quota {
+        self.in_quota_waiting = !d.in_quota.is_empty();
+        if !self.in_quota_waiting {
             return;
         }
-        let mut next: Option<Secs> = victims
-            .iter()
-            .map(|v| v.exempt_until)
-            .filter(|t| *t > now)
-            .min();
-        for (r, &j) in self.row_job.iter().enumerate() {
-            let row = &self.rows[r];
-            let due = row.submit.saturating_add(RECLAIM_FALLBACK_SECS);
-            if row.phase == Phase::Pending
-                && due > now
-                && priority::level(self.jobs[j].priority) >= VICTIM_BASE - 1
-            {
+        let mut next = d.next_exempt_end;
+        for id in &d.in_quota {
+            let Some(j) = by_id(id) else {
+                continue;
+            };
+            let due = self.trace.jobs[j]
+                .submit
+                .saturating_add(RECLAIM_FALLBACK_SECS);
+            if due > now {
                 next = Some(next.map_or(due, |n| n.min(due)));
             }
         }
@@ -752,11 +1025,15 @@ impl<'a> Sim<'a> {
         }
         self.last_fairshare = self.now;
         let shares = fairshare::weights_from_config(self.config);
-        self.fairshare = fairshare::factors(
-            &shares,
-            &self.decayed,
-            self.config.accountd.fairshare_dampening,
-        );
+        let decayed: BTreeMap<String, f64> = self
+            .config
+            .teams
+            .iter()
+            .zip(&self.decayed)
+            .map(|(t, u)| (t.name.clone(), *u))
+            .collect();
+        self.fairshare =
+            fairshare::factors(&shares, &decayed, self.config.accountd.fairshare_dampening);
     }
 
     /// GPUs per usable node, per type, and per node and type, as the governor reads them.
@@ -783,34 +1060,41 @@ impl<'a> Sim<'a> {
         if self.pending == 0 {
             return false;
         }
-        let mut order: Vec<(Reverse<u32>, Secs, u64, usize)> = self
-            .row_job
-            .iter()
-            .enumerate()
-            .filter(|(r, _)| self.rows[*r].phase == Phase::Pending)
-            .map(|(_, &j)| j)
-            .filter(|&j| !self.jobs[j].parked)
-            .map(|j| {
-                let tj = &self.trace.jobs[j];
-                (Reverse(self.jobs[j].priority), tj.submit, row_id(j), j)
-            })
-            .collect();
-        order.sort_unstable();
-        let lowest_preemptible = self.lowest_victim_priority();
-        let mut free = self.free_by_type();
-        let mut largest = self.largest_free();
+        // The queue's order now is the pass's: jobs queued during it (requeued by a preemption
+        // without delay) wait for the next.
+        self.sched_passes += 1;
+        let this_pass = self.sched_passes;
+        let lowest_preemptible = self.running_prio.first().map(|(p, _)| *p);
         // How many blocked jobs have their reservation, and per node the earliest start of a
         // reservation that holds it.
         let mut reserved = 0usize;
-        let mut reserved_from: Vec<Secs> = vec![Secs::MAX; self.nodes.len()];
+        let mut reserved_from: Vec<Secs> = Vec::new();
         let mut blocked: Vec<usize> = Vec::new();
         let mut started = false;
-        for (Reverse(p), _, _, j) in order.into_iter().take(MAX_JOBS_TESTED) {
+        let mut tested = 0usize;
+        let mut cursor: Option<QueueKey> = None;
+        while tested < MAX_JOBS_TESTED {
+            let next = match cursor {
+                None => self.queue.first(),
+                Some(c) => self
+                    .queue
+                    .range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded))
+                    .next(),
+            };
+            let Some(&key) = next else {
+                break;
+            };
+            cursor = Some(key);
+            let (Reverse(p), _, _, j) = key;
+            if self.jobs[j].queued_in > this_pass {
+                continue;
+            }
+            tested += 1;
             // A job whose victims are still in their grace time waits for them (it stays first
             // in line for any GPUs that come free meanwhile).
             let may_preempt = lowest_preemptible.is_some_and(|v| p > v)
                 && self.jobs[j].awaiting_until <= self.now;
-            if free.values().all(|f| *f == 0) && !may_preempt {
+            if self.free.total == 0 && !may_preempt {
                 // Nothing can start or preempt from here down.
                 break;
             }
@@ -818,10 +1102,13 @@ impl<'a> Sim<'a> {
                 self.limit_blocked = true;
                 continue;
             }
-            let fits_free = free_of(&free, &self.jobs[j].gpu_type) >= self.jobs[j].gpus
-                && self.may_fit_one_node(j, &largest);
+            let fits_free = self.free.free_for(&self.jobs[j].gpu_type) >= self.jobs[j].gpus
+                && self.may_fit_one_node(j);
             if fits_free {
                 // Reservations of the jobs blocked above this one, made when first needed.
+                if reserved_from.is_empty() {
+                    reserved_from = vec![Secs::MAX; self.nodes.len()];
+                }
                 while reserved < blocked.len().min(MAX_RESERVATIONS) {
                     let r = self.reservation(blocked[reserved]);
                     for &n in &r.nodes {
@@ -832,21 +1119,19 @@ impl<'a> Sim<'a> {
                 let end_by = self.now.saturating_add(self.jobs[j].time_limit);
                 if let Some(alloc) = self.place(j, &reserved_from, end_by) {
                     self.start(j, alloc);
-                    free = self.free_by_type();
-                    largest = self.largest_free();
                     started = true;
                     continue;
                 }
             }
             if may_preempt && self.preempt_for(j) {
-                free = self.free_by_type();
-                largest = self.largest_free();
                 if self.grace == 0 {
                     // The victims are gone already: the job starts in this pass.
+                    if reserved_from.is_empty() {
+                        reserved_from = vec![Secs::MAX; self.nodes.len()];
+                    }
                     let end_by = self.now.saturating_add(self.jobs[j].time_limit);
                     if let Some(alloc) = self.place(j, &reserved_from, end_by) {
                         self.start(j, alloc);
-                        free = self.free_by_type();
                         started = true;
                     }
                 }
@@ -857,50 +1142,26 @@ impl<'a> Sim<'a> {
         started
     }
 
-    /// The most free GPUs on one usable node, per GPU type, and how many usable nodes of the
-    /// type are wholly free.
-    fn largest_free(&self) -> BTreeMap<Option<String>, (u32, u32)> {
-        let mut out: BTreeMap<Option<String>, (u32, u32)> = BTreeMap::new();
-        for n in self.nodes.iter().filter(|n| !n.drained) {
-            let e = out.entry(n.gpu_type.clone()).or_default();
-            e.0 = e.0.max(n.free);
-            e.1 += u32::from(n.free == n.gpus);
-        }
-        out
-    }
-
     /// A quick test before placement: whether some node could hold a one-node job's GPUs,
     /// or enough nodes are wholly free for a whole-node job (multi-node jobs are placed).
-    fn may_fit_one_node(&self, j: usize, largest: &BTreeMap<Option<String>, (u32, u32)>) -> bool {
+    fn may_fit_one_node(&self, j: usize) -> bool {
         let job = &self.jobs[j];
-        let of_type = largest
-            .iter()
-            .filter(|(k, _)| type_matches(&job.gpu_type, k))
-            .map(|(_, v)| *v);
         if job.exclusive {
-            return of_type.map(|(_, whole)| whole).sum::<u32>() >= job.nodes;
+            return self
+                .free
+                .matching(&job.gpu_type)
+                .map(|k| self.free.whole[k])
+                .sum::<u32>()
+                >= job.nodes;
         }
-        job.nodes > 1 || of_type.map(|(most, _)| most).max().unwrap_or(0) >= job.gpus
-    }
-
-    /// Free GPUs on usable nodes per GPU type (`None`: untyped nodes).
-    fn free_by_type(&self) -> BTreeMap<Option<String>, u32> {
-        let mut free: BTreeMap<Option<String>, u32> = BTreeMap::new();
-        for n in self.nodes.iter().filter(|n| !n.drained) {
-            *free.entry(n.gpu_type.clone()).or_default() += n.free;
-        }
-        free
-    }
-
-    fn lowest_victim_priority(&self) -> Option<u32> {
-        self.row_job
-            .iter()
-            .enumerate()
-            .filter(|(r, _)| self.rows[*r].phase == Phase::Running)
-            .map(|(_, &j)| j)
-            .filter(|&j| self.jobs[j].state == State::Running)
-            .map(|j| self.jobs[j].priority)
-            .min()
+        job.nodes > 1
+            || self
+                .free
+                .matching(&job.gpu_type)
+                .map(|k| self.free.largest(k))
+                .max()
+                .unwrap_or(0)
+                >= job.gpus
     }
 
     /// The team's association limit (GrpTRES gres/gpu, and per type when typed).
@@ -976,19 +1237,6 @@ impl<'a> Sim<'a> {
     fn reservation(&self, j: usize) -> Reservation {
         let job = &self.jobs[j];
         let mut free: Vec<u32> = self.nodes.iter().map(|n| n.free).collect();
-        let mut ends: Vec<(Secs, usize)> = self
-            .jobs_running()
-            .map(|r| {
-                let rj = &self.jobs[r];
-                let end = if rj.state == State::Grace {
-                    rj.awaiting_until
-                } else {
-                    rj.run_start.saturating_add(rj.time_limit)
-                };
-                (end, r)
-            })
-            .collect();
-        ends.sort_unstable();
         let usable = |i: usize, free: &[u32]| {
             let n = &self.nodes[i];
             !n.drained
@@ -1000,7 +1248,7 @@ impl<'a> Sim<'a> {
                 }
         };
         let mut at = self.now;
-        let mut iter = ends.into_iter();
+        let mut iter = self.ends.iter();
         // Free GPUs only grow as jobs end, so a node once usable stays usable: counted as they
         // turn, listed once at the end.
         let mut count = (0..self.nodes.len()).filter(|&i| usable(i, &free)).count();
@@ -1014,7 +1262,7 @@ impl<'a> Sim<'a> {
                         .collect(),
                 };
             }
-            let Some((end, r)) = iter.next() else {
+            let Some(&(end, r)) = iter.next() else {
                 // It never fits (drained nodes): it reserves nothing.
                 return Reservation {
                     start: Secs::MAX,
@@ -1030,13 +1278,6 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn jobs_running(&self) -> impl Iterator<Item = usize> + '_ {
-        self.row_job
-            .iter()
-            .copied()
-            .filter(|&j| matches!(self.jobs[j].state, State::Running | State::Grace))
-    }
-
     /// preempt/qos with WITHIN: running jobs of lower priority past their exempt time, on the
     /// node where the fewest of the lowest make room (multi-node jobs: the lowest until enough
     /// nodes have room). True when it preempted.
@@ -1044,9 +1285,9 @@ impl<'a> Sim<'a> {
         let p = self.jobs[j].priority;
         // Lowest priority first, then the most recently started.
         let mut candidates: Vec<(u32, Reverse<Secs>, usize)> = self
-            .jobs_running()
-            .filter(|&r| self.jobs[r].state == State::Running)
-            .filter(|&r| self.jobs[r].priority < p)
+            .running_prio
+            .range(..(p, 0))
+            .map(|&(_, r)| r)
             .filter(|&r| self.now - self.jobs[r].run_start >= self.exempt)
             .map(|r| (self.jobs[r].priority, Reverse(self.jobs[r].run_start), r))
             .collect();
@@ -1054,37 +1295,43 @@ impl<'a> Sim<'a> {
             return false;
         }
         candidates.sort_unstable();
-        let mut free: Vec<u32> = self.nodes.iter().map(|n| n.free).collect();
         let job_nodes = self.jobs[j].nodes as usize;
-        let room = |free: &[u32], i: usize| {
+        let room = |free: u32, i: usize| {
             let n = &self.nodes[i];
             !n.drained
                 && type_matches(&self.jobs[j].gpu_type, &n.gpu_type)
                 && if self.jobs[j].exclusive {
-                    free[i] == n.gpus
+                    free == n.gpus
                 } else {
-                    free[i] >= self.per_node(j, n)
+                    free >= self.per_node(j, n)
                 }
         };
         let mut chosen: Vec<usize> = Vec::new();
         if job_nodes == 1 {
-            // The node needing the fewest victims, taken lowest first.
+            // The node needing the fewest victims, taken lowest first. Each node's candidates
+            // in that order (one walk over them, however many nodes).
+            let mut on_node: BTreeMap<usize, Vec<(usize, u32)>> = BTreeMap::new();
+            for (_, _, r) in &candidates {
+                for (n, g) in &self.jobs[*r].alloc {
+                    on_node.entry(*n).or_default().push((*r, *g));
+                }
+            }
             let mut best: Option<(usize, usize, Vec<usize>)> = None;
-            for i in 0..self.nodes.len() {
-                let mut f = free.clone();
+            for (&i, here) in &on_node {
+                let mut f = self.nodes[i].free;
+                if room(f, i) {
+                    // Room without preempting: not a node to preempt on.
+                    continue;
+                }
                 let mut picked = Vec::new();
-                for (_, _, r) in &candidates {
-                    if room(&f, i) {
+                for (r, g) in here {
+                    if room(f, i) {
                         break;
                     }
-                    for (n, g) in &self.jobs[*r].alloc {
-                        if *n == i {
-                            f[i] += g;
-                            picked.push(*r);
-                        }
-                    }
+                    f += g;
+                    picked.push(*r);
                 }
-                if room(&f, i) && !picked.is_empty() {
+                if room(f, i) && !picked.is_empty() {
                     let key = (picked.len(), i);
                     if best.as_ref().is_none_or(|b| (b.0, b.1) > key) {
                         best = Some((key.0, key.1, picked));
@@ -1096,8 +1343,9 @@ impl<'a> Sim<'a> {
                 None => return false,
             }
         } else {
+            let mut free: Vec<u32> = self.nodes.iter().map(|n| n.free).collect();
             for (_, _, r) in &candidates {
-                if (0..self.nodes.len()).filter(|&i| room(&free, i)).count() >= job_nodes {
+                if (0..self.nodes.len()).filter(|&i| room(free[i], i)).count() >= job_nodes {
                     break;
                 }
                 for (n, g) in &self.jobs[*r].alloc {
@@ -1105,7 +1353,7 @@ impl<'a> Sim<'a> {
                 }
                 chosen.push(*r);
             }
-            if (0..self.nodes.len()).filter(|&i| room(&free, i)).count() < job_nodes {
+            if (0..self.nodes.len()).filter(|&i| room(free[i], i)).count() < job_nodes {
                 return false;
             }
         }
@@ -1120,6 +1368,29 @@ impl<'a> Sim<'a> {
             self.jobs[j].awaiting_until = self.now;
         }
         true
+    }
+
+    /// A node's free GPUs change by `delta`.
+    fn take_gpus(&mut self, n: usize, gpus: u32, give_back: bool) {
+        self.free.leave(&self.nodes[n]);
+        if give_back {
+            self.nodes[n].free += gpus;
+        } else {
+            self.nodes[n].free -= gpus;
+        }
+        self.free.enter(&self.nodes[n]);
+    }
+
+    /// Where backfill expects the job's GPUs back: the end of its time limit while it runs,
+    /// of its grace once preempted.
+    fn set_end(&mut self, j: usize, end: Option<Secs>) {
+        if let Some(old) = self.jobs[j].end_key.take() {
+            self.ends.remove(&(old, j));
+        }
+        if let Some(e) = end {
+            self.ends.insert((e, j));
+            self.jobs[j].end_key = Some(e);
+        }
     }
 
     fn start(&mut self, j: usize, alloc: Vec<(usize, u32)>) {
@@ -1138,9 +1409,10 @@ impl<'a> Sim<'a> {
                 .unwrap_or(0),
             _ => self.used[team],
         };
+        self.dequeue(j);
         let held: u32 = alloc.iter().map(|(_, g)| g).sum();
-        for (n, g) in &alloc {
-            self.nodes[*n].free -= g;
+        for &(n, g) in &alloc {
+            self.take_gpus(n, g, false);
         }
         self.used[team] += held;
         if let (Some(k), true) = (&self.jobs[j].gpu_type, self.typed) {
@@ -1162,18 +1434,24 @@ impl<'a> Sim<'a> {
         job.serial += 1;
         job.alloc = alloc;
         let end = now.saturating_add(job.remaining.max(1).min(job.time_limit));
+        let limit_end = now.saturating_add(job.time_limit);
         let serial = job.serial;
-        if let Some(r) = job.row {
-            let row = &mut self.rows[r];
-            row.phase = Phase::Running;
-            row.start = Some(now);
-            row.nodes = node_names;
-            row.gpus = held;
-            if self.typed {
-                row.gpu_type = run_type;
-            }
-            row.completing = false;
+        let priority = job.priority;
+        if job.shown {
+            let typed = self.typed;
+            self.planner.update(row_id(j), |row| {
+                row.phase = Phase::Running;
+                row.start = Some(now);
+                row.nodes = node_names;
+                row.gpus = held;
+                if typed {
+                    row.gpu_type = run_type;
+                }
+                row.completing = false;
+            });
         }
+        self.running_prio.insert((priority, j));
+        self.set_end(j, Some(limit_end));
         self.pending -= 1;
         self.push(end, Kind::End, j, serial);
     }
@@ -1182,10 +1460,15 @@ impl<'a> Sim<'a> {
     fn end_run(&mut self, j: usize, preempted: bool) {
         let now = self.now;
         let team = self.jobs[j].team.expect("only team jobs run");
+        if self.jobs[j].state == State::Running {
+            let p = self.jobs[j].priority;
+            self.running_prio.remove(&(p, j));
+        }
+        self.set_end(j, None);
         let alloc = std::mem::take(&mut self.jobs[j].alloc);
         let held: u32 = alloc.iter().map(|(_, g)| g).sum();
-        for (n, g) in &alloc {
-            self.nodes[*n].free += g;
+        for &(n, g) in &alloc {
+            self.take_gpus(n, g, true);
         }
         self.used[team] -= held;
         if let (Some(k), true) = (&self.jobs[j].gpu_type, self.typed) {
@@ -1211,12 +1494,15 @@ impl<'a> Sim<'a> {
             return;
         }
         let until = self.now.saturating_add(grace);
+        let p = self.jobs[j].priority;
+        self.running_prio.remove(&(p, j));
+        self.set_end(j, Some(until));
         let job = &mut self.jobs[j];
         job.state = State::Grace;
         job.awaiting_until = until;
         let serial = job.serial;
-        if let Some(r) = job.row {
-            self.rows[r].completing = true;
+        if job.shown {
+            self.planner.update(row_id(j), |row| row.completing = true);
         }
         if grace == 0 {
             self.requeue(j);
@@ -1282,14 +1568,6 @@ fn secs(d: std::time::Duration) -> Secs {
 /// The id the governor knows trace job `j` by.
 fn row_id(j: usize) -> u64 {
     j as u64 + 1
-}
-
-/// Free GPUs a job asking for `want` could use.
-fn free_of(free: &BTreeMap<Option<String>, u32>, want: &Option<String>) -> u32 {
-    match want {
-        None => free.values().sum(),
-        Some(_) => free.get(want).copied().unwrap_or(0),
-    }
 }
 
 /// Whether a job asking for `want` may run on a node of `has`.

@@ -476,6 +476,10 @@ struct Queues<'j> {
     others_running: Vec<Entry<'j>>,
     /// Jobs outside every team that hold or ask for GPUs ([`is_outside`]), in the order given.
     outside: Vec<u64>,
+    /// The GPUs the running jobs that are not ending hold on each node (a multi-node job's
+    /// evenly), where the caller keeps count ([`Planner`]); worked out from the running jobs
+    /// otherwise.
+    node_used: Option<&'j BTreeMap<String, u64>>,
 }
 
 impl<'j> Queues<'j> {
@@ -529,6 +533,7 @@ impl<'j> Queues<'j> {
             pending,
             others_running,
             outside,
+            node_used: None,
         }
     }
 
@@ -563,8 +568,11 @@ fn sort_running<'a>(
     let teams = rules.config.teams.len();
     let mut out = Running {
         usage: vec![0; teams],
-        victims: Vec::new(),
-        protected_by_team: vec![Vec::new(); teams],
+        victims: Vec::with_capacity(by_team.iter().map(Vec::len).sum()),
+        protected_by_team: by_team
+            .iter()
+            .map(|r| Vec::with_capacity(r.len()))
+            .collect(),
         violations: Vec::new(),
     };
     for (t, (team, running)) in rules.config.teams.iter().zip(by_team).enumerate() {
@@ -683,7 +691,10 @@ fn sort_pending<'a>(
     let mut out = Pending {
         in_quota: Vec::new(),
         displacing: Vec::new(),
-        borrowers: vec![Vec::new(); teams],
+        borrowers: by_team
+            .iter()
+            .map(|p| Vec::with_capacity(p.len()))
+            .collect(),
         waiting: Vec::new(),
         displace: Vec::new(),
         room: vec![0; teams],
@@ -693,6 +704,10 @@ fn sort_pending<'a>(
     // Free GPUs per node as the displacing jobs are placed, one after the other (read on
     // the first displacement).
     let mut placed: Option<NodeRoom<'_>> = None;
+    // Attempts that displaced nobody and changed nothing, by what their answer depends on
+    // (team, class value, GPUs, nodes, room left): a long queue of alike jobs asks once
+    // until a displacement changes the answer.
+    let mut cannot_displace: Vec<(usize, u32, u32, u32, u32)> = Vec::new();
     for (t, (team, pending)) in rules.config.teams.iter().zip(by_team).enumerate() {
         // The lowest preemptible class among the team's protected jobs: a job of no higher
         // class has nothing to displace (answered without a walk over them).
@@ -720,16 +735,34 @@ fn sort_pending<'a>(
                 && lowest_displaceable.is_some_and(|v| v < rules.value(&j))
                 && !borrow_first.contains(&j.id)
             {
-                if let Some((chosen, freed)) =
-                    lower_classes_to_displace(rules, running, t, &j, room, &targeted, {
-                        placed.get_or_insert_with(|| nodes.get().clone())
-                    })
-                {
-                    room = freed - j.gpus;
-                    targeted.extend(chosen.iter().copied());
-                    out.displace.extend(chosen);
-                    out.displacing.push(j);
-                    continue;
+                let attempt = (t, rules.value(&j), j.gpus, j.node_count, room);
+                if !cannot_displace.contains(&attempt) {
+                    let mut touched = false;
+                    let found = lower_classes_to_displace(
+                        rules,
+                        running,
+                        t,
+                        &j,
+                        room,
+                        &targeted,
+                        placed.get_or_insert_with(|| nodes.get().clone()),
+                        &mut touched,
+                    );
+                    if let Some((chosen, freed)) = found {
+                        room = freed - j.gpus;
+                        targeted.extend(chosen.iter().copied());
+                        out.displace.extend(chosen);
+                        out.displacing.push(j);
+                        cannot_displace.clear();
+                        continue;
+                    }
+                    if touched {
+                        // A failed attempt that placed the job still took its node room
+                        // (see lower_classes_to_displace): what failed before may not now.
+                        cannot_displace.clear();
+                    } else {
+                        cannot_displace.push(attempt);
+                    }
                 }
             }
             borrowers.push(j);
@@ -782,6 +815,9 @@ fn sort_pending_borrow_first<'a>(
 /// More jobs from elsewhere go only if its quota needs them, and a job that no such set would
 /// let in displaces nobody. Requeuing jobs for one that then cannot start loses their work for
 /// nothing, and at quota they start again and are requeued again, pass after pass.
+///
+/// `touched` is set when the nodes' room was changed (the job was placed), whatever the answer.
+#[allow(clippy::too_many_arguments)]
 fn lower_classes_to_displace(
     rules: &Rules<'_>,
     running: &Running<'_>,
@@ -790,6 +826,7 @@ fn lower_classes_to_displace(
     room: u32,
     targeted: &BTreeSet<u64>,
     nodes: &mut NodeRoom<'_>,
+    touched: &mut bool,
 ) -> Option<(Vec<u64>, u32)> {
     let protected = &running.protected_by_team[team];
     // Most waiting jobs have no lower class to displace: answered without a copy.
@@ -813,6 +850,7 @@ fn lower_classes_to_displace(
     let mut picked: Vec<usize> = Vec::new();
     if !nodes.free.is_empty() {
         for (node, here, freed, share) in nodes_to_displace(j, nodes, &lower)? {
+            *touched = true;
             if let Some(f) = nodes.free.get_mut(node) {
                 *f = f.saturating_add(freed).saturating_sub(share);
             }
@@ -856,22 +894,31 @@ fn nodes_to_displace<'n>(
         .max(1);
     let share = j.gpus.div_ceil(nodes);
     // Each node's displaceable jobs, in `lower`'s order (one walk over their nodes, however
-    // many nodes the cluster has).
-    let mut on_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    // many nodes the cluster has): (node's place, job's place), sorted.
+    let mut on_node: Vec<(usize, usize)> = Vec::new();
     for (i, r) in lower.iter().enumerate() {
         for n in &r.nodes {
-            let here = on_node.entry(n.as_str()).or_default();
-            // Once per node, however often the job lists it.
-            if here.last() != Some(&i) {
-                here.push(i);
+            if let Some(at) = room.free.place(n) {
+                on_node.push((at, i));
             }
         }
     }
+    on_node.sort_unstable();
+    // Once per node, however often a job lists it.
+    on_node.dedup();
     let mut options: Vec<((usize, usize), &str, Vec<usize>, u32)> = Vec::new();
-    for (&node, &free) in &room.free {
+    let mut next = 0;
+    for (at, (node, free)) in room.free.iter().enumerate() {
+        let from = next;
+        while next < on_node.len() && on_node[next].0 == at {
+            next += 1;
+        }
+        if free < share && from == next {
+            continue;
+        }
         let mut has = free;
         let mut here = Vec::new();
-        for &i in on_node.get(node).map(Vec::as_slice).unwrap_or_default() {
+        for &(_, i) in &on_node[from..next] {
             if has >= share {
                 break;
             }
@@ -998,7 +1045,7 @@ fn reclaim_candidates<'j>(
 /// and nothing when no node would let it in.
 fn reclaim_on_one_node(
     j: &ClusterJob,
-    node_free: &mut BTreeMap<&str, u32>,
+    node_free: &mut NodeFree<'_>,
     candidates: &mut Vec<ReclaimCandidate<'_>>,
     chosen: &mut Vec<u64>,
 ) {
@@ -1010,7 +1057,7 @@ fn reclaim_on_one_node(
         return;
     };
     let freed: u32 = picked.iter().map(|i| candidates[*i].gpus).sum();
-    if let Some(f) = node_free.get_mut(node.as_str()) {
+    if let Some(f) = node_free.get_mut(&node) {
         *f = f.saturating_add(freed).saturating_sub(j.gpus);
     }
     for i in picked.iter().rev() {
@@ -1023,24 +1070,30 @@ fn reclaim_on_one_node(
 /// places in `candidates`.
 fn best_node_to_reclaim(
     j: &ClusterJob,
-    node_free: &BTreeMap<&str, u32>,
+    node_free: &NodeFree<'_>,
     candidates: &[ReclaimCandidate<'_>],
 ) -> Option<(String, Vec<usize>)> {
-    // Each node's victims in reclaim order (one walk over them, however many nodes).
-    let mut on_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, victim) in candidates.iter().enumerate() {
-        if let Some(node) = victim.node {
-            on_node.entry(node).or_default().push(i);
-        }
-    }
+    // Each node's victims in reclaim order (one walk over them, however many nodes): (node's
+    // place, victim's place), sorted.
+    let mut on_node: Vec<(usize, usize)> = candidates
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| Some((node_free.place(v.node?)?, i)))
+        .collect();
+    on_node.sort_unstable();
     let mut best: Option<((usize, usize), &str, Vec<usize>)> = None;
-    for (node, free) in node_free {
-        let Some(here) = on_node.get(node) else {
+    let mut next = 0;
+    for (at, (node, free)) in node_free.iter().enumerate() {
+        let from = next;
+        while next < on_node.len() && on_node[next].0 == at {
+            next += 1;
+        }
+        if from == next {
             continue;
-        };
-        let mut room = *free;
+        }
+        let mut room = free;
         let mut picked = Vec::new();
-        for &i in here {
+        for &(_, i) in &on_node[from..next] {
             if room >= j.gpus {
                 break;
             }
@@ -1052,7 +1105,7 @@ fn best_node_to_reclaim(
         }
         let key = (picked[picked.len() - 1], picked.len());
         if best.as_ref().is_none_or(|b| key < b.0) {
-            best = Some((key, *node, picked));
+            best = Some((key, node, picked));
         }
     }
     best.map(|(_, node, picked)| (node.to_string(), picked))
@@ -1062,8 +1115,37 @@ fn best_node_to_reclaim(
 /// of the largest.
 #[derive(Clone)]
 struct NodeRoom<'n> {
-    free: BTreeMap<&'n str, u32>,
+    free: NodeFree<'n>,
     largest: u32,
+}
+
+/// Free GPUs per node in the order of the nodes' names: a map by name without a tree node
+/// per entry (the plan builds one per pass that displaces or reclaims).
+#[derive(Clone, Default)]
+struct NodeFree<'n>(Vec<(&'n str, u32)>);
+
+impl<'n> NodeFree<'n> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// A node's place.
+    fn place(&self, node: &str) -> Option<usize> {
+        self.0.binary_search_by(|(n, _)| (*n).cmp(node)).ok()
+    }
+
+    fn get_mut(&mut self, node: &str) -> Option<&mut u32> {
+        let i = self.place(node)?;
+        Some(&mut self.0[i].1)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&'n str, u32)> + '_ {
+        self.0.iter().copied()
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut u32> + use<'_, 'n> {
+        self.0.iter_mut().map(|(_, f)| f)
+    }
 }
 
 /// [`NodeRoom`] worked out on first need: most passes need it for nothing (no job displaces,
@@ -1077,10 +1159,47 @@ struct LazyNodes<'n, 'q> {
 impl<'n> LazyNodes<'n, '_> {
     fn get(&self) -> &NodeRoom<'n> {
         self.room.get_or_init(|| NodeRoom {
-            free: node_free(self.node_gpus, self.queues.all_running()),
+            free: match self.queues.node_used {
+                Some(used) => node_free_of(self.node_gpus, used),
+                None => node_free(self.node_gpus, self.queues.all_running()),
+            },
             largest: self.node_gpus.values().copied().max().unwrap_or(0),
         })
     }
+}
+
+/// [`node_free`] from the GPUs held per node: both maps walked once, side by side (they are
+/// in the same order).
+fn node_free_of<'n>(
+    node_gpus: &'n BTreeMap<String, u32>,
+    used: &BTreeMap<String, u64>,
+) -> NodeFree<'n> {
+    let mut held = used.iter().peekable();
+    NodeFree(
+        node_gpus
+            .iter()
+            .map(|(name, gpus)| {
+                while held.next_if(|(n, _)| n.as_str() < name.as_str()).is_some() {}
+                let on = held
+                    .next_if(|(n, _)| n.as_str() == name.as_str())
+                    .map_or(0, |(_, g)| *g);
+                let on = u32::try_from(on).unwrap_or(u32::MAX);
+                (name.as_str(), gpus.saturating_sub(on))
+            })
+            .collect(),
+    )
+}
+
+/// The GPUs a running job that is not ending holds on each node it lists (a multi-node job's
+/// evenly), as [`node_free`] counts them.
+fn node_shares(j: &ClusterJob) -> impl Iterator<Item = (&str, u32)> {
+    let n = u32::try_from(j.nodes.len()).unwrap_or(u32::MAX).max(1);
+    let share = j.gpus.div_ceil(n);
+    let holds = j.phase == Phase::Running && !j.completing;
+    j.nodes
+        .iter()
+        .filter(move |_| holds)
+        .map(move |node| (node.as_str(), share))
 }
 
 /// Free GPUs per usable node: its GPUs less those of the running jobs on it (a multi-node
@@ -1088,8 +1207,8 @@ impl<'n> LazyNodes<'n, '_> {
 fn node_free<'n, 'j>(
     node_gpus: &'n BTreeMap<String, u32>,
     running: impl Iterator<Item = Entry<'j>>,
-) -> BTreeMap<&'n str, u32> {
-    let mut free: BTreeMap<&str, u32> = node_gpus.iter().map(|(n, g)| (n.as_str(), *g)).collect();
+) -> NodeFree<'n> {
+    let mut free = NodeFree(node_gpus.iter().map(|(n, g)| (n.as_str(), *g)).collect());
     for j in running.filter(|j| !j.completing) {
         if j.nodes.is_empty() {
             continue;
@@ -1145,7 +1264,8 @@ fn share_idle_capacity<'a>(
     let mut allowance = vec![0u32; config.teams.len()];
     // Each borrower with its team's band slot (the team served last has the lowest); under
     // fifo every team shares slot 0 and Slurm serves the oldest first.
-    let mut served: Vec<(Entry<'a>, u32)> = Vec::new();
+    let mut served: Vec<(Entry<'a>, u32)> =
+        Vec::with_capacity(pending.borrowers.iter().map(Vec::len).sum());
     let mut granted = Vec::new();
     for t in order {
         let team = &config.teams[t];

@@ -87,6 +87,9 @@ pub struct Planner<'c> {
     others: Vec<usize>,
     /// Jobs of no team in the order they came, for [`PassPlan::outside`].
     no_team: Vec<usize>,
+    /// GPUs held per node by the running jobs that are not ending, kept as they
+    /// start and end instead of summed over them at every pass that needs them.
+    node_used: BTreeMap<String, u64>,
     /// The priority each job was last given.
     given: Vec<Option<u32>>,
     /// This pass's priorities, and the jobs that got one.
@@ -112,6 +115,7 @@ impl<'c> Planner<'c> {
             pending: vec![Vec::new(); teams],
             others: Vec::new(),
             no_team: Vec::new(),
+            node_used: BTreeMap::new(),
             given: Vec::new(),
             next: Vec::new(),
             written: Vec::new(),
@@ -226,6 +230,14 @@ impl<'c> Planner<'c> {
             // Not ranked: the plan gives it no priority.
             self.given[slot] = None;
         }
+        for (node, share) in super::node_shares(j) {
+            match self.node_used.get_mut(node) {
+                Some(u) => *u += u64::from(share),
+                None => {
+                    self.node_used.insert(node.to_string(), u64::from(share));
+                }
+            }
+        }
         if let Some(h) = self.jobs[slot].as_mut() {
             h.filed = filed;
         }
@@ -236,6 +248,14 @@ impl<'c> Planner<'c> {
             return;
         };
         let filed = std::mem::replace(&mut h.filed, Filed::Nowhere);
+        for (node, share) in super::node_shares(&h.job) {
+            if let Some(u) = self.node_used.get_mut(node) {
+                *u = u.saturating_sub(u64::from(share));
+                if *u == 0 {
+                    self.node_used.remove(node);
+                }
+            }
+        }
         match filed {
             Filed::Running(t, key) => {
                 let list = &mut self.running[t];
@@ -270,22 +290,30 @@ impl<'c> Planner<'c> {
             given,
             next,
             written,
+            node_used,
             ..
         } = self;
         let entry = |slot: usize| -> Option<Entry<'_>> {
             jobs[slot].as_ref().map(|h| Entry { job: &h.job, slot })
         };
+        // Filed slots always hold their job.
+        let entries = |slots: &mut dyn ExactSizeIterator<Item = usize>| -> Vec<Entry<'_>> {
+            let mut v = Vec::with_capacity(slots.len());
+            v.extend(slots.filter_map(entry));
+            v
+        };
         let queues = Queues {
             running: running
                 .iter()
-                .map(|l| l.iter().filter_map(|(_, s)| entry(*s)).collect())
+                .map(|l| entries(&mut l.iter().map(|e| e.1)))
                 .collect(),
             pending: pending
                 .iter()
-                .map(|l| l.iter().filter_map(|(_, s)| entry(*s)).collect())
+                .map(|l| entries(&mut l.iter().map(|e| e.1)))
                 .collect(),
-            others_running: others.iter().filter_map(|s| entry(*s)).collect(),
+            others_running: entries(&mut others.iter().copied()),
             outside: Vec::new(),
+            node_used: Some(node_used),
         };
         let pass = Pass {
             capacity: input.capacity,

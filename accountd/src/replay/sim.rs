@@ -47,6 +47,8 @@ const FAIRSHARE_PERIOD: Secs = 300;
 const MAX_RESERVATIONS: usize = 4;
 /// How many pending jobs one scheduling pass looks at (Slurm's `bf_max_job_test` default).
 const MAX_JOBS_TESTED: usize = 500;
+/// How many queued jobs a scheduling pass reads at a time.
+const QUEUE_READ_AHEAD: usize = 32;
 /// How often progress is reported, in simulated seconds.
 const PROGRESS_EVERY: Secs = 86_400;
 
@@ -209,6 +211,12 @@ impl FreeIndex {
             .iter()
             .rposition(|c| *c > 0)
             .map_or(0, |i| u32::try_from(i).unwrap_or(u32::MAX))
+    }
+
+    /// How many usable nodes of kind `k` have at least `gpus` GPUs free.
+    fn nodes_with(&self, k: usize, gpus: u32) -> u32 {
+        let from = usize::try_from(gpus).unwrap_or(usize::MAX);
+        self.by_free[k].iter().skip(from).sum()
     }
 
     /// The kinds a job asking for `want` may run on.
@@ -1072,16 +1080,22 @@ impl<'a> Sim<'a> {
         let mut blocked: Vec<usize> = Vec::new();
         let mut started = false;
         let mut tested = 0usize;
+        // The queue read a few keys at a time (starting a job takes it out of the queue, so
+        // no iterator can stay open across the walk). Only the job in hand leaves the queue
+        // during the walk and no priority changes, so the keys read stay valid.
+        let mut ahead: std::collections::VecDeque<QueueKey> = std::collections::VecDeque::new();
         let mut cursor: Option<QueueKey> = None;
         while tested < MAX_JOBS_TESTED {
-            let next = match cursor {
-                None => self.queue.first(),
-                Some(c) => self
-                    .queue
-                    .range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded))
-                    .next(),
-            };
-            let Some(&key) = next else {
+            if ahead.is_empty() {
+                let from = match cursor {
+                    None => std::ops::Bound::Unbounded,
+                    Some(c) => std::ops::Bound::Excluded(c),
+                };
+                // Most passes stop after a job or two: read few keys first, more as it goes.
+                let n = (tested + 2).min(QUEUE_READ_AHEAD);
+                ahead.extend(self.queue.range((from, std::ops::Bound::Unbounded)).take(n));
+            }
+            let Some(key) = ahead.pop_front() else {
                 break;
             };
             cursor = Some(key);
@@ -1143,7 +1157,8 @@ impl<'a> Sim<'a> {
     }
 
     /// A quick test before placement: whether some node could hold a one-node job's GPUs,
-    /// or enough nodes are wholly free for a whole-node job (multi-node jobs are placed).
+    /// enough nodes hold a multi-node job's share of them, or enough nodes are wholly free for
+    /// a whole-node job (placement then looks at reservations).
     fn may_fit_one_node(&self, j: usize) -> bool {
         let job = &self.jobs[j];
         if job.exclusive {
@@ -1154,14 +1169,22 @@ impl<'a> Sim<'a> {
                 .sum::<u32>()
                 >= job.nodes;
         }
-        job.nodes > 1
-            || self
+        if job.nodes > 1 {
+            // Enough nodes with its share free.
+            let share = job.gpus.div_ceil(job.nodes);
+            return self
                 .free
                 .matching(&job.gpu_type)
-                .map(|k| self.free.largest(k))
-                .max()
-                .unwrap_or(0)
-                >= job.gpus
+                .map(|k| self.free.nodes_with(k, share))
+                .sum::<u32>()
+                >= job.nodes;
+        }
+        self.free
+            .matching(&job.gpu_type)
+            .map(|k| self.free.largest(k))
+            .max()
+            .unwrap_or(0)
+            >= job.gpus
     }
 
     /// The team's association limit (GrpTRES gres/gpu, and per type when typed).

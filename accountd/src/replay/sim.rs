@@ -143,8 +143,9 @@ struct FreeIndex {
     kinds: Vec<Option<String>>,
     /// Per kind: free GPUs on usable nodes.
     free: Vec<u32>,
-    /// Per kind: how many usable nodes have exactly `i` GPUs free.
+    /// Per kind: how many usable nodes have exactly `i` GPUs free, and which.
     by_free: Vec<Vec<u32>>,
+    at_free: Vec<Vec<BTreeSet<usize>>>,
     /// Per kind: usable nodes with every GPU free.
     whole: Vec<u32>,
     /// Free GPUs on usable nodes of every kind.
@@ -174,6 +175,10 @@ impl FreeIndex {
             free: vec![0; kinds.len()],
             whole: vec![0; kinds.len()],
             kinds,
+            at_free: by_free
+                .iter()
+                .map(|c| vec![BTreeSet::new(); c.len()])
+                .collect(),
             by_free,
             total: 0,
         }
@@ -183,26 +188,55 @@ impl FreeIndex {
         self.kinds.iter().position(|k| k == gpu_type).unwrap_or(0)
     }
 
-    /// The node counts again (it is usable).
-    fn enter(&mut self, n: &Node) {
+    /// Node `i` counts again (it is usable).
+    fn enter(&mut self, i: usize, n: &Node) {
         if n.drained {
             return;
         }
         self.free[n.kind] += n.free;
         self.total += n.free;
         self.by_free[n.kind][n.free as usize] += 1;
+        self.at_free[n.kind][n.free as usize].insert(i);
         self.whole[n.kind] += u32::from(n.free == n.gpus);
     }
 
-    /// The node stops counting (before its free GPUs change, or it drains).
-    fn leave(&mut self, n: &Node) {
+    /// Node `i` stops counting (before its free GPUs change, or it drains).
+    fn leave(&mut self, i: usize, n: &Node) {
         if n.drained {
             return;
         }
         self.free[n.kind] -= n.free;
         self.total -= n.free;
         self.by_free[n.kind][n.free as usize] -= 1;
+        self.at_free[n.kind][n.free as usize].remove(&i);
         self.whole[n.kind] -= u32::from(n.free == n.gpus);
+    }
+
+    /// Best fit for `gpus` on one node of the kinds `want` may use: the node with the fewest
+    /// GPUs left over, then the lowest index, among those `usable` allows.
+    fn best_fit(
+        &self,
+        want: &Option<String>,
+        gpus: u32,
+        usable: impl Fn(usize) -> bool,
+    ) -> Option<(u32, usize)> {
+        let from = usize::try_from(gpus).ok()?;
+        let most = self.by_free.iter().map(Vec::len).max().unwrap_or(0);
+        for f in from..most {
+            let mut best: Option<usize> = None;
+            for k in self.matching(want) {
+                if self.by_free[k].get(f).is_none_or(|c| *c == 0) {
+                    continue;
+                }
+                if let Some(&i) = self.at_free[k][f].iter().find(|&&i| usable(i)) {
+                    best = Some(best.map_or(i, |b| b.min(i)));
+                }
+            }
+            if let Some(i) = best {
+                return Some((u32::try_from(f).ok()? - gpus, i));
+            }
+        }
+        None
     }
 
     /// The most free GPUs on one usable node of kind `k`.
@@ -365,9 +399,9 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let mut free = FreeIndex::new(&nodes);
-        for n in &mut nodes {
+        for (i, n) in nodes.iter_mut().enumerate() {
             n.kind = free.kind_of(&n.gpu_type);
-            free.enter(n);
+            free.enter(i, n);
         }
         let reclaim_cancels =
             config.governance.reclaim_mode == teamshare_config::ReclaimMode::Cancel;
@@ -569,9 +603,9 @@ impl<'a> Sim<'a> {
                 }
                 Kind::Drain | Kind::Undrain => {
                     let n = e.target;
-                    self.free.leave(&self.nodes[n]);
+                    self.free.leave(n, &self.nodes[n]);
                     self.nodes[n].drained = e.kind == Kind::Drain;
-                    self.free.enter(&self.nodes[n]);
+                    self.free.enter(n, &self.nodes[n]);
                     self.node_view = None;
                     self.dirty = true;
                 }
@@ -1220,6 +1254,17 @@ impl<'a> Sim<'a> {
     /// reservations it would delay.
     fn place(&self, j: usize, reserved_from: &[Secs], end_by: Secs) -> Option<Vec<(usize, u32)>> {
         let job = &self.jobs[j];
+        if job.nodes == 1 && !job.exclusive {
+            // The node with the fewest GPUs left over, then the lowest index, found from the
+            // free-GPU index instead of a walk over every node.
+            if job.gpus == 0 {
+                return None;
+            }
+            return self
+                .free
+                .best_fit(&job.gpu_type, job.gpus, |i| end_by <= reserved_from[i])
+                .map(|(_, i)| vec![(i, job.gpus)]);
+        }
         let mut fits: Vec<(u32, usize, u32)> = self
             .nodes
             .iter()
@@ -1395,13 +1440,13 @@ impl<'a> Sim<'a> {
 
     /// A node's free GPUs change by `delta`.
     fn take_gpus(&mut self, n: usize, gpus: u32, give_back: bool) {
-        self.free.leave(&self.nodes[n]);
+        self.free.leave(n, &self.nodes[n]);
         if give_back {
             self.nodes[n].free += gpus;
         } else {
             self.nodes[n].free -= gpus;
         }
-        self.free.enter(&self.nodes[n]);
+        self.free.enter(n, &self.nodes[n]);
     }
 
     /// Where backfill expects the job's GPUs back: the end of its time limit while it runs,

@@ -92,6 +92,8 @@ enum Op {
     Park(usize),
     /// Time passes.
     Tick(i64),
+    /// The fair-share factors change (the teams' band slots may move).
+    Fairshare(u8),
 }
 
 fn op(teams: usize) -> impl Strategy<Value = Op> {
@@ -104,6 +106,7 @@ fn op(teams: usize) -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Hold),
         1 => any::<usize>().prop_map(Op::Park),
         2 => (0i64..400).prop_map(Op::Tick),
+        1 => any::<u8>().prop_map(Op::Fairshare),
     ]
 }
 
@@ -263,7 +266,21 @@ fn apply(
             }
         }
         Op::Tick(dt) => *now += dt,
+        Op::Fairshare(_) => {}
     }
+}
+
+/// Fair-share factors from a seed: each team's moves with it.
+fn fairshare_of(seed: u8, teams: usize) -> BTreeMap<String, f64> {
+    NAMES
+        .iter()
+        .take(teams)
+        .enumerate()
+        .map(|(i, n)| {
+            let x = (u32::from(seed) * 37 + i as u32 * 101) % 97;
+            (n.to_string(), f64::from(x) / 97.0)
+        })
+        .collect()
 }
 
 fn same_as_plan(
@@ -333,18 +350,16 @@ proptest! {
             .enumerate()
             .map(|(i, g)| (format!("n{i}"), *g))
             .collect();
-        let fairshare: BTreeMap<String, f64> = NAMES
-            .iter()
-            .take(h.teams.len())
-            .enumerate()
-            .map(|(i, n)| (n.to_string(), 1.0 / (i as f64 + 1.5)))
-            .collect();
+        let mut fairshare = fairshare_of(0, h.teams.len());
         let mut planner = Planner::new(&config);
         let mut jobs: Vec<ClusterJob> = Vec::new();
         let mut now = 1_000_000i64;
         let mut next_id = 0u64;
         for op in &h.ops {
             apply(op, &mut jobs, &mut planner, &mut now, &mut next_id, h.teams.len(), h.nodes.len());
+            if let Op::Fairshare(seed) = op {
+                fairshare = fairshare_of(*seed, h.teams.len());
+            }
             let full = plan(&GovernInput {
                 config: &config,
                 capacity,

@@ -462,6 +462,23 @@ trait Sink {
     /// A pending record's priority is the highest any of its tasks earned: one task in quota
     /// ranks the record in quota (the team's limit keeps the others to what it may borrow).
     fn raise(&mut self, e: Entry<'_>, p: u32);
+
+    /// Every job of team `team`'s tail ([`Pending::tails`]) gets `priority(job)`, which
+    /// depends on the job's own class and state and on `band` alone (its team's band slot):
+    /// a sink that knows which of them cannot have changed since it last saw them with the
+    /// same band may skip those.
+    fn tail(
+        &mut self,
+        team: usize,
+        tail: &[Entry<'_>],
+        band: u32,
+        priority: &dyn Fn(&ClusterJob) -> u32,
+    ) {
+        let _ = (team, band);
+        for &e in tail {
+            self.raise(e, priority(&e));
+        }
+    }
 }
 
 /// The jobs of one pass grouped by team (by its place in the configuration), each team's in
@@ -480,6 +497,13 @@ struct Queues<'j> {
     /// evenly), where the caller keeps count ([`Planner`]); worked out from the running jobs
     /// otherwise.
     node_used: Option<&'j BTreeMap<String, u64>>,
+    /// Per team: ranked pending jobs that ask for no GPU (they always fit the quota, so a
+    /// queue holding one has no tail).
+    zero_gpus: Vec<u32>,
+    /// Per team, where the caller keeps them ([`Planner`]): the ranked pending jobs of a
+    /// non-preemptible class that are not parked, which are all a tail's jobs to park;
+    /// otherwise found by a walk over the tail.
+    unparked: Option<Vec<Vec<Entry<'j>>>>,
 }
 
 impl<'j> Queues<'j> {
@@ -496,6 +520,7 @@ impl<'j> Queues<'j> {
         let mut pending: Vec<Vec<(PendingKey, Entry<'j>)>> = vec![Vec::new(); teams.len()];
         let mut others_running = Vec::new();
         let mut outside = Vec::new();
+        let mut zero_gpus = vec![0u32; teams.len()];
         for (slot, j) in jobs.iter().enumerate() {
             let e = Entry { job: j, slot };
             let Some(&t) = index.get(j.team.as_str()) else {
@@ -509,7 +534,10 @@ impl<'j> Queues<'j> {
             };
             match j.phase {
                 Phase::Running => running[t].push((rules.running_key(j), e)),
-                Phase::Pending if Rules::ranked(j) => pending[t].push((rules.pending_key(j), e)),
+                Phase::Pending if Rules::ranked(j) => {
+                    zero_gpus[t] += u32::from(j.gpus == 0);
+                    pending[t].push((rules.pending_key(j), e));
+                }
                 Phase::Pending => {}
             }
         }
@@ -534,6 +562,8 @@ impl<'j> Queues<'j> {
             others_running,
             outside,
             node_used: None,
+            zero_gpus,
+            unparked: None,
         }
     }
 
@@ -667,10 +697,17 @@ struct Pending<'a> {
     in_quota: Vec<Entry<'a>>,
     /// At quota, but a higher class than some of the team's running jobs.
     displacing: Vec<Entry<'a>>,
-    /// Beyond the quota, per team, in the team's own order.
+    /// Beyond the quota, per team, in the team's own order: those walked one by one; the
+    /// tail's startable jobs follow them.
     borrowers: Vec<Vec<Entry<'a>>>,
-    /// Cannot start now (begin time, dependency): they reserve nothing.
+    /// Cannot start now (begin time, dependency): they reserve nothing. The tails' jobs that
+    /// cannot start are also waiting.
     waiting: Vec<Entry<'a>>,
+    /// Per team, the end of its queue once its quota is full and no job there may displace
+    /// a lower class: every job there borrows (if it can start) or waits, and how depends
+    /// only on its class, its state and its team's band, so a long queue is not walked job
+    /// by job.
+    tails: Vec<&'a [Entry<'a>]>,
     /// Running jobs to requeue for the displacing ones.
     displace: Vec<u64>,
     /// Unused quota per team left after its in-quota jobs.
@@ -682,11 +719,12 @@ struct Pending<'a> {
 /// a job that does not fit displaces lower classes of its team or waits to borrow.
 fn sort_pending<'a>(
     rules: &Rules<'_>,
-    by_team: &[Vec<Entry<'a>>],
+    queues: &'a Queues<'a>,
     running: &Running<'a>,
     nodes: &LazyNodes<'_, '_>,
     borrow_first: &BTreeSet<u64>,
 ) -> Pending<'a> {
+    let by_team = &queues.pending;
     let teams = rules.config.teams.len();
     let mut out = Pending {
         in_quota: Vec::new(),
@@ -696,6 +734,7 @@ fn sort_pending<'a>(
             .map(|p| Vec::with_capacity(p.len()))
             .collect(),
         waiting: Vec::new(),
+        tails: Vec::with_capacity(teams),
         displace: Vec::new(),
         room: vec![0; teams],
         team_states: Vec::with_capacity(teams),
@@ -720,7 +759,18 @@ fn sort_pending<'a>(
         let mut room = team.quota.total.saturating_sub(used);
         let mut pending_in_quota = 0u32;
         let borrowers = &mut out.borrowers[t];
-        for &j in pending {
+        let may_end = queues.zero_gpus[t] == 0;
+        let mut tail_from = pending.len();
+        for (i, &j) in pending.iter().enumerate() {
+            // The quota is full, and no job from here on asks for no GPU or may displace (the
+            // queue is in class order): the rest is the tail.
+            if room == 0
+                && may_end
+                && !(rules.within && lowest_displaceable.is_some_and(|v| v < rules.value(&j)))
+            {
+                tail_from = i;
+                break;
+            }
             if !j.startable() {
                 out.waiting.push(j);
                 continue;
@@ -767,6 +817,7 @@ fn sort_pending<'a>(
             }
             borrowers.push(j);
         }
+        out.tails.push(&pending[tail_from..]);
         out.room[t] = room;
         out.team_states.push(TeamState {
             running_gpus: used,
@@ -777,6 +828,20 @@ fn sort_pending<'a>(
     out
 }
 
+impl<'a> Pending<'a> {
+    /// Team `t`'s borrowers in its own order: those walked, then the tail's startable jobs.
+    fn borrowers_of(&self, t: usize) -> impl Iterator<Item = Entry<'a>> + '_ {
+        self.borrowers[t]
+            .iter()
+            .copied()
+            .chain(self.tails[t].iter().copied().filter(|j| j.startable()))
+    }
+
+    fn has_borrowers(&self, t: usize) -> bool {
+        self.borrowers_of(t).next().is_some()
+    }
+}
+
 /// Phase 3 as the plan uses it: a job that may displace its team's lower classes does so only
 /// if it could not start now on borrowed GPUs instead. Borrowing costs nobody work, and once it
 /// runs, its class puts it inside the quota before the lower-class job (phase 1), which
@@ -785,24 +850,24 @@ fn sort_pending<'a>(
 fn sort_pending_borrow_first<'a>(
     rules: &Rules<'_>,
     pass: &Pass<'_>,
-    by_team: &[Vec<Entry<'a>>],
+    queues: &'a Queues<'a>,
     running: &Running<'a>,
     nodes: &LazyNodes<'_, '_>,
 ) -> Pending<'a> {
     let none = BTreeSet::new();
-    let pending = sort_pending(rules, by_team, running, nodes, &none);
+    let pending = sort_pending(rules, queues, running, nodes, &none);
     if pending.displacing.is_empty() {
         return pending;
     }
     let displacing: BTreeSet<u64> = pending.displacing.iter().map(|j| j.id).collect();
-    let trial = sort_pending(rules, by_team, running, nodes, &displacing);
+    let trial = sort_pending(rules, queues, running, nodes, &displacing);
     let shares = share_idle_capacity(rules, pass, running, &trial);
     let granted: BTreeSet<u64> = shares.granted.iter().copied().collect();
     let borrow: BTreeSet<u64> = displacing.intersection(&granted).copied().collect();
     if borrow.is_empty() {
         return pending;
     }
-    sort_pending(rules, by_team, running, nodes, &borrow)
+    sort_pending(rules, queues, running, nodes, &borrow)
 }
 
 /// The team's own protected jobs of a lower, preemptible class to requeue so that `j` fits
@@ -1259,11 +1324,15 @@ fn share_idle_capacity<'a>(
         lends,
         mut remaining,
     } = lendable_capacity(config, pass.capacity, running, pending, &asks);
-    let slots = band_slots(rules, pass.fairshare);
+    // Each team's band slot (the team served last has the lowest); under fifo every team
+    // shares slot 0 and Slurm serves the oldest first.
+    let bands = match config.cluster.idle_sharing {
+        IdleSharing::FairShare => band_slots(rules, pass.fairshare),
+        IdleSharing::Fifo => vec![0; config.teams.len()],
+    };
     let order = service_order(rules, pass.fairshare, pending);
     let mut allowance = vec![0u32; config.teams.len()];
-    // Each borrower with its team's band slot (the team served last has the lowest); under
-    // fifo every team shares slot 0 and Slurm serves the oldest first.
+    // Each borrower walked with its team's band slot (the tails' follow theirs).
     let mut served: Vec<(Entry<'a>, u32)> =
         Vec::with_capacity(pending.borrowers.iter().map(Vec::len).sum());
     let mut granted = Vec::new();
@@ -1272,23 +1341,18 @@ fn share_idle_capacity<'a>(
         // A team never borrows its own idle quota.
         let own = lends[t];
         let available = u32::try_from((remaining - own).max(0)).unwrap_or(u32::MAX);
-        let borrowers = &pending.borrowers[t];
         let given = team_allowance(
             rules,
             running.usage[t],
             team,
-            borrowers,
+            pending.borrowers_of(t),
             asks[t].as_ref(),
             available,
             &mut granted,
         );
         remaining -= i64::from(given);
         allowance[t] = given;
-        let slot = match config.cluster.idle_sharing {
-            IdleSharing::FairShare => slots[t],
-            IdleSharing::Fifo => 0,
-        };
-        served.extend(borrowers.iter().map(|j| (*j, slot)));
+        served.extend(pending.borrowers[t].iter().map(|j| (*j, bands[t])));
     }
     if config.cluster.idle_sharing == IdleSharing::Fifo {
         served.sort_by_key(|(j, _)| (j.submit, j.id));
@@ -1296,6 +1360,7 @@ fn share_idle_capacity<'a>(
     Shares {
         allowance,
         served,
+        bands,
         granted,
         lends: lends
             .into_iter()
@@ -1309,13 +1374,12 @@ fn share_idle_capacity<'a>(
 /// borrows 1). That quota is then not lent to others.
 fn straddling_asks<'a>(rules: &Rules<'_>, pending: &Pending<'a>) -> Vec<Option<Ask<'a>>> {
     pending
-        .borrowers
+        .room
         .iter()
-        .zip(&pending.room)
-        .map(|(jobs, &room)| {
-            let j = jobs
-                .iter()
-                .copied()
+        .enumerate()
+        .map(|(t, &room)| {
+            let j = pending
+                .borrowers_of(t)
                 .find(|j| rules.preemptible(j) && j.eligible)?;
             let own = room.min(j.gpus);
             Some(Ask {
@@ -1402,15 +1466,15 @@ fn service_order(
         .by_name
         .iter()
         .copied()
-        .filter(|t| !pending.borrowers[*t].is_empty())
+        .filter(|t| pending.has_borrowers(*t))
         .collect();
     match rules.config.cluster.idle_sharing {
         IdleSharing::FairShare => {
             order.sort_by(|a, b| by_fairshare(fairshare, &teams[*a].name, &teams[*b].name))
         }
         IdleSharing::Fifo => order.sort_by_key(|t| {
-            pending.borrowers[*t]
-                .iter()
+            pending
+                .borrowers_of(*t)
                 .filter(|j| rules.preemptible(j) && j.eligible)
                 .map(|j| (j.submit, j.id))
                 .min()
@@ -1423,11 +1487,11 @@ fn service_order(
 /// What one team is given beyond its quota: its borrowers in its own order, each served
 /// while the GPUs it needs beyond the quota fit what is `available` and the team's borrow
 /// headroom (a later, smaller job may still fit where an earlier one did not).
-fn team_allowance(
+fn team_allowance<'a>(
     rules: &Rules<'_>,
     used: u32,
     team: &Team,
-    borrowers: &[Entry<'_>],
+    borrowers: impl Iterator<Item = Entry<'a>>,
     ask: Option<&Ask<'_>>,
     mut available: u32,
     granted: &mut Vec<u64>,
@@ -1452,7 +1516,7 @@ fn team_allowance(
         }
         // A non-preemptible class may never borrow; a job that could not start anyway
         // (begin time, dependency) must not open the door for one that may not borrow.
-        if !rules.preemptible(j) || !j.eligible {
+        if !rules.preemptible(&j) || !j.eligible {
             continue;
         }
         let beyond = match ask {
@@ -1472,8 +1536,11 @@ fn team_allowance(
 struct Shares<'a> {
     /// Each team's allowance beyond its quota (0 for teams not borrowing).
     allowance: Vec<u32>,
-    /// The borrowers in the order they are served, each with its team's band slot.
+    /// The borrowers walked (not in a tail) in the order they are served, each with its
+    /// team's band slot.
     served: Vec<(Entry<'a>, u32)>,
+    /// Each team's band slot, by its place in the configuration.
+    bands: Vec<u32>,
     /// The borrowers the allowances cover (they may start on borrowed GPUs now).
     granted: Vec<u64>,
     /// What each team's idle quota offered to borrowers.
@@ -1637,6 +1704,8 @@ struct Decided<'a> {
     gpu_limits: Vec<u32>,
     allowance: Vec<u32>,
     lends: Vec<u32>,
+    /// Per team, how many of its queued jobs were walked one by one (the rest is its tail).
+    walked: Vec<usize>,
 }
 
 /// The phases of DESIGN §4 over one pass's queues: per-team usage, what runs inside each
@@ -1662,7 +1731,7 @@ fn decide<'a>(
         queues,
         room: OnceCell::new(),
     };
-    let pending = sort_pending_borrow_first(rules, pass, &queues.pending, &running, &nodes);
+    let pending = sort_pending_borrow_first(rules, pass, queues, &running, &nodes);
     let pending_in_quota_gpus = pending
         .in_quota
         .iter()
@@ -1684,17 +1753,25 @@ fn decide<'a>(
         pass.now,
     );
     let release = prioritise_fitting(rules, in_quota_level, &pending, priorities);
-    let park = jobs_to_park(rules, &pending);
+    let park = jobs_to_park(rules, queues, &pending);
     let shares = share_idle_capacity(rules, pass, &running, &pending);
     prioritise_borrowers(rules, &shares.served, priorities);
     prioritise_waiting(rules, &pending.waiting, priorities);
+    prioritise_tails(rules, &pending.tails, &shares.bands, priorities);
 
     // Ceilings.
     let mut team_states = pending.team_states;
     let gpu_limits = team_gpu_limits(config, &running, &shares.allowance, &mut team_states);
+    let walked = queues
+        .pending
+        .iter()
+        .zip(&pending.tails)
+        .map(|(q, tail)| q.len() - tail.len())
+        .collect();
     let mut in_quota = pending.in_quota;
     in_quota.extend(pending.displacing);
     Decided {
+        walked,
         victims,
         free,
         pending_in_quota_gpus,
@@ -1772,14 +1849,38 @@ fn prioritise_fitting(
 /// record is parked only when none of its tasks fits: while one does, its tasks may start up
 /// to the team's limit, and a non-preemptible task that starts beyond the quota is a
 /// violation (requeued, then parked).
-fn jobs_to_park(rules: &Rules<'_>, pending: &Pending<'_>) -> Vec<u64> {
+fn jobs_to_park(rules: &Rules<'_>, queues: &Queues<'_>, pending: &Pending<'_>) -> Vec<u64> {
+    let to_park = |j: &Entry<'_>| !rules.preemptible(j) && !j.park_held;
     let mut park: Vec<u64> = pending
         .borrowers
         .iter()
         .flatten()
-        .filter(|j| !rules.preemptible(j) && !j.park_held)
+        .filter(|j| to_park(j))
         .map(|j| j.id)
         .collect();
+    for (t, tail) in pending.tails.iter().enumerate() {
+        let Some(first) = tail.first() else {
+            continue;
+        };
+        match &queues.unparked {
+            // The few such jobs of the team, those in the tail.
+            Some(unparked) => {
+                let from = (rules.pending_key(first), first.slot);
+                park.extend(
+                    unparked[t]
+                        .iter()
+                        .filter(|j| (rules.pending_key(j), j.slot) >= from)
+                        .filter(|j| j.startable() && to_park(j))
+                        .map(|j| j.id),
+                );
+            }
+            None => park.extend(
+                tail.iter()
+                    .filter(|j| j.startable() && to_park(j))
+                    .map(|j| j.id),
+            ),
+        }
+    }
     if park.is_empty() {
         return park;
     }
@@ -1807,6 +1908,31 @@ fn prioritise_borrowers(rules: &Rules<'_>, served: &[(Entry<'_>, u32)], prioriti
             priority::BORROW_BASE
         };
         priorities.raise(*j, encode(level, rules.class_idx(j)));
+    }
+}
+
+/// The tails' jobs: borrowers in their team's band, and jobs that cannot start at the bottom,
+/// as [`prioritise_borrowers`] and [`prioritise_waiting`] rank them.
+fn prioritise_tails(
+    rules: &Rules<'_>,
+    tails: &[&[Entry<'_>]],
+    bands: &[u32],
+    priorities: &mut dyn Sink,
+) {
+    for (t, tail) in tails.iter().enumerate() {
+        if tail.is_empty() {
+            continue;
+        }
+        let band = bands[t];
+        let priority = |j: &ClusterJob| {
+            let level = if j.startable() && rules.preemptible(j) {
+                priority::borrow_band(band, rules.class_rank(j))
+            } else {
+                priority::BORROW_BASE
+            };
+            encode(level, rules.class_idx(j))
+        };
+        priorities.tail(t, tail, band, &priority);
     }
 }
 

@@ -12,7 +12,7 @@
 //! others, so per pass), and a pending record standing for several array tasks (`tasks > 1`),
 //! which `plan` expands into its tasks; a `Planner` plans such a record as one task.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use teamshare_config::Config;
 
@@ -90,6 +90,16 @@ pub struct Planner<'c> {
     /// GPUs held per node by the running jobs that are not ending, kept as they
     /// start and end instead of summed over them at every pass that needs them.
     node_used: BTreeMap<String, u64>,
+    /// Per team: ranked pending jobs asking for no GPU, and those of a non-preemptible class
+    /// not parked (see [`Queues`]).
+    zero_gpus: Vec<u32>,
+    unparked: Vec<BTreeSet<usize>>,
+    /// What the tails' priorities depend on, to hand back only those that may have changed:
+    /// the jobs inserted or changed since the last pass, those each team's last pass walked
+    /// (before its tail), and the band each team's tail had.
+    touched: Vec<usize>,
+    walked: Vec<Vec<usize>>,
+    tail_band: Vec<Option<u32>>,
     /// The priority each job was last given.
     given: Vec<Option<u32>>,
     /// This pass's priorities, and the jobs that got one.
@@ -116,6 +126,11 @@ impl<'c> Planner<'c> {
             others: Vec::new(),
             no_team: Vec::new(),
             node_used: BTreeMap::new(),
+            zero_gpus: vec![0; teams],
+            unparked: vec![BTreeSet::new(); teams],
+            touched: Vec::new(),
+            walked: vec![Vec::new(); teams],
+            tail_band: vec![None; teams],
             given: Vec::new(),
             next: Vec::new(),
             written: Vec::new(),
@@ -171,6 +186,7 @@ impl<'c> Planner<'c> {
             filed: Filed::Nowhere,
         });
         self.file(slot);
+        self.touched.push(slot);
     }
 
     /// A job is gone (ended, cancelled, or no longer in the governed partitions).
@@ -197,6 +213,7 @@ impl<'c> Planner<'c> {
             debug_assert_eq!(h.job.id, id, "Planner::update must keep the job's id");
         }
         self.file(slot);
+        self.touched.push(slot);
     }
 
     fn file(&mut self, slot: usize) {
@@ -218,6 +235,10 @@ impl<'c> Planner<'c> {
                 let list = &mut self.pending[t];
                 let at = list.partition_point(|e| (e.0, e.1) < (key, slot));
                 list.insert(at, (key, slot));
+                self.zero_gpus[t] += u32::from(j.gpus == 0);
+                if !self.rules.preemptible(j) && !j.park_held {
+                    self.unparked[t].insert(slot);
+                }
                 Filed::Pending(t, key)
             }
             (None, Phase::Running) => {
@@ -268,6 +289,8 @@ impl<'c> Planner<'c> {
                 if let Ok(at) = list.binary_search(&(key, slot)) {
                     list.remove(at);
                 }
+                self.zero_gpus[t] -= u32::from(h.job.gpus == 0);
+                self.unparked[t].remove(&slot);
             }
             Filed::Other => {
                 if let Some(i) = self.others.iter().position(|s| *s == slot) {
@@ -291,6 +314,11 @@ impl<'c> Planner<'c> {
             next,
             written,
             node_used,
+            zero_gpus,
+            unparked,
+            touched,
+            walked,
+            tail_band,
             ..
         } = self;
         let entry = |slot: usize| -> Option<Entry<'_>> {
@@ -314,6 +342,13 @@ impl<'c> Planner<'c> {
             others_running: entries(&mut others.iter().copied()),
             outside: Vec::new(),
             node_used: Some(node_used),
+            zero_gpus: zero_gpus.clone(),
+            unparked: Some(
+                unparked
+                    .iter()
+                    .map(|set| set.iter().filter_map(|s| entry(*s)).collect())
+                    .collect(),
+            ),
         };
         let pass = Pass {
             capacity: input.capacity,
@@ -322,8 +357,21 @@ impl<'c> Planner<'c> {
             node_gpus: input.node_gpus,
         };
         written.clear();
-        let mut sink = SlotSink { next, written };
+        let mut sink = SlotSink {
+            next,
+            written,
+            rules,
+            jobs,
+            touched,
+            walked,
+            tail_band,
+        };
         let d = decide(rules, &pass, &queues, &mut sink);
+        for (t, walked) in walked.iter_mut().enumerate() {
+            walked.clear();
+            walked.extend(pending[t][..d.walked[t]].iter().map(|e| e.1));
+        }
+        touched.clear();
 
         let mut changed = Vec::new();
         for &slot in written.iter() {
@@ -363,13 +411,19 @@ impl<'c> Planner<'c> {
     }
 }
 
-/// Priorities written per slot, as [`Priorities`](super::Priorities) does per job id.
-struct SlotSink<'a> {
+/// Priorities written per slot, as [`Priorities`](super::Priorities) does per job id; a
+/// tail's only for the jobs whose priority there may differ from the one last given.
+struct SlotSink<'a, 'c> {
     next: &'a mut [Option<u32>],
     written: &'a mut Vec<usize>,
+    rules: &'a Rules<'c>,
+    jobs: &'a [Option<Held>],
+    touched: &'a [usize],
+    walked: &'a [Vec<usize>],
+    tail_band: &'a mut [Option<u32>],
 }
 
-impl Sink for SlotSink<'_> {
+impl Sink for SlotSink<'_, '_> {
     fn set(&mut self, e: Entry<'_>, p: u32) {
         if self.next[e.slot].is_none() {
             self.written.push(e.slot);
@@ -384,6 +438,40 @@ impl Sink for SlotSink<'_> {
             None => {
                 self.written.push(e.slot);
                 *v = Some(p);
+            }
+        }
+    }
+
+    /// A job in the tail now was there at the last pass with the same band (its priority is
+    /// the one it was given then), or walked by the last pass, or inserted or changed since:
+    /// only the last two are written, unless the band moved.
+    fn tail(
+        &mut self,
+        team: usize,
+        tail: &[Entry<'_>],
+        band: u32,
+        priority: &dyn Fn(&ClusterJob) -> u32,
+    ) {
+        let Some(first) = tail.first() else {
+            return;
+        };
+        if self.tail_band[team] != Some(band) {
+            self.tail_band[team] = Some(band);
+            for &e in tail {
+                self.raise(e, priority(&e));
+            }
+            return;
+        }
+        let from = (self.rules.pending_key(first), first.slot);
+        let jobs = self.jobs;
+        for &slot in self.touched.iter().chain(&self.walked[team]) {
+            let Some(h) = jobs[slot].as_ref() else {
+                continue;
+            };
+            if let Filed::Pending(t, key) = h.filed {
+                if t == team && (key, slot) >= from {
+                    self.raise(Entry { job: &h.job, slot }, priority(&h.job));
+                }
             }
         }
     }

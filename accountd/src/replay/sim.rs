@@ -47,8 +47,6 @@ const FAIRSHARE_PERIOD: Secs = 300;
 const MAX_RESERVATIONS: usize = 4;
 /// How many pending jobs one scheduling pass looks at (Slurm's `bf_max_job_test` default).
 const MAX_JOBS_TESTED: usize = 500;
-/// How many queued jobs a scheduling pass reads at a time.
-const QUEUE_READ_AHEAD: usize = 32;
 /// How often progress is reported, in simulated seconds.
 const PROGRESS_EVERY: Secs = 86_400;
 
@@ -290,10 +288,8 @@ struct Job {
     alloc: Vec<(usize, u32)>,
     /// Shown to the governor (squeue lists it): pending and eligible, or running.
     shown: bool,
-    /// In the scheduler's queue (shown, pending, not parked), and the scheduling pass that
-    /// queued it.
+    /// In the scheduler's queue (shown, pending, not parked).
     queued: bool,
-    queued_in: u64,
     /// Its key in [`Sim::ends`] while it runs or is in its grace time.
     end_key: Option<Secs>,
     checkpoint: Option<Secs>,
@@ -306,6 +302,14 @@ struct Reservation {
 
 /// A queued job's place in Slurm's order: priority, then the oldest submission, then id.
 type QueueKey = (Reverse<u32>, Secs, u64, usize);
+
+/// What a scheduling pass reads of a queued job before anything else: its team (the place in
+/// the configuration) and GPUs, for the association limit most jobs stop at.
+#[derive(Clone, Copy)]
+struct Ticket {
+    team: usize,
+    gpus: u32,
+}
 
 /// What the submit-time checks look at: team, class, GPUs, GPU type, nodes.
 type RequestKind = (String, Option<String>, u32, Option<String>, u32);
@@ -340,14 +344,17 @@ struct Sim<'a> {
     /// governor's plan over them, kept between passes.
     planner: Planner<'a>,
     /// Shown pending jobs that are not parked, in Slurm's order.
-    queue: BTreeSet<QueueKey>,
+    queue: BTreeMap<QueueKey, Ticket>,
+    /// While a scheduling pass walks the queue (taken out of `queue`), the changes to it,
+    /// made when it is back: jobs started leave it, jobs requeued without delay join it
+    /// (the pass's order was taken when it began).
+    walking: bool,
+    deferred: Vec<(QueueKey, Option<Ticket>)>,
     /// Running jobs (not in their grace time) by priority: preemption candidates.
     running_prio: BTreeSet<(u32, usize)>,
     /// Running jobs by the end of their time limit, and preempted ones by the end of their
     /// grace: when backfill expects their GPUs back.
     ends: BTreeSet<(Secs, usize)>,
-    /// Scheduling passes so far (see [`Job::queued_in`]).
-    sched_passes: u64,
     events: BinaryHeap<Reverse<Event>>,
     seq: u64,
     next_submit: usize,
@@ -423,10 +430,11 @@ impl<'a> Sim<'a> {
             jobs: Vec::with_capacity(trace.jobs.len()),
             out: Vec::with_capacity(trace.jobs.len()),
             planner: Planner::new(config),
-            queue: BTreeSet::new(),
+            queue: BTreeMap::new(),
+            walking: false,
+            deferred: Vec::new(),
             running_prio: BTreeSet::new(),
             ends: BTreeSet::new(),
-            sched_passes: 0,
             events: BinaryHeap::new(),
             seq: 0,
             next_submit: 0,
@@ -502,7 +510,6 @@ impl<'a> Sim<'a> {
             alloc: Vec::new(),
             shown: false,
             queued: false,
-            queued_in: 0,
             end_key: None,
             checkpoint,
         }
@@ -823,10 +830,16 @@ impl<'a> Sim<'a> {
             return;
         }
         let key = self.queue_key(j);
-        self.queue.insert(key);
-        let job = &mut self.jobs[j];
-        job.queued = true;
-        job.queued_in = self.sched_passes + 1;
+        let ticket = Ticket {
+            team: self.jobs[j].team.unwrap_or(usize::MAX),
+            gpus: self.jobs[j].gpus,
+        };
+        if self.walking {
+            self.deferred.push((key, Some(ticket)));
+        } else {
+            self.queue.insert(key, ticket);
+        }
+        self.jobs[j].queued = true;
     }
 
     fn dequeue(&mut self, j: usize) {
@@ -834,7 +847,11 @@ impl<'a> Sim<'a> {
             return;
         }
         let key = self.queue_key(j);
-        self.queue.remove(&key);
+        if self.walking {
+            self.deferred.push((key, None));
+        } else {
+            self.queue.remove(&key);
+        }
         self.jobs[j].queued = false;
     }
 
@@ -845,18 +862,20 @@ impl<'a> Sim<'a> {
             return;
         }
         let queued = self.jobs[j].queued;
-        if queued {
+        let ticket = if queued {
             let key = self.queue_key(j);
-            self.queue.remove(&key);
-        }
+            self.queue.remove(&key)
+        } else {
+            None
+        };
         let running = self.jobs[j].state == State::Running;
         if running {
             self.running_prio.remove(&(old, j));
         }
         self.jobs[j].priority = p;
-        if queued {
+        if let Some(ticket) = ticket {
             let key = self.queue_key(j);
-            self.queue.insert(key);
+            self.queue.insert(key, ticket);
         }
         if running {
             self.running_prio.insert((p, j));
@@ -1102,10 +1121,28 @@ impl<'a> Sim<'a> {
         if self.pending == 0 {
             return false;
         }
-        // The queue's order now is the pass's: jobs queued during it (requeued by a preemption
-        // without delay) wait for the next.
-        self.sched_passes += 1;
-        let this_pass = self.sched_passes;
+        // The queue's order now is the pass's: it is walked out of place, and what the walk
+        // changes in it (jobs started, jobs requeued without delay) is applied after.
+        let queue = std::mem::take(&mut self.queue);
+        self.walking = true;
+        let started = self.walk(&queue);
+        self.walking = false;
+        self.queue = queue;
+        for (key, ticket) in std::mem::take(&mut self.deferred) {
+            match ticket {
+                Some(t) => {
+                    self.queue.insert(key, t);
+                }
+                None => {
+                    self.queue.remove(&key);
+                }
+            }
+        }
+        started
+    }
+
+    /// The walk of [`Sim::schedule`] over the queue as it was when the pass began.
+    fn walk(&mut self, queue: &BTreeMap<QueueKey, Ticket>) -> bool {
         let lowest_preemptible = self.running_prio.first().map(|(p, _)| *p);
         // How many blocked jobs have their reservation, and per node the earliest start of a
         // reservation that holds it.
@@ -1113,31 +1150,8 @@ impl<'a> Sim<'a> {
         let mut reserved_from: Vec<Secs> = Vec::new();
         let mut blocked: Vec<usize> = Vec::new();
         let mut started = false;
-        let mut tested = 0usize;
-        // The queue read a few keys at a time (starting a job takes it out of the queue, so
-        // no iterator can stay open across the walk). Only the job in hand leaves the queue
-        // during the walk and no priority changes, so the keys read stay valid.
-        let mut ahead: std::collections::VecDeque<QueueKey> = std::collections::VecDeque::new();
-        let mut cursor: Option<QueueKey> = None;
-        while tested < MAX_JOBS_TESTED {
-            if ahead.is_empty() {
-                let from = match cursor {
-                    None => std::ops::Bound::Unbounded,
-                    Some(c) => std::ops::Bound::Excluded(c),
-                };
-                // Most passes stop after a job or two: read few keys first, more as it goes.
-                let n = (tested + 2).min(QUEUE_READ_AHEAD);
-                ahead.extend(self.queue.range((from, std::ops::Bound::Unbounded)).take(n));
-            }
-            let Some(key) = ahead.pop_front() else {
-                break;
-            };
-            cursor = Some(key);
+        for (&key, ticket) in queue.iter().take(MAX_JOBS_TESTED) {
             let (Reverse(p), _, _, j) = key;
-            if self.jobs[j].queued_in > this_pass {
-                continue;
-            }
-            tested += 1;
             // A job whose victims are still in their grace time waits for them (it stays first
             // in line for any GPUs that come free meanwhile).
             let may_preempt = lowest_preemptible.is_some_and(|v| p > v)
@@ -1146,7 +1160,11 @@ impl<'a> Sim<'a> {
                 // Nothing can start or preempt from here down.
                 break;
             }
-            if !self.within_limits(j) {
+            let over = match self.used.get(ticket.team) {
+                Some(used) => used.saturating_add(ticket.gpus) > self.limits[ticket.team],
+                None => true,
+            };
+            if over || (self.typed && !self.within_limits(j)) {
                 self.limit_blocked = true;
                 continue;
             }
@@ -1185,7 +1203,10 @@ impl<'a> Sim<'a> {
                 }
                 continue;
             }
-            blocked.push(j);
+            // Only the first few blocked jobs get a reservation.
+            if blocked.len() < MAX_RESERVATIONS {
+                blocked.push(j);
+            }
         }
         started
     }

@@ -585,6 +585,8 @@ struct Running<'a> {
     victims: Vec<(Entry<'a>, f64)>,
     /// Each team's running jobs inside its quota, in phase-1 order.
     protected_by_team: Vec<Vec<Entry<'a>>>,
+    /// Each team's lowest preemptible class value among them.
+    lowest_displaceable: Vec<Option<u32>>,
     violations: Vec<u64>,
 }
 
@@ -594,6 +596,7 @@ fn sort_running<'a>(
     rules: &Rules<'_>,
     by_team: &[Vec<Entry<'a>>],
     priorities: &mut dyn Sink,
+    mut kept: Option<&mut [Option<TeamRunning>]>,
 ) -> Running<'a> {
     let teams = rules.config.teams.len();
     let mut out = Running {
@@ -603,36 +606,83 @@ fn sort_running<'a>(
             .iter()
             .map(|r| Vec::with_capacity(r.len()))
             .collect(),
+        lowest_displaceable: vec![None; teams],
         violations: Vec::new(),
     };
     for (t, (team, running)) in rules.config.teams.iter().zip(by_team).enumerate() {
-        let used = running.iter().fold(0u32, |s, j| s.saturating_add(j.gpus));
-        out.usage[t] = used;
-        let over = (f64::from(used) - f64::from(team.quota.total)) / f64::from(team.weight.max(1));
-        let mut inside = 0u32;
-        for &j in running {
-            let fits = inside.saturating_add(j.gpus) <= team.quota.total;
-            if fits || !rules.preemptible(&j) {
-                if fits {
-                    inside += j.gpus;
-                } else {
-                    // Rule 6: a non-preemptible job never borrows. It keeps the protected
-                    // level (Slurm must not pick it) until the governor requeues it.
-                    out.violations.push(j.id);
-                }
-                priorities.set(
-                    j,
-                    encode(
-                        priority::protected_level(rules.value(&j)),
-                        rules.class_idx(&j),
-                    ),
-                );
-                if fits {
-                    out.protected_by_team[t].push(j);
-                }
+        let mut fresh = None;
+        // A planner keeps the split while the team's running jobs stay as they are: the same
+        // protected and victims, the protected jobs' levels (their class's) already given.
+        let sorted: &TeamRunning = match kept.as_deref_mut() {
+            Some(k) => k[t].get_or_insert_with(|| split_running(rules, team, running, priorities)),
+            None => fresh.insert(split_running(rules, team, running, priorities)),
+        };
+        out.usage[t] = sorted.used;
+        out.lowest_displaceable[t] = sorted.lowest_displaceable;
+        out.protected_by_team[t].extend(sorted.protected.iter().map(|i| running[*i]));
+        out.victims
+            .extend(sorted.victims.iter().map(|i| (running[*i], sorted.over)));
+        out.violations.extend(sorted.violations.iter().copied());
+    }
+    out
+}
+
+/// Phase 1 for one team: what a [`Planner`] keeps while the team's running jobs do not change
+/// (places in the team's running list).
+#[derive(Clone, Default)]
+struct TeamRunning {
+    used: u32,
+    /// How far the team is over its quota for its weight.
+    over: f64,
+    protected: Vec<usize>,
+    victims: Vec<usize>,
+    violations: Vec<u64>,
+    /// The lowest preemptible class value among the protected jobs.
+    lowest_displaceable: Option<u32>,
+}
+
+/// One team's running jobs, in phase-1 order, split into the protected, the victims and the
+/// violations; the protected get their level.
+fn split_running(
+    rules: &Rules<'_>,
+    team: &Team,
+    running: &[Entry<'_>],
+    priorities: &mut dyn Sink,
+) -> TeamRunning {
+    let used = running.iter().fold(0u32, |s, j| s.saturating_add(j.gpus));
+    let mut out = TeamRunning {
+        used,
+        over: (f64::from(used) - f64::from(team.quota.total)) / f64::from(team.weight.max(1)),
+        ..TeamRunning::default()
+    };
+    let mut inside = 0u32;
+    for (i, &j) in running.iter().enumerate() {
+        let fits = inside.saturating_add(j.gpus) <= team.quota.total;
+        if fits || !rules.preemptible(&j) {
+            if fits {
+                inside += j.gpus;
             } else {
-                out.victims.push((j, over));
+                // Rule 6: a non-preemptible job never borrows. It keeps the protected
+                // level (Slurm must not pick it) until the governor requeues it.
+                out.violations.push(j.id);
             }
+            priorities.set(
+                j,
+                encode(
+                    priority::protected_level(rules.value(&j)),
+                    rules.class_idx(&j),
+                ),
+            );
+            if fits {
+                out.protected.push(i);
+                if rules.preemptible(&j) {
+                    let v = rules.value(&j);
+                    out.lowest_displaceable =
+                        Some(out.lowest_displaceable.map_or(v, |l: u32| l.min(v)));
+                }
+            }
+        } else {
+            out.victims.push(i);
         }
     }
     out
@@ -750,11 +800,7 @@ fn sort_pending<'a>(
     for (t, (team, pending)) in rules.config.teams.iter().zip(by_team).enumerate() {
         // The lowest preemptible class among the team's protected jobs: a job of no higher
         // class has nothing to displace (answered without a walk over them).
-        let lowest_displaceable = running.protected_by_team[t]
-            .iter()
-            .filter(|r| rules.preemptible(r))
-            .map(|r| rules.value(r))
-            .min();
+        let lowest_displaceable = running.lowest_displaceable[t];
         let used = running.usage[t];
         let mut room = team.quota.total.saturating_sub(used);
         let mut pending_in_quota = 0u32;
@@ -1644,7 +1690,7 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         node_gpus: input.node_gpus,
     };
     let mut priorities = Priorities::default();
-    let d = decide(&rules, &pass, &queues, &mut priorities);
+    let d = decide(&rules, &pass, &queues, &mut priorities, None);
 
     let mut state = new_state(
         input,
@@ -1716,9 +1762,10 @@ fn decide<'a>(
     pass: &Pass<'_>,
     queues: &'a Queues<'a>,
     priorities: &mut dyn Sink,
+    kept: Option<&mut [Option<TeamRunning>]>,
 ) -> Decided<'a> {
     let config = rules.config;
-    let mut running = sort_running(rules, &queues.running, priorities);
+    let mut running = sort_running(rules, &queues.running, priorities, kept);
     let victims = order_victims(
         rules,
         std::mem::take(&mut running.victims),

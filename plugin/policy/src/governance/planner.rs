@@ -16,7 +16,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use teamshare_config::Config;
 
-use super::{decide, ClusterJob, Entry, Pass, PendingKey, Phase, Queues, Rules, RunningKey, Sink};
+use super::{
+    decide, ClusterJob, Entry, Pass, PendingKey, Phase, Queues, Rules, RunningKey, Sink,
+    TeamRunning,
+};
 
 /// Where a job is filed among the lists the phases walk.
 #[derive(Clone, Copy)]
@@ -100,6 +103,8 @@ pub struct Planner<'c> {
     touched: Vec<usize>,
     walked: Vec<Vec<usize>>,
     tail_band: Vec<Option<u32>>,
+    /// Per team, phase 1's split of its running jobs, until one of them changes.
+    kept: Vec<Option<TeamRunning>>,
     /// The priority each job was last given.
     given: Vec<Option<u32>>,
     /// This pass's priorities, and the jobs that got one.
@@ -131,6 +136,7 @@ impl<'c> Planner<'c> {
             touched: Vec::new(),
             walked: vec![Vec::new(); teams],
             tail_band: vec![None; teams],
+            kept: vec![None; teams],
             given: Vec::new(),
             next: Vec::new(),
             written: Vec::new(),
@@ -228,6 +234,7 @@ impl<'c> Planner<'c> {
                 let list = &mut self.running[t];
                 let at = list.partition_point(|e| (e.0, e.1) < (key, slot));
                 list.insert(at, (key, slot));
+                self.kept[t] = None;
                 Filed::Running(t, key)
             }
             (Some(t), Phase::Pending) if Rules::ranked(j) => {
@@ -283,6 +290,7 @@ impl<'c> Planner<'c> {
                 if let Ok(at) = list.binary_search(&(key, slot)) {
                     list.remove(at);
                 }
+                self.kept[t] = None;
             }
             Filed::Pending(t, key) => {
                 let list = &mut self.pending[t];
@@ -319,6 +327,7 @@ impl<'c> Planner<'c> {
             touched,
             walked,
             tail_band,
+            kept,
             ..
         } = self;
         let entry = |slot: usize| -> Option<Entry<'_>> {
@@ -366,7 +375,7 @@ impl<'c> Planner<'c> {
             walked,
             tail_band,
         };
-        let d = decide(rules, &pass, &queues, &mut sink);
+        let d = decide(rules, &pass, &queues, &mut sink, Some(kept));
         for (t, walked) in walked.iter_mut().enumerate() {
             walked.clear();
             walked.extend(pending[t][..d.walked[t]].iter().map(|e| e.1));

@@ -6,6 +6,9 @@ mod cli;
 use std::io::Write as _;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // Array task lists in full (Slurm shortens them to 64 characters by default), for the
     // governor's reads through libslurm, which takes this from the environment once. Set

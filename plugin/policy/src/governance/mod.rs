@@ -497,13 +497,122 @@ struct Queues<'j> {
     /// evenly), where the caller keeps count ([`Planner`]); worked out from the running jobs
     /// otherwise.
     node_used: Option<&'j BTreeMap<String, u64>>,
-    /// Per team: ranked pending jobs that ask for no GPU (they always fit the quota, so a
-    /// queue holding one has no tail).
-    zero_gpus: Vec<u32>,
     /// Per team, where the caller keeps them ([`Planner`]): the ranked pending jobs of a
     /// non-preemptible class that are not parked, which are all a tail's jobs to park;
     /// otherwise found by a walk over the tail.
     unparked: Option<Vec<Vec<Entry<'j>>>>,
+    /// Per team: how many ranked pending jobs that can start there are of each (class
+    /// value, GPUs, nodes), in that order: what a displacement attempt's answer depends on
+    /// besides the state of the pass ([`Ahead`]).
+    alike: Vec<Vec<(Alike, u32)>>,
+}
+
+/// A pending job as a displacement attempt sees it: class value, GPUs, nodes.
+type Alike = (u32, u32, u32);
+
+impl Rules<'_> {
+    fn alike(&self, j: &ClusterJob) -> Alike {
+        (self.value(j), j.gpus, j.node_count)
+    }
+}
+
+/// Counts `(key, n)` as a sorted vector of counts.
+fn count_alike(mut keys: Vec<Alike>) -> Vec<(Alike, u32)> {
+    keys.sort_unstable();
+    let mut out: Vec<(Alike, u32)> = Vec::new();
+    for k in keys {
+        match out.last_mut() {
+            Some(last) if last.0 == k => last.1 += 1,
+            _ => out.push((k, 1)),
+        }
+    }
+    out
+}
+
+/// Phase 3's walk over one team's queue: what the jobs still ahead that can start might do.
+/// While none of them fits what is left of the quota, and none might displace a lower class
+/// (of a class above the team's lowest displaceable one) asking what no attempt this pass
+/// has already answered no to, every job ahead borrows or waits: the rest of the queue is a
+/// tail.
+struct Ahead<'q> {
+    alike: &'q [(Alike, u32)],
+    walked: Vec<u32>,
+    /// Worked out on need, and again after what they depend on changed.
+    undecided: Option<u32>,
+    smallest: Option<Option<u32>>,
+}
+
+impl<'q> Ahead<'q> {
+    fn new(alike: &'q [(Alike, u32)]) -> Ahead<'q> {
+        Ahead {
+            alike,
+            walked: vec![0; alike.len()],
+            undecided: None,
+            smallest: None,
+        }
+    }
+
+    /// The fewest GPUs a job ahead that can start asks for.
+    fn smallest(&mut self) -> Option<u32> {
+        if let Some(s) = self.smallest {
+            return s;
+        }
+        let s = (0..self.alike.len())
+            .filter(|&i| self.left(i) > 0)
+            .map(|i| self.alike[i].0 .1)
+            .min();
+        self.smallest = Some(s);
+        s
+    }
+
+    fn place(&self, a: Alike) -> Option<usize> {
+        self.alike.binary_search_by(|(k, _)| k.cmp(&a)).ok()
+    }
+
+    fn left(&self, i: usize) -> u32 {
+        self.alike[i].1.saturating_sub(self.walked[i])
+    }
+
+    /// The jobs ahead that might displace above class value `lowest` and whose attempt
+    /// `answered` does not cover.
+    fn undecided(&mut self, lowest: u32, answered: impl Fn(Alike) -> bool) -> u32 {
+        if let Some(n) = self.undecided {
+            return n;
+        }
+        let n = (0..self.alike.len())
+            .filter(|&i| self.alike[i].0 .0 > lowest && !answered(self.alike[i].0))
+            .map(|i| self.left(i))
+            .sum();
+        self.undecided = Some(n);
+        n
+    }
+
+    /// A job that can start is walked past; `open` when it counted as undecided.
+    fn walk(&mut self, a: Alike, open: bool) {
+        if let Some(i) = self.place(a) {
+            self.walked[i] += 1;
+            if self.left(i) == 0 {
+                self.smallest = None;
+            }
+            if open {
+                if let Some(n) = self.undecided.as_mut() {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// An attempt for `a` was answered no: the jobs alike ahead are decided.
+    fn answered(&mut self, a: Alike) {
+        if let (Some(i), Some(n)) = (self.place(a), self.undecided) {
+            self.undecided = Some(n.saturating_sub(self.left(i)));
+        }
+    }
+
+    /// What the count depends on changed (room, or the attempts' answers).
+    fn forget(&mut self) {
+        self.undecided = None;
+    }
 }
 
 impl<'j> Queues<'j> {
@@ -520,7 +629,7 @@ impl<'j> Queues<'j> {
         let mut pending: Vec<Vec<(PendingKey, Entry<'j>)>> = vec![Vec::new(); teams.len()];
         let mut others_running = Vec::new();
         let mut outside = Vec::new();
-        let mut zero_gpus = vec![0u32; teams.len()];
+        let mut alike: Vec<Vec<Alike>> = vec![Vec::new(); teams.len()];
         for (slot, j) in jobs.iter().enumerate() {
             let e = Entry { job: j, slot };
             let Some(&t) = index.get(j.team.as_str()) else {
@@ -535,7 +644,9 @@ impl<'j> Queues<'j> {
             match j.phase {
                 Phase::Running => running[t].push((rules.running_key(j), e)),
                 Phase::Pending if Rules::ranked(j) => {
-                    zero_gpus[t] += u32::from(j.gpus == 0);
+                    if j.startable() {
+                        alike[t].push(rules.alike(j));
+                    }
                     pending[t].push((rules.pending_key(j), e));
                 }
                 Phase::Pending => {}
@@ -562,8 +673,8 @@ impl<'j> Queues<'j> {
             others_running,
             outside,
             node_used: None,
-            zero_gpus,
             unparked: None,
+            alike: alike.into_iter().map(count_alike).collect(),
         }
     }
 
@@ -793,7 +904,7 @@ fn sort_pending<'a>(
     // Free GPUs per node as the displacing jobs are placed, one after the other (read on
     // the first displacement).
     let mut placed: Option<NodeRoom<'_>> = None;
-    // Attempts that displaced nobody and changed nothing, by what their answer depends on
+    // Attempts that displaced nobody (they change nothing), by what their answer depends on
     // (team, class value, GPUs, nodes, room left): a long queue of alike jobs asks once
     // until a displacement changes the answer.
     let mut cannot_displace: Vec<(usize, u32, u32, u32, u32)> = Vec::new();
@@ -805,26 +916,40 @@ fn sort_pending<'a>(
         let mut room = team.quota.total.saturating_sub(used);
         let mut pending_in_quota = 0u32;
         let borrowers = &mut out.borrowers[t];
-        let may_end = queues.zero_gpus[t] == 0;
         let mut tail_from = pending.len();
+        let mut ahead = Ahead::new(&queues.alike[t]);
+        let answered = |memo: &[(usize, u32, u32, u32, u32)], a: Alike, room: u32| {
+            memo.contains(&(t, a.0, a.1, a.2, room))
+        };
         for (i, &j) in pending.iter().enumerate() {
-            // The quota is full, and no job from here on asks for no GPU or may displace (the
-            // queue is in class order): the rest is the tail.
-            if room == 0
-                && may_end
-                && !(rules.within && lowest_displaceable.is_some_and(|v| v < rules.value(&j)))
-            {
-                tail_from = i;
-                break;
+            // No job from here on fits the quota left, and none may displace: its class is
+            // no higher than the lowest displaceable, or an attempt alike was answered no
+            // this pass. The rest is the tail.
+            if ahead.smallest().is_none_or(|g| g > room) {
+                let tail = match lowest_displaceable.filter(|_| rules.within) {
+                    Some(v) => ahead.undecided(v, |a| answered(&cannot_displace, a, room)) == 0,
+                    None => true,
+                };
+                if tail {
+                    tail_from = i;
+                    break;
+                }
             }
             if !j.startable() {
                 out.waiting.push(j);
                 continue;
             }
+            let alike = rules.alike(&j);
+            ahead.walk(
+                alike,
+                lowest_displaceable.is_some_and(|v| v < alike.0)
+                    && !answered(&cannot_displace, alike, room),
+            );
             if j.gpus <= room {
                 room -= j.gpus;
                 pending_in_quota += j.gpus;
                 out.in_quota.push(j);
+                ahead.forget();
                 continue;
             }
             if rules.within
@@ -833,7 +958,6 @@ fn sort_pending<'a>(
             {
                 let attempt = (t, rules.value(&j), j.gpus, j.node_count, room);
                 if !cannot_displace.contains(&attempt) {
-                    let mut touched = false;
                     let found = lower_classes_to_displace(
                         rules,
                         running,
@@ -842,7 +966,6 @@ fn sort_pending<'a>(
                         room,
                         &targeted,
                         placed.get_or_insert_with(|| nodes.get().clone()),
-                        &mut touched,
                     );
                     if let Some((chosen, freed)) = found {
                         room = freed - j.gpus;
@@ -850,15 +973,12 @@ fn sort_pending<'a>(
                         out.displace.extend(chosen);
                         out.displacing.push(j);
                         cannot_displace.clear();
+                        ahead.forget();
                         continue;
                     }
-                    if touched {
-                        // A failed attempt that placed the job still took its node room
-                        // (see lower_classes_to_displace): what failed before may not now.
-                        cannot_displace.clear();
-                    } else {
-                        cannot_displace.push(attempt);
-                    }
+                    // A failed attempt changed nothing: alike jobs would fail alike.
+                    cannot_displace.push(attempt);
+                    ahead.answered(alike);
                 }
             }
             borrowers.push(j);
@@ -927,8 +1047,9 @@ fn sort_pending_borrow_first<'a>(
 /// let in displaces nobody. Requeuing jobs for one that then cannot start loses their work for
 /// nothing, and at quota they start again and are requeued again, pass after pass.
 ///
-/// `touched` is set when the nodes' room was changed (the job was placed), whatever the answer.
-#[allow(clippy::too_many_arguments)]
+/// The quota is asked first: a job that all of them together could not make room for in its
+/// quota is not placed, so it takes none of the node room later jobs of the pass may use. The
+/// nodes' room changes only when the answer is yes.
 fn lower_classes_to_displace(
     rules: &Rules<'_>,
     running: &Running<'_>,
@@ -937,7 +1058,6 @@ fn lower_classes_to_displace(
     room: u32,
     targeted: &BTreeSet<u64>,
     nodes: &mut NodeRoom<'_>,
-    touched: &mut bool,
 ) -> Option<(Vec<u64>, u32)> {
     let protected = &running.protected_by_team[team];
     // Most waiting jobs have no lower class to displace: answered without a copy.
@@ -952,6 +1072,9 @@ fn lower_classes_to_displace(
     lower.retain(|r| {
         rules.preemptible(r) && rules.value(r) < rules.value(j) && !targeted.contains(&r.id)
     });
+    if lower.iter().fold(room, |s, r| s.saturating_add(r.gpus)) < j.gpus {
+        return None;
+    }
     lower.sort_by(|a, b| {
         rules
             .value(a)
@@ -961,7 +1084,6 @@ fn lower_classes_to_displace(
     let mut picked: Vec<usize> = Vec::new();
     if !nodes.free.is_empty() {
         for (node, here, freed, share) in nodes_to_displace(j, nodes, &lower)? {
-            *touched = true;
             if let Some(f) = nodes.free.get_mut(node) {
                 *f = f.saturating_add(freed).saturating_sub(share);
             }
@@ -2728,6 +2850,75 @@ min_runtime_before_reclaim = "0s"
         let mut p = plan_on(&jobs, &nodes);
         p.displace.sort_unstable();
         assert_eq!(p.displace, [1, 3]);
+    }
+
+    #[test]
+    fn a_job_that_cannot_displace_takes_no_node_room_from_one_that_can() {
+        // Team a (quota 3, no borrowing) holds its quota: experiment jobs 1 on n1 and 3 on n3,
+        // a standard job 2 on n1. Team b runs one GPU on n3 and one on n2, which has 3 free.
+        let c = teamshare_config::parse(
+            r#"
+[cluster]
+name = "t"
+[[team]]
+name = "a"
+quota = 3
+borrow_limit = 0
+[[team]]
+name = "b"
+quota = 5
+[[priority_class]]
+name = "standard"
+value = 50
+[[priority_class]]
+name = "experiment"
+value = 10
+[governance]
+min_runtime_before_reclaim = "0s"
+"#,
+            "t.toml",
+        )
+        .expect("valid");
+        let on = |mut j: ClusterJob, node: &str, class: u8| {
+            j.nodes = vec![node.to_string()];
+            j.priority = encode(priority::protected_level(0), class);
+            j
+        };
+        let mut jobs = vec![
+            on(running(1, "a", 100), "n1", 2),
+            on(running(2, "a", 101), "n1", 1),
+            on(running(3, "a", 102), "n3", 2),
+            on(running(4, "b", 100), "n3", 0),
+            on(running(5, "b", 100), "n2", 0),
+        ];
+        // Two standard jobs of a: 6 asks for 3 GPUs, which its two experiment jobs (2 GPUs)
+        // cannot make room for in its quota; 7 asks for 2, which they can, and n2 has them.
+        for (id, gpus, submit) in [(6, 3, 300), (7, 2, 301)] {
+            let mut j = pending(id, "a", submit);
+            j.priority = encode(priority::BORROW_BASE, 1);
+            j.gpus = gpus;
+            jobs.push(j);
+        }
+        let nodes: BTreeMap<String, u32> = [("n1", 2), ("n2", 4), ("n3", 2)]
+            .into_iter()
+            .map(|(n, g)| (n.to_string(), g))
+            .collect();
+        let p = plan(&GovernInput {
+            config: &c,
+            capacity: 8,
+            jobs: &jobs,
+            fairshare: &BTreeMap::new(),
+            now: 1_000,
+            node_gpus: &nodes,
+            capacity_by_type: &BTreeMap::new(),
+            node_types: &BTreeMap::new(),
+        });
+        // 6 is not placed on n2 for nothing: 7 displaces the experiment jobs and runs there.
+        let mut displaced = p.displace.clone();
+        displaced.sort_unstable();
+        assert_eq!(displaced, [1, 3]);
+        assert_eq!(level(p.priorities[&7]), priority::reclaim_level(0));
+        assert!(level(p.priorities[&6]) < VICTIM_BASE - 1);
     }
 
     #[test]

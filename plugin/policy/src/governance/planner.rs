@@ -93,10 +93,10 @@ pub struct Planner<'c> {
     /// GPUs held per node by the running jobs that are not ending, kept as they
     /// start and end instead of summed over them at every pass that needs them.
     node_used: BTreeMap<String, u64>,
-    /// Per team: ranked pending jobs asking for no GPU, and those of a non-preemptible class
-    /// not parked (see [`Queues`]).
-    zero_gpus: Vec<u32>,
+    /// Per team: ranked pending jobs of a non-preemptible class not parked (see [`Queues`]).
     unparked: Vec<BTreeSet<usize>>,
+    /// Per team: ranked pending jobs that can start, by (class value, GPUs, nodes).
+    alike: Vec<BTreeMap<super::Alike, u32>>,
     /// What the tails' priorities depend on, to hand back only those that may have changed:
     /// the jobs inserted or changed since the last pass, those each team's last pass walked
     /// (before its tail), and the band each team's tail had.
@@ -131,8 +131,8 @@ impl<'c> Planner<'c> {
             others: Vec::new(),
             no_team: Vec::new(),
             node_used: BTreeMap::new(),
-            zero_gpus: vec![0; teams],
             unparked: vec![BTreeSet::new(); teams],
+            alike: vec![BTreeMap::new(); teams],
             touched: Vec::new(),
             walked: vec![Vec::new(); teams],
             tail_band: vec![None; teams],
@@ -242,9 +242,11 @@ impl<'c> Planner<'c> {
                 let list = &mut self.pending[t];
                 let at = list.partition_point(|e| (e.0, e.1) < (key, slot));
                 list.insert(at, (key, slot));
-                self.zero_gpus[t] += u32::from(j.gpus == 0);
                 if !self.rules.preemptible(j) && !j.park_held {
                     self.unparked[t].insert(slot);
+                }
+                if j.startable() {
+                    *self.alike[t].entry(self.rules.alike(j)).or_insert(0) += 1;
                 }
                 Filed::Pending(t, key)
             }
@@ -297,8 +299,16 @@ impl<'c> Planner<'c> {
                 if let Ok(at) = list.binary_search(&(key, slot)) {
                     list.remove(at);
                 }
-                self.zero_gpus[t] -= u32::from(h.job.gpus == 0);
                 self.unparked[t].remove(&slot);
+                if h.job.startable() {
+                    let a = self.rules.alike(&h.job);
+                    if let Some(n) = self.alike[t].get_mut(&a) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.alike[t].remove(&a);
+                        }
+                    }
+                }
             }
             Filed::Other => {
                 if let Some(i) = self.others.iter().position(|s| *s == slot) {
@@ -322,8 +332,8 @@ impl<'c> Planner<'c> {
             next,
             written,
             node_used,
-            zero_gpus,
             unparked,
+            alike,
             touched,
             walked,
             tail_band,
@@ -351,7 +361,10 @@ impl<'c> Planner<'c> {
             others_running: entries(&mut others.iter().copied()),
             outside: Vec::new(),
             node_used: Some(node_used),
-            zero_gpus: zero_gpus.clone(),
+            alike: alike
+                .iter()
+                .map(|m| m.iter().map(|(k, n)| (*k, *n)).collect())
+                .collect(),
             unparked: Some(
                 unparked
                     .iter()

@@ -245,6 +245,14 @@ impl FreeIndex {
             .map_or(0, |i| u32::try_from(i).unwrap_or(u32::MAX))
     }
 
+    /// The most free GPUs on one usable node of any kind.
+    fn largest_any(&self) -> u32 {
+        (0..self.kinds.len())
+            .map(|k| self.largest(k))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// How many usable nodes of kind `k` have at least `gpus` GPUs free.
     fn nodes_with(&self, k: usize, gpus: u32) -> u32 {
         let from = usize::try_from(gpus).unwrap_or(usize::MAX);
@@ -309,6 +317,9 @@ type QueueKey = (Reverse<u32>, Secs, u64, usize);
 struct Ticket {
     team: usize,
     gpus: u32,
+    /// A one-node job of any GPU type, not whole-node: whether it fits is a question of the
+    /// largest free slot alone, answered without reading the job.
+    plain: bool,
 }
 
 /// What the submit-time checks look at: team, class, GPUs, GPU type, nodes.
@@ -830,9 +841,11 @@ impl<'a> Sim<'a> {
             return;
         }
         let key = self.queue_key(j);
+        let job = &self.jobs[j];
         let ticket = Ticket {
-            team: self.jobs[j].team.unwrap_or(usize::MAX),
-            gpus: self.jobs[j].gpus,
+            team: job.team.unwrap_or(usize::MAX),
+            gpus: job.gpus,
+            plain: job.nodes == 1 && !job.exclusive && job.gpu_type.is_none(),
         };
         if self.walking {
             self.deferred.push((key, Some(ticket)));
@@ -1150,6 +1163,9 @@ impl<'a> Sim<'a> {
         let mut reserved_from: Vec<Secs> = Vec::new();
         let mut blocked: Vec<usize> = Vec::new();
         let mut started = false;
+        // The largest free slot on one usable node, worked out on need and again after a
+        // start or a preemption.
+        let mut largest: Option<u32> = None;
         for (&key, ticket) in queue.iter().take(MAX_JOBS_TESTED) {
             let (Reverse(p), _, _, j) = key;
             // A job whose victims are still in their grace time waits for them (it stays first
@@ -1168,8 +1184,14 @@ impl<'a> Sim<'a> {
                 self.limit_blocked = true;
                 continue;
             }
-            let fits_free = self.free.free_for(&self.jobs[j].gpu_type) >= self.jobs[j].gpus
-                && self.may_fit_one_node(j);
+            let fits_free = if ticket.plain {
+                // may_fit_one_node for an untyped one-node job: the largest free slot of any
+                // type (which the total free covers).
+                *largest.get_or_insert_with(|| self.free.largest_any()) >= ticket.gpus
+            } else {
+                self.free.free_for(&self.jobs[j].gpu_type) >= self.jobs[j].gpus
+                    && self.may_fit_one_node(j)
+            };
             if fits_free {
                 // Reservations of the jobs blocked above this one, made when first needed.
                 if reserved_from.is_empty() {
@@ -1185,11 +1207,13 @@ impl<'a> Sim<'a> {
                 let end_by = self.now.saturating_add(self.jobs[j].time_limit);
                 if let Some(alloc) = self.place(j, &reserved_from, end_by) {
                     self.start(j, alloc);
+                    largest = None;
                     started = true;
                     continue;
                 }
             }
             if may_preempt && self.preempt_for(j) {
+                largest = None;
                 if self.grace == 0 {
                     // The victims are gone already: the job starts in this pass.
                     if reserved_from.is_empty() {

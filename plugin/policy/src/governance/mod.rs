@@ -869,6 +869,8 @@ struct Pending<'a> {
     /// only on its class, its state and its team's band, so a long queue is not walked job
     /// by job.
     tails: Vec<&'a [Entry<'a>]>,
+    /// Per team, the fewest GPUs a job of its tail that can start asks for.
+    tail_smallest: Vec<Option<u32>>,
     /// Running jobs to requeue for the displacing ones.
     displace: Vec<u64>,
     /// Unused quota per team left after its in-quota jobs.
@@ -896,6 +898,7 @@ fn sort_pending<'a>(
             .collect(),
         waiting: Vec::new(),
         tails: Vec::with_capacity(teams),
+        tail_smallest: Vec::with_capacity(teams),
         displace: Vec::new(),
         room: vec![0; teams],
         team_states: Vec::with_capacity(teams),
@@ -984,6 +987,11 @@ fn sort_pending<'a>(
             borrowers.push(j);
         }
         out.tails.push(&pending[tail_from..]);
+        out.tail_smallest.push(if tail_from < pending.len() {
+            ahead.smallest()
+        } else {
+            None
+        });
         out.room[t] = room;
         out.team_states.push(TeamState {
             running_gpus: used,
@@ -1494,11 +1502,12 @@ fn share_idle_capacity<'a>(
     } = lendable_capacity(config, pass.capacity, running, pending, &asks);
     // Each team's band slot (the team served last has the lowest); under fifo every team
     // shares slot 0 and Slurm serves the oldest first.
+    let ranked = by_fairshare_order(rules, pass.fairshare);
     let bands = match config.cluster.idle_sharing {
-        IdleSharing::FairShare => band_slots(rules, pass.fairshare),
+        IdleSharing::FairShare => band_slots(&ranked),
         IdleSharing::Fifo => vec![0; config.teams.len()],
     };
-    let order = service_order(rules, pass.fairshare, pending);
+    let order = service_order(rules, &ranked, pending);
     let mut allowance = vec![0u32; config.teams.len()];
     // Each borrower walked with its team's band slot (the tails' follow theirs).
     let mut served: Vec<(Entry<'a>, u32)> =
@@ -1513,7 +1522,9 @@ fn share_idle_capacity<'a>(
             rules,
             running.usage[t],
             team,
-            pending.borrowers_of(t),
+            &pending.borrowers[t],
+            pending.tails[t],
+            pending.tail_smallest[t],
             asks[t].as_ref(),
             available,
             &mut granted,
@@ -1599,67 +1610,75 @@ fn lendable_capacity(
     }
 }
 
-/// Teams by fair-share factor, highest first (missing: 1.0), then by name.
-fn by_fairshare(fairshare: &BTreeMap<String, f64>, a: &str, b: &str) -> std::cmp::Ordering {
-    let fa = fairshare.get(a).copied().unwrap_or(1.0);
-    let fb = fairshare.get(b).copied().unwrap_or(1.0);
-    fb.partial_cmp(&fa)
-        .unwrap_or(std::cmp::Ordering::Equal)
-        .then(a.cmp(b))
-}
-
 /// Band slots follow every team's place by fair-share factor, borrowing or not, so that a
 /// team starting or stopping to borrow moves no other team's jobs; the last team has slot 0.
 /// Indexed by the team's place in the configuration.
-fn band_slots(rules: &Rules<'_>, fairshare: &BTreeMap<String, f64>) -> Vec<u32> {
-    let teams = &rules.config.teams;
-    let mut all: Vec<usize> = rules.by_name.clone();
-    all.sort_by(|a, b| by_fairshare(fairshare, &teams[*a].name, &teams[*b].name));
-    let mut slots = vec![0u32; teams.len()];
-    for (i, t) in all.iter().rev().enumerate() {
+fn band_slots(ranked: &[usize]) -> Vec<u32> {
+    let mut slots = vec![0u32; ranked.len()];
+    for (i, t) in ranked.iter().rev().enumerate() {
         slots[*t] = u32::try_from(i).unwrap_or(u32::MAX);
     }
     slots
 }
 
+/// Every team by fair-share factor, highest first (missing: 1.0), then by name, each factor
+/// looked up once.
+fn by_fairshare_order(rules: &Rules<'_>, fairshare: &BTreeMap<String, f64>) -> Vec<usize> {
+    let teams = &rules.config.teams;
+    let factor: Vec<f64> = teams
+        .iter()
+        .map(|t| fairshare.get(&t.name).copied().unwrap_or(1.0))
+        .collect();
+    let mut all: Vec<usize> = rules.by_name.clone();
+    all.sort_by(|a, b| {
+        factor[*b]
+            .partial_cmp(&factor[*a])
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(teams[*a].name.cmp(&teams[*b].name))
+    });
+    all
+}
+
 /// Rule 5: the order borrowing teams are served in: by fair-share factor, or (fifo) by their
 /// oldest borrower that may borrow. Teams by their place in the configuration.
-fn service_order(
-    rules: &Rules<'_>,
-    fairshare: &BTreeMap<String, f64>,
-    pending: &Pending<'_>,
-) -> Vec<usize> {
-    let teams = &rules.config.teams;
-    let mut order: Vec<usize> = rules
-        .by_name
-        .iter()
-        .copied()
-        .filter(|t| pending.has_borrowers(*t))
-        .collect();
+fn service_order(rules: &Rules<'_>, ranked: &[usize], pending: &Pending<'_>) -> Vec<usize> {
     match rules.config.cluster.idle_sharing {
-        IdleSharing::FairShare => {
-            order.sort_by(|a, b| by_fairshare(fairshare, &teams[*a].name, &teams[*b].name))
+        IdleSharing::FairShare => ranked
+            .iter()
+            .copied()
+            .filter(|t| pending.has_borrowers(*t))
+            .collect(),
+        IdleSharing::Fifo => {
+            let mut order: Vec<usize> = rules
+                .by_name
+                .iter()
+                .copied()
+                .filter(|t| pending.has_borrowers(*t))
+                .collect();
+            order.sort_by_key(|t| {
+                pending
+                    .borrowers_of(*t)
+                    .filter(|j| rules.preemptible(j) && j.eligible)
+                    .map(|j| (j.submit, j.id))
+                    .min()
+                    .unwrap_or((i64::MAX, u64::MAX))
+            });
+            order
         }
-        IdleSharing::Fifo => order.sort_by_key(|t| {
-            pending
-                .borrowers_of(*t)
-                .filter(|j| rules.preemptible(j) && j.eligible)
-                .map(|j| (j.submit, j.id))
-                .min()
-                .unwrap_or((i64::MAX, u64::MAX))
-        }),
     }
-    order
 }
 
 /// What one team is given beyond its quota: its borrowers in its own order, each served
 /// while the GPUs it needs beyond the quota fit what is `available` and the team's borrow
 /// headroom (a later, smaller job may still fit where an earlier one did not).
-fn team_allowance<'a>(
+#[allow(clippy::too_many_arguments)]
+fn team_allowance(
     rules: &Rules<'_>,
     used: u32,
     team: &Team,
-    borrowers: impl Iterator<Item = Entry<'a>>,
+    walked: &[Entry<'_>],
+    tail: &[Entry<'_>],
+    tail_smallest: Option<u32>,
     ask: Option<&Ask<'_>>,
     mut available: u32,
     granted: &mut Vec<u64>,
@@ -1672,7 +1691,23 @@ fn team_allowance<'a>(
     let mut given = 0u32;
     let ask_id = ask.map(|a| a.job.id);
     let mut seen_ask = false;
-    for j in borrowers {
+    let borrowers = walked
+        .iter()
+        .map(|j| (false, *j))
+        .chain(tail.iter().filter(|j| j.startable()).map(|j| (true, *j)));
+    let mut into_tail = false;
+    for (in_tail, j) in borrowers {
+        if in_tail && !into_tail {
+            into_tail = true;
+            // The tail's jobs ask for their GPUs beyond the quota (but the straddling one,
+            // whose tasks follow each other), and none asks for fewer than its smallest: when
+            // that is more than is left, the tail gets nothing.
+            let left = available.min(headroom.saturating_sub(given));
+            let ask_behind = ask_id.is_none() || (seen_ask && ask_id != Some(j.id));
+            if ask_behind && tail_smallest.is_none_or(|g| g > left) {
+                break;
+            }
+        }
         let is_ask = ask_id == Some(j.id);
         seen_ask |= is_ask;
         let left = available.min(headroom.saturating_sub(given));

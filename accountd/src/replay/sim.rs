@@ -47,6 +47,9 @@ const FAIRSHARE_PERIOD: Secs = 300;
 const MAX_RESERVATIONS: usize = 4;
 /// How many pending jobs one scheduling pass looks at (Slurm's `bf_max_job_test` default).
 const MAX_JOBS_TESTED: usize = 500;
+/// After how many jobs in a row passed over for their team's limit a scheduling pass looks
+/// for the next job of a team with room in the queue's indexes instead of job by job.
+const SKIP_AFTER: usize = 16;
 /// How often progress is reported, in simulated seconds.
 const PROGRESS_EVERY: Secs = 86_400;
 
@@ -322,6 +325,94 @@ struct Ticket {
     plain: bool,
 }
 
+/// Slurm's queue of a simulation: the shown pending jobs that are not parked, in Slurm's order,
+/// also by team (with the GPUs they ask for) and by priority, so that a scheduling pass can
+/// pass over the jobs of teams at their limit without reading them one by one.
+#[derive(Default)]
+struct SchedQueue {
+    all: BTreeMap<QueueKey, Ticket>,
+    by_team: Vec<BTreeMap<QueueKey, Ticket>>,
+    /// Per team: how many queued jobs ask for each number of GPUs.
+    sizes: Vec<BTreeMap<u32, u32>>,
+    /// Per priority, highest first, the queued jobs in order (trace order is submit order).
+    levels: BTreeMap<Reverse<u32>, Vec<usize>>,
+}
+
+impl SchedQueue {
+    fn new(teams: usize) -> SchedQueue {
+        SchedQueue {
+            all: BTreeMap::new(),
+            by_team: vec![BTreeMap::new(); teams],
+            sizes: vec![BTreeMap::new(); teams],
+            levels: BTreeMap::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    fn insert(&mut self, key: QueueKey, ticket: Ticket) {
+        if self.all.insert(key, ticket).is_some() {
+            return;
+        }
+        if let Some(q) = self.by_team.get_mut(ticket.team) {
+            q.insert(key, ticket);
+            *self.sizes[ticket.team].entry(ticket.gpus).or_insert(0) += 1;
+        }
+        let level = self.levels.entry(key.0).or_default();
+        let at = level.partition_point(|j| *j < key.3);
+        level.insert(at, key.3);
+    }
+
+    fn remove(&mut self, key: &QueueKey) -> Option<Ticket> {
+        let ticket = self.all.remove(key)?;
+        if let Some(q) = self.by_team.get_mut(ticket.team) {
+            q.remove(key);
+            let sizes = &mut self.sizes[ticket.team];
+            if let Some(n) = sizes.get_mut(&ticket.gpus) {
+                *n -= 1;
+                if *n == 0 {
+                    sizes.remove(&ticket.gpus);
+                }
+            }
+        }
+        if let Some(level) = self.levels.get_mut(&key.0) {
+            if let Ok(at) = level.binary_search(&key.3) {
+                level.remove(at);
+            }
+            if level.is_empty() {
+                self.levels.remove(&key.0);
+            }
+        }
+        Some(ticket)
+    }
+
+    /// How many queued jobs come before `key` (its place, from 0).
+    fn rank(&self, key: &QueueKey) -> usize {
+        let above: usize = self.levels.range(..key.0).map(|(_, l)| l.len()).sum();
+        above
+            + self
+                .levels
+                .get(&key.0)
+                .map_or(0, |l| l.partition_point(|j| *j < key.3))
+    }
+
+    /// The first queued job after `after` (the first of all without it).
+    fn next_after(
+        map: &BTreeMap<QueueKey, Ticket>,
+        after: Option<QueueKey>,
+    ) -> Option<(QueueKey, Ticket)> {
+        match after {
+            None => map.iter().next(),
+            Some(c) => map
+                .range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded))
+                .next(),
+        }
+        .map(|(k, t)| (*k, *t))
+    }
+}
+
 /// What the submit-time checks look at: team, class, GPUs, GPU type, nodes.
 type RequestKind = (String, Option<String>, u32, Option<String>, u32);
 
@@ -355,7 +446,7 @@ struct Sim<'a> {
     /// governor's plan over them, kept between passes.
     planner: Planner<'a>,
     /// Shown pending jobs that are not parked, in Slurm's order.
-    queue: BTreeMap<QueueKey, Ticket>,
+    queue: SchedQueue,
     /// While a scheduling pass walks the queue (taken out of `queue`), the changes to it,
     /// made when it is back: jobs started leave it, jobs requeued without delay join it
     /// (the pass's order was taken when it began).
@@ -441,7 +532,7 @@ impl<'a> Sim<'a> {
             jobs: Vec::with_capacity(trace.jobs.len()),
             out: Vec::with_capacity(trace.jobs.len()),
             planner: Planner::new(config),
-            queue: BTreeMap::new(),
+            queue: SchedQueue::new(config.teams.len()),
             walking: false,
             deferred: Vec::new(),
             running_prio: BTreeSet::new(),
@@ -1154,8 +1245,37 @@ impl<'a> Sim<'a> {
         started
     }
 
-    /// The walk of [`Sim::schedule`] over the queue as it was when the pass began.
-    fn walk(&mut self, queue: &BTreeMap<QueueKey, Ticket>) -> bool {
+    /// The next queued job after `after` of a team that might pass its limit: its limit leaves
+    /// room for its smallest queued job. Jobs of the other teams before it would each be
+    /// passed over for their team's limit.
+    fn next_open(&self, queue: &SchedQueue, after: Option<QueueKey>) -> Option<(QueueKey, Ticket)> {
+        let mut best: Option<(QueueKey, Ticket)> = None;
+        for (t, q) in queue.by_team.iter().enumerate() {
+            if !self.open(queue, t) {
+                continue;
+            }
+            if let Some(next) = SchedQueue::next_after(q, after) {
+                if best.is_none_or(|b| next.0 < b.0) {
+                    best = Some(next);
+                }
+            }
+        }
+        best
+    }
+
+    /// Whether team `t`'s limit leaves room for its smallest queued job.
+    fn open(&self, queue: &SchedQueue, t: usize) -> bool {
+        let Some((&smallest, _)) = queue.sizes.get(t).and_then(|s| s.first_key_value()) else {
+            return false;
+        };
+        self.used[t] <= self.limits[t] && smallest <= self.limits[t] - self.used[t]
+    }
+
+    /// The walk of [`Sim::schedule`] over the queue as it was when the pass began: its first
+    /// MAX_JOBS_TESTED jobs, in order. While GPUs are free, the jobs of teams at their limit
+    /// are passed over in bulk (the queue counts them) instead of one by one: each would only
+    /// have been passed over for its limit.
+    fn walk(&mut self, queue: &SchedQueue) -> bool {
         let lowest_preemptible = self.running_prio.first().map(|(p, _)| *p);
         // How many blocked jobs have their reservation, and per node the earliest start of a
         // reservation that holds it.
@@ -1166,7 +1286,42 @@ impl<'a> Sim<'a> {
         // The largest free slot on one usable node, worked out on need and again after a
         // start or a preemption.
         let mut largest: Option<u32> = None;
-        for (&key, ticket) in queue.iter().take(MAX_JOBS_TESTED) {
+        let window = queue.len().min(MAX_JOBS_TESTED);
+        let mut iter = queue.all.range::<QueueKey, _>(..);
+        // The place in the queue of the next job the walk looks at, and how many jobs in a
+        // row it passed over for their team's limit.
+        let mut next_place = 0usize;
+        let mut over_in_a_row = 0usize;
+        while next_place < window {
+            let Some((&key, &ticket)) = iter.next() else {
+                break;
+            };
+            let (key, ticket) = if over_in_a_row >= SKIP_AFTER
+                && !self.typed
+                && self.free.total > 0
+                && !self.open(queue, ticket.team)
+            {
+                // A run of jobs of teams at their limit: this one, and all up to the next job
+                // of a team with room, are passed over (GPUs are free: none would stop the
+                // walk), found in the queue's indexes.
+                self.limit_blocked = true;
+                let Some((next, next_ticket)) = self.next_open(queue, Some(key)) else {
+                    break;
+                };
+                let place = queue.rank(&next);
+                if place >= window {
+                    break;
+                }
+                next_place = place;
+                over_in_a_row = 0;
+                iter = queue
+                    .all
+                    .range((std::ops::Bound::Excluded(next), std::ops::Bound::Unbounded));
+                (next, next_ticket)
+            } else {
+                (key, ticket)
+            };
+            next_place += 1;
             let (Reverse(p), _, _, j) = key;
             // A job whose victims are still in their grace time waits for them (it stays first
             // in line for any GPUs that come free meanwhile).
@@ -1182,8 +1337,10 @@ impl<'a> Sim<'a> {
             };
             if over || (self.typed && !self.within_limits(j)) {
                 self.limit_blocked = true;
+                over_in_a_row += 1;
                 continue;
             }
+            over_in_a_row = 0;
             let fits_free = if ticket.plain {
                 // may_fit_one_node for an untyped one-node job: the largest free slot of any
                 // type (which the total free covers).

@@ -455,6 +455,84 @@ impl std::ops::Deref for Entry<'_> {
     }
 }
 
+/// Where a [`Planner`] keeps its jobs: lists of places in it make their entries on need.
+trait Table {
+    fn job(&self, slot: usize) -> &ClusterJob;
+}
+
+/// A team's running or pending jobs in the order the phases walk them, as entries made on
+/// need: a long queue costs a pass only the part of it the pass reads.
+#[derive(Clone, Copy)]
+enum List<'j> {
+    Entries(&'j [Entry<'j>]),
+    Running(&'j [(RunningKey, usize)], &'j dyn Table),
+    Pending(&'j [(PendingKey, usize)], &'j dyn Table),
+}
+
+impl<'j> List<'j> {
+    fn len(self) -> usize {
+        match self {
+            List::Entries(e) => e.len(),
+            List::Running(s, _) => s.len(),
+            List::Pending(s, _) => s.len(),
+        }
+    }
+
+    fn get(self, i: usize) -> Entry<'j> {
+        match self {
+            List::Entries(e) => e[i],
+            List::Running(s, table) => {
+                let slot = s[i].1;
+                Entry {
+                    job: table.job(slot),
+                    slot,
+                }
+            }
+            List::Pending(s, table) => {
+                let slot = s[i].1;
+                Entry {
+                    job: table.job(slot),
+                    slot,
+                }
+            }
+        }
+    }
+
+    fn iter(self) -> impl Iterator<Item = Entry<'j>> + Clone {
+        (0..self.len()).map(move |i| self.get(i))
+    }
+
+    /// The list from its `from`-th job on.
+    fn tail(self, from: usize) -> Tail<'j> {
+        Tail { list: self, from }
+    }
+}
+
+/// The end of a [`List`].
+#[derive(Clone, Copy)]
+struct Tail<'j> {
+    list: List<'j>,
+    from: usize,
+}
+
+impl<'j> Tail<'j> {
+    fn len(self) -> usize {
+        self.list.len().saturating_sub(self.from)
+    }
+
+    fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    fn first(self) -> Option<Entry<'j>> {
+        (!self.is_empty()).then(|| self.list.get(self.from))
+    }
+
+    fn iter(self) -> impl Iterator<Item = Entry<'j>> + Clone {
+        (self.from..self.list.len()).map(move |i| self.list.get(i))
+    }
+}
+
 /// Where the phases write the priorities they decide.
 trait Sink {
     /// The job's priority is `p` (a later call for the same job replaces it).
@@ -470,12 +548,12 @@ trait Sink {
     fn tail(
         &mut self,
         team: usize,
-        tail: &[Entry<'_>],
+        tail: Tail<'_>,
         band: u32,
         priority: &dyn Fn(&ClusterJob) -> u32,
     ) {
         let _ = (team, band);
-        for &e in tail {
+        for e in tail.iter() {
             self.raise(e, priority(&e));
         }
     }
@@ -485,10 +563,9 @@ trait Sink {
 /// the order the phases walk them: built from the jobs squeue shows ([`Queues::from_jobs`]) or
 /// kept in that order between passes ([`Planner`]).
 struct Queues<'j> {
-    /// Running jobs in [`Rules::running_key`] order.
-    running: Vec<Vec<Entry<'j>>>,
-    /// Pending jobs the plan ranks ([`Rules::ranked`]) in [`Rules::pending_key`] order.
-    pending: Vec<Vec<Entry<'j>>>,
+    /// Running jobs in [`Rules::running_key`] order, and pending jobs the plan ranks
+    /// ([`Rules::ranked`]) in [`Rules::pending_key`] order, per team.
+    lists: Lists<'j>,
     /// Running jobs of no team: they hold their nodes' GPUs all the same.
     others_running: Vec<Entry<'j>>,
     /// Jobs outside every team that hold or ask for GPUs ([`is_outside`]), in the order given.
@@ -615,7 +692,45 @@ impl<'q> Ahead<'q> {
     }
 }
 
+/// Where a pass's team lists come from.
+enum Lists<'j> {
+    /// Grouped and sorted from the jobs of the pass ([`Queues::from_jobs`]).
+    Owned {
+        running: Vec<Vec<Entry<'j>>>,
+        pending: Vec<Vec<Entry<'j>>>,
+    },
+    /// A [`Planner`]'s lists of places in its table.
+    Table {
+        running: &'j [Vec<(RunningKey, usize)>],
+        pending: &'j [Vec<(PendingKey, usize)>],
+        table: &'j dyn Table,
+    },
+}
+
 impl<'j> Queues<'j> {
+    fn teams(&self) -> usize {
+        match &self.lists {
+            Lists::Owned { running, .. } => running.len(),
+            Lists::Table { running, .. } => running.len(),
+        }
+    }
+
+    /// Team `t`'s running jobs.
+    fn running(&self, t: usize) -> List<'_> {
+        match &self.lists {
+            Lists::Owned { running, .. } => List::Entries(&running[t]),
+            Lists::Table { running, table, .. } => List::Running(&running[t], *table),
+        }
+    }
+
+    /// Team `t`'s ranked pending jobs.
+    fn pending(&self, t: usize) -> List<'_> {
+        match &self.lists {
+            Lists::Owned { pending, .. } => List::Entries(&pending[t]),
+            Lists::Table { pending, table, .. } => List::Pending(&pending[t], *table),
+        }
+    }
+
     /// One walk over the jobs with one lookup of the account per job, then each team's lists
     /// sorted once (stable: jobs of equal keys keep the order given).
     fn from_jobs(rules: &Rules<'_>, jobs: &'j [ClusterJob]) -> Queues<'j> {
@@ -668,8 +783,7 @@ impl<'j> Queues<'j> {
             })
             .collect();
         Queues {
-            running,
-            pending,
+            lists: Lists::Owned { running, pending },
             others_running,
             outside,
             node_used: None,
@@ -679,12 +793,10 @@ impl<'j> Queues<'j> {
     }
 
     /// Every running job, of teams and others.
-    fn all_running(&self) -> impl Iterator<Item = Entry<'j>> + '_ {
-        self.running
-            .iter()
-            .flatten()
-            .chain(&self.others_running)
-            .copied()
+    fn all_running(&self) -> impl Iterator<Item = Entry<'_>> + '_ {
+        (0..self.teams())
+            .flat_map(|t| self.running(t).iter())
+            .chain(self.others_running.iter().copied())
     }
 }
 
@@ -694,8 +806,10 @@ struct Running<'a> {
     usage: Vec<u32>,
     /// Victims with how far their team is over its quota for its weight.
     victims: Vec<(Entry<'a>, f64)>,
-    /// Each team's running jobs inside its quota, in phase-1 order.
-    protected_by_team: Vec<Vec<Entry<'a>>>,
+    /// Each team's running jobs, and the places among them of those inside its quota, in
+    /// phase-1 order.
+    lists: Vec<List<'a>>,
+    protected_by_team: Vec<Vec<usize>>,
     /// Each team's lowest preemptible class value among them.
     lowest_displaceable: Vec<Option<u32>>,
     violations: Vec<u64>,
@@ -705,22 +819,22 @@ struct Running<'a> {
 /// only run inside it), then higher classes, then the oldest; the rest is borrowed.
 fn sort_running<'a>(
     rules: &Rules<'_>,
-    by_team: &[Vec<Entry<'a>>],
+    queues: &'a Queues<'a>,
     priorities: &mut dyn Sink,
     mut kept: Option<&mut [Option<TeamRunning>]>,
 ) -> Running<'a> {
     let teams = rules.config.teams.len();
+    let lists: Vec<List<'a>> = (0..teams).map(|t| queues.running(t)).collect();
     let mut out = Running {
         usage: vec![0; teams],
-        victims: Vec::with_capacity(by_team.iter().map(Vec::len).sum()),
-        protected_by_team: by_team
-            .iter()
-            .map(|r| Vec::with_capacity(r.len()))
-            .collect(),
+        victims: Vec::with_capacity(lists.iter().map(|l| l.len()).sum()),
+        protected_by_team: Vec::with_capacity(teams),
+        lists,
         lowest_displaceable: vec![None; teams],
         violations: Vec::new(),
     };
-    for (t, (team, running)) in rules.config.teams.iter().zip(by_team).enumerate() {
+    for (t, team) in rules.config.teams.iter().enumerate() {
+        let running = out.lists[t];
         let mut fresh = None;
         // A planner keeps the split while the team's running jobs stay as they are: the same
         // protected and victims, the protected jobs' levels (their class's) already given.
@@ -730,9 +844,13 @@ fn sort_running<'a>(
         };
         out.usage[t] = sorted.used;
         out.lowest_displaceable[t] = sorted.lowest_displaceable;
-        out.protected_by_team[t].extend(sorted.protected.iter().map(|i| running[*i]));
-        out.victims
-            .extend(sorted.victims.iter().map(|i| (running[*i], sorted.over)));
+        out.protected_by_team.push(sorted.protected.clone());
+        out.victims.extend(
+            sorted
+                .victims
+                .iter()
+                .map(|i| (running.get(*i), sorted.over)),
+        );
         out.violations.extend(sorted.violations.iter().copied());
     }
     out
@@ -757,7 +875,7 @@ struct TeamRunning {
 fn split_running(
     rules: &Rules<'_>,
     team: &Team,
-    running: &[Entry<'_>],
+    running: List<'_>,
     priorities: &mut dyn Sink,
 ) -> TeamRunning {
     let used = running.iter().fold(0u32, |s, j| s.saturating_add(j.gpus));
@@ -767,7 +885,7 @@ fn split_running(
         ..TeamRunning::default()
     };
     let mut inside = 0u32;
-    for (i, &j) in running.iter().enumerate() {
+    for (i, j) in running.iter().enumerate() {
         let fits = inside.saturating_add(j.gpus) <= team.quota.total;
         if fits || !rules.preemptible(&j) {
             if fits {
@@ -868,7 +986,7 @@ struct Pending<'a> {
     /// a lower class: every job there borrows (if it can start) or waits, and how depends
     /// only on its class, its state and its team's band, so a long queue is not walked job
     /// by job.
-    tails: Vec<&'a [Entry<'a>]>,
+    tails: Vec<Tail<'a>>,
     /// Per team, the fewest GPUs a job of its tail that can start asks for.
     tail_smallest: Vec<Option<u32>>,
     /// Running jobs to requeue for the displacing ones.
@@ -887,15 +1005,11 @@ fn sort_pending<'a>(
     nodes: &LazyNodes<'_, '_>,
     borrow_first: &BTreeSet<u64>,
 ) -> Pending<'a> {
-    let by_team = &queues.pending;
     let teams = rules.config.teams.len();
     let mut out = Pending {
         in_quota: Vec::new(),
         displacing: Vec::new(),
-        borrowers: by_team
-            .iter()
-            .map(|p| Vec::with_capacity(p.len()))
-            .collect(),
+        borrowers: vec![Vec::new(); teams],
         waiting: Vec::new(),
         tails: Vec::with_capacity(teams),
         tail_smallest: Vec::with_capacity(teams),
@@ -911,7 +1025,8 @@ fn sort_pending<'a>(
     // (team, class value, GPUs, nodes, room left): a long queue of alike jobs asks once
     // until a displacement changes the answer.
     let mut cannot_displace: Vec<(usize, u32, u32, u32, u32)> = Vec::new();
-    for (t, (team, pending)) in rules.config.teams.iter().zip(by_team).enumerate() {
+    for (t, team) in rules.config.teams.iter().enumerate() {
+        let pending = queues.pending(t);
         // The lowest preemptible class among the team's protected jobs: a job of no higher
         // class has nothing to displace (answered without a walk over them).
         let lowest_displaceable = running.lowest_displaceable[t];
@@ -924,7 +1039,7 @@ fn sort_pending<'a>(
         let answered = |memo: &[(usize, u32, u32, u32, u32)], a: Alike, room: u32| {
             memo.contains(&(t, a.0, a.1, a.2, room))
         };
-        for (i, &j) in pending.iter().enumerate() {
+        for (i, j) in pending.iter().enumerate() {
             // No job from here on fits the quota left, and none may displace: its class is
             // no higher than the lowest displaceable, or an attempt alike was answered no
             // this pass. The rest is the tail.
@@ -986,7 +1101,7 @@ fn sort_pending<'a>(
             }
             borrowers.push(j);
         }
-        out.tails.push(&pending[tail_from..]);
+        out.tails.push(pending.tail(tail_from));
         out.tail_smallest.push(if tail_from < pending.len() {
             ahead.smallest()
         } else {
@@ -1008,7 +1123,7 @@ impl<'a> Pending<'a> {
         self.borrowers[t]
             .iter()
             .copied()
-            .chain(self.tails[t].iter().copied().filter(|j| j.startable()))
+            .chain(self.tails[t].iter().filter(|j| j.startable()))
     }
 
     fn has_borrowers(&self, t: usize) -> bool {
@@ -1067,16 +1182,19 @@ fn lower_classes_to_displace(
     targeted: &BTreeSet<u64>,
     nodes: &mut NodeRoom<'_>,
 ) -> Option<(Vec<u64>, u32)> {
-    let protected = &running.protected_by_team[team];
+    let list = running.lists[team];
+    let protected = running.protected_by_team[team]
+        .iter()
+        .map(|i| list.get(*i).job);
     // Most waiting jobs have no lower class to displace: answered without a copy.
     let value = rules.value(j);
     if !protected
-        .iter()
+        .clone()
         .any(|r| rules.preemptible(r) && rules.value(r) < value)
     {
         return None;
     }
-    let mut lower: Vec<&ClusterJob> = protected.iter().map(|e| e.job).collect();
+    let mut lower: Vec<&ClusterJob> = protected.collect();
     lower.retain(|r| {
         rules.preemptible(r) && rules.value(r) < rules.value(j) && !targeted.contains(&r.id)
     });
@@ -1677,7 +1795,7 @@ fn team_allowance(
     used: u32,
     team: &Team,
     walked: &[Entry<'_>],
-    tail: &[Entry<'_>],
+    tail: Tail<'_>,
     tail_smallest: Option<u32>,
     ask: Option<&Ask<'_>>,
     mut available: u32,
@@ -1694,7 +1812,7 @@ fn team_allowance(
     let borrowers = walked
         .iter()
         .map(|j| (false, *j))
-        .chain(tail.iter().filter(|j| j.startable()).map(|j| (true, *j)));
+        .chain(tail.iter().filter(|j| j.startable()).map(|j| (true, j)));
     let mut into_tail = false;
     for (in_tail, j) in borrowers {
         if in_tail && !into_tail {
@@ -1922,7 +2040,7 @@ fn decide<'a>(
     kept: Option<&mut [Option<TeamRunning>]>,
 ) -> Decided<'a> {
     let config = rules.config;
-    let mut running = sort_running(rules, &queues.running, priorities, kept);
+    let mut running = sort_running(rules, queues, priorities, kept);
     let victims = order_victims(
         rules,
         std::mem::take(&mut running.victims),
@@ -1966,11 +2084,11 @@ fn decide<'a>(
     // Ceilings.
     let mut team_states = pending.team_states;
     let gpu_limits = team_gpu_limits(config, &running, &shares.allowance, &mut team_states);
-    let walked = queues
-        .pending
+    let walked = pending
+        .tails
         .iter()
-        .zip(&pending.tails)
-        .map(|(q, tail)| q.len() - tail.len())
+        .enumerate()
+        .map(|(t, tail)| queues.pending(t).len() - tail.len())
         .collect();
     let mut in_quota = pending.in_quota;
     in_quota.extend(pending.displacing);
@@ -2069,7 +2187,7 @@ fn jobs_to_park(rules: &Rules<'_>, queues: &Queues<'_>, pending: &Pending<'_>) -
         match &queues.unparked {
             // The few such jobs of the team, those in the tail.
             Some(unparked) => {
-                let from = (rules.pending_key(first), first.slot);
+                let from = (rules.pending_key(&first), first.slot);
                 park.extend(
                     unparked[t]
                         .iter()
@@ -2119,11 +2237,11 @@ fn prioritise_borrowers(rules: &Rules<'_>, served: &[(Entry<'_>, u32)], prioriti
 /// as [`prioritise_borrowers`] and [`prioritise_waiting`] rank them.
 fn prioritise_tails(
     rules: &Rules<'_>,
-    tails: &[&[Entry<'_>]],
+    tails: &[Tail<'_>],
     bands: &[u32],
     priorities: &mut dyn Sink,
 ) {
-    for (t, tail) in tails.iter().enumerate() {
+    for (t, &tail) in tails.iter().enumerate() {
         if tail.is_empty() {
             continue;
         }

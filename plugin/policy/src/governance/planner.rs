@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use teamshare_config::Config;
 
 use super::{
-    decide, ClusterJob, Entry, Pass, PendingKey, Phase, Queues, Rules, RunningKey, Sink,
-    TeamRunning,
+    decide, ClusterJob, Entry, Lists, Pass, PendingKey, Phase, Queues, Rules, RunningKey, Sink,
+    Table, Tail, TeamRunning,
 };
 
 /// Where a job is filed among the lists the phases walk.
@@ -350,14 +350,11 @@ impl<'c> Planner<'c> {
             v
         };
         let queues = Queues {
-            running: running
-                .iter()
-                .map(|l| entries(&mut l.iter().map(|e| e.1)))
-                .collect(),
-            pending: pending
-                .iter()
-                .map(|l| entries(&mut l.iter().map(|e| e.1)))
-                .collect(),
+            lists: Lists::Table {
+                running,
+                pending,
+                table: &*jobs,
+            },
             others_running: entries(&mut others.iter().copied()),
             outside: Vec::new(),
             node_used: Some(node_used),
@@ -433,6 +430,35 @@ impl<'c> Planner<'c> {
     }
 }
 
+/// A filed slot always holds its job; an empty one reads as a job of no team that asks for
+/// nothing (never reached).
+impl Table for Vec<Option<Held>> {
+    fn job(&self, slot: usize) -> &ClusterJob {
+        self.get(slot)
+            .and_then(Option::as_ref)
+            .map_or(&NO_JOB, |h| &h.job)
+    }
+}
+
+static NO_JOB: ClusterJob = ClusterJob {
+    id: 0,
+    team: String::new(),
+    phase: Phase::Pending,
+    gpus: 0,
+    gpu_type: None,
+    priority: 0,
+    submit: 0,
+    start: None,
+    eligible: false,
+    parked: false,
+    park_held: false,
+    batch: false,
+    nodes: Vec::new(),
+    node_count: 0,
+    completing: false,
+    tasks: 0,
+};
+
 /// Priorities written per slot, as [`Priorities`](super::Priorities) does per job id; a
 /// tail's only for the jobs whose priority there may differ from the one last given.
 struct SlotSink<'a, 'c> {
@@ -470,7 +496,7 @@ impl Sink for SlotSink<'_, '_> {
     fn tail(
         &mut self,
         team: usize,
-        tail: &[Entry<'_>],
+        tail: Tail<'_>,
         band: u32,
         priority: &dyn Fn(&ClusterJob) -> u32,
     ) {
@@ -479,12 +505,12 @@ impl Sink for SlotSink<'_, '_> {
         };
         if self.tail_band[team] != Some(band) {
             self.tail_band[team] = Some(band);
-            for &e in tail {
+            for e in tail.iter() {
                 self.raise(e, priority(&e));
             }
             return;
         }
-        let from = (self.rules.pending_key(first), first.slot);
+        let from = (self.rules.pending_key(&first), first.slot);
         let jobs = self.jobs;
         for &slot in self.touched.iter().chain(&self.walked[team]) {
             let Some(h) = jobs[slot].as_ref() else {

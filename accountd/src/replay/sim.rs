@@ -992,7 +992,14 @@ impl<'a> Sim<'a> {
         self.passes += 1;
         self.last_pass = self.now;
         self.refresh_fairshare();
-        let view = self.node_view.take().unwrap_or_else(|| self.usable_nodes());
+        let view = match self.node_view.take() {
+            Some(view) => view,
+            None => {
+                let view = self.usable_nodes();
+                self.planner.set_nodes(&view.0);
+                view
+            }
+        };
         let decision = if self.typed {
             self.plan_typed(&view)
         } else {
@@ -1000,7 +1007,6 @@ impl<'a> Sim<'a> {
                 capacity: view.0.values().sum(),
                 fairshare: &self.fairshare,
                 now: self.now,
-                node_gpus: &view.0,
             });
             Decision {
                 priorities: pass.priorities,

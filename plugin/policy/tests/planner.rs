@@ -352,6 +352,7 @@ proptest! {
             .collect();
         let mut fairshare = fairshare_of(0, h.teams.len());
         let mut planner = Planner::new(&config);
+        planner.set_nodes(&node_gpus);
         let mut jobs: Vec<ClusterJob> = Vec::new();
         let mut now = 1_000_000i64;
         let mut next_id = 0u64;
@@ -374,7 +375,6 @@ proptest! {
                 capacity,
                 fairshare: &fairshare,
                 now,
-                node_gpus: &node_gpus,
             });
             same_as_plan(&config, &planner, &jobs, &full, &pass)?;
             // Only what changed is handed back.

@@ -570,10 +570,6 @@ struct Queues<'j> {
     others_running: Vec<Entry<'j>>,
     /// Jobs outside every team that hold or ask for GPUs ([`is_outside`]), in the order given.
     outside: Vec<u64>,
-    /// The GPUs the running jobs that are not ending hold on each node (a multi-node job's
-    /// evenly), where the caller keeps count ([`Planner`]); worked out from the running jobs
-    /// otherwise.
-    node_used: Option<&'j BTreeMap<String, u64>>,
     /// Per team, where the caller keeps them ([`Planner`]): the ranked pending jobs of a
     /// non-preemptible class that are not parked, which are all a tail's jobs to park;
     /// otherwise found by a walk over the tail.
@@ -786,7 +782,6 @@ impl<'j> Queues<'j> {
             lists: Lists::Owned { running, pending },
             others_running,
             outside,
-            node_used: None,
             unparked: None,
             alike: alike.into_iter().map(count_alike).collect(),
         }
@@ -1510,43 +1505,94 @@ impl<'n> NodeFree<'n> {
 /// [`NodeRoom`] worked out on first need: most passes need it for nothing (no job displaces,
 /// none waits for the reclaim fallback), and it costs a walk over every running job's nodes.
 struct LazyNodes<'n, 'q> {
-    node_gpus: &'n BTreeMap<String, u32>,
+    nodes: PassNodes<'n>,
     queues: &'q Queues<'q>,
     room: OnceCell<NodeRoom<'n>>,
 }
 
 impl<'n> LazyNodes<'n, '_> {
     fn get(&self) -> &NodeRoom<'n> {
-        self.room.get_or_init(|| NodeRoom {
-            free: match self.queues.node_used {
-                Some(used) => node_free_of(self.node_gpus, used),
-                None => node_free(self.node_gpus, self.queues.all_running()),
+        self.room.get_or_init(|| match self.nodes {
+            PassNodes::Given(node_gpus) => NodeRoom {
+                free: node_free(node_gpus, self.queues.all_running()),
+                largest: node_gpus.values().copied().max().unwrap_or(0),
             },
-            largest: self.node_gpus.values().copied().max().unwrap_or(0),
+            PassNodes::Kept(set) => NodeRoom {
+                free: set.free(),
+                largest: set.largest(),
+            },
         })
     }
 }
 
-/// [`node_free`] from the GPUs held per node: both maps walked once, side by side (they are
-/// in the same order).
-fn node_free_of<'n>(
-    node_gpus: &'n BTreeMap<String, u32>,
-    used: &BTreeMap<String, u64>,
-) -> NodeFree<'n> {
-    let mut held = used.iter().peekable();
-    NodeFree(
-        node_gpus
+/// The usable nodes of a pass.
+#[derive(Clone, Copy)]
+enum PassNodes<'a> {
+    /// GPUs per usable node of the governed partitions (empty: placement unknown); what the
+    /// running jobs hold there is counted from them.
+    Given(&'a BTreeMap<String, u32>),
+    /// A [`Planner`]'s, with what its running jobs hold there.
+    Kept(&'a NodeSet),
+}
+
+/// The usable nodes a [`Planner`] was given, and the GPUs its running jobs that are not ending
+/// hold on every node they list, kept as they start and end: a pass reads the nodes' free
+/// GPUs off in one walk.
+#[derive(Default)]
+struct NodeSet {
+    /// Usable nodes in name order: name, GPUs, place in `held`.
+    usable: Vec<(String, u32, usize)>,
+    /// Every node a job or the caller named, and its place in `held`.
+    index: BTreeMap<String, usize>,
+    held: Vec<u64>,
+}
+
+impl NodeSet {
+    fn place(&mut self, node: &str) -> usize {
+        if let Some(&i) = self.index.get(node) {
+            return i;
+        }
+        self.held.push(0);
+        self.index.insert(node.to_string(), self.held.len() - 1);
+        self.held.len() - 1
+    }
+
+    fn set_usable(&mut self, node_gpus: &BTreeMap<String, u32>) {
+        let usable: Vec<(String, u32, usize)> = node_gpus
             .iter()
-            .map(|(name, gpus)| {
-                while held.next_if(|(n, _)| n.as_str() < name.as_str()).is_some() {}
-                let on = held
-                    .next_if(|(n, _)| n.as_str() == name.as_str())
-                    .map_or(0, |(_, g)| *g);
-                let on = u32::try_from(on).unwrap_or(u32::MAX);
-                (name.as_str(), gpus.saturating_sub(on))
-            })
-            .collect(),
-    )
+            .map(|(n, g)| (n.clone(), *g, self.place(n)))
+            .collect();
+        self.usable = usable;
+    }
+
+    /// A running job starts holding (`add`) or stops holding its GPUs.
+    fn hold(&mut self, j: &ClusterJob, add: bool) {
+        for (node, share) in node_shares(j) {
+            let i = self.place(node);
+            let h = &mut self.held[i];
+            *h = if add {
+                h.saturating_add(u64::from(share))
+            } else {
+                h.saturating_sub(u64::from(share))
+            };
+        }
+    }
+
+    fn free(&self) -> NodeFree<'_> {
+        NodeFree(
+            self.usable
+                .iter()
+                .map(|(name, gpus, i)| {
+                    let on = u32::try_from(self.held[*i]).unwrap_or(u32::MAX);
+                    (name.as_str(), gpus.saturating_sub(on))
+                })
+                .collect(),
+        )
+    }
+
+    fn largest(&self) -> u32 {
+        self.usable.iter().map(|u| u.1).max().unwrap_or(0)
+    }
 }
 
 /// The GPUs a running job that is not ending holds on each node it lists (a multi-node job's
@@ -1599,8 +1645,7 @@ struct Pass<'a> {
     /// Fair-share factor per team (missing: 1.0).
     fairshare: &'a BTreeMap<String, f64>,
     now: i64,
-    /// GPUs per usable node of the governed partitions (empty: placement unknown).
-    node_gpus: &'a BTreeMap<String, u32>,
+    nodes: PassNodes<'a>,
 }
 
 /// Phase 5: lendable idle capacity shared out by `idle_sharing`; returns each team's
@@ -1962,7 +2007,7 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         capacity: input.capacity,
         fairshare: input.fairshare,
         now: input.now,
-        node_gpus: input.node_gpus,
+        nodes: PassNodes::Given(input.node_gpus),
     };
     let mut priorities = Priorities::default();
     let d = decide(&rules, &pass, &queues, &mut priorities, None);
@@ -2049,7 +2094,7 @@ fn decide<'a>(
     );
     let free = pass.capacity.saturating_sub(gpus_in_use(&running));
     let nodes = LazyNodes {
-        node_gpus: pass.node_gpus,
+        nodes: pass.nodes,
         queues,
         room: OnceCell::new(),
     };

@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use teamshare_config::Config;
 
 use super::{
-    decide, ClusterJob, Entry, Lists, Pass, PendingKey, Phase, Queues, Rules, RunningKey, Sink,
-    Table, Tail, TeamRunning,
+    decide, ClusterJob, Entry, Lists, NodeSet, Pass, PassNodes, PendingKey, Phase, Queues, Rules,
+    RunningKey, Sink, Table, Tail, TeamRunning,
 };
 
 /// Where a job is filed among the lists the phases walk.
@@ -39,15 +39,14 @@ struct Held {
     filed: Filed,
 }
 
-/// What a pass needs besides the jobs (see [`GovernInput`](super::GovernInput)).
+/// What a pass needs besides the jobs and the usable nodes ([`Planner::set_nodes`]; see
+/// [`GovernInput`](super::GovernInput)).
 pub struct PassInput<'a> {
     /// C: GPUs of usable nodes in the governed partitions.
     pub capacity: u32,
     /// Fair-share factor per team (missing: 1.0).
     pub fairshare: &'a BTreeMap<String, f64>,
     pub now: i64,
-    /// GPUs per usable node of the governed partitions (empty: placement unknown).
-    pub node_gpus: &'a BTreeMap<String, u32>,
 }
 
 /// What a [`Planner`] pass decided: [`Plan`](super::Plan)'s actions, with the priorities
@@ -90,9 +89,9 @@ pub struct Planner<'c> {
     others: Vec<usize>,
     /// Jobs of no team in the order they came, for [`PassPlan::outside`].
     no_team: Vec<usize>,
-    /// GPUs held per node by the running jobs that are not ending, kept as they
-    /// start and end instead of summed over them at every pass that needs them.
-    node_used: BTreeMap<String, u64>,
+    /// The usable nodes, and the GPUs held on them by the running jobs that are not ending,
+    /// kept as they start and end instead of summed over them at every pass that needs them.
+    nodes: NodeSet,
     /// Per team: ranked pending jobs of a non-preemptible class not parked (see [`Queues`]).
     unparked: Vec<BTreeSet<usize>>,
     /// Per team: ranked pending jobs that can start, by (class value, GPUs, nodes).
@@ -130,7 +129,7 @@ impl<'c> Planner<'c> {
             pending: vec![Vec::new(); teams],
             others: Vec::new(),
             no_team: Vec::new(),
-            node_used: BTreeMap::new(),
+            nodes: NodeSet::default(),
             unparked: vec![BTreeSet::new(); teams],
             alike: vec![BTreeMap::new(); teams],
             touched: Vec::new(),
@@ -167,6 +166,12 @@ impl<'c> Planner<'c> {
     pub fn priority(&self, id: u64) -> Option<u32> {
         let slot = *self.slot_of.get(&id)?;
         self.given[slot]
+    }
+
+    /// The usable nodes of the governed partitions and their GPUs (none: placement unknown),
+    /// until they are set again (a node drained or back).
+    pub fn set_nodes(&mut self, node_gpus: &BTreeMap<String, u32>) {
+        self.nodes.set_usable(node_gpus);
     }
 
     /// A job appears (as squeue would list it); one already held under its id is replaced.
@@ -260,14 +265,7 @@ impl<'c> Planner<'c> {
             // Not ranked: the plan gives it no priority.
             self.given[slot] = None;
         }
-        for (node, share) in super::node_shares(j) {
-            match self.node_used.get_mut(node) {
-                Some(u) => *u += u64::from(share),
-                None => {
-                    self.node_used.insert(node.to_string(), u64::from(share));
-                }
-            }
-        }
+        self.nodes.hold(j, true);
         if let Some(h) = self.jobs[slot].as_mut() {
             h.filed = filed;
         }
@@ -278,14 +276,7 @@ impl<'c> Planner<'c> {
             return;
         };
         let filed = std::mem::replace(&mut h.filed, Filed::Nowhere);
-        for (node, share) in super::node_shares(&h.job) {
-            if let Some(u) = self.node_used.get_mut(node) {
-                *u = u.saturating_sub(u64::from(share));
-                if *u == 0 {
-                    self.node_used.remove(node);
-                }
-            }
-        }
+        self.nodes.hold(&h.job, false);
         match filed {
             Filed::Running(t, key) => {
                 let list = &mut self.running[t];
@@ -331,7 +322,7 @@ impl<'c> Planner<'c> {
             given,
             next,
             written,
-            node_used,
+            nodes,
             unparked,
             alike,
             touched,
@@ -357,7 +348,6 @@ impl<'c> Planner<'c> {
             },
             others_running: entries(&mut others.iter().copied()),
             outside: Vec::new(),
-            node_used: Some(node_used),
             alike: alike
                 .iter()
                 .map(|m| m.iter().map(|(k, n)| (*k, *n)).collect())
@@ -373,7 +363,7 @@ impl<'c> Planner<'c> {
             capacity: input.capacity,
             fairshare: input.fairshare,
             now: input.now,
-            node_gpus: input.node_gpus,
+            nodes: PassNodes::Kept(nodes),
         };
         written.clear();
         let mut sink = SlotSink {

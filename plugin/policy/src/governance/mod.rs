@@ -1020,6 +1020,8 @@ fn sort_pending<'a>(
     // (team, class value, GPUs, nodes, room left): a long queue of alike jobs asks once
     // until a displacement changes the answer.
     let mut cannot_displace: Vec<(usize, u32, u32, u32, u32)> = Vec::new();
+    // The teams' displaceable jobs, per class value, until a displacement changes them.
+    let mut lower_known = Vec::new();
     for (t, team) in rules.config.teams.iter().enumerate() {
         let pending = queues.pending(t);
         // The lowest preemptible class among the team's protected jobs: a job of no higher
@@ -1079,6 +1081,7 @@ fn sort_pending<'a>(
                         room,
                         &targeted,
                         placed.get_or_insert_with(|| nodes.get().clone()),
+                        &mut lower_known,
                     );
                     if let Some((chosen, freed)) = found {
                         room = freed - j.gpus;
@@ -1086,6 +1089,7 @@ fn sort_pending<'a>(
                         out.displace.extend(chosen);
                         out.displacing.push(j);
                         cannot_displace.clear();
+                        lower_known.clear();
                         ahead.forget();
                         continue;
                     }
@@ -1168,43 +1172,43 @@ fn sort_pending_borrow_first<'a>(
 /// The quota is asked first: a job that all of them together could not make room for in its
 /// quota is not placed, so it takes none of the node room later jobs of the pass may use. The
 /// nodes' room changes only when the answer is yes.
-fn lower_classes_to_displace(
+#[allow(clippy::too_many_arguments)]
+fn lower_classes_to_displace<'a>(
     rules: &Rules<'_>,
-    running: &Running<'_>,
+    running: &Running<'a>,
     team: usize,
     j: &ClusterJob,
     room: u32,
     targeted: &BTreeSet<u64>,
     nodes: &mut NodeRoom<'_>,
+    known: &mut Vec<((usize, u32), Lower<'a>)>,
 ) -> Option<(Vec<u64>, u32)> {
-    let list = running.lists[team];
-    let protected = running.protected_by_team[team]
-        .iter()
-        .map(|i| list.get(*i).job);
-    // Most waiting jobs have no lower class to displace: answered without a copy.
     let value = rules.value(j);
-    if !protected
-        .clone()
-        .any(|r| rules.preemptible(r) && rules.value(r) < value)
-    {
+    let at = match known.iter().position(|(k, _)| *k == (team, value)) {
+        Some(at) => at,
+        None => {
+            known.push((
+                (team, value),
+                lower_than(rules, running, team, value, targeted),
+            ));
+            known.len() - 1
+        }
+    };
+    let Lower {
+        jobs: lower,
+        gpus,
+        on_node,
+    } = &mut known[at].1;
+    // Most waiting jobs have none (a job that could not make room for this one in its
+    // quota is not placed: it takes no node room).
+    if lower.is_empty() || gpus.saturating_add(room) < j.gpus {
         return None;
     }
-    let mut lower: Vec<&ClusterJob> = protected.collect();
-    lower.retain(|r| {
-        rules.preemptible(r) && rules.value(r) < rules.value(j) && !targeted.contains(&r.id)
-    });
-    if lower.iter().fold(room, |s, r| s.saturating_add(r.gpus)) < j.gpus {
-        return None;
-    }
-    lower.sort_by(|a, b| {
-        rules
-            .value(a)
-            .cmp(&rules.value(b))
-            .then(b.start.cmp(&a.start))
-    });
+    let lower: &[&ClusterJob] = lower;
     let mut picked: Vec<usize> = Vec::new();
     if !nodes.free.is_empty() {
-        for (node, here, freed, share) in nodes_to_displace(j, nodes, &lower)? {
+        let on_node = on_node.get_or_insert_with(|| jobs_on_nodes(&nodes.free, lower));
+        for (node, here, freed, share) in nodes_to_displace(j, nodes, lower, on_node)? {
             if let Some(f) = nodes.free.get_mut(node) {
                 *f = f.saturating_add(freed).saturating_sub(share);
             }
@@ -1233,26 +1237,49 @@ fn lower_classes_to_displace(
     (freed >= j.gpus && !chosen.is_empty()).then_some((chosen, freed))
 }
 
-/// The nodes a displacing job would run on and, for each, the displaceable jobs there (places
-/// in `lower`) that make room for its share, the GPUs they free there and the share; `None`
-/// when not enough nodes could take it.
-#[allow(clippy::type_complexity)]
-fn nodes_to_displace<'n>(
-    j: &ClusterJob,
-    room: &NodeRoom<'n>,
-    lower: &[&ClusterJob],
-) -> Option<Vec<(&'n str, Vec<usize>, u32, u32)>> {
-    let nodes = j
-        .node_count
-        .max(j.gpus.div_ceil(room.largest.max(1)))
-        .max(1);
-    let share = j.gpus.div_ceil(nodes);
-    // Each node's displaceable jobs, in `lower`'s order (one walk over their nodes, however
-    // many nodes the cluster has): (node's place, job's place), sorted.
+/// A team's protected jobs of a preemptible class below a value, not displaced yet this pass,
+/// in displacement order (lowest class, youngest first), what they hold in all, and (worked
+/// out on need) where they run: phase 3 asks about them once per class value until a
+/// displacement changes them.
+struct Lower<'a> {
+    jobs: Vec<&'a ClusterJob>,
+    gpus: u32,
+    on_node: Option<Vec<(usize, usize)>>,
+}
+
+fn lower_than<'a>(
+    rules: &Rules<'_>,
+    running: &Running<'a>,
+    team: usize,
+    value: u32,
+    targeted: &BTreeSet<u64>,
+) -> Lower<'a> {
+    let list = running.lists[team];
+    let mut jobs: Vec<&'a ClusterJob> = running.protected_by_team[team]
+        .iter()
+        .map(|i| list.get(*i).job)
+        .filter(|r| rules.preemptible(r) && rules.value(r) < value && !targeted.contains(&r.id))
+        .collect();
+    jobs.sort_by(|a, b| {
+        rules
+            .value(a)
+            .cmp(&rules.value(b))
+            .then(b.start.cmp(&a.start))
+    });
+    Lower {
+        gpus: jobs.iter().fold(0u32, |s, r| s.saturating_add(r.gpus)),
+        jobs,
+        on_node: None,
+    }
+}
+
+/// Each node's displaceable jobs, in `lower`'s order (one walk over their nodes, however many
+/// nodes the cluster has): (node's place, job's place), sorted, each once.
+fn jobs_on_nodes(free: &NodeFree<'_>, lower: &[&ClusterJob]) -> Vec<(usize, usize)> {
     let mut on_node: Vec<(usize, usize)> = Vec::new();
     for (i, r) in lower.iter().enumerate() {
         for n in &r.nodes {
-            if let Some(at) = room.free.place(n) {
+            if let Some(at) = free.place(n) {
                 on_node.push((at, i));
             }
         }
@@ -1260,6 +1287,24 @@ fn nodes_to_displace<'n>(
     on_node.sort_unstable();
     // Once per node, however often a job lists it.
     on_node.dedup();
+    on_node
+}
+
+/// The nodes a displacing job would run on and, for each, the displaceable jobs there (places
+/// in `lower`, found on their nodes by `on_node`) that make room for its share, the GPUs they
+/// free there and the share; `None` when not enough nodes could take it.
+#[allow(clippy::type_complexity)]
+fn nodes_to_displace<'n>(
+    j: &ClusterJob,
+    room: &NodeRoom<'n>,
+    lower: &[&ClusterJob],
+    on_node: &[(usize, usize)],
+) -> Option<Vec<(&'n str, Vec<usize>, u32, u32)>> {
+    let nodes = j
+        .node_count
+        .max(j.gpus.div_ceil(room.largest.max(1)))
+        .max(1);
+    let share = j.gpus.div_ceil(nodes);
     let mut options: Vec<((usize, usize), &str, Vec<usize>, u32)> = Vec::new();
     let mut next = 0;
     for (at, (node, free)) in room.free.iter().enumerate() {

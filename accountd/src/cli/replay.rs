@@ -603,16 +603,20 @@ fn simulate_all(trace: &Trace, runs: &[Run<'_>], threads: usize) -> Vec<metrics:
     let out: Vec<metrics::Figures> = if workers == 1 {
         (0..runs.len()).map(one).collect()
     } else {
+        // The runs most likely to take longest first (the fewest GPUs: the longest queues),
+        // so that no thread is left with a long one at the end.
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.sort_by_key(|&i| runs[i].gpus.unwrap_or(u32::MAX));
         let next = std::sync::atomic::AtomicUsize::new(0);
         let slots: Vec<std::sync::Mutex<Option<metrics::Figures>>> =
             runs.iter().map(|_| std::sync::Mutex::new(None)).collect();
         std::thread::scope(|scope| {
             for _ in 0..workers {
                 scope.spawn(|| loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if i >= runs.len() {
+                    let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&i) = order.get(n) else {
                         break;
-                    }
+                    };
                     let figures = one(i);
                     *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(figures);
                 });

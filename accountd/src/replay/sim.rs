@@ -215,11 +215,14 @@ impl FreeIndex {
 
     /// Best fit for `gpus` on one node of the kinds `want` may use: the node with the fewest
     /// GPUs left over, then the lowest index, among those `usable` allows.
+    /// `level_ends`, when given, is per kind and number of free GPUs the latest instant a
+    /// node there may be used until ([`FreeIndex::level_ends`]); `end_by` is the job's.
     fn best_fit(
         &self,
         want: &Option<String>,
         gpus: u32,
         usable: impl Fn(usize) -> bool,
+        level_ends: Option<(&[Vec<Secs>], Secs)>,
     ) -> Option<(u32, usize)> {
         let from = usize::try_from(gpus).ok()?;
         let most = self.by_free.iter().map(Vec::len).max().unwrap_or(0);
@@ -227,6 +230,10 @@ impl FreeIndex {
             let mut best: Option<usize> = None;
             for k in self.matching(want) {
                 if self.by_free[k].get(f).is_none_or(|c| *c == 0) {
+                    continue;
+                }
+                // No node of this level outlasts the reservations as long as the job.
+                if level_ends.is_some_and(|(ends, end_by)| ends[k][f] < end_by) {
                     continue;
                 }
                 if let Some(&i) = self.at_free[k][f].iter().find(|&&i| usable(i)) {
@@ -238,6 +245,21 @@ impl FreeIndex {
             }
         }
         None
+    }
+
+    /// Per kind and number of free GPUs, the latest instant a usable node there may be used
+    /// until (its earliest reservation's start): a job that would run longer fits none.
+    fn level_ends(&self, nodes: &[Node], reserved_from: &[Secs]) -> Vec<Vec<Secs>> {
+        let mut ends: Vec<Vec<Secs>> = self
+            .by_free
+            .iter()
+            .map(|c| vec![Secs::MIN; c.len()])
+            .collect();
+        for (i, n) in nodes.iter().enumerate().filter(|(_, n)| !n.drained) {
+            let e = &mut ends[n.kind][n.free as usize];
+            *e = (*e).max(reserved_from[i]);
+        }
+        ends
     }
 
     /// The most free GPUs on one usable node of kind `k`.
@@ -1292,6 +1314,9 @@ impl<'a> Sim<'a> {
         // The largest free slot on one usable node, worked out on need and again after a
         // start or a preemption.
         let mut largest: Option<u32> = None;
+        // Once reservations are made, the latest end each level of free GPUs allows, until a
+        // start or a preemption moves nodes between levels.
+        let mut level_ends: Option<Vec<Vec<Secs>>> = None;
         let window = queue.len().min(MAX_JOBS_TESTED);
         let mut iter = queue.all.range::<QueueKey, _>(..);
         // The place in the queue of the next job the walk looks at, and how many jobs in a
@@ -1366,24 +1391,30 @@ impl<'a> Sim<'a> {
                         reserved_from[n] = reserved_from[n].min(r.start);
                     }
                     reserved += 1;
+                    level_ends = None;
+                }
+                if reserved > 0 && level_ends.is_none() {
+                    level_ends = Some(self.free.level_ends(&self.nodes, &reserved_from));
                 }
                 let end_by = self.now.saturating_add(self.jobs[j].time_limit);
-                if let Some(alloc) = self.place(j, &reserved_from, end_by) {
+                if let Some(alloc) = self.place(j, &reserved_from, end_by, level_ends.as_deref()) {
                     self.start(j, alloc);
                     largest = None;
+                    level_ends = None;
                     started = true;
                     continue;
                 }
             }
             if may_preempt && self.preempt_for(j) {
                 largest = None;
+                level_ends = None;
                 if self.grace == 0 {
                     // The victims are gone already: the job starts in this pass.
                     if reserved_from.is_empty() {
                         reserved_from = vec![Secs::MAX; self.nodes.len()];
                     }
                     let end_by = self.now.saturating_add(self.jobs[j].time_limit);
-                    if let Some(alloc) = self.place(j, &reserved_from, end_by) {
+                    if let Some(alloc) = self.place(j, &reserved_from, end_by, None) {
                         self.start(j, alloc);
                         started = true;
                     }
@@ -1460,7 +1491,13 @@ impl<'a> Sim<'a> {
 
     /// Where the job fits now (best fit: the fullest nodes first), keeping clear of the
     /// reservations it would delay.
-    fn place(&self, j: usize, reserved_from: &[Secs], end_by: Secs) -> Option<Vec<(usize, u32)>> {
+    fn place(
+        &self,
+        j: usize,
+        reserved_from: &[Secs],
+        end_by: Secs,
+        level_ends: Option<&[Vec<Secs>]>,
+    ) -> Option<Vec<(usize, u32)>> {
         let job = &self.jobs[j];
         if job.nodes == 1 && !job.exclusive {
             // The node with the fewest GPUs left over, then the lowest index, found from the
@@ -1470,7 +1507,12 @@ impl<'a> Sim<'a> {
             }
             return self
                 .free
-                .best_fit(&job.gpu_type, job.gpus, |i| end_by <= reserved_from[i])
+                .best_fit(
+                    &job.gpu_type,
+                    job.gpus,
+                    |i| end_by <= reserved_from[i],
+                    level_ends.map(|e| (e, end_by)),
+                )
                 .map(|(_, i)| vec![(i, job.gpus)]);
         }
         let mut fits: Vec<(u32, usize, u32)> = self

@@ -1016,13 +1016,14 @@ fn sort_pending<'a>(
     // Free GPUs per node as the displacing jobs are placed, one after the other (read on
     // the first displacement).
     let mut placed: Option<NodeRoom<'_>> = None;
-    // Attempts that displaced nobody (they change nothing), by what their answer depends on
-    // (team, class value, GPUs, nodes, room left): a long queue of alike jobs asks once
-    // until a displacement changes the answer.
-    let mut cannot_displace: Vec<(usize, u32, u32, u32, u32)> = Vec::new();
-    // The teams' displaceable jobs, per class value, until a displacement changes them.
-    let mut lower_known = Vec::new();
     for (t, team) in rules.config.teams.iter().enumerate() {
+        // Attempts that displaced nobody (they change nothing), by what their answer depends
+        // on (team, class value, GPUs, nodes, room left): a long queue of alike jobs asks
+        // once until a displacement changes the answer. Only the team's own are asked about
+        // during its walk.
+        let mut cannot_displace: Vec<(usize, u32, u32, u32, u32)> = Vec::new();
+        // The team's displaceable jobs, per class value, until a displacement changes them.
+        let mut lower_known = Vec::new();
         let pending = queues.pending(t);
         // The lowest preemptible class among the team's protected jobs: a job of no higher
         // class has nothing to displace (answered without a walk over them).

@@ -4,7 +4,7 @@
 //!
 //! [`plan`](super::plan) groups and sorts every job on every pass, and hands back every
 //! priority. A [`Planner`] keeps each team's jobs in the order the phases walk them as they
-//! change, runs the same phases ([`decide`](super::decide)) over them, and hands back only
+//! change, runs the same phases ([`decide`]) over them, and hands back only
 //! the priorities that changed since its previous pass. What it decides is what `plan` decides
 //! for the same jobs (tested in `tests/planner.rs` against `plan` over random histories).
 //!

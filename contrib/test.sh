@@ -129,6 +129,12 @@ for r in "${releases[@]}"; do
 done
 stamp "done"
 if ((${#failed[@]})); then
+    # Each failed suite's failures again, last, where a truncated CI log still shows them.
+    for r in "${failed[@]}"; do
+        echo
+        echo "==================== failures of the live suite on Slurm $r"
+        sed -n '/^failures:/,$p' "target/live-$r.log" | tail -n 80
+    done
     echo "test.sh: the live suite failed on Slurm ${failed[*]} (logs: target/live-logs-<release>/)" >&2
     exit 1
 fi

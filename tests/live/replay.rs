@@ -61,7 +61,7 @@ fn calibration(c: &Cluster) -> TestResult {
             "--gpus-per-node",
             "4",
             "--tolerance-secs",
-            "20",
+            "40",
             "--format",
             "json",
         ],

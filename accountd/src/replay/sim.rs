@@ -358,6 +358,8 @@ struct SchedQueue {
     sizes: Vec<BTreeMap<u32, u32>>,
     /// Per priority, highest first, the queued jobs in order (trace order is submit order).
     levels: BTreeMap<Reverse<u32>, Vec<usize>>,
+    /// How many times a job joined or left it.
+    changes: u64,
 }
 
 impl SchedQueue {
@@ -367,6 +369,7 @@ impl SchedQueue {
             by_team: vec![BTreeMap::new(); teams],
             sizes: vec![BTreeMap::new(); teams],
             levels: BTreeMap::new(),
+            changes: 0,
         }
     }
 
@@ -378,6 +381,7 @@ impl SchedQueue {
         if self.all.insert(key, ticket).is_some() {
             return;
         }
+        self.changes += 1;
         if let Some(q) = self.by_team.get_mut(ticket.team) {
             q.insert(key, ticket);
             *self.sizes[ticket.team].entry(ticket.gpus).or_insert(0) += 1;
@@ -389,6 +393,7 @@ impl SchedQueue {
 
     fn remove(&mut self, key: &QueueKey) -> Option<Ticket> {
         let ticket = self.all.remove(key)?;
+        self.changes += 1;
         if let Some(q) = self.by_team.get_mut(ticket.team) {
             q.remove(key);
             let sizes = &mut self.sizes[ticket.team];
@@ -503,6 +508,13 @@ struct Sim<'a> {
     in_quota_waiting: bool,
     /// The last scheduling pass passed over jobs for their team's limit.
     limit_blocked: bool,
+    /// Counts the changes to what a scheduling pass reads besides its queue (free GPUs, the
+    /// teams' usage and limits, running jobs' priorities and ends, preemptors' waits).
+    changes: u64,
+    /// The changes counted (here and in the queue) when a scheduling pass last ended having
+    /// started nothing and with no job that might preempt: until they move, a pass again would
+    /// do nothing again.
+    quiet_at: Option<(u64, u64)>,
     /// The submit-time checks' answers, per kind of request (the same for every job alike).
     accepted: HashMap<RequestKind, bool>,
 }
@@ -578,6 +590,8 @@ impl<'a> Sim<'a> {
             node_view: None,
             in_quota_waiting: false,
             limit_blocked: false,
+            changes: 0,
+            quiet_at: None,
             accepted: HashMap::new(),
         };
         for (i, t) in config.teams.iter().enumerate() {
@@ -734,6 +748,7 @@ impl<'a> Sim<'a> {
                 }
                 Kind::Drain | Kind::Undrain => {
                     let n = e.target;
+                    self.changes += 1;
                     self.free.leave(n, &self.nodes[n]);
                     self.nodes[n].drained = e.kind == Kind::Drain;
                     self.free.enter(n, &self.nodes[n]);
@@ -996,6 +1011,7 @@ impl<'a> Sim<'a> {
         };
         let running = self.jobs[j].state == State::Running;
         if running {
+            self.changes += 1;
             self.running_prio.remove(&(old, j));
         }
         self.jobs[j].priority = p;
@@ -1119,9 +1135,14 @@ impl<'a> Sim<'a> {
     }
 
     fn apply(&mut self, mut d: Decision) {
-        self.limits.clone_from(&d.gpu_limits);
+        if self.limits != d.gpu_limits {
+            self.changes += 1;
+            self.limits.clone_from(&d.gpu_limits);
+        }
         for (k, l) in std::mem::take(&mut d.type_limits) {
-            self.type_limits.insert(k, l);
+            if self.type_limits.insert(k, l) != Some(l) {
+                self.changes += 1;
+            }
         }
         let n = self.jobs.len();
         let by_id = |id: &u64| -> Option<usize> {
@@ -1249,6 +1270,14 @@ impl<'a> Sim<'a> {
     /// Slurm's scheduling pass (the main scheduler and backfill as one walk down the queue);
     /// true when it started a job.
     fn schedule(&mut self) -> bool {
+        if self.quiet_at == Some((self.changes, self.queue.changes)) {
+            // Nothing it reads has changed since a pass that did nothing and whose outcome
+            // does not depend on the time (no job might preempt; a later instant only
+            // makes backfill's windows shorter): this one would do nothing either, and note
+            // the same limits.
+            return false;
+        }
+        self.quiet_at = None;
         self.limit_blocked = false;
         if self.pending == 0 {
             return false;
@@ -1257,7 +1286,7 @@ impl<'a> Sim<'a> {
         // changes in it (jobs started, jobs requeued without delay) is applied after.
         let queue = std::mem::take(&mut self.queue);
         self.walking = true;
-        let started = self.walk(&queue);
+        let (started, timeless) = self.walk(&queue);
         self.walking = false;
         self.queue = queue;
         for (key, ticket) in std::mem::take(&mut self.deferred) {
@@ -1269,6 +1298,9 @@ impl<'a> Sim<'a> {
                     self.queue.remove(&key);
                 }
             }
+        }
+        if !started && timeless {
+            self.quiet_at = Some((self.changes, self.queue.changes));
         }
         started
     }
@@ -1303,7 +1335,10 @@ impl<'a> Sim<'a> {
     /// MAX_JOBS_TESTED jobs, in order. While GPUs are free, the jobs of teams at their limit
     /// are passed over in bulk (the queue counts them) instead of one by one: each would only
     /// have been passed over for its limit.
-    fn walk(&mut self, queue: &SchedQueue) -> bool {
+    ///
+    /// Returns whether it started a job, and whether its outcome was the time's alone: no
+    /// job it looked at might preempt (their grace and the victims' exemptions run out).
+    fn walk(&mut self, queue: &SchedQueue) -> (bool, bool) {
         let lowest_preemptible = self.running_prio.first().map(|(p, _)| *p);
         // How many blocked jobs have their reservation, and per node the earliest start of a
         // reservation that holds it.
@@ -1311,6 +1346,7 @@ impl<'a> Sim<'a> {
         let mut reserved_from: Vec<Secs> = Vec::new();
         let mut blocked: Vec<usize> = Vec::new();
         let mut started = false;
+        let mut timeless = true;
         // The largest free slot on one usable node, worked out on need and again after a
         // start or a preemption.
         let mut largest: Option<u32> = None;
@@ -1356,10 +1392,11 @@ impl<'a> Sim<'a> {
             let (Reverse(p), _, _, j) = key;
             // A job whose victims are still in their grace time waits for them (it stays first
             // in line for any GPUs that come free meanwhile).
-            let may_preempt = lowest_preemptible.is_some_and(|v| p > v)
-                && self.jobs[j].awaiting_until <= self.now;
+            let above_lowest = lowest_preemptible.is_some_and(|v| p > v);
+            let may_preempt = above_lowest && self.jobs[j].awaiting_until <= self.now;
             if self.free.total == 0 && !may_preempt {
                 // Nothing can start or preempt from here down.
+                timeless &= !above_lowest;
                 break;
             }
             let over = match self.used.get(ticket.team) {
@@ -1372,6 +1409,7 @@ impl<'a> Sim<'a> {
                 continue;
             }
             over_in_a_row = 0;
+            timeless &= !above_lowest;
             let fits_free = if ticket.plain {
                 // may_fit_one_node for an untyped one-node job: the largest free slot of any
                 // type (which the total free covers).
@@ -1426,7 +1464,7 @@ impl<'a> Sim<'a> {
                 blocked.push(j);
             }
         }
-        started
+        (started, timeless)
     }
 
     /// A quick test before placement: whether some node could hold a one-node job's GPUs,
@@ -1600,6 +1638,7 @@ impl<'a> Sim<'a> {
     /// node where the fewest of the lowest make room (multi-node jobs: the lowest until enough
     /// nodes have room). True when it preempted.
     fn preempt_for(&mut self, j: usize) -> bool {
+        self.changes += 1;
         let p = self.jobs[j].priority;
         // Lowest priority first, then the most recently started.
         let mut candidates: Vec<(u32, Reverse<Secs>, usize)> = self
@@ -1690,6 +1729,7 @@ impl<'a> Sim<'a> {
 
     /// A node's free GPUs change by `delta`.
     fn take_gpus(&mut self, n: usize, gpus: u32, give_back: bool) {
+        self.changes += 1;
         self.free.leave(n, &self.nodes[n]);
         if give_back {
             self.nodes[n].free += gpus;
@@ -1702,6 +1742,7 @@ impl<'a> Sim<'a> {
     /// Where backfill expects the job's GPUs back: the end of its time limit while it runs,
     /// of its grace once preempted.
     fn set_end(&mut self, j: usize, end: Option<Secs>) {
+        self.changes += 1;
         if let Some(old) = self.jobs[j].end_key.take() {
             self.ends.remove(&(old, j));
         }
@@ -1712,6 +1753,7 @@ impl<'a> Sim<'a> {
     }
 
     fn start(&mut self, j: usize, alloc: Vec<(usize, u32)>) {
+        self.changes += 1;
         let now = self.now;
         let gpus = self.jobs[j].gpus;
         let team = self.jobs[j].team.expect("only team jobs are accepted");
@@ -1776,6 +1818,7 @@ impl<'a> Sim<'a> {
 
     /// Ends the current run, freeing its GPUs.
     fn end_run(&mut self, j: usize, preempted: bool) {
+        self.changes += 1;
         let now = self.now;
         let team = self.jobs[j].team.expect("only team jobs run");
         if self.jobs[j].state == State::Running {
@@ -1808,6 +1851,7 @@ impl<'a> Sim<'a> {
     /// A running job preempted (by Slurm for a pending job, or requeued by the governor):
     /// it holds its GPUs for `grace`, then is requeued.
     fn preempt(&mut self, j: usize, grace: Secs) {
+        self.changes += 1;
         if self.jobs[j].state != State::Running {
             return;
         }
@@ -1832,6 +1876,7 @@ impl<'a> Sim<'a> {
     /// The end of a preempted run: the work since its last checkpoint is lost, and the job
     /// waits again after the requeue delay.
     fn requeue(&mut self, j: usize) {
+        self.changes += 1;
         let now = self.now;
         let ran = now - self.jobs[j].run_start;
         let lost = match self.jobs[j].checkpoint {

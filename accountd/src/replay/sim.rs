@@ -1553,6 +1553,33 @@ impl<'a> Sim<'a> {
                 )
                 .map(|(_, i)| vec![(i, job.gpus)]);
         }
+        let k = job.nodes as usize;
+        if !job.exclusive {
+            // The same share on each node: the nodes by free GPUs from the share up, by
+            // index within a level (the free-GPU index), until there are enough.
+            let need = job.gpus.div_ceil(job.nodes);
+            let from = usize::try_from(need).ok().filter(|f| *f > 0)?;
+            let mut fits: Vec<(usize, u32)> = Vec::with_capacity(k);
+            let most = self.free.by_free.iter().map(Vec::len).max().unwrap_or(0);
+            for f in from..most {
+                let level = fits.len();
+                for kind in self.free.matching(&job.gpu_type) {
+                    if let Some(at) = self.free.at_free[kind].get(f) {
+                        fits.extend(
+                            at.iter()
+                                .filter(|&&i| end_by <= reserved_from[i])
+                                .map(|&i| (i, need)),
+                        );
+                    }
+                }
+                fits[level..].sort_unstable();
+                if fits.len() >= k {
+                    fits.truncate(k);
+                    return Some(fits);
+                }
+            }
+            return None;
+        }
         let mut fits: Vec<(u32, usize, u32)> = self
             .nodes
             .iter()
@@ -1570,7 +1597,6 @@ impl<'a> Sim<'a> {
                 ok.then(|| (n.free - need, i, need))
             })
             .collect();
-        let k = job.nodes as usize;
         if fits.len() < k {
             return None;
         }
@@ -1593,21 +1619,29 @@ impl<'a> Sim<'a> {
     fn reservation(&self, j: usize) -> Reservation {
         let job = &self.jobs[j];
         let mut free: Vec<u32> = self.nodes.iter().map(|n| n.free).collect();
+        // The share a job not whole-node takes on each node.
+        let share = (!job.exclusive).then(|| job.gpus.div_ceil(job.nodes));
         let usable = |i: usize, free: &[u32]| {
             let n = &self.nodes[i];
             !n.drained
                 && type_matches(&job.gpu_type, &n.gpu_type)
-                && if job.exclusive {
-                    free[i] == n.gpus
-                } else {
-                    free[i] >= self.per_node(j, n)
+                && match share {
+                    None => free[i] == n.gpus,
+                    Some(need) => free[i] >= need,
                 }
         };
         let mut at = self.now;
         let mut iter = self.ends.iter();
         // Free GPUs only grow as jobs end, so a node once usable stays usable: counted as they
         // turn, listed once at the end.
-        let mut count = (0..self.nodes.len()).filter(|&i| usable(i, &free)).count();
+        let mut count = match share {
+            Some(need) => self
+                .free
+                .matching(&job.gpu_type)
+                .map(|k| self.free.nodes_with(k, need) as usize)
+                .sum(),
+            None => (0..self.nodes.len()).filter(|&i| usable(i, &free)).count(),
+        };
         loop {
             if count >= job.nodes as usize {
                 return Reservation {

@@ -262,6 +262,34 @@ impl FreeIndex {
         ends
     }
 
+    /// [`FreeIndex::level_ends`] brought up to date after node `n` (already re-entered in the
+    /// index) had `taken` GPUs taken: it joins its new level, and its old level's latest end
+    /// is worked out again only if it was the node that set it.
+    fn level_moved(
+        &self,
+        ends: &mut [Vec<Secs>],
+        nodes: &[Node],
+        reserved_from: &[Secs],
+        n: usize,
+        taken: u32,
+    ) {
+        let node = &nodes[n];
+        if node.drained {
+            return;
+        }
+        let k = node.kind;
+        let new = node.free as usize;
+        let old = (node.free + taken) as usize;
+        ends[k][new] = ends[k][new].max(reserved_from[n]);
+        if reserved_from[n] >= ends[k][old] {
+            ends[k][old] = self.at_free[k][old]
+                .iter()
+                .map(|&i| reserved_from[i])
+                .max()
+                .unwrap_or(Secs::MIN);
+        }
+    }
+
     /// The most free GPUs on one usable node of kind `k`.
     fn largest(&self, k: usize) -> u32 {
         self.by_free[k]
@@ -342,6 +370,8 @@ type QueueKey = (Reverse<u32>, Secs, u64, usize);
 struct Ticket {
     team: usize,
     gpus: u32,
+    /// Its time limit: where it fits free GPUs, whether it fits between the reservations.
+    time_limit: Secs,
     /// A one-node job of any GPU type, not whole-node: whether it fits is a question of the
     /// largest free slot alone, answered without reading the job.
     plain: bool,
@@ -357,7 +387,7 @@ struct SchedQueue {
     /// Per team: how many queued jobs ask for each number of GPUs.
     sizes: Vec<BTreeMap<u32, u32>>,
     /// Per priority, highest first, the queued jobs in order (trace order is submit order).
-    levels: BTreeMap<Reverse<u32>, Vec<usize>>,
+    levels: BTreeMap<Reverse<u32>, Level>,
     /// How many times a job joined or left it.
     changes: u64,
 }
@@ -386,9 +416,7 @@ impl SchedQueue {
             q.insert(key, ticket);
             *self.sizes[ticket.team].entry(ticket.gpus).or_insert(0) += 1;
         }
-        let level = self.levels.entry(key.0).or_default();
-        let at = level.partition_point(|j| *j < key.3);
-        level.insert(at, key.3);
+        self.levels.entry(key.0).or_default().insert(key.3);
     }
 
     fn remove(&mut self, key: &QueueKey) -> Option<Ticket> {
@@ -405,10 +433,8 @@ impl SchedQueue {
             }
         }
         if let Some(level) = self.levels.get_mut(&key.0) {
-            if let Ok(at) = level.binary_search(&key.3) {
-                level.remove(at);
-            }
-            if level.is_empty() {
+            level.remove(key.3);
+            if level.len == 0 {
                 self.levels.remove(&key.0);
             }
         }
@@ -417,12 +443,8 @@ impl SchedQueue {
 
     /// How many queued jobs come before `key` (its place, from 0).
     fn rank(&self, key: &QueueKey) -> usize {
-        let above: usize = self.levels.range(..key.0).map(|(_, l)| l.len()).sum();
-        above
-            + self
-                .levels
-                .get(&key.0)
-                .map_or(0, |l| l.partition_point(|j| *j < key.3))
+        let above: usize = self.levels.range(..key.0).map(|(_, l)| l.len).sum();
+        above + self.levels.get(&key.0).map_or(0, |l| l.below(key.3))
     }
 
     /// The first queued job after `after` (the first of all without it).
@@ -437,6 +459,70 @@ impl SchedQueue {
                 .next(),
         }
         .map(|(k, t)| (*k, *t))
+    }
+}
+
+/// The queued jobs of one priority, in order (trace order is submit order), in sorted chunks
+/// of at most [`Level::CHUNK`]: a job joins or leaves, or finds its place, in a few hundred
+/// steps however long the level (one sorted vector moved thousands per change).
+#[derive(Default)]
+struct Level {
+    chunks: Vec<Vec<usize>>,
+    len: usize,
+}
+
+impl Level {
+    const CHUNK: usize = 256;
+
+    /// The chunk `j` belongs in: the first whose last is not below it (the last chunk
+    /// otherwise).
+    fn chunk_of(&self, j: usize) -> usize {
+        self.chunks
+            .partition_point(|c| c.last().is_some_and(|l| *l < j))
+            .min(self.chunks.len().saturating_sub(1))
+    }
+
+    fn insert(&mut self, j: usize) {
+        if self.chunks.is_empty() {
+            self.chunks.push(Vec::with_capacity(Self::CHUNK));
+        }
+        let c = self.chunk_of(j);
+        let chunk = &mut self.chunks[c];
+        let at = chunk.partition_point(|x| *x < j);
+        if chunk.get(at) == Some(&j) {
+            return;
+        }
+        chunk.insert(at, j);
+        self.len += 1;
+        if chunk.len() > Self::CHUNK {
+            let upper = chunk.split_off(Self::CHUNK / 2);
+            self.chunks.insert(c + 1, upper);
+        }
+    }
+
+    fn remove(&mut self, j: usize) {
+        if self.chunks.is_empty() {
+            return;
+        }
+        let c = self.chunk_of(j);
+        let chunk = &mut self.chunks[c];
+        if let Ok(at) = chunk.binary_search(&j) {
+            chunk.remove(at);
+            self.len -= 1;
+            if chunk.is_empty() && self.chunks.len() > 1 {
+                self.chunks.remove(c);
+            }
+        }
+    }
+
+    /// How many of its jobs come before `j`.
+    fn below(&self, j: usize) -> usize {
+        let c = self.chunk_of(j);
+        self.chunks[..c].iter().map(Vec::len).sum::<usize>()
+            + self
+                .chunks
+                .get(c)
+                .map_or(0, |chunk| chunk.partition_point(|x| *x < j))
     }
 }
 
@@ -973,6 +1059,7 @@ impl<'a> Sim<'a> {
         let ticket = Ticket {
             team: job.team.unwrap_or(usize::MAX),
             gpus: job.gpus,
+            time_limit: job.time_limit,
             plain: job.nodes == 1 && !job.exclusive && job.gpu_type.is_none(),
         };
         if self.walking {
@@ -1434,11 +1521,33 @@ impl<'a> Sim<'a> {
                 if reserved > 0 && level_ends.is_none() {
                     level_ends = Some(self.free.level_ends(&self.nodes, &reserved_from));
                 }
-                let end_by = self.now.saturating_add(self.jobs[j].time_limit);
-                if let Some(alloc) = self.place(j, &reserved_from, end_by, level_ends.as_deref()) {
+                let end_by = self.now.saturating_add(ticket.time_limit);
+                let placed = if ticket.plain {
+                    // place() for a one-node job of any type, from the queue's entry.
+                    (ticket.gpus > 0)
+                        .then(|| {
+                            self.free.best_fit(
+                                &None,
+                                ticket.gpus,
+                                |i| end_by <= reserved_from[i],
+                                level_ends.as_deref().map(|e| (e, end_by)),
+                            )
+                        })
+                        .flatten()
+                        .map(|(_, i)| vec![(i, ticket.gpus)])
+                } else {
+                    self.place(j, &reserved_from, end_by, level_ends.as_deref())
+                };
+                if let Some(alloc) = placed {
+                    let moved = alloc.clone();
                     self.start(j, alloc);
                     largest = None;
-                    level_ends = None;
+                    if let Some(ends) = level_ends.as_mut() {
+                        for (n, g) in moved {
+                            self.free
+                                .level_moved(ends, &self.nodes, &reserved_from, n, g);
+                        }
+                    }
                     started = true;
                     continue;
                 }
@@ -1979,6 +2088,39 @@ fn type_matches(want: &Option<String>, has: &Option<String>) -> bool {
 mod tests {
     use super::*;
     use crate::replay::{NodeSpec, Observed};
+
+    proptest::proptest! {
+        /// A chunked level holds what a sorted vector holds, and counts the same before any
+        /// job, through any sequence of jobs joining and leaving (small chunks split often).
+        #[test]
+        fn a_level_counts_as_a_sorted_vector_does(
+            ops in proptest::collection::vec((proptest::bool::ANY, 0usize..2000), 0..3000),
+            probes in proptest::collection::vec(0usize..2100, 1..50),
+        ) {
+            let mut level = Level::default();
+            let mut model: Vec<usize> = Vec::new();
+            for (join, j) in ops {
+                let at = model.partition_point(|x| *x < j);
+                if join {
+                    level.insert(j);
+                    if model.get(at) != Some(&j) {
+                        model.insert(at, j);
+                    }
+                } else {
+                    level.remove(j);
+                    if model.get(at) == Some(&j) {
+                        model.remove(at);
+                    }
+                }
+                proptest::prop_assert_eq!(level.len, model.len());
+            }
+            let flat: Vec<usize> = level.chunks.concat();
+            proptest::prop_assert_eq!(&flat, &model);
+            for p in probes {
+                proptest::prop_assert_eq!(level.below(p), model.partition_point(|x| *x < p));
+            }
+        }
+    }
 
     /// Two teams of quota 4 on `nodes` nodes of `per_node` GPUs; `extra` goes into the
     /// first team's table, `governance` replaces the governance table's timing.

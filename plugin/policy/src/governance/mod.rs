@@ -578,7 +578,18 @@ struct Queues<'j> {
     /// value, GPUs, nodes), in that order: what a displacement attempt's answer depends on
     /// besides the state of the pass ([`Ahead`]).
     alike: Vec<Vec<(Alike, u32)>>,
+    /// Per team, where the caller keeps them ([`Planner`]): the same jobs by the GPUs they
+    /// ask for, each set in the team's order, so that sharing idle capacity reads of a long
+    /// tail only the jobs that could still get some; otherwise the tail is walked.
+    sized: Option<&'j [Sized]>,
+    /// Per team, where the caller keeps them: those of the same jobs that may borrow
+    /// (preemptible, eligible), in the team's order.
+    askable: Option<&'j [BTreeSet<(PendingKey, usize)>]>,
 }
+
+/// A team's ranked pending jobs that can start by the GPUs they ask for, each set in the
+/// team's order ([`Rules::pending_key`], then place in the table).
+type Sized = BTreeMap<u32, BTreeSet<(PendingKey, usize)>>;
 
 /// A pending job as a displacement attempt sees it: class value, GPUs, nodes.
 type Alike = (u32, u32, u32);
@@ -784,6 +795,8 @@ impl<'j> Queues<'j> {
             outside,
             unparked: None,
             alike: alike.into_iter().map(count_alike).collect(),
+            sized: None,
+            askable: None,
         }
     }
 
@@ -1150,7 +1163,7 @@ fn sort_pending_borrow_first<'a>(
     }
     let displacing: BTreeSet<u64> = pending.displacing.iter().map(|j| j.id).collect();
     let trial = sort_pending(rules, queues, running, nodes, &displacing);
-    let shares = share_idle_capacity(rules, pass, running, &trial);
+    let shares = share_idle_capacity(rules, pass, queues, running, &trial);
     let granted: BTreeSet<u64> = shares.granted.iter().copied().collect();
     let borrow: BTreeSet<u64> = displacing.intersection(&granted).copied().collect();
     if borrow.is_empty() {
@@ -1700,11 +1713,12 @@ struct Pass<'a> {
 fn share_idle_capacity<'a>(
     rules: &Rules<'_>,
     pass: &Pass<'_>,
+    queues: &Queues<'_>,
     running: &Running<'_>,
     pending: &Pending<'a>,
 ) -> Shares<'a> {
     let config = rules.config;
-    let asks = straddling_asks(rules, pending);
+    let asks = straddling_asks(rules, queues, pending);
     let Lendable {
         lends,
         mut remaining,
@@ -1734,6 +1748,7 @@ fn share_idle_capacity<'a>(
             &pending.borrowers[t],
             pending.tails[t],
             pending.tail_smallest[t],
+            queues.sized.and_then(|s| s.get(t)),
             asks[t].as_ref(),
             available,
             &mut granted,
@@ -1760,15 +1775,37 @@ fn share_idle_capacity<'a>(
 /// Each team's first borrower that can start and may borrow straddles its unused quota: it
 /// uses that quota and borrows only the rest (a 3-GPU job of a team with 2 idle GPUs of quota
 /// borrows 1). That quota is then not lent to others.
-fn straddling_asks<'a>(rules: &Rules<'_>, pending: &Pending<'a>) -> Vec<Option<Ask<'a>>> {
+fn straddling_asks<'a>(
+    rules: &Rules<'_>,
+    queues: &Queues<'_>,
+    pending: &Pending<'a>,
+) -> Vec<Option<Ask<'a>>> {
+    let may_borrow = |j: &Entry<'_>| rules.preemptible(j) && j.eligible;
     pending
         .room
         .iter()
         .enumerate()
         .map(|(t, &room)| {
-            let j = pending
-                .borrowers_of(t)
-                .find(|j| rules.preemptible(j) && j.eligible)?;
+            let tail = pending.tails[t];
+            let j = match (tail.list, queues.askable.and_then(|a| a.get(t))) {
+                // The walked borrowers, then the tail's first that may borrow, from the
+                // caller's set of them.
+                (List::Pending(list, table), Some(askable)) if !tail.is_empty() => pending
+                    .borrowers[t]
+                    .iter()
+                    .copied()
+                    .find(may_borrow)
+                    .or_else(|| {
+                        askable
+                            .range(list[tail.from]..)
+                            .next()
+                            .map(|&(_, slot)| Entry {
+                                job: table.job(slot),
+                                slot,
+                            })
+                    }),
+                _ => pending.borrowers_of(t).find(may_borrow),
+            }?;
             let own = room.min(j.gpus);
             Some(Ask {
                 job: j,
@@ -1888,6 +1925,7 @@ fn team_allowance(
     walked: &[Entry<'_>],
     tail: Tail<'_>,
     tail_smallest: Option<u32>,
+    sized: Option<&Sized>,
     ask: Option<&Ask<'_>>,
     mut available: u32,
     granted: &mut Vec<u64>,
@@ -1900,11 +1938,22 @@ fn team_allowance(
     let mut given = 0u32;
     let ask_id = ask.map(|a| a.job.id);
     let mut seen_ask = false;
-    let borrowers = walked
-        .iter()
-        .map(|j| (false, *j))
-        .chain(tail.iter().filter(|j| j.startable()).map(|j| (true, j)));
+    // With the tail's jobs by size at hand, the walk stops before the tail, which is read
+    // after it through them.
+    let by_size = match (tail.list, sized) {
+        (List::Pending(list, table), Some(sized)) if !tail.is_empty() => {
+            Some((list[tail.from], table, sized))
+        }
+        _ => None,
+    };
+    let borrowers = walked.iter().map(|j| (false, *j)).chain(
+        tail.iter()
+            .take(if by_size.is_some() { 0 } else { usize::MAX })
+            .filter(|j| j.startable())
+            .map(|j| (true, j)),
+    );
     let mut into_tail = false;
+    let mut stopped = false;
     for (in_tail, j) in borrowers {
         if in_tail && !into_tail {
             into_tail = true;
@@ -1924,6 +1973,7 @@ fn team_allowance(
         // (it did not fit what was left of it): once nothing is left and that one is behind,
         // nothing more is given, and a long queue costs no walk.
         if left == 0 && (ask_id.is_none() || (seen_ask && !is_ask)) {
+            stopped = true;
             break;
         }
         // A non-preemptible class may never borrow; a job that could not start anyway
@@ -1941,7 +1991,114 @@ fn team_allowance(
             granted.push(j.id);
         }
     }
+    if let Some((from, table, sized)) = by_size.filter(|_| !stopped) {
+        let walk = TailWalk {
+            rules,
+            headroom,
+            ask,
+            seen_ask,
+            tail_smallest,
+        };
+        given = walk.run(from, table, sized, given, available, granted);
+    }
     given
+}
+
+/// [`team_allowance`]'s walk over a tail, reading only the jobs that could still get some of
+/// what is left (their GPUs, or the straddling job's beyond, no more than it) through the
+/// tail's jobs by size: each job it passes over would have been passed over one by one for
+/// asking more than is left, which only shrinks. The same grants in the same order.
+struct TailWalk<'r, 'a> {
+    rules: &'r Rules<'r>,
+    headroom: u32,
+    ask: Option<&'r Ask<'a>>,
+    seen_ask: bool,
+    tail_smallest: Option<u32>,
+}
+
+impl TailWalk<'_, '_> {
+    fn run(
+        mut self,
+        from: (PendingKey, usize),
+        table: &dyn Table,
+        sized: &Sized,
+        mut given: u32,
+        mut available: u32,
+        granted: &mut Vec<u64>,
+    ) -> u32 {
+        let rules = self.rules;
+        let ask_id = self.ask.map(|a| a.job.id);
+        // The straddling job, when it is in the tail and not yet walked: it is read in its
+        // place whatever it asks for.
+        let ask_at = self
+            .ask
+            .filter(|_| !self.seen_ask)
+            .map(|a| (rules.pending_key(&a.job), a.job.slot))
+            .filter(|at| *at >= from);
+        let mut ask_next = ask_at;
+        {
+            // As on entering the tail one by one: when the straddling job is behind and no
+            // job of the tail asks for what is left or less, the tail gets nothing.
+            let left = available.min(self.headroom.saturating_sub(given));
+            if ask_next.is_none() && self.tail_smallest.is_none_or(|g| g > left) {
+                return given;
+            }
+        }
+        let mut cursors: Vec<(u32, std::iter::Peekable<_>)> = sized
+            .iter()
+            .map(|(g, set)| (*g, set.range(from..).peekable()))
+            .collect();
+        loop {
+            let left = available.min(self.headroom.saturating_sub(given));
+            let mut best: Option<((PendingKey, usize), Option<usize>)> =
+                ask_next.map(|a| (a, None));
+            for (c, (g, cursor)) in cursors.iter_mut().enumerate() {
+                if *g > left {
+                    break;
+                }
+                // The straddling job is read from its own place.
+                if cursor.peek().is_some_and(|e| Some(**e) == ask_at) {
+                    cursor.next();
+                }
+                if let Some(&&e) = cursor.peek() {
+                    if best.is_none_or(|(b, _)| e < b) {
+                        best = Some((e, Some(c)));
+                    }
+                }
+            }
+            let Some((at, from_cursor)) = best else {
+                break;
+            };
+            match from_cursor {
+                Some(c) => {
+                    cursors[c].1.next();
+                }
+                None => ask_next = None,
+            }
+            let j = Entry {
+                job: table.job(at.1),
+                slot: at.1,
+            };
+            let is_ask = ask_id == Some(j.id);
+            self.seen_ask |= is_ask;
+            if left == 0 && (ask_id.is_none() || (self.seen_ask && !is_ask)) {
+                break;
+            }
+            if !rules.preemptible(&j) || !j.eligible {
+                continue;
+            }
+            let beyond = match self.ask {
+                Some(a) if is_ask => a.beyond,
+                _ => j.gpus,
+            };
+            if beyond <= left {
+                available -= beyond;
+                given += beyond;
+                granted.push(j.id);
+            }
+        }
+        given
+    }
 }
 
 /// What [`share_idle_capacity`] decided.
@@ -2167,7 +2324,7 @@ fn decide<'a>(
     );
     let release = prioritise_fitting(rules, in_quota_level, &pending, priorities);
     let park = jobs_to_park(rules, queues, &pending);
-    let shares = share_idle_capacity(rules, pass, &running, &pending);
+    let shares = share_idle_capacity(rules, pass, queues, &running, &pending);
     prioritise_borrowers(rules, &shares.served, priorities);
     prioritise_waiting(rules, &pending.waiting, priorities);
     prioritise_tails(rules, &pending.tails, &shares.bands, priorities);

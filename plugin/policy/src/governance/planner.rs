@@ -96,6 +96,11 @@ pub struct Planner<'c> {
     unparked: Vec<BTreeSet<usize>>,
     /// Per team: ranked pending jobs that can start, by (class value, GPUs, nodes).
     alike: Vec<BTreeMap<super::Alike, u32>>,
+    /// Per team: the same jobs by the GPUs they ask for, in the team's order (see
+    /// [`Queues`]).
+    sized: Vec<super::Sized>,
+    /// Per team: those of them that may borrow (preemptible and eligible), in order.
+    askable: Vec<BTreeSet<(super::PendingKey, usize)>>,
     /// What the tails' priorities depend on, to hand back only those that may have changed:
     /// the jobs inserted or changed since the last pass, those each team's last pass walked
     /// (before its tail), and the band each team's tail had.
@@ -132,6 +137,8 @@ impl<'c> Planner<'c> {
             nodes: NodeSet::default(),
             unparked: vec![BTreeSet::new(); teams],
             alike: vec![BTreeMap::new(); teams],
+            sized: vec![BTreeMap::new(); teams],
+            askable: vec![BTreeSet::new(); teams],
             touched: Vec::new(),
             walked: vec![Vec::new(); teams],
             tail_band: vec![None; teams],
@@ -252,6 +259,10 @@ impl<'c> Planner<'c> {
                 }
                 if j.startable() {
                     *self.alike[t].entry(self.rules.alike(j)).or_insert(0) += 1;
+                    self.sized[t].entry(j.gpus).or_default().insert((key, slot));
+                    if self.rules.preemptible(j) && j.eligible {
+                        self.askable[t].insert((key, slot));
+                    }
                 }
                 Filed::Pending(t, key)
             }
@@ -299,6 +310,13 @@ impl<'c> Planner<'c> {
                             self.alike[t].remove(&a);
                         }
                     }
+                    if let Some(set) = self.sized[t].get_mut(&h.job.gpus) {
+                        set.remove(&(key, slot));
+                        if set.is_empty() {
+                            self.sized[t].remove(&h.job.gpus);
+                        }
+                    }
+                    self.askable[t].remove(&(key, slot));
                 }
             }
             Filed::Other => {
@@ -325,6 +343,8 @@ impl<'c> Planner<'c> {
             nodes,
             unparked,
             alike,
+            sized,
+            askable,
             touched,
             walked,
             tail_band,
@@ -348,6 +368,8 @@ impl<'c> Planner<'c> {
             },
             others_running: entries(&mut others.iter().copied()),
             outside: Vec::new(),
+            sized: Some(sized),
+            askable: Some(askable),
             alike: alike
                 .iter()
                 .map(|m| m.iter().map(|(k, n)| (*k, *n)).collect())

@@ -577,7 +577,7 @@ struct Queues<'j> {
     /// Per team: how many ranked pending jobs that can start there are of each (class
     /// value, GPUs, nodes), in that order: what a displacement attempt's answer depends on
     /// besides the state of the pass ([`Ahead`]).
-    alike: Vec<Vec<(Alike, u32)>>,
+    alike: std::borrow::Cow<'j, [Vec<(Alike, u32)>]>,
     /// Per team, where the caller keeps them ([`Planner`]): the same jobs by the GPUs they
     /// ask for, each set in the team's order, so that sharing idle capacity reads of a long
     /// tail only the jobs that could still get some; otherwise the tail is walked.
@@ -794,7 +794,7 @@ impl<'j> Queues<'j> {
             others_running,
             outside,
             unparked: None,
-            alike: alike.into_iter().map(count_alike).collect(),
+            alike: std::borrow::Cow::Owned(alike.into_iter().map(count_alike).collect()),
             sized: None,
             askable: None,
         }

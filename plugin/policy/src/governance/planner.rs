@@ -95,7 +95,7 @@ pub struct Planner<'c> {
     /// Per team: ranked pending jobs of a non-preemptible class not parked (see [`Queues`]).
     unparked: Vec<BTreeSet<usize>>,
     /// Per team: ranked pending jobs that can start, by (class value, GPUs, nodes).
-    alike: Vec<BTreeMap<super::Alike, u32>>,
+    alike: Vec<Vec<(super::Alike, u32)>>,
     /// Per team: the same jobs by the GPUs they ask for, in the team's order (see
     /// [`Queues`]).
     sized: Vec<super::Sized>,
@@ -136,7 +136,7 @@ impl<'c> Planner<'c> {
             no_team: Vec::new(),
             nodes: NodeSet::default(),
             unparked: vec![BTreeSet::new(); teams],
-            alike: vec![BTreeMap::new(); teams],
+            alike: vec![Vec::new(); teams],
             sized: vec![BTreeMap::new(); teams],
             askable: vec![BTreeSet::new(); teams],
             touched: Vec::new(),
@@ -258,7 +258,12 @@ impl<'c> Planner<'c> {
                     self.unparked[t].insert(slot);
                 }
                 if j.startable() {
-                    *self.alike[t].entry(self.rules.alike(j)).or_insert(0) += 1;
+                    let a = self.rules.alike(j);
+                    let counts = &mut self.alike[t];
+                    match counts.binary_search_by(|(k, _)| k.cmp(&a)) {
+                        Ok(i) => counts[i].1 += 1,
+                        Err(i) => counts.insert(i, (a, 1)),
+                    }
                     self.sized[t].entry(j.gpus).or_default().insert((key, slot));
                     if self.rules.preemptible(j) && j.eligible {
                         self.askable[t].insert((key, slot));
@@ -304,10 +309,11 @@ impl<'c> Planner<'c> {
                 self.unparked[t].remove(&slot);
                 if h.job.startable() {
                     let a = self.rules.alike(&h.job);
-                    if let Some(n) = self.alike[t].get_mut(&a) {
-                        *n -= 1;
-                        if *n == 0 {
-                            self.alike[t].remove(&a);
+                    let counts = &mut self.alike[t];
+                    if let Ok(i) = counts.binary_search_by(|(k, _)| k.cmp(&a)) {
+                        counts[i].1 -= 1;
+                        if counts[i].1 == 0 {
+                            counts.remove(i);
                         }
                     }
                     if let Some(set) = self.sized[t].get_mut(&h.job.gpus) {
@@ -370,10 +376,7 @@ impl<'c> Planner<'c> {
             outside: Vec::new(),
             sized: Some(sized),
             askable: Some(askable),
-            alike: alike
-                .iter()
-                .map(|m| m.iter().map(|(k, n)| (*k, *n)).collect())
-                .collect(),
+            alike: std::borrow::Cow::Borrowed(alike),
             unparked: Some(
                 unparked
                     .iter()

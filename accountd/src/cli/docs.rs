@@ -230,8 +230,8 @@ eligibility, drains, jobs pending at the end, runs beyond the capacity), and acc
 --capacity-curve K replays each simulated candidate with C - i x --curve-step GPUs (i = 1..K;
 the step defaults to --gpus-per-node) and says how many GPUs the cluster could lose under each
 at equal p95 wait (the baseline's, within tolerance). The candidates and the curve's points are
-independent simulations, run side by side on --threads threads (default: the CPUs); the output
-does not depend on it. On a terminal, progress goes to stderr.
+independent simulations, run side by side on --threads threads (default: the CPUs and one
+more); the output does not depend on it. On a terminal, progress goes to stderr.
 Times in the output are UTC; the same input gives the same output.",
     exits: &ExitMeanings {
         success: "success (also when stdout's reader goes away early, as with `| head`)",

@@ -1523,14 +1523,18 @@ impl<'a> Sim<'a> {
                 }
                 let end_by = self.now.saturating_add(ticket.time_limit);
                 let placed = if ticket.plain {
-                    // A one-node job of any type, placed from the queue's entry.
-                    self.place_one(
-                        &None,
-                        ticket.gpus,
-                        &reserved_from,
-                        end_by,
-                        level_ends.as_deref(),
-                    )
+                    // place() for a one-node job of any type, from the queue's entry.
+                    (ticket.gpus > 0)
+                        .then(|| {
+                            self.free.best_fit(
+                                &None,
+                                ticket.gpus,
+                                |i| end_by <= reserved_from[i],
+                                level_ends.as_deref().map(|e| (e, end_by)),
+                            )
+                        })
+                        .flatten()
+                        .map(|(_, i)| vec![(i, ticket.gpus)])
                 } else {
                     self.place(j, &reserved_from, end_by, level_ends.as_deref())
                 };
@@ -1632,30 +1636,6 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Where a one-node job (not whole-node) of `gpus` GPUs of `gpu_type` fits now: the node
-    /// with the fewest GPUs left over, then the lowest index, found from the free-GPU index
-    /// instead of a walk over every node, among those free until `end_by`.
-    fn place_one(
-        &self,
-        gpu_type: &Option<String>,
-        gpus: u32,
-        reserved_from: &[Secs],
-        end_by: Secs,
-        level_ends: Option<&[Vec<Secs>]>,
-    ) -> Option<Vec<(usize, u32)>> {
-        if gpus == 0 {
-            return None;
-        }
-        self.free
-            .best_fit(
-                gpu_type,
-                gpus,
-                |i| end_by <= reserved_from[i],
-                level_ends.map(|e| (e, end_by)),
-            )
-            .map(|(_, i)| vec![(i, gpus)])
-    }
-
     /// Where the job fits now (best fit: the fullest nodes first), keeping clear of the
     /// reservations it would delay.
     fn place(
@@ -1667,7 +1647,20 @@ impl<'a> Sim<'a> {
     ) -> Option<Vec<(usize, u32)>> {
         let job = &self.jobs[j];
         if job.nodes == 1 && !job.exclusive {
-            return self.place_one(&job.gpu_type, job.gpus, reserved_from, end_by, level_ends);
+            // The node with the fewest GPUs left over, then the lowest index, found from the
+            // free-GPU index instead of a walk over every node.
+            if job.gpus == 0 {
+                return None;
+            }
+            return self
+                .free
+                .best_fit(
+                    &job.gpu_type,
+                    job.gpus,
+                    |i| end_by <= reserved_from[i],
+                    level_ends.map(|e| (e, end_by)),
+                )
+                .map(|(_, i)| vec![(i, job.gpus)]);
         }
         let k = job.nodes as usize;
         if !job.exclusive {

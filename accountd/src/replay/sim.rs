@@ -1523,7 +1523,8 @@ impl<'a> Sim<'a> {
                 }
                 let end_by = self.now.saturating_add(ticket.time_limit);
                 let placed = if ticket.plain {
-                    // place() for a one-node job of any type, from the queue's entry.
+                    // place() for a one-node job of any type, from the queue's entry. Written
+                    // out here: one helper shared with place() made the year's curve 2-3 % slower.
                     (ticket.gpus > 0)
                         .then(|| {
                             self.free.best_fit(

@@ -989,8 +989,14 @@ impl Actuator {
             addresses,
         } = work;
         self.apply_limits(plan, report);
+        // Priorities and releases before requeues: when a requeue frees GPUs, the job it
+        // makes room for already outranks every job that could take them, a borrower's
+        // included (issue 24). A job about to be requeued gets the priority planned for its
+        // run, as it would have kept its old one.
+        report.priority_updates = apply_priorities(plan, jobs, addresses)?;
+        report.released = release(plan, jobs, addresses)?;
         self.act_on_running(plan, jobs, addresses, report)?;
-        // A job just requeued is pending now: the priority planned for its run is not for it.
+        // A job just requeued is pending now: what the plan says of it pending is not for it.
         let acted: std::collections::BTreeSet<u64> = report
             .displaced
             .iter()
@@ -1004,10 +1010,7 @@ impl Actuator {
             .filter(|j| !acted.contains(&j.id))
             .cloned()
             .collect();
-        report.priority_updates = apply_priorities(plan, &jobs, addresses)?;
-        let (parked, released) = park_and_release(plan, &jobs, addresses, &report.violations)?;
-        report.parked = parked;
-        report.released = released;
+        report.parked = park(plan, &jobs, addresses, &report.violations)?;
         let requeued_held: Vec<u64> = report.held.clone();
         let held = hold_outside(plan, &jobs, addresses, &requeued_held)?;
         report.held.extend(held);
@@ -1489,34 +1492,21 @@ fn apply_priorities(
     Ok(n)
 }
 
-/// Park non-preemptible jobs that may not borrow and release those that now fit their team's
-/// quota. Parking sets the begin time far ahead and adds an administrator's hold, marked in
-/// the AdminComment: the owner may move a begin time but cannot release that hold. Releasing
-/// runs in the order that keeps the job unable to start until it has its planned priority:
-/// hold released (begin time still ahead), priority set, begin time now. `requeued` are
-/// non-preemptible jobs this pass requeued for running beyond their quota: parked at once, so
-/// that they cannot start beyond it again before the next pass. Returns (parked, released); a
-/// job that started or ended since the snapshot makes scontrol complain and is left as it is.
-fn park_and_release(
+/// Park non-preemptible jobs that may not borrow: their begin time far ahead and an
+/// administrator's hold, marked in the AdminComment (the owner may move a begin time but
+/// cannot release that hold). `requeued` are non-preemptible jobs this pass requeued for
+/// running beyond their quota: parked at once, so that they cannot start beyond it again
+/// before the next pass. Returns the jobs parked; a job that started or ended since the
+/// snapshot makes scontrol complain and is left as it is.
+fn park(
     plan: &Plan,
     jobs: &[ClusterJob],
     addresses: &Addresses,
     requeued: &[u64],
-) -> Result<(Vec<u64>, Vec<u64>), GovernError> {
-    let list = |ids: &[u64]| {
-        ids.iter()
-            .filter_map(|id| address(addresses, *id))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let scontrol = |args: Vec<String>| {
-        SlurmCommand::new("scontrol", args, UPDATE_TIMEOUT)
-            .run_unchecked()
-            .map(|(status, _)| status.success())
-    };
+) -> Result<Vec<u64>, GovernError> {
     let pending = |id: &u64| {
         jobs.iter()
-            .find(|j| j.id == *id && j.phase == governance::Phase::Pending)
+            .any(|j| j.id == *id && j.phase == governance::Phase::Pending)
     };
     // Jobs requeued this pass first; a long list (a burst of non-preemptible submissions) is
     // parked in chunks within a budget, the rest next pass: until then the plugin's begin time
@@ -1524,35 +1514,51 @@ fn park_and_release(
     let park_list: Vec<u64> = requeued
         .iter()
         .copied()
-        .chain(plan.park.iter().copied().filter(|id| pending(id).is_some()))
+        .chain(plan.park.iter().copied().filter(pending))
         .filter(|id| address(addresses, *id).is_some())
         .collect();
     let started = Instant::now();
-    let mut park = Vec::new();
+    let mut parked = Vec::new();
     for chunk in park_list.chunks(UPDATE_CHUNK) {
         if started.elapsed() >= PRIORITY_BUDGET {
             break;
         }
-        scontrol(vec![
+        scontrol_ok(vec![
             "update".into(),
-            format!("jobid={}", list(chunk)),
+            format!("jobid={}", job_list(addresses, chunk)),
             format!("StartTime=now+{}", governance::PARK_SECS),
             format!(
                 "AdminComment={}: its priority class may not borrow; the governor releases it when it fits its team's quota",
                 governance::PARK_HOLD_MARK
             ),
         ])?;
-        scontrol(vec!["hold".into(), list(chunk)])?;
-        park.extend_from_slice(chunk);
+        scontrol_ok(vec!["hold".into(), job_list(addresses, chunk)])?;
+        parked.extend_from_slice(chunk);
     }
+    Ok(parked)
+}
+
+/// Release the parked jobs that now fit their team's quota, in the order that keeps each
+/// unable to start until it has its planned priority: hold released (begin time still
+/// ahead), priority set, begin time now. Returns the jobs released.
+fn release(
+    plan: &Plan,
+    jobs: &[ClusterJob],
+    addresses: &Addresses,
+) -> Result<Vec<u64>, GovernError> {
+    let pending = |id: &u64| {
+        jobs.iter()
+            .find(|j| j.id == *id && j.phase == governance::Phase::Pending)
+    };
     let (held, begin_only): (Vec<u64>, Vec<u64>) = plan
         .release
         .iter()
         .copied()
         .filter(|id| pending(id).is_some() && address(addresses, *id).is_some())
         .partition(|id| pending(id).is_some_and(|j| j.park_held));
+    let list = |ids: &[u64]| job_list(addresses, ids);
     if !held.is_empty() {
-        scontrol(vec!["release".into(), list(&held)])?;
+        scontrol_ok(vec!["release".into(), list(&held)])?;
         let mut by_priority: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for id in &held {
             if let Some(&p) = plan.priorities.get(id) {
@@ -1560,13 +1566,13 @@ fn park_and_release(
             }
         }
         for (priority, ids) in by_priority.into_iter().rev() {
-            scontrol(vec![
+            scontrol_ok(vec![
                 "update".into(),
                 format!("jobid={}", list(&ids)),
                 format!("priority={priority}"),
             ])?;
         }
-        scontrol(vec![
+        scontrol_ok(vec![
             "update".into(),
             format!("jobid={}", list(&held)),
             "StartTime=now".into(),
@@ -1574,7 +1580,7 @@ fn park_and_release(
         ])?;
     }
     if !begin_only.is_empty() {
-        scontrol(vec![
+        scontrol_ok(vec![
             "update".into(),
             format!("jobid={}", list(&begin_only)),
             "StartTime=now".into(),
@@ -1582,7 +1588,23 @@ fn park_and_release(
     }
     let mut released = held;
     released.extend(begin_only);
-    Ok((park, released))
+    Ok(released)
+}
+
+/// The Slurm names of jobs, comma-separated (jobs without one are left out).
+fn job_list(addresses: &Addresses, ids: &[u64]) -> String {
+    ids.iter()
+        .filter_map(|id| address(addresses, *id))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One scontrol call whose failure (a job that started or ended since) is not an error.
+fn scontrol_ok(args: Vec<String>) -> Result<bool, GovernError> {
+    SlurmCommand::new("scontrol", args, UPDATE_TIMEOUT)
+        .run_unchecked()
+        .map(|(status, _)| status.success())
+        .map_err(GovernError::from)
 }
 
 /// Publish atomically: write a temporary file beside it, then rename over it.
@@ -1859,6 +1881,8 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
             capacity_by_type: BTreeMap::new(),
             free_gpus: 8,
             pending_in_quota_gpus: 0,
+            reclaim_gpus: 0,
+            spare_gpus: None,
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,

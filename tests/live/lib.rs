@@ -127,6 +127,20 @@ impl Spec {
         install: Install::Build,
     };
 
+    /// The cluster of the placement scenarios (issue 24): n1, n2, n3 with 4 untyped GPUs
+    /// each; tests/live/teamshare-placement.toml.
+    pub const PLACEMENT: Spec = Spec {
+        name: "teamshare-place",
+        config: "teamshare-placement.toml",
+        nodes: 3,
+        gpu_types: "",
+        port_offset: 300,
+        metrics_addr: "127.0.0.1:29480",
+        dir_suffix: "-place",
+        logs_suffix: "-place",
+        install: Install::Build,
+    };
+
     /// The cluster of the packaging scenario: 1 node x 4 untyped GPUs, run by the installed
     /// Debian packages; tests/live/teamshare-packaged.toml.
     pub const PACKAGED: Spec = Spec {

@@ -15,6 +15,7 @@ mod governance;
 mod hostile;
 mod monitoring;
 mod packaging;
+mod placement;
 mod replay;
 mod scale;
 mod skeleton;
@@ -41,8 +42,9 @@ fn main() -> std::process::ExitCode {
     // Each cluster is started by the first scenario that needs it (so a filtered run starts only
     // the clusters its scenarios use); if it cannot start, every scenario on it fails.
     let shared_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
-    // The per-GPU-type scenarios have a cluster of their own.
+    // The per-GPU-type scenarios have a cluster of their own, and so do the placement ones.
     let typed_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
+    let placement_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
 
     let run = |cluster: &OnceLock<Result<Arc<Cluster>, String>>,
                spec: &Spec,
@@ -73,6 +75,10 @@ fn main() -> std::process::ExitCode {
         let cluster = typed_cluster.clone();
         Trial::test(name, move || run(&cluster, &Spec::TYPED, f))
     }));
+    trials.extend(placement::SCENARIOS.iter().map(|&(name, f)| {
+        let cluster = placement_cluster.clone();
+        Trial::test(name, move || run(&cluster, &Spec::PLACEMENT, f))
+    }));
     // Scenarios that start what they need themselves (the Debian packages and their cluster).
     trials.extend(packaging::SCENARIOS.iter().map(|&(name, f)| {
         Trial::test(name, move || {
@@ -84,10 +90,14 @@ fn main() -> std::process::ExitCode {
     }));
 
     let conclusion = libtest_mimic::run(&args, trials);
-    for c in [shared_cluster.get(), typed_cluster.get()]
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r.as_ref().ok())
+    for c in [
+        shared_cluster.get(),
+        typed_cluster.get(),
+        placement_cluster.get(),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|r| r.as_ref().ok())
     {
         if conclusion.has_failed() {
             c.keep_logs();
@@ -96,5 +106,6 @@ fn main() -> std::process::ExitCode {
     // Drop the clusters (stop them) before exiting.
     drop(shared_cluster);
     drop(typed_cluster);
+    drop(placement_cluster);
     conclusion.exit_code()
 }

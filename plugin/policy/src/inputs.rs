@@ -561,6 +561,8 @@ mod tests {
             capacity_by_type: BTreeMap::new(),
             free_gpus: 8,
             pending_in_quota_gpus: 0,
+            reclaim_gpus: 0,
+            spare_gpus: None,
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,

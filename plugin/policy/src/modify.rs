@@ -374,6 +374,8 @@ mod tests {
             capacity_by_type: std::collections::BTreeMap::new(),
             free_gpus: capacity,
             pending_in_quota_gpus: 0,
+            reclaim_gpus: 0,
+            spare_gpus: None,
             teams: std::collections::BTreeMap::new(),
             victims: Vec::new(),
             acted_at: 0,

@@ -686,21 +686,29 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
 
     // The pool the job is judged in: its type's, or all GPUs.
     let pool = gpu_type.as_deref().unwrap_or("");
-    let (teams, victims, free, pending_in_pool) = match gpu_type.as_deref() {
+    let (teams, victims, reclaim) = match gpu_type.as_deref() {
         Some(k) => match state.pools.get(k) {
             Some(p) => (
                 &p.teams,
                 p.victims.as_slice(),
-                p.free_gpus,
-                p.pending_in_quota_gpus,
+                Reclaiming::of(
+                    p.free_gpus,
+                    p.pending_in_quota_gpus,
+                    p.reclaim_gpus,
+                    p.spare_gpus,
+                ),
             ),
-            None => (&state.teams, &[][..], 0, 0),
+            None => (&state.teams, &[][..], Reclaiming::of(0, 0, 0, None)),
         },
         None => (
             &state.teams,
             state.victims.as_slice(),
-            state.free_gpus,
-            state.pending_in_quota_gpus,
+            Reclaiming::of(
+                state.free_gpus,
+                state.pending_in_quota_gpus,
+                state.reclaim_gpus,
+                state.spare_gpus,
+            ),
         ),
     };
     let quota = match gpu_type.as_deref() {
@@ -730,10 +738,7 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
     let in_quota = fitting > 0;
     let in_quota_gpus = fitting.saturating_mul(gpus32);
     let level = if in_quota {
-        let k = pending_in_pool
-            .saturating_add(admitted.pool(pool))
-            .saturating_add(in_quota_gpus)
-            .saturating_sub(free);
+        let k = reclaim.needed(admitted.pool(pool).saturating_add(in_quota_gpus));
         governance::reclaim_level_in(victims, k, now)
     } else {
         // The governor ranks borrowers on its next pass.
@@ -749,6 +754,42 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
         in_quota_gpus,
         park_secs: (!preemptible && !in_quota).then_some(governance::PARK_SECS),
     })
+}
+
+/// What the published state says of the GPUs pending in-quota jobs take: how a new in-quota
+/// job is priced among the victims.
+enum Reclaiming {
+    /// Placement known: the victims the pending jobs need come first in the victims' order,
+    /// and the free GPUs they leave serve new jobs before any victim.
+    Placed { victims_gpus: u32, spare: u32 },
+    /// Placement unknown: GPUs counted across the cluster.
+    Counted { free: u32, pending: u32 },
+}
+
+impl Reclaiming {
+    fn of(free: u32, pending: u32, victims_gpus: u32, spare: Option<u32>) -> Reclaiming {
+        match spare {
+            Some(spare) => Reclaiming::Placed {
+                victims_gpus,
+                spare,
+            },
+            None => Reclaiming::Counted { free, pending },
+        }
+    }
+
+    /// The victims' GPUs a job needs (with the in-quota jobs admitted since the state) when
+    /// `new` more GPUs are asked for in quota.
+    fn needed(&self, new: u32) -> u32 {
+        match *self {
+            Reclaiming::Placed {
+                victims_gpus,
+                spare,
+            } => victims_gpus.saturating_add(new.saturating_sub(spare)),
+            Reclaiming::Counted { free, pending } => {
+                pending.saturating_add(new).saturating_sub(free)
+            }
+        }
+    }
 }
 
 fn class_names(config: &Config) -> String {
@@ -779,6 +820,8 @@ mod tests {
             capacity_by_type: BTreeMap::new(),
             free_gpus: 8,
             pending_in_quota_gpus: 0,
+            reclaim_gpus: 0,
+            spare_gpus: None,
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,
@@ -1158,6 +1201,8 @@ borrow_limit = { h100 = 1 }
                 capacity: 4,
                 free_gpus: 0,
                 pending_in_quota_gpus: 0,
+                reclaim_gpus: 0,
+                spare_gpus: None,
                 // agents holds 1 H100; training borrows 3 H100 (victims).
                 teams: BTreeMap::from([("agents".into(), team(1)), ("training".into(), team(3))]),
                 victims: (0..3)
@@ -1178,6 +1223,8 @@ borrow_limit = { h100 = 1 }
                 capacity: 4,
                 free_gpus: 4,
                 pending_in_quota_gpus: 0,
+                reclaim_gpus: 0,
+                spare_gpus: None,
                 teams: BTreeMap::new(),
                 victims: Vec::new(),
             },
@@ -1261,6 +1308,51 @@ borrow_limit = { h100 = 1 }
             msg,
             "teamshare: the governed partitions (gpu) have 4 usable a100 GPUs; this job asks for 5"
         );
+    }
+
+    #[test]
+    fn an_in_quota_job_is_priced_after_the_victims_placed_for_those_waiting() {
+        // The governor placed the waiting in-quota jobs: victims 4, 3 and 2 (3 GPUs) are
+        // theirs, then 7 is borrowed; no free GPU is left. A new one-GPU in-quota job needs
+        // one more victim: it sits above the first four.
+        let c = config();
+        let mut state = idle_state();
+        state.free_gpus = 0;
+        state.pending_in_quota_gpus = 3;
+        state.reclaim_gpus = 3;
+        state.spare_gpus = Some(0);
+        state.victims = [4u64, 3, 2, 7]
+            .iter()
+            .enumerate()
+            .map(|(rank, id)| governance::Victim {
+                job_id: *id,
+                team: "training".into(),
+                gpus: 1,
+                level: priority::victim_level(rank),
+                exempt_until: 0,
+                gpu_type: None,
+            })
+            .collect();
+        let verdict = |state: &PublishedState| {
+            super::check_submit(
+                &c,
+                &req(Some("agents"), per_node("gres:gpu:1", None)),
+                StateView::Fresh {
+                    state,
+                    admitted: &Admitted::default(),
+                    now: 100,
+                },
+            )
+        };
+        let level = |v: Verdict| priority::level(v.admission().unwrap().priority.unwrap());
+        assert_eq!(level(verdict(&state)), priority::reclaim_level(4));
+        // A free GPU the placements left serves it first: above theirs only.
+        state.spare_gpus = Some(1);
+        assert_eq!(level(verdict(&state)), priority::reclaim_level(3));
+        // Where placement is unknown, GPUs are counted across the cluster as before.
+        state.spare_gpus = None;
+        state.reclaim_gpus = 0;
+        assert_eq!(level(verdict(&state)), priority::reclaim_level(4));
     }
 
     #[test]

@@ -268,6 +268,8 @@ fn state() -> PublishedState {
         capacity_by_type: BTreeMap::new(),
         free_gpus: CAPACITY as u32,
         pending_in_quota_gpus: 0,
+        reclaim_gpus: 0,
+        spare_gpus: None,
         teams: BTreeMap::new(),
         victims: vec![],
         acted_at: 0,

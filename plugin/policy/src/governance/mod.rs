@@ -34,6 +34,7 @@ use teamshare_config::{Config, IdleSharing, Team, WithinTeam};
 use crate::priority::{self, encode};
 
 mod planner;
+mod reclaim;
 pub use planner::{PassInput, PassPlan, Planner};
 
 /// A priority class as the policy uses it; index 0 is "no class".
@@ -187,8 +188,16 @@ pub struct PublishedState {
     pub free_gpus: u32,
     /// Σ GPUs of pending jobs that fit their team's unused quota.
     pub pending_in_quota_gpus: u32,
+    /// The GPUs of the victims those jobs need where each then fits (the first victims).
+    #[serde(default)]
+    pub reclaim_gpus: u32,
+    /// Free GPUs their placements leave; absent where placement is unknown (a submission is
+    /// then priced by GPUs across the cluster: [`PublishedState::reclaim_level`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spare_gpus: Option<u32>,
     pub teams: BTreeMap<String, TeamState>,
-    /// Running borrowed jobs in reclaim order (first victim first).
+    /// Running borrowed jobs in reclaim order (first victim first): the victims the pending
+    /// in-quota jobs need first, then the other borrowed jobs.
     pub victims: Vec<Victim>,
     /// `generated_at` of the newest plan whose actions (limits, priorities, requeues) have all
     /// been applied in Slurm; 0 while none has. The governor acts on plans beside its passes,
@@ -213,6 +222,10 @@ pub struct PoolState {
     pub capacity: u32,
     pub free_gpus: u32,
     pub pending_in_quota_gpus: u32,
+    #[serde(default)]
+    pub reclaim_gpus: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spare_gpus: Option<u32>,
     /// Each team's running GPUs, pending in-quota GPUs and GPU limit of this type.
     pub teams: BTreeMap<String, TeamState>,
     /// Running borrowed jobs of this type in reclaim order.
@@ -956,21 +969,39 @@ fn order_victims<'a>(
     now: i64,
     priorities: &mut dyn Sink,
 ) -> Vec<Ranked<'a>> {
-    victims.sort_by(|(a, oa), (b, ob)| {
-        ob.partial_cmp(oa)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(rules.value(a).cmp(&rules.value(b)))
-            .then(b.start.cmp(&a.start))
-            .then(b.id.cmp(&a.id))
-    });
+    victims.sort_by(|a, b| victim_order(rules, (&a.0, a.1), (&b.0, b.1)));
+    rank_victims(rules, victims.into_iter().map(|(j, _)| j), now, priorities)
+}
+
+/// Rule 3's victim order between two running jobs, each with how far its team is over its
+/// quota for its weight: the team most over first, then the lowest class, then the most
+/// recently started (then the highest id).
+fn victim_order(
+    rules: &Rules<'_>,
+    (a, oa): (&ClusterJob, f64),
+    (b, ob): (&ClusterJob, f64),
+) -> std::cmp::Ordering {
+    ob.partial_cmp(&oa)
+        .unwrap_or(std::cmp::Ordering::Equal)
+        .then(rules.value(a).cmp(&rules.value(b)))
+        .then(b.start.cmp(&a.start))
+        .then(b.id.cmp(&a.id))
+}
+
+/// Victims in reclaim order given their levels, the first the lowest.
+fn rank_victims<'a>(
+    rules: &Rules<'_>,
+    victims: impl Iterator<Item = Entry<'a>>,
+    now: i64,
+    priorities: &mut dyn Sink,
+) -> Vec<Ranked<'a>> {
     victims
-        .iter()
         .enumerate()
-        .map(|(rank, (j, _))| {
+        .map(|(rank, j)| {
             let level = priority::victim_level(rank);
-            priorities.set(*j, encode(level, rules.class_idx(j)));
+            priorities.set(j, encode(level, rules.class_idx(&j)));
             Ranked {
-                job: *j,
+                job: j,
                 level,
                 exempt_until: j.start.unwrap_or(now).saturating_add(rules.exempt_secs),
             }
@@ -1363,165 +1394,136 @@ fn nodes_to_displace<'n>(
     )
 }
 
-/// Phase 4: borrowed jobs the governor requeues itself for in-quota jobs that still wait
-/// after [`RECLAIM_FALLBACK_SECS`] (Slurm normally preempts for them within a second).
-///
-/// Victims are chosen where the waiting job can then run: for a one-node job, on the node
-/// where the fewest, earliest-ranked victims (with that node's free GPUs) make room; a job
-/// that no set of victims would let in gets none. Exempt victims and jobs already displaced
-/// are skipped. Without per-node figures, or for multi-node jobs, the victims are taken in
-/// reclaim order until the GPUs needed beyond the free ones are covered.
-fn fallback_reclaim(
+/// Phase 4: the victims pending in-quota jobs need, their levels and theirs.
+struct Reclaim<'a> {
+    /// Every running borrowed job in reclaim order, the victims found first.
+    victims: Vec<Ranked<'a>>,
+    /// The level of the pending in-quota jobs: above exactly the victims they need.
+    level: u32,
+    /// Victims the governor requeues itself for in-quota jobs Slurm has not started within
+    /// [`RECLAIM_FALLBACK_SECS`].
+    requeue: Vec<u64>,
+    /// The GPUs of the victims found, and the free GPUs the in-quota jobs leave (`None`
+    /// where placement is unknown).
+    gpus: u32,
+    spare: Option<u32>,
+}
+
+/// Phase 4. Where the nodes are known, victims by placement ([`reclaim::by_placement`]):
+/// any job of a team above its quota where the in-quota job then fits, the victims found
+/// ranked first and the in-quota jobs just above them. Without placement, the borrowed jobs
+/// in reclaim order until the GPUs needed beyond the free ones are covered.
+#[allow(clippy::too_many_arguments)]
+fn reclaim_phase<'a>(
+    rules: &Rules<'_>,
+    now: i64,
+    running: &Running<'a>,
+    victims: Vec<Ranked<'a>>,
+    pending: &Pending<'a>,
+    nodes: &LazyNodes<'_, '_>,
+    free: u32,
+    priorities: &mut dyn Sink,
+    kept: Option<&mut [Option<TeamRunning>]>,
+) -> Reclaim<'a> {
+    // Placement is known where the nodes are and every running job says where it runs.
+    let placed = !pending.in_quota.is_empty()
+        && !nodes.get().free.is_empty()
+        && nodes
+            .queues
+            .all_running()
+            .all(|j| j.gpus == 0 || !j.nodes.is_empty());
+    if !placed {
+        let gpus = pending
+            .in_quota
+            .iter()
+            .fold(0u32, |s, j| s.saturating_add(j.gpus));
+        let level = reclaim_level_by(
+            victims.iter().map(|v| (v.job.gpus, v.exempt_until)),
+            gpus.saturating_sub(free),
+            now,
+        );
+        let requeue = reclaim_by_count(now, &pending.in_quota, &victims, &pending.displace, free);
+        return Reclaim {
+            victims,
+            level,
+            requeue,
+            gpus: 0,
+            spare: None,
+        };
+    }
+    let found = reclaim::by_placement(
+        rules,
+        now,
+        running,
+        &victims,
+        &pending.in_quota,
+        &pending.displace,
+        nodes.get(),
+    );
+    let victims = if found.victims.is_empty() {
+        victims
+    } else {
+        reclaim::ranked(
+            rules,
+            now,
+            running,
+            victims,
+            &found.victims,
+            priorities,
+            kept,
+        )
+    };
+    Reclaim {
+        victims,
+        level: reclaim::level(found.victims.len()),
+        requeue: found.requeue,
+        gpus: found.gpus,
+        spare: Some(found.spare),
+    }
+}
+
+/// Phase 4 without placement: borrowed jobs the governor requeues itself for in-quota jobs
+/// that still wait after [`RECLAIM_FALLBACK_SECS`] (Slurm normally preempts for them within
+/// a second), in reclaim order until the GPUs they need beyond the free ones are covered.
+/// Exempt victims, jobs already displaced and victims already ending (they free their GPUs
+/// without help, and count as free) are skipped.
+fn reclaim_by_count(
     now: i64,
     in_quota: &[Entry<'_>],
     victims: &[Ranked<'_>],
     displace: &[u64],
     free: u32,
-    nodes: &LazyNodes<'_, '_>,
 ) -> Vec<u64> {
-    let waiting = waiting_for_reclaim(in_quota, now);
-    if waiting.is_empty() {
-        return Vec::new();
-    }
-    // Victims already ending (preempted by Slurm a moment ago) free their GPUs without help:
-    // counted as free, never requeued again.
-    let ending: u32 = victims
-        .iter()
-        .filter(|v| v.job.completing)
-        .fold(0u32, |s, v| s.saturating_add(v.job.gpus));
-    let mut candidates = reclaim_candidates(victims, displace, now);
-    let mut node_free = nodes.get().free.clone();
-    let mut pool = free.saturating_add(ending);
-    let mut chosen = Vec::new();
-    for j in waiting {
-        if j.node_count == 1 && !node_free.is_empty() {
-            reclaim_on_one_node(j, &mut node_free, &mut candidates, &mut chosen);
-            continue;
-        }
-        // Multi-node or no placement known: count GPUs across the cluster (what a victim
-        // frees beyond one job's need serves the next).
-        while pool < j.gpus && !candidates.is_empty() {
-            let victim = candidates.remove(0);
-            chosen.push(victim.job_id);
-            pool = pool.saturating_add(victim.gpus);
-        }
-        pool = pool.saturating_sub(j.gpus);
-    }
-    chosen
-}
-
-/// The in-quota jobs that can start and have waited at least [`RECLAIM_FALLBACK_SECS`],
-/// oldest first: the first served take the victims.
-fn waiting_for_reclaim<'j>(in_quota: &[Entry<'j>], now: i64) -> Vec<&'j ClusterJob> {
     let mut waiting: Vec<&ClusterJob> = in_quota
         .iter()
         .map(|e| e.job)
         .filter(|j| j.eligible && now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS)
         .collect();
+    if waiting.is_empty() {
+        return Vec::new();
+    }
     waiting.sort_by_key(|j| (j.submit, j.id));
-    waiting
-}
-
-/// A victim the fallback may requeue.
-struct ReclaimCandidate<'j> {
-    job_id: u64,
-    /// At least 1: a victim requeued always counts as freeing something.
-    gpus: u32,
-    /// Its node when it holds exactly one (where its GPUs come free).
-    node: Option<&'j str>,
-}
-
-/// The victims the fallback may requeue, in reclaim order: past their exempt time, not
-/// displaced already and not ending (those free their GPUs without help).
-fn reclaim_candidates<'j>(
-    victims: &[Ranked<'j>],
-    displace: &[u64],
-    now: i64,
-) -> Vec<ReclaimCandidate<'j>> {
-    victims
+    let ending: u32 = victims
         .iter()
-        .filter(|v| v.exempt_until <= now && !displace.contains(&v.job.id))
-        .filter(|v| !v.job.completing)
-        .map(|v| {
-            let j = v.job.job;
-            ReclaimCandidate {
-                job_id: j.id,
-                gpus: j.gpus.max(1),
-                node: (j.nodes.len() == 1).then(|| j.nodes[0].as_str()),
-            }
-        })
-        .collect()
-}
-
-/// The fallback for a one-node job: nothing when a node already has room for it; otherwise
-/// the victims on the best node ([`best_node_to_reclaim`]) move from `candidates` to `chosen`,
-/// and nothing when no node would let it in.
-fn reclaim_on_one_node(
-    j: &ClusterJob,
-    node_free: &mut NodeFree<'_>,
-    candidates: &mut Vec<ReclaimCandidate<'_>>,
-    chosen: &mut Vec<u64>,
-) {
-    if let Some(free) = node_free.values_mut().find(|f| **f >= j.gpus) {
-        *free -= j.gpus;
-        return;
-    }
-    let Some((node, picked)) = best_node_to_reclaim(j, node_free, candidates) else {
-        return;
-    };
-    let freed: u32 = picked.iter().map(|i| candidates[*i].gpus).sum();
-    if let Some(f) = node_free.get_mut(&node) {
-        *f = f.saturating_add(freed).saturating_sub(j.gpus);
-    }
-    for i in picked.iter().rev() {
-        chosen.push(candidates.remove(*i).job_id);
-    }
-}
-
-/// On each node, the victims there in reclaim order until `j` fits; the best node needs the
-/// earliest-ranked last victim, then the fewest victims. Returns the node and the victims'
-/// places in `candidates`.
-fn best_node_to_reclaim(
-    j: &ClusterJob,
-    node_free: &NodeFree<'_>,
-    candidates: &[ReclaimCandidate<'_>],
-) -> Option<(String, Vec<usize>)> {
-    // Each node's victims in reclaim order (one walk over them, however many nodes): (node's
-    // place, victim's place), sorted.
-    let mut on_node: Vec<(usize, usize)> = candidates
+        .filter(|v| v.job.completing)
+        .fold(0u32, |s, v| s.saturating_add(v.job.gpus));
+    let mut candidates = victims
         .iter()
-        .enumerate()
-        .filter_map(|(i, v)| Some((node_free.place(v.node?)?, i)))
-        .collect();
-    on_node.sort_unstable();
-    let mut best: Option<((usize, usize), &str, Vec<usize>)> = None;
-    let mut next = 0;
-    for (at, (node, free)) in node_free.iter().enumerate() {
-        let from = next;
-        while next < on_node.len() && on_node[next].0 == at {
-            next += 1;
-        }
-        if from == next {
-            continue;
-        }
-        let mut room = free;
-        let mut picked = Vec::new();
-        for &(_, i) in &on_node[from..next] {
-            if room >= j.gpus {
+        .filter(|v| v.exempt_until <= now && !displace.contains(&v.job.id) && !v.job.completing);
+    let mut pool = free.saturating_add(ending);
+    let mut chosen = Vec::new();
+    for j in waiting {
+        while pool < j.gpus {
+            let Some(v) = candidates.next() else {
                 break;
-            }
-            room = room.saturating_add(candidates[i].gpus);
-            picked.push(i);
+            };
+            chosen.push(v.job.id);
+            // A victim requeued always counts as freeing something.
+            pool = pool.saturating_add(v.job.gpus.max(1));
         }
-        if room < j.gpus || picked.is_empty() {
-            continue;
-        }
-        let key = (picked[picked.len() - 1], picked.len());
-        if best.as_ref().is_none_or(|b| key < b.0) {
-            best = Some((key, node, picked));
-        }
+        pool = pool.saturating_sub(j.gpus);
     }
-    best.map(|(_, node, picked)| (node.to_string(), picked))
+    chosen
 }
 
 /// Free GPUs per usable node ([`node_free`]; empty when placement is unknown) and the size
@@ -1554,10 +1556,6 @@ impl<'n> NodeFree<'n> {
 
     fn iter(&self) -> impl Iterator<Item = (&'n str, u32)> + '_ {
         self.0.iter().copied()
-    }
-
-    fn values_mut(&mut self) -> impl Iterator<Item = &mut u32> + use<'_, 'n> {
-        self.0.iter_mut().map(|(_, f)| f)
     }
 }
 
@@ -2221,6 +2219,8 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         d.pending_in_quota_gpus,
         d.victims.iter().map(Ranked::victim).collect(),
     );
+    state.reclaim_gpus = d.reclaim_gpus;
+    state.spare_gpus = d.spare;
     state.teams = config
         .teams
         .iter()
@@ -2261,6 +2261,9 @@ struct Decided<'a> {
     free: u32,
     /// Σ GPUs of pending jobs that fit their team's unused quota.
     pending_in_quota_gpus: u32,
+    /// The GPUs of the victims those jobs need, placed, and the free GPUs they leave.
+    reclaim_gpus: u32,
+    spare: Option<u32>,
     /// Pending jobs that fit their team's quota or displace a lower class.
     in_quota: Vec<Entry<'a>>,
     displace: Vec<u64>,
@@ -2288,7 +2291,8 @@ fn decide<'a>(
     kept: Option<&mut [Option<TeamRunning>]>,
 ) -> Decided<'a> {
     let config = rules.config;
-    let mut running = sort_running(rules, queues, priorities, kept);
+    let mut kept = kept;
+    let mut running = sort_running(rules, queues, priorities, kept.as_deref_mut());
     let victims = order_victims(
         rules,
         std::mem::take(&mut running.victims),
@@ -2308,19 +2312,14 @@ fn decide<'a>(
         .fold(0u32, |s, j| s.saturating_add(j.gpus));
 
     // Reclaim for in-quota jobs, then parking, idle sharing and the borrowers' bands.
-    let reclaim = fallback_reclaim(
-        pass.now,
-        &pending.in_quota,
-        &victims,
-        &pending.displace,
-        free,
-        &nodes,
-    );
-    let needed = pending_in_quota_gpus.saturating_sub(free);
-    let in_quota_level = reclaim_level_by(
-        victims.iter().map(|v| (v.job.gpus, v.exempt_until)),
-        needed,
-        pass.now,
+    let Reclaim {
+        victims,
+        level: in_quota_level,
+        requeue: reclaim,
+        gpus: reclaim_gpus,
+        spare,
+    } = reclaim_phase(
+        rules, pass.now, &running, victims, &pending, &nodes, free, priorities, kept,
     );
     let release = prioritise_fitting(rules, in_quota_level, &pending, priorities);
     let park = jobs_to_park(rules, queues, &pending);
@@ -2345,6 +2344,8 @@ fn decide<'a>(
         victims,
         free,
         pending_in_quota_gpus,
+        reclaim_gpus,
+        spare,
         in_quota,
         displace: pending.displace,
         reclaim,
@@ -2378,6 +2379,8 @@ fn new_state(
         capacity_by_type: input.capacity_by_type.clone(),
         free_gpus,
         pending_in_quota_gpus,
+        reclaim_gpus: 0,
+        spare_gpus: None,
         teams: BTreeMap::new(),
         victims,
         acted_at: 0,
@@ -2813,6 +2816,11 @@ fn merge_pool_state(st: &mut PublishedState, k: &str, pool: PublishedState) {
     st.pending_in_quota_gpus = st
         .pending_in_quota_gpus
         .saturating_add(pool.pending_in_quota_gpus);
+    st.reclaim_gpus = st.reclaim_gpus.saturating_add(pool.reclaim_gpus);
+    st.spare_gpus = match (st.spare_gpus, pool.spare_gpus) {
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+        (a, b) => a.or(b),
+    };
     for (team, ts) in &pool.teams {
         let e = st.teams.entry(team.clone()).or_insert(TeamState {
             running_gpus: 0,
@@ -2832,6 +2840,8 @@ fn merge_pool_state(st: &mut PublishedState, k: &str, pool: PublishedState) {
             capacity: pool.capacity,
             free_gpus: pool.free_gpus,
             pending_in_quota_gpus: pool.pending_in_quota_gpus,
+            reclaim_gpus: pool.reclaim_gpus,
+            spare_gpus: pool.spare_gpus,
             teams: pool.teams,
             victims: pool.victims,
         },
@@ -3565,10 +3575,30 @@ min_runtime_before_reclaim = "0s"
         // The first three in order (8, 7, 6) sit on two nodes and would not let it in; on n1
         // the victims 8, 6, 4 do.
         assert_eq!(p.reclaim, [4, 6, 8]);
-        // A 4-GPU job fits nowhere whatever is requeued (each node keeps a protected job):
-        // nobody is requeued for it.
+        // A whole-node job: research's jobs on n1 (2, 4, 6, 8) all go, since research (8
+        // running, quota 2) stays above its quota without them; job 2 is one phase 1 counted
+        // inside the quota (issue 24).
         jobs.last_mut().unwrap().gpus = 4;
-        assert!(input(&jobs).reclaim.is_empty());
+        let mut p = input(&jobs);
+        p.reclaim.sort_unstable();
+        assert_eq!(p.reclaim, [2, 4, 6, 8]);
+        // research at 5 (3, 5 and 7 ended, training runs 3 on n2 in their place): 3 of its
+        // jobs may go, not the 4 on n1, and n2 keeps training's (below its quota): nobody
+        // is requeued.
+        let mut fewer: Vec<ClusterJob> = jobs
+            .iter()
+            .filter(|j| ![3, 5, 7].contains(&j.id))
+            .cloned()
+            .collect();
+        for id in 30..33 {
+            let mut t = running(id, "training", 50);
+            t.nodes = vec!["n2".to_string()];
+            fewer.push(t);
+        }
+        assert!(input(&fewer).reclaim.is_empty());
+        // Without training's: n2 has 3 free GPUs and job 1, the one research job there.
+        fewer.retain(|j| !(30..33).contains(&j.id));
+        assert_eq!(input(&fewer).reclaim, [1]);
         // Free GPUs on one node are used before any victim.
         jobs.retain(|j| j.id != 4 && j.id != 6 && j.id != 8);
         jobs.last_mut().unwrap().gpus = 3;
@@ -3585,6 +3615,8 @@ min_runtime_before_reclaim = "0s"
             capacity_by_type: BTreeMap::new(),
             free_gpus: 0,
             pending_in_quota_gpus: 0,
+            reclaim_gpus: 0,
+            spare_gpus: None,
             teams: BTreeMap::new(),
             victims: vec![],
             acted_at: 0,

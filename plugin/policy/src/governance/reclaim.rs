@@ -1,0 +1,662 @@
+//! Rule 3 by placement (DESIGN §4): the victims each pending in-quota job needs, chosen where
+//! it then fits, among every running job of the teams above their quota.
+//!
+//! Phase 1 counts each team's oldest jobs inside its quota and the rest as borrowed. That is
+//! bookkeeping, not a promise to particular jobs: rule 2 protects a team's quota. A job of a
+//! team above its quota may be a victim while the team stays at or above its quota once it
+//! has gone; a job phase 1 counts as borrowed may also go while its team is above its quota
+//! even where that leaves the team below it (the job straddles the quota: without it, the
+//! team's borrowing could never be taken back).
+//!
+//! For each pending in-quota job that can start, oldest first, the nodes it needs (its node
+//! count, or more when its GPUs exceed the largest node) are those with room already, then
+//! those where the earliest-ranked victim, then the fewest victims, make room; on each, the
+//! candidates there are taken in victim order (the team most over its quota for its weight,
+//! the lowest class, the most recently started) until its share fits. A job that no such set
+//! lets in takes nothing, and nobody is preempted for it.
+//!
+//! The plan ranks the victims found first (the lowest levels), in the order found, and the
+//! in-quota jobs just above them ([`ranked`]): Slurm's preemption, whose candidates for a job
+//! are exactly the running jobs of the QOS with a lower priority and which preempts only on
+//! the nodes the job then uses, can take no other job. What stays of each team they belong to
+//! is split again (its oldest fill its quota), and the governor requeues the victims itself
+//! for the jobs still waiting after [`RECLAIM_FALLBACK_SECS`] (docs/design/reclaim-by-placement.md).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{
+    priority, split_running, ClusterJob, Entry, List, NodeRoom, Ranked, Rules, Running, Sink,
+    TeamRunning, RECLAIM_FALLBACK_SECS,
+};
+
+/// The most candidates on one node [`Search::exact`] tries every set of (2^12 sets).
+const EXACT_MAX: usize = 12;
+
+/// What [`by_placement`] found.
+#[derive(Default)]
+pub(super) struct Reclaimed<'a> {
+    /// The victims with their team's place, each in-quota job's after those of the jobs
+    /// served before it.
+    pub victims: Vec<(Entry<'a>, usize)>,
+    /// Of them, those of the in-quota jobs that waited past [`RECLAIM_FALLBACK_SECS`]: the
+    /// governor requeues them itself.
+    pub requeue: Vec<u64>,
+    /// The GPUs the victims hold.
+    pub gpus: u32,
+    /// Free GPUs the in-quota jobs' placements leave.
+    pub spare: u32,
+}
+
+/// A running job a reclaim may take.
+struct Candidate<'a> {
+    job: Entry<'a>,
+    team: usize,
+    /// Phase 1 counts it beyond its team's quota.
+    borrowed: bool,
+    /// Its GPUs on each node it lists (a multi-node job's evenly).
+    share: u32,
+    /// Its nodes' places among the usable nodes.
+    nodes: Vec<usize>,
+    taken: bool,
+}
+
+/// The search over one pass: the nodes' free GPUs and the candidates, as victims are taken.
+struct Search<'a> {
+    free: Vec<u32>,
+    largest: u32,
+    /// In victim order; built on first need (most passes place every job on free GPUs).
+    cands: Option<Vec<Candidate<'a>>>,
+    /// Per node: its candidates' places in `cands`, in victim order.
+    on_node: Vec<Vec<usize>>,
+    /// Per team: the GPUs it holds beyond its quota, less those taken so far.
+    above: Vec<i64>,
+}
+
+/// The pending in-quota jobs that can start, oldest first, each placed on free GPUs or where
+/// victims make room for it (see the module's documentation).
+pub(super) fn by_placement<'a>(
+    rules: &Rules<'_>,
+    now: i64,
+    running: &Running<'a>,
+    borrowed: &[Ranked<'a>],
+    in_quota: &[Entry<'a>],
+    displace: &[u64],
+    room: &NodeRoom<'_>,
+) -> Reclaimed<'a> {
+    let mut jobs: Vec<&Entry<'a>> = in_quota.iter().filter(|j| j.gpus > 0).collect();
+    jobs.sort_by_key(|j| (j.submit, j.id));
+    let mut search = Search {
+        free: room.free.iter().map(|(_, f)| f).collect(),
+        largest: room.largest,
+        cands: None,
+        on_node: Vec::new(),
+        above: rules
+            .config
+            .teams
+            .iter()
+            .zip(&running.usage)
+            .map(|(t, u)| i64::from(*u) - i64::from(t.quota.total))
+            .collect(),
+    };
+    let mut out = Reclaimed::default();
+    for j in jobs {
+        let victims = match search.on_free(j) {
+            true => continue,
+            false => {
+                search.build(rules, now, running, borrowed, displace, room);
+                match search.place(j) {
+                    Some(v) => v,
+                    None => continue,
+                }
+            }
+        };
+        let waited = j.eligible && now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS;
+        let cands = search.cands.as_ref().map_or(&[][..], Vec::as_slice);
+        for c in victims {
+            let c = &cands[c];
+            out.victims.push((c.job, c.team));
+            out.gpus = out.gpus.saturating_add(c.job.gpus);
+            if waited {
+                out.requeue.push(c.job.id);
+            }
+        }
+    }
+    out.spare = search.free.iter().fold(0u32, |s, f| s.saturating_add(*f));
+    out
+}
+
+impl<'a> Search<'a> {
+    /// The nodes and each node's share a job needs.
+    fn shape(&self, j: &ClusterJob) -> (usize, u32) {
+        let nodes = j
+            .node_count
+            .max(j.gpus.div_ceil(self.largest.max(1)))
+            .max(1);
+        (
+            usize::try_from(nodes).unwrap_or(usize::MAX),
+            j.gpus.div_ceil(nodes),
+        )
+    }
+
+    /// Places `j` on free GPUs alone if it fits there (the nodes with the least room that
+    /// fits first); false when it needs victims.
+    fn on_free(&mut self, j: &ClusterJob) -> bool {
+        let (nodes, share) = self.shape(j);
+        let mut fits: Vec<(u32, usize)> = (0..self.free.len())
+            .filter(|&i| self.free[i] >= share)
+            .map(|i| (self.free[i], i))
+            .collect();
+        if fits.len() < nodes {
+            return false;
+        }
+        fits.sort_unstable();
+        for &(_, i) in &fits[..nodes] {
+            self.free[i] -= share;
+        }
+        true
+    }
+
+    /// The candidates, worked out once per pass.
+    fn build(
+        &mut self,
+        rules: &Rules<'_>,
+        now: i64,
+        running: &Running<'a>,
+        borrowed: &[Ranked<'a>],
+        displace: &[u64],
+        room: &NodeRoom<'_>,
+    ) {
+        if self.cands.is_some() {
+            return;
+        }
+        let cands = candidates(rules, now, running, borrowed, displace, room);
+        self.on_node = vec![Vec::new(); self.free.len()];
+        for (c, cand) in cands.iter().enumerate() {
+            for &n in &cand.nodes {
+                self.on_node[n].push(c);
+            }
+        }
+        self.cands = Some(cands);
+    }
+
+    /// The candidates on node `i` that make room there for `share`, within what each team
+    /// may lose: taken in victim order until it fits, then those the later ones made
+    /// unnecessary left out; where that order runs into a team's limit, the set whose
+    /// latest-ranked victim is earliest, then the smallest ([`Search::exact`]). `None` when
+    /// no set does.
+    fn walk(&self, i: usize, share: u32) -> Option<Vec<usize>> {
+        let cands = self.cands.as_deref().unwrap_or(&[]);
+        let mut have = self.free[i];
+        if have >= share {
+            return Some(Vec::new());
+        }
+        let mut picked = Vec::new();
+        let mut spent: Vec<(usize, i64)> = Vec::new();
+        for &c in &self.on_node[i] {
+            if have >= share {
+                break;
+            }
+            if !cands[c].taken && self.may_take(&cands[c], &spent) {
+                spent.push((cands[c].team, i64::from(cands[c].job.gpus)));
+                have = have.saturating_add(cands[c].share);
+                picked.push(c);
+            }
+        }
+        if have < share {
+            return self.exact(i, share);
+        }
+        // Never more than needed: an earlier victim a later, larger one made unnecessary.
+        let mut k = 0;
+        while k < picked.len() {
+            let s = cands[picked[k]].share;
+            if have - s >= share {
+                have -= s;
+                picked.remove(k);
+            } else {
+                k += 1;
+            }
+        }
+        Some(picked)
+    }
+
+    /// Whether a team may lose `cand` after the GPUs `spent` of this walk (rule 2; see the
+    /// module's documentation).
+    fn may_take(&self, cand: &Candidate<'_>, spent: &[(usize, i64)]) -> bool {
+        let gone: i64 = spent
+            .iter()
+            .filter(|(t, _)| *t == cand.team)
+            .map(|(_, g)| g)
+            .sum();
+        let above = self.above[cand.team] - gone;
+        if cand.borrowed {
+            above > 0
+        } else {
+            above >= i64::from(cand.job.gpus)
+        }
+    }
+
+    /// Every set of node `i`'s candidates (at most [`EXACT_MAX`] of them): the feasible one
+    /// whose latest-ranked victim is earliest, then the smallest.
+    fn exact(&self, i: usize, share: u32) -> Option<Vec<usize>> {
+        let cands = self.cands.as_deref().unwrap_or(&[]);
+        let open: Vec<usize> = self.on_node[i]
+            .iter()
+            .copied()
+            .filter(|c| !cands[*c].taken)
+            .collect();
+        if open.is_empty() || open.len() > EXACT_MAX {
+            return None;
+        }
+        let mut best: Option<((usize, u32), Vec<usize>)> = None;
+        for mask in 1u32..(1 << open.len()) {
+            let set: Vec<usize> = (0..open.len())
+                .filter(|b| mask & (1 << b) != 0)
+                .map(|b| open[b])
+                .collect();
+            let key = (*set.last()?, mask.count_ones());
+            if best.as_ref().is_some_and(|(k, _)| *k <= key) {
+                continue;
+            }
+            let mut spent: Vec<(usize, i64)> = Vec::new();
+            let mut have = self.free[i];
+            let mut feasible = true;
+            for &c in &set {
+                if !self.may_take(&cands[c], &spent) {
+                    feasible = false;
+                    break;
+                }
+                spent.push((cands[c].team, i64::from(cands[c].job.gpus)));
+                have = have.saturating_add(cands[c].share);
+            }
+            if feasible && have >= share {
+                best = Some((key, set));
+            }
+        }
+        best.map(|(_, set)| set)
+    }
+
+    /// The victims that let `j` in, taken; `None` (and nothing taken) when no set does.
+    fn place(&mut self, j: &ClusterJob) -> Option<Vec<usize>> {
+        let (nodes, share) = self.shape(j);
+        let mut options: Vec<((usize, usize, u32), usize)> = (0..self.free.len())
+            .filter_map(|i| {
+                let picked = self.walk(i, share)?;
+                let key = match picked.last() {
+                    Some(last) => (last + 1, picked.len(), 0),
+                    None => (0, 0, self.free[i]),
+                };
+                Some((key, i))
+            })
+            .collect();
+        if options.len() < nodes {
+            return None;
+        }
+        options.sort_unstable();
+        let (free, above) = (self.free.clone(), self.above.clone());
+        let mut chosen = Vec::new();
+        let mut placed = 0;
+        for (_, i) in options {
+            if placed == nodes {
+                break;
+            }
+            // Taken for an earlier node of the job, a victim may change what this one needs.
+            let Some(picked) = self.walk(i, share) else {
+                continue;
+            };
+            self.take(&picked);
+            self.free[i] -= share;
+            chosen.extend(picked);
+            placed += 1;
+        }
+        if placed < nodes {
+            self.free = free;
+            self.above = above;
+            let cands = self.cands.as_mut()?;
+            for c in chosen {
+                cands[c].taken = false;
+            }
+            return None;
+        }
+        Some(chosen)
+    }
+
+    /// Victims taken: their GPUs count as free on their nodes, their teams hold less.
+    fn take(&mut self, picked: &[usize]) {
+        let Some(cands) = self.cands.as_mut() else {
+            return;
+        };
+        for &c in picked {
+            let cand = &mut cands[c];
+            cand.taken = true;
+            self.above[cand.team] -= i64::from(cand.job.gpus);
+            for &n in &cand.nodes {
+                self.free[n] = self.free[n].saturating_add(cand.share);
+            }
+        }
+    }
+}
+
+/// Every running job a reclaim may take, in victim order: of a team above its quota, of a
+/// preemptible class, not ending, past its `min_runtime_before_reclaim`, not displaced by a
+/// higher class of its own team this pass, on a usable node.
+fn candidates<'a>(
+    rules: &Rules<'_>,
+    now: i64,
+    running: &Running<'a>,
+    borrowed: &[Ranked<'a>],
+    displace: &[u64],
+    room: &NodeRoom<'_>,
+) -> Vec<Candidate<'a>> {
+    let borrowed: BTreeSet<u64> = borrowed.iter().map(|v| v.job.id).collect();
+    let mut keyed: Vec<(f64, Candidate<'a>)> = Vec::new();
+    for (t, team) in rules.config.teams.iter().enumerate() {
+        let used = running.usage[t];
+        if used <= team.quota.total {
+            continue;
+        }
+        let over = f64::from(used - team.quota.total) / f64::from(team.weight.max(1));
+        for job in running.lists[t].iter() {
+            let exempt_until = job.start.unwrap_or(now).saturating_add(rules.exempt_secs);
+            if !rules.preemptible(&job)
+                || job.completing
+                || exempt_until > now
+                || displace.contains(&job.id)
+            {
+                continue;
+            }
+            let nodes: Vec<usize> = job
+                .nodes
+                .iter()
+                .filter_map(|n| room.free.place(n))
+                .collect();
+            if nodes.is_empty() {
+                continue;
+            }
+            let n = u32::try_from(job.nodes.len()).unwrap_or(u32::MAX).max(1);
+            keyed.push((
+                over,
+                Candidate {
+                    job,
+                    team: t,
+                    borrowed: borrowed.contains(&job.id),
+                    share: job.gpus.div_ceil(n),
+                    nodes,
+                    taken: false,
+                },
+            ));
+        }
+    }
+    keyed.sort_by(|(oa, a), (ob, b)| super::victim_order(rules, (&a.job, *oa), (&b.job, *ob)));
+    keyed.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The victims as the plan ranks them once a reclaim found some: those found first, in that
+/// order, then the other borrowed jobs in victim order. Each team a victim belongs to is split
+/// again without them: what stays of it fills its quota first (phase 1), so that no job it
+/// keeps at or below its quota is offered to Slurm, and the jobs it keeps beyond rank by how
+/// far the team is still over. A [`Planner`](super::Planner) splits those teams again at its
+/// next pass (their protected jobs' levels are written again).
+pub(super) fn ranked<'a>(
+    rules: &Rules<'_>,
+    now: i64,
+    running: &Running<'a>,
+    borrowed: Vec<Ranked<'a>>,
+    found: &[(Entry<'a>, usize)],
+    priorities: &mut dyn Sink,
+    kept: Option<&mut [Option<TeamRunning>]>,
+) -> Vec<Ranked<'a>> {
+    let teams = &rules.config.teams;
+    let gone: BTreeSet<u64> = found.iter().map(|(e, _)| e.id).collect();
+    let mut taken = vec![0u32; teams.len()];
+    for (e, t) in found {
+        taken[*t] = taken[*t].saturating_add(e.gpus);
+    }
+    let index: BTreeMap<&str, usize> = teams
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    let over = |t: usize| {
+        let held = running.usage[t].saturating_sub(taken[t]);
+        (f64::from(held) - f64::from(teams[t].quota.total)) / f64::from(teams[t].weight.max(1))
+    };
+    // The other teams keep phase 1's victims; the teams a victim was found in are split again.
+    let mut rest: Vec<(Entry<'a>, f64)> = borrowed
+        .iter()
+        .filter_map(|v| {
+            let t = *index.get(v.job.team.as_str())?;
+            (taken[t] == 0).then(|| (v.job, over(t)))
+        })
+        .collect();
+    let mut kept = kept;
+    for t in (0..teams.len()).filter(|t| taken[*t] > 0) {
+        let stays: Vec<Entry<'a>> = running.lists[t]
+            .iter()
+            .filter(|e| !gone.contains(&e.id))
+            .collect();
+        let split: TeamRunning = split_running(rules, &teams[t], List::Entries(&stays), priorities);
+        rest.extend(split.victims.iter().map(|i| (stays[*i], over(t))));
+        if let Some(k) = kept.as_deref_mut() {
+            k[t] = None;
+        }
+    }
+    rest.sort_by(|a, b| super::victim_order(rules, (&a.0, a.1), (&b.0, b.1)));
+    let order = found
+        .iter()
+        .map(|(e, _)| *e)
+        .chain(rest.into_iter().map(|(e, _)| e));
+    super::rank_victims(rules, order, now, priorities)
+}
+
+/// The level of the pending in-quota jobs once victims were found for them: just above them.
+pub(super) fn level(found: usize) -> u32 {
+    priority::reclaim_level(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::{plan, ClusterJob, GovernInput, Phase, Plan};
+    use crate::priority::{self, encode, level};
+
+    /// The cluster of issue 24's finding 1: 3 nodes x 4 GPUs; ops (quota 3) runs 7 one-GPU
+    /// jobs, apps (quota 4) runs 4, vision (quota 5) runs 1.
+    const CONFIG: &str = r#"
+[cluster]
+name = "t"
+[[team]]
+name = "ops"
+quota = 3
+[[team]]
+name = "apps"
+quota = 4
+[[team]]
+name = "vision"
+quota = 5
+[[priority_class]]
+name = "inference"
+value = 100
+preemptible = false
+[governance]
+min_runtime_before_reclaim = "0s"
+"#;
+
+    fn on(id: u64, team: &str, node: &str, start: i64) -> ClusterJob {
+        ClusterJob {
+            id,
+            gpu_type: None,
+            team: team.into(),
+            phase: Phase::Running,
+            gpus: 1,
+            priority: encode(priority::protected_level(0), 0),
+            submit: start - 1,
+            start: Some(start),
+            eligible: true,
+            parked: false,
+            park_held: false,
+            batch: true,
+            nodes: vec![node.into()],
+            node_count: 1,
+            completing: false,
+            tasks: 1,
+        }
+    }
+
+    /// n1: ops 1 2 3 4 (its oldest); n2: ops 5 6, apps 8 9; n3: ops 7, apps 10 11, vision 12.
+    fn full() -> Vec<ClusterJob> {
+        let mut jobs = Vec::new();
+        for (id, node) in [
+            (1, "n1"),
+            (2, "n1"),
+            (3, "n1"),
+            (4, "n1"),
+            (5, "n2"),
+            (6, "n2"),
+            (7, "n3"),
+        ] {
+            jobs.push(on(id, "ops", node, 100 + id as i64));
+        }
+        for (id, node) in [(8, "n2"), (9, "n2"), (10, "n3"), (11, "n3")] {
+            jobs.push(on(id, "apps", node, 200 + id as i64));
+        }
+        jobs.push(on(12, "vision", "n3", 300));
+        jobs
+    }
+
+    fn waiting(gpus: u32, node_count: u32) -> ClusterJob {
+        ClusterJob {
+            id: 20,
+            phase: Phase::Pending,
+            gpus,
+            node_count,
+            priority: encode(priority::BORROW_BASE, 0),
+            submit: 995,
+            start: None,
+            nodes: Vec::new(),
+            ..on(20, "vision", "", 0)
+        }
+    }
+
+    fn plan_with(jobs: &[ClusterJob]) -> Plan {
+        let config = teamshare_config::parse(CONFIG, "t.toml").expect("valid");
+        let nodes: BTreeMap<String, u32> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| (n.to_string(), 4))
+            .collect();
+        plan(&GovernInput {
+            config: &config,
+            capacity: 12,
+            jobs,
+            fairshare: &BTreeMap::new(),
+            now: 1_000,
+            node_gpus: &nodes,
+            capacity_by_type: &BTreeMap::new(),
+            node_types: &BTreeMap::new(),
+        })
+    }
+
+    fn victims(p: &Plan) -> Vec<u64> {
+        p.state.victims.iter().map(|v| v.job_id).collect()
+    }
+
+    #[test]
+    fn an_in_quota_job_takes_the_over_quota_teams_jobs_where_it_then_fits() {
+        // vision's 3-GPU job fits only on n1, where ops' jobs 2, 3 and 4 go (the youngest
+        // first); ops keeps 1, 5, 6 and 7 (4 >= its quota 3).
+        let mut jobs = full();
+        jobs.push(waiting(3, 1));
+        let p = plan_with(&jobs);
+        let mut reclaim = p.reclaim.clone();
+        reclaim.sort_unstable();
+        assert_eq!(reclaim, [2, 3, 4]);
+        // The state: those three first, then what ops still borrows (7), for the plugin.
+        assert_eq!(victims(&p), [4, 3, 2, 7]);
+        assert_eq!(p.state.reclaim_gpus, 3);
+        assert_eq!(p.state.spare_gpus, Some(0));
+        // Slurm may preempt exactly those for it: nothing else ranks below it.
+        let l = level(p.priorities[&20]);
+        assert_eq!(l, priority::reclaim_level(3));
+        for id in [2, 3, 4] {
+            assert!(level(p.priorities[&id]) < l, "job {id}");
+        }
+        for id in [1, 5, 6, 7, 8, 9, 10, 11, 12] {
+            assert!(level(p.priorities[&id]) > l, "job {id}");
+        }
+        // What ops keeps fills its quota first: 1, 5, 6 are protected, 7 still borrowed.
+        for id in [1, 5, 6] {
+            assert!(
+                level(p.priorities[&id]) >= priority::PROTECTED_BASE,
+                "job {id}"
+            );
+        }
+        assert!(level(p.priorities[&7]) < priority::PROTECTED_BASE);
+    }
+
+    #[test]
+    fn a_whole_node_job_takes_a_whole_node_of_the_team_above_its_quota() {
+        let mut jobs = full();
+        jobs.push(waiting(4, 1));
+        let p = plan_with(&jobs);
+        let mut reclaim = p.reclaim.clone();
+        reclaim.sort_unstable();
+        assert_eq!(reclaim, [1, 2, 3, 4]);
+        // ops is left at its quota: nothing else of it is a victim.
+        assert_eq!(victims(&p), [4, 3, 2, 1]);
+    }
+
+    #[test]
+    fn a_two_node_job_takes_what_each_of_its_nodes_needs() {
+        // Two nodes with 2 GPUs each: n2 (ops 6 and 5, the earlier in victim order) and n1
+        // (ops 4 and 3); n3 keeps apps' and vision's jobs.
+        let mut jobs = full();
+        jobs.push(waiting(4, 2));
+        let p = plan_with(&jobs);
+        let mut reclaim = p.reclaim.clone();
+        reclaim.sort_unstable();
+        assert_eq!(reclaim, [3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn teams_at_their_quota_are_never_touched() {
+        // ops at 2 (1 and 4 on n1; quota 3) and vision at 1: untouchable. apps runs 6
+        // (quota 4): it may lose 2. n1: ops 1, 4, apps 30, 31; n2: apps 8, 9 and 2 free; n3:
+        // apps 10, 11, vision 12 and 1 free.
+        let mut jobs: Vec<ClusterJob> = full()
+            .into_iter()
+            .filter(|j| ![2, 3, 5, 6, 7].contains(&j.id))
+            .collect();
+        jobs.push(on(30, "apps", "n1", 400));
+        jobs.push(on(31, "apps", "n1", 401));
+        jobs.push(waiting(3, 1));
+        let p = plan_with(&jobs);
+        // Victim order: 31 30 11 10 9 8. n1 would need ops' jobs; n2 needs one victim (9),
+        // n3 two (11, 10): the placement whose victims come first in that order is n3's.
+        let mut reclaim = p.reclaim.clone();
+        reclaim.sort_unstable();
+        assert_eq!(reclaim, [10, 11]);
+        // With apps at its quota too, nobody: the job waits at the level that preempts none.
+        jobs.retain(|j| j.id != 30 && j.id != 31);
+        let p = plan_with(&jobs);
+        assert!(p.reclaim.is_empty(), "{:?}", p.reclaim);
+        assert_eq!(level(p.priorities[&20]), priority::reclaim_level(0));
+    }
+
+    #[test]
+    fn when_victim_order_runs_into_a_teams_limit_the_set_that_fits_is_found() {
+        // ops runs 5 (quota 3: it may lose 2): job 1 (2 GPUs, its oldest) and 2 on n1 with
+        // apps 8; 3 on n2 among apps' 9 10 11; 4 on n3 among vision's 12 13 14. vision's
+        // 2-GPU job fits only on n1. In victim order 2 comes first, and after it ops may lose
+        // 1 GPU, not job 1's 2: job 1 alone is the set.
+        let mut one = on(1, "ops", "n1", 101);
+        one.gpus = 2;
+        let mut jobs = vec![one, on(2, "ops", "n1", 102), on(8, "apps", "n1", 208)];
+        jobs.push(on(3, "ops", "n2", 103));
+        jobs.extend((9..12).map(|id| on(id, "apps", "n2", 200 + id as i64)));
+        jobs.push(on(4, "ops", "n3", 104));
+        jobs.extend((12..15).map(|id| on(id, "vision", "n3", 300 + id as i64)));
+        jobs.push(waiting(2, 1));
+        let p = plan_with(&jobs);
+        assert_eq!(p.reclaim, [1]);
+    }
+}

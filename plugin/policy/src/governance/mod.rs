@@ -1194,7 +1194,7 @@ fn sort_pending_borrow_first<'a>(
     }
     let displacing: BTreeSet<u64> = pending.displacing.iter().map(|j| j.id).collect();
     let trial = sort_pending(rules, queues, running, nodes, &displacing);
-    let shares = share_idle_capacity(rules, pass, queues, running, &trial);
+    let shares = share_idle_capacity(rules, pass, queues, running, &trial, None);
     let granted: BTreeSet<u64> = shares.granted.iter().copied().collect();
     let borrow: BTreeSet<u64> = displacing.intersection(&granted).copied().collect();
     if borrow.is_empty() {
@@ -1407,6 +1407,9 @@ struct Reclaim<'a> {
     /// where placement is unknown).
     gpus: u32,
     spare: Option<u32>,
+    /// The nodes' free GPUs once the in-quota jobs are placed, for lending by placement
+    /// (`None` where placement is unknown).
+    room: Option<reclaim::Room>,
 }
 
 /// Phase 4. Where the nodes are known, victims by placement ([`reclaim::by_placement`]):
@@ -1425,14 +1428,17 @@ fn reclaim_phase<'a>(
     priorities: &mut dyn Sink,
     kept: Option<&mut [Option<TeamRunning>]>,
 ) -> Reclaim<'a> {
-    // Placement is known where the nodes are and every running job says where it runs.
-    let placed = !pending.in_quota.is_empty()
-        && !nodes.get().free.is_empty()
-        && nodes
-            .queues
-            .all_running()
-            .all(|j| j.gpus == 0 || !j.nodes.is_empty());
-    if !placed {
+    if pending.in_quota.is_empty() {
+        return Reclaim {
+            victims,
+            level: priority::reclaim_level(0),
+            requeue: Vec::new(),
+            gpus: 0,
+            spare: None,
+            room: None,
+        };
+    }
+    if !placement_known(nodes) {
         let gpus = pending
             .in_quota
             .iter()
@@ -1449,6 +1455,7 @@ fn reclaim_phase<'a>(
             requeue,
             gpus: 0,
             spare: None,
+            room: None,
         };
     }
     let found = reclaim::by_placement(
@@ -1479,6 +1486,22 @@ fn reclaim_phase<'a>(
         requeue: found.requeue,
         gpus: found.gpus,
         spare: Some(found.spare),
+        room: found.room,
+    }
+}
+
+/// Whether the pass knows where the GPUs are: the usable nodes, and (given as a snapshot)
+/// every running job's nodes. A [`Planner`]'s jobs always say where they run.
+fn placement_known(nodes: &LazyNodes<'_, '_>) -> bool {
+    match nodes.nodes {
+        PassNodes::Given(node_gpus) => {
+            !node_gpus.is_empty()
+                && nodes
+                    .queues
+                    .all_running()
+                    .all(|j| j.gpus == 0 || !j.nodes.is_empty())
+        }
+        PassNodes::Kept(set) => !set.usable.is_empty(),
     }
 }
 
@@ -1703,6 +1726,9 @@ struct Pass<'a> {
     fairshare: &'a BTreeMap<String, f64>,
     now: i64,
     nodes: PassNodes<'a>,
+    /// One pool of its own (not one GPU type of a typed configuration, whose borrow limits
+    /// may be shared between types): its limits may stay open ([`open_lending`]).
+    own_pool: bool,
 }
 
 /// Phase 5: lendable idle capacity shared out by `idle_sharing`; returns each team's
@@ -1714,13 +1740,43 @@ fn share_idle_capacity<'a>(
     queues: &Queues<'_>,
     running: &Running<'_>,
     pending: &Pending<'a>,
+    room: Option<reclaim::Room>,
+) -> Shares<'a> {
+    let mut asks = straddling_asks(rules, queues, pending);
+    let shares = share_with(rules, pass, queues, running, pending, &asks, room.clone());
+    // A straddling job that was not granted (its part beyond the quota was not there, or it
+    // fits no node) holds its team's idle quota back for nothing: shared again without it.
+    let mut dropped = false;
+    for ask in &mut asks {
+        if ask
+            .as_ref()
+            .is_some_and(|a| a.own > 0 && !shares.granted.contains(&a.job.id))
+        {
+            *ask = None;
+            dropped = true;
+        }
+    }
+    if !dropped {
+        return shares;
+    }
+    share_with(rules, pass, queues, running, pending, &asks, room)
+}
+
+/// [`share_idle_capacity`] with these straddling jobs.
+fn share_with<'a>(
+    rules: &Rules<'_>,
+    pass: &Pass<'_>,
+    queues: &Queues<'_>,
+    running: &Running<'_>,
+    pending: &Pending<'a>,
+    asks: &[Option<Ask<'a>>],
+    mut room: Option<reclaim::Room>,
 ) -> Shares<'a> {
     let config = rules.config;
-    let asks = straddling_asks(rules, queues, pending);
     let Lendable {
         lends,
         mut remaining,
-    } = lendable_capacity(config, pass.capacity, running, pending, &asks);
+    } = lendable_capacity(config, pass.capacity, running, pending, asks);
     // Each team's band slot (the team served last has the lowest); under fifo every team
     // shares slot 0 and Slurm serves the oldest first.
     let ranked = by_fairshare_order(rules, pass.fairshare);
@@ -1750,6 +1806,7 @@ fn share_idle_capacity<'a>(
             asks[t].as_ref(),
             available,
             &mut granted,
+            &mut room,
         );
         remaining -= i64::from(given);
         allowance[t] = given;
@@ -1854,6 +1911,43 @@ fn lendable_capacity(
     }
 }
 
+/// Whether every idle GPU of the pool is lendable whatever runs: every team lends all of its
+/// idle quota, and the capacity covers the quotas (no drained node leaves a quota unbacked).
+/// Rule 4 then holds by itself (borrowers can only take idle GPUs, and each of them is
+/// lendable), and a team's limit can stay at its ceiling (rule 1): a borrower starts on a GPU
+/// the moment it is free, with no limit to move first, and Slurm's backfill sees it and can
+/// plan for it like any other job. Pending in-quota jobs outrank every borrower, so they get
+/// the GPUs that fit them first; one that fits nowhere reserves nothing and reclaims where
+/// victims let it in (phase 4). Who of several borrowing teams goes first is the bands'
+/// order (rule 5). Not for the pools of a typed configuration, whose borrow limits may be
+/// shared between types.
+fn open_lending(config: &Config, pass: &Pass<'_>) -> bool {
+    pass.own_pool
+        && config.teams.iter().all(|t| t.lend_limit >= t.quota.total)
+        && config
+            .teams
+            .iter()
+            .fold(0u32, |s, t| s.saturating_add(t.quota.total))
+            <= pass.capacity
+}
+
+/// Under [`open_lending`], each team's allowance beyond its quota (or what it runs) is what
+/// its borrow limit leaves, or the rest of the pool without one: its limit is its ceiling.
+fn open_allowances(config: &Config, running: &Running<'_>, capacity: u32) -> Vec<u32> {
+    config
+        .teams
+        .iter()
+        .zip(&running.usage)
+        .map(|(t, &used)| {
+            let held = t.quota.total.max(used);
+            match t.borrow_limit {
+                Some(b) => b.saturating_sub(used.saturating_sub(t.quota.total)),
+                None => capacity.saturating_sub(held),
+            }
+        })
+        .collect()
+}
+
 /// Band slots follow every team's place by fair-share factor, borrowing or not, so that a
 /// team starting or stopping to borrow moves no other team's jobs; the last team has slot 0.
 /// Indexed by the team's place in the configuration.
@@ -1927,6 +2021,7 @@ fn team_allowance(
     ask: Option<&Ask<'_>>,
     mut available: u32,
     granted: &mut Vec<u64>,
+    room: &mut Option<reclaim::Room>,
 ) -> u32 {
     let borrowed = used.saturating_sub(team.quota.total);
     let headroom = team
@@ -1983,7 +2078,8 @@ fn team_allowance(
             Some(a) if is_ask => a.beyond,
             _ => j.gpus,
         };
-        if beyond <= left {
+        // Lending by placement: a borrower that fits no node's idle GPUs gets nothing.
+        if beyond <= left && room.as_mut().is_none_or(|r| r.take(&j)) {
             available -= beyond;
             given += beyond;
             granted.push(j.id);
@@ -1996,6 +2092,7 @@ fn team_allowance(
             ask,
             seen_ask,
             tail_smallest,
+            room,
         };
         given = walk.run(from, table, sized, given, available, granted);
     }
@@ -2012,6 +2109,8 @@ struct TailWalk<'r, 'a> {
     ask: Option<&'r Ask<'a>>,
     seen_ask: bool,
     tail_smallest: Option<u32>,
+    /// Lending by placement ([`team_allowance`]).
+    room: &'r mut Option<reclaim::Room>,
 }
 
 impl TailWalk<'_, '_> {
@@ -2089,7 +2188,7 @@ impl TailWalk<'_, '_> {
                 Some(a) if is_ask => a.beyond,
                 _ => j.gpus,
             };
-            if beyond <= left {
+            if beyond <= left && self.room.as_mut().is_none_or(|r| r.take(&j)) {
                 available -= beyond;
                 given += beyond;
                 granted.push(j.id);
@@ -2179,7 +2278,7 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
     if input.config.is_typed() {
         plan_typed(input)
     } else {
-        plan_pool(input).plan
+        plan_pool(input, true).plan
     }
 }
 
@@ -2196,7 +2295,7 @@ struct PoolPlan {
 
 /// One pool of GPUs, governed by the rules of DESIGN §4 with the configuration's quotas and
 /// limits as totals, phase by phase.
-fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
+fn plan_pool(input: &GovernInput<'_>, own_pool: bool) -> PoolPlan {
     let expanded = expand_arrays(input.jobs, input.capacity);
     let jobs = expanded.as_deref().unwrap_or(input.jobs);
     let config = input.config;
@@ -2209,6 +2308,7 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         fairshare: input.fairshare,
         now: input.now,
         nodes: PassNodes::Given(input.node_gpus),
+        own_pool,
     };
     let mut priorities = Priorities::default();
     let d = decide(&rules, &pass, &queues, &mut priorities, None);
@@ -2318,12 +2418,23 @@ fn decide<'a>(
         requeue: reclaim,
         gpus: reclaim_gpus,
         spare,
+        room,
     } = reclaim_phase(
         rules, pass.now, &running, victims, &pending, &nodes, free, priorities, kept,
     );
+    let open = open_lending(config, pass);
+    // Lending by placement where limits are counted: the idle GPUs the in-quota jobs leave.
+    let room = match room {
+        _ if open => None,
+        Some(room) => Some(room),
+        None => placement_known(&nodes).then(|| reclaim::Room::new(nodes.get())),
+    };
     let release = prioritise_fitting(rules, in_quota_level, &pending, priorities);
     let park = jobs_to_park(rules, queues, &pending);
-    let shares = share_idle_capacity(rules, pass, queues, &running, &pending);
+    let mut shares = share_idle_capacity(rules, pass, queues, &running, &pending, room);
+    if open {
+        shares.allowance = open_allowances(config, &running, pass.capacity);
+    }
     prioritise_borrowers(rules, &shares.served, priorities);
     prioritise_waiting(rules, &pending.waiting, priorities);
     prioritise_tails(rules, &pending.tails, &shares.bands, priorities);
@@ -2605,7 +2716,7 @@ fn plan_typed(input: &GovernInput<'_>) -> Plan {
             capacity_by_type: &no_types,
             node_types: &no_node_types,
         };
-        let pool = plan_pool(&pool_input);
+        let pool = plan_pool(&pool_input, false);
         spent.add(config, &pool);
         merge_pool(&mut merged, k, pool.plan);
     }
@@ -2894,6 +3005,21 @@ min_runtime_before_reclaim = "0s"
         teamshare_config::parse(&text, "t.toml").expect("valid")
     }
 
+    /// [`config`] where limits follow the lendable GPUs counted team by team (rule 4 does
+    /// not hold by itself): a team `reserve` with quota 1 that lends nothing, and one GPU
+    /// more for it ([`plan_for`]: the capacity is the quotas' sum), so that every other
+    /// team's arithmetic is [`config`]'s.
+    fn counted(extra: &str) -> Config {
+        let text = CONFIG
+            .replace("idle_sharing = \"fair-share\"", extra)
+            .replacen(
+                "[[priority_class]]",
+                "[[team]]\nname = \"reserve\"\nquota = 1\nlend = false\n\n[[priority_class]]",
+                1,
+            );
+        teamshare_config::parse(&text, "t.toml").expect("valid")
+    }
+
     fn running(id: u64, team: &str, start: i64) -> ClusterJob {
         ClusterJob {
             id,
@@ -2940,7 +3066,7 @@ min_runtime_before_reclaim = "0s"
         let fairshare = fs.iter().map(|(t, f)| (t.to_string(), *f)).collect();
         plan(&GovernInput {
             config,
-            capacity: 8,
+            capacity: config.teams.iter().map(|t| t.quota.total).sum(),
             jobs,
             fairshare: &fairshare,
             now: 1_000,
@@ -3016,7 +3142,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn an_array_borrows_for_every_task_and_a_huge_one_costs_no_more_than_the_cluster() {
-        let c = config("");
+        let c = counted("");
         // research (quota 2, borrow limit 6) alone: a 5-task array borrows 3 beyond quota,
         // like 5 jobs would; a 10^9-task array is capped at the cluster's size.
         let five = vec![ClusterJob {
@@ -3107,11 +3233,11 @@ min_runtime_before_reclaim = "0s"
         jobs.retain(|j| j.id != 1);
         jobs.push(pending(30, "agents", 300));
         jobs.push(pending(31, "research", 200));
-        let c = config("");
+        let c = counted("");
         let p = plan_for(&c, &jobs, &[("agents", 0.9), ("research", 0.2)]);
         assert_eq!((p.gpu_limits["agents"], p.gpu_limits["research"]), (3, 2));
         assert!(p.priorities[&30] > p.priorities[&31]);
-        let c = config("idle_sharing = \"fifo\"");
+        let c = counted("idle_sharing = \"fifo\"");
         let p = plan_for(&c, &jobs, &[("agents", 0.9), ("research", 0.2)]);
         assert_eq!((p.gpu_limits["agents"], p.gpu_limits["research"]), (2, 3));
         // One band for both: Slurm serves the older submission (31) first.
@@ -3170,7 +3296,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn a_higher_class_borrows_rather_than_displace_when_it_can() {
-        let c = config("");
+        let c = counted("");
         // agents holds its quota (2) with jobs of no class; training its 4; research's 2 GPUs
         // are idle and lendable. An experiment job of agents could displace one of its own
         // jobs, but it can start on research's idle quota instead: nobody loses work.
@@ -3334,7 +3460,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn non_preemptible_jobs_are_never_victims_and_never_borrow() {
-        let c = config("");
+        let c = counted("");
         let mut jobs: Vec<_> = (1..=3)
             .map(|i| {
                 let mut j = running(i, "agents", 100 + i as i64);
@@ -3360,7 +3486,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn parking_holds_until_the_job_fits_whatever_its_owner_did() {
-        let c = config("");
+        let c = counted("");
         let mut jobs: Vec<_> = (1..=3)
             .map(|i| {
                 let mut j = running(i, "agents", 100 + i as i64);
@@ -3447,7 +3573,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn finding5_a_job_that_cannot_start_neither_displaces_nor_reserves_quota() {
-        let c = config("");
+        let c = counted("");
         let experiment = |mut j: ClusterJob| {
             j.priority = encode(priority::protected_level(10), 3);
             j
@@ -3478,7 +3604,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn finding9_a_job_larger_than_the_borrow_headroom_borrows_only_its_part_beyond_quota() {
-        let c = config("");
+        let c = counted("");
         // Idle cluster; agents (quota 2, borrow limit 2) asks for 3 at once.
         let mut three = pending(1, "agents", 100);
         three.gpus = 3;
@@ -3532,8 +3658,115 @@ min_runtime_before_reclaim = "0s"
     }
 
     #[test]
-    fn unreadable_requests_never_widen_a_limit() {
+    fn where_every_idle_gpu_is_lendable_limits_stay_at_the_ceilings() {
+        // Everyone lends all of its idle quota and the quotas fill the capacity: each team's
+        // limit is its ceiling, borrowing or not (no limit to move before a borrower starts).
         let c = config("");
+        let jobs = vec![running(1, "training", 100), pending(2, "research", 200)];
+        let p = plan_for(&c, &jobs, &[]);
+        for (team, ceiling) in [("agents", 4), ("training", 8), ("research", 8)] {
+            assert_eq!(p.gpu_limits[team], ceiling, "{team}");
+        }
+        // A non-preemptible job beyond its quota is still parked: the limit no longer
+        // keeps it from borrowing, its hold does.
+        let mut inference = pending(3, "agents", 300);
+        inference.priority = encode(priority::BORROW_BASE, 1);
+        let held = |id, start| ClusterJob {
+            priority: encode(priority::protected_level(100), 1),
+            ..running(id, "agents", start)
+        };
+        let p = plan_for(&c, &[held(4, 10), held(5, 11), inference], &[]);
+        assert_eq!(p.park, [3]);
+        // A team that keeps some of its idle quota, or a drained node under the quotas:
+        // limits follow what is lendable, counted.
+        let keeps = CONFIG.replacen("weight = 20", "weight = 20\nlend_limit = 1", 1);
+        let c = teamshare_config::parse(&keeps, "t.toml").expect("valid");
+        assert_eq!(plan_for(&c, &jobs, &[]).gpu_limits["agents"], 2);
+        let c = config("");
+        let drained = plan(&GovernInput {
+            config: &c,
+            capacity: 7,
+            jobs: &jobs,
+            fairshare: &BTreeMap::new(),
+            now: 1_000,
+            node_gpus: &BTreeMap::new(),
+            capacity_by_type: &BTreeMap::new(),
+            node_types: &BTreeMap::new(),
+        });
+        assert_eq!(drained.gpu_limits["agents"], 2);
+    }
+
+    #[test]
+    fn where_limits_are_counted_a_borrower_that_fits_no_node_gets_nothing() {
+        // Counted limits (reserve keeps its GPU on n3). n1: agents 2, training 1; n2:
+        // training 3; research's quota (2) is idle and lent, one GPU free on each of n1 and
+        // n2. training's 2-GPU borrower (training first by fair-share) fits neither node: it
+        // gets nothing, and agents' one-GPU borrower gets one.
+        let c = counted("");
+        let on = |id, team: &str, node: &str| ClusterJob {
+            nodes: vec![node.to_string()],
+            ..running(id, team, 100 + id as i64)
+        };
+        let mut jobs = vec![
+            on(1, "agents", "n1"),
+            on(2, "agents", "n1"),
+            on(3, "training", "n1"),
+            on(4, "training", "n2"),
+            on(5, "training", "n2"),
+            on(6, "training", "n2"),
+        ];
+        let mut wide = pending(10, "training", 500);
+        wide.gpus = 2;
+        jobs.push(wide);
+        jobs.push(pending(11, "agents", 600));
+        let nodes: BTreeMap<String, u32> = [("n1", 4), ("n2", 4), ("n3", 1)]
+            .iter()
+            .map(|(n, g)| (n.to_string(), *g))
+            .collect();
+        let fairshare: BTreeMap<String, f64> =
+            [("training".to_string(), 0.9), ("agents".to_string(), 0.5)].into();
+        let input = |nodes: &BTreeMap<String, u32>| {
+            plan(&GovernInput {
+                config: &c,
+                capacity: 9,
+                jobs: &jobs,
+                fairshare: &fairshare,
+                now: 1_000,
+                node_gpus: nodes,
+                capacity_by_type: &BTreeMap::new(),
+                node_types: &BTreeMap::new(),
+            })
+        };
+        let p = input(&nodes);
+        assert_eq!((p.gpu_limits["training"], p.gpu_limits["agents"]), (4, 3));
+        // Counted without placement, the wide job takes both lendable GPUs.
+        let p = input(&BTreeMap::new());
+        assert_eq!((p.gpu_limits["training"], p.gpu_limits["agents"]), (6, 2));
+    }
+
+    #[test]
+    fn a_straddling_job_that_cannot_borrow_holds_back_no_idle_quota() {
+        // Counted limits. training runs 2 of its quota 4; its 3-GPU job would use its 2 idle
+        // GPUs and borrow 1, but nothing else is idle to lend: it gets nothing, and its idle
+        // quota is lent to agents' borrower instead of held back for it.
+        let c = counted("");
+        let mut jobs: Vec<ClusterJob> = [(1, "agents"), (2, "agents"), (3, "training")]
+            .iter()
+            .chain(&[(4, "training"), (5, "research"), (6, "research")])
+            .map(|(id, t)| running(*id, t, 100 + *id as i64))
+            .collect();
+        let mut three = pending(10, "training", 500);
+        three.gpus = 3;
+        jobs.push(three);
+        jobs.push(pending(11, "agents", 600));
+        let p = plan_for(&c, &jobs, &[("training", 0.9), ("agents", 0.5)]);
+        assert_eq!(p.gpu_limits["agents"], 3);
+        assert_eq!(p.gpu_limits["training"], 4);
+    }
+
+    #[test]
+    fn unreadable_requests_never_widen_a_limit() {
+        let c = counted("");
         let mut odd = pending(1, "research", 100);
         odd.gpus = UNREADABLE_GPUS;
         let p = plan_for(&c, &[odd], &[]);

@@ -45,6 +45,8 @@ pub(super) struct Reclaimed<'a> {
     pub gpus: u32,
     /// Free GPUs the in-quota jobs' placements leave.
     pub spare: u32,
+    /// And where: what borrowers may be placed on.
+    pub room: Option<Room>,
 }
 
 /// A running job a reclaim may take.
@@ -60,10 +62,72 @@ struct Candidate<'a> {
     taken: bool,
 }
 
-/// The search over one pass: the nodes' free GPUs and the candidates, as victims are taken.
-struct Search<'a> {
+/// The free GPUs of each usable node (in name order) as jobs are placed on them: the
+/// pending in-quota jobs first ([`by_placement`]), then the borrowers the pass lends to
+/// (lending by placement: a borrower that fits no node's idle GPUs is given nothing).
+#[derive(Clone, Debug)]
+pub(super) struct Room {
     free: Vec<u32>,
     largest: u32,
+    /// The fewest GPUs a one-node job asked for that found no node: no node has that many
+    /// (the room only shrinks), so a job asking for as many fails at once.
+    no_fit: u32,
+}
+
+impl Room {
+    pub(super) fn new(room: &NodeRoom<'_>) -> Room {
+        Room {
+            free: room.free.iter().map(|(_, f)| f).collect(),
+            largest: room.largest,
+            no_fit: u32::MAX,
+        }
+    }
+
+    /// The nodes and each node's share a job needs.
+    fn shape(&self, j: &ClusterJob) -> (usize, u32) {
+        let nodes = j
+            .node_count
+            .max(j.gpus.div_ceil(self.largest.max(1)))
+            .max(1);
+        (
+            usize::try_from(nodes).unwrap_or(usize::MAX),
+            j.gpus.div_ceil(nodes),
+        )
+    }
+
+    /// Places `j` on free GPUs (the nodes with the least room that fits first) and takes
+    /// them; false, taking nothing, when it fits nowhere now.
+    pub(super) fn take(&mut self, j: &ClusterJob) -> bool {
+        let (nodes, share) = self.shape(j);
+        if nodes == 1 && share >= self.no_fit {
+            return false;
+        }
+        let mut fits: Vec<(u32, usize)> = (0..self.free.len())
+            .filter(|&i| self.free[i] >= share)
+            .map(|i| (self.free[i], i))
+            .collect();
+        if fits.len() < nodes {
+            if nodes == 1 {
+                self.no_fit = self.no_fit.min(share);
+            }
+            return false;
+        }
+        fits.sort_unstable();
+        for &(_, i) in &fits[..nodes] {
+            self.free[i] -= share;
+        }
+        true
+    }
+
+    /// Free GPUs in all.
+    fn total(&self) -> u32 {
+        self.free.iter().fold(0u32, |s, f| s.saturating_add(*f))
+    }
+}
+
+/// The search over one pass: the nodes' free GPUs and the candidates, as victims are taken.
+struct Search<'a> {
+    room: Room,
     /// In victim order; built on first need (most passes place every job on free GPUs).
     cands: Option<Vec<Candidate<'a>>>,
     /// Per node: its candidates' places in `cands`, in victim order.
@@ -86,8 +150,7 @@ pub(super) fn by_placement<'a>(
     let mut jobs: Vec<&Entry<'a>> = in_quota.iter().filter(|j| j.gpus > 0).collect();
     jobs.sort_by_key(|j| (j.submit, j.id));
     let mut search = Search {
-        free: room.free.iter().map(|(_, f)| f).collect(),
-        largest: room.largest,
+        room: Room::new(room),
         cands: None,
         on_node: Vec::new(),
         above: rules
@@ -100,7 +163,7 @@ pub(super) fn by_placement<'a>(
     };
     let mut out = Reclaimed::default();
     for j in jobs {
-        let victims = match search.on_free(j) {
+        let victims = match search.room.take(j) {
             true => continue,
             false => {
                 search.build(rules, now, running, borrowed, displace, room);
@@ -121,41 +184,12 @@ pub(super) fn by_placement<'a>(
             }
         }
     }
-    out.spare = search.free.iter().fold(0u32, |s, f| s.saturating_add(*f));
+    out.spare = search.room.total();
+    out.room = Some(search.room);
     out
 }
 
 impl<'a> Search<'a> {
-    /// The nodes and each node's share a job needs.
-    fn shape(&self, j: &ClusterJob) -> (usize, u32) {
-        let nodes = j
-            .node_count
-            .max(j.gpus.div_ceil(self.largest.max(1)))
-            .max(1);
-        (
-            usize::try_from(nodes).unwrap_or(usize::MAX),
-            j.gpus.div_ceil(nodes),
-        )
-    }
-
-    /// Places `j` on free GPUs alone if it fits there (the nodes with the least room that
-    /// fits first); false when it needs victims.
-    fn on_free(&mut self, j: &ClusterJob) -> bool {
-        let (nodes, share) = self.shape(j);
-        let mut fits: Vec<(u32, usize)> = (0..self.free.len())
-            .filter(|&i| self.free[i] >= share)
-            .map(|i| (self.free[i], i))
-            .collect();
-        if fits.len() < nodes {
-            return false;
-        }
-        fits.sort_unstable();
-        for &(_, i) in &fits[..nodes] {
-            self.free[i] -= share;
-        }
-        true
-    }
-
     /// The candidates, worked out once per pass.
     fn build(
         &mut self,
@@ -170,7 +204,7 @@ impl<'a> Search<'a> {
             return;
         }
         let cands = candidates(rules, now, running, borrowed, displace, room);
-        self.on_node = vec![Vec::new(); self.free.len()];
+        self.on_node = vec![Vec::new(); self.room.free.len()];
         for (c, cand) in cands.iter().enumerate() {
             for &n in &cand.nodes {
                 self.on_node[n].push(c);
@@ -186,7 +220,7 @@ impl<'a> Search<'a> {
     /// no set does.
     fn walk(&self, i: usize, share: u32) -> Option<Vec<usize>> {
         let cands = self.cands.as_deref().unwrap_or(&[]);
-        let mut have = self.free[i];
+        let mut have = self.room.free[i];
         if have >= share {
             return Some(Vec::new());
         }
@@ -258,7 +292,7 @@ impl<'a> Search<'a> {
                 continue;
             }
             let mut spent: Vec<(usize, i64)> = Vec::new();
-            let mut have = self.free[i];
+            let mut have = self.room.free[i];
             let mut feasible = true;
             for &c in &set {
                 if !self.may_take(&cands[c], &spent) {
@@ -277,13 +311,13 @@ impl<'a> Search<'a> {
 
     /// The victims that let `j` in, taken; `None` (and nothing taken) when no set does.
     fn place(&mut self, j: &ClusterJob) -> Option<Vec<usize>> {
-        let (nodes, share) = self.shape(j);
-        let mut options: Vec<((usize, usize, u32), usize)> = (0..self.free.len())
+        let (nodes, share) = self.room.shape(j);
+        let mut options: Vec<((usize, usize, u32), usize)> = (0..self.room.free.len())
             .filter_map(|i| {
                 let picked = self.walk(i, share)?;
                 let key = match picked.last() {
                     Some(last) => (last + 1, picked.len(), 0),
-                    None => (0, 0, self.free[i]),
+                    None => (0, 0, self.room.free[i]),
                 };
                 Some((key, i))
             })
@@ -292,7 +326,7 @@ impl<'a> Search<'a> {
             return None;
         }
         options.sort_unstable();
-        let (free, above) = (self.free.clone(), self.above.clone());
+        let (free, above) = (self.room.free.clone(), self.above.clone());
         let mut chosen = Vec::new();
         let mut placed = 0;
         for (_, i) in options {
@@ -304,12 +338,12 @@ impl<'a> Search<'a> {
                 continue;
             };
             self.take(&picked);
-            self.free[i] -= share;
+            self.room.free[i] -= share;
             chosen.extend(picked);
             placed += 1;
         }
         if placed < nodes {
-            self.free = free;
+            self.room.free = free;
             self.above = above;
             let cands = self.cands.as_mut()?;
             for c in chosen {
@@ -325,12 +359,14 @@ impl<'a> Search<'a> {
         let Some(cands) = self.cands.as_mut() else {
             return;
         };
+        // The room grows: what fitted nowhere may fit now.
+        self.room.no_fit = u32::MAX;
         for &c in picked {
             let cand = &mut cands[c];
             cand.taken = true;
             self.above[cand.team] -= i64::from(cand.job.gpus);
             for &n in &cand.nodes {
-                self.free[n] = self.free[n].saturating_add(cand.share);
+                self.room.free[n] = self.room.free[n].saturating_add(cand.share);
             }
         }
     }

@@ -481,6 +481,8 @@ pub struct PassReport {
     pub parked: Vec<u64>,
     /// Parked jobs released because they now fit.
     pub released: Vec<u64>,
+    /// Requeued jobs whose requeue delay was lifted ([`crate::requeue_delay`]).
+    pub lifted: Vec<u64>,
     /// How long the pass took to read, plan and publish, and how many Slurm client commands
     /// it ran for that (issue 9: this must not grow with the queue).
     pub duration: Duration,
@@ -522,6 +524,7 @@ impl PassReport {
         self.requeue_held.extend(acted.requeue_held);
         self.parked.extend(acted.parked);
         self.released.extend(acted.released);
+        self.lifted.extend(acted.lifted);
         self.acted = acted.acted;
     }
 }
@@ -676,6 +679,8 @@ struct Actuator {
     requeues_checked_at: Option<Instant>,
     /// The requeue check under way, if any.
     requeue_check: Option<std::thread::JoinHandle<RequeueOutcome>>,
+    /// Requeued jobs whose requeue delay may be lifted.
+    delays: crate::requeue_delay::Tracker,
 }
 
 /// A requeue to check: did the run end by itself just before the requeue reached slurmctld?
@@ -955,6 +960,7 @@ impl Actuator {
             requeues: Vec::new(),
             requeues_checked_at: None,
             requeue_check: None,
+            delays: crate::requeue_delay::Tracker::default(),
         }
     }
 
@@ -1014,6 +1020,35 @@ impl Actuator {
         let requeued_held: Vec<u64> = report.held.clone();
         let held = hold_outside(plan, &jobs, addresses, &requeued_held)?;
         report.held.extend(held);
+        // Every job of the snapshot: one requeued just now was running in it.
+        self.lift_requeue_delays(plan, &work.jobs, addresses, report)
+    }
+
+    /// Requeued jobs may start again as soon as their requeue delay protects nothing
+    /// ([`crate::requeue_delay`]): their begin time set back to now.
+    fn lift_requeue_delays(
+        &mut self,
+        plan: &Plan,
+        jobs: &[ClusterJob],
+        addresses: &Addresses,
+        report: &mut PassReport,
+    ) -> Result<(), GovernError> {
+        let unsettled: std::collections::BTreeSet<u64> =
+            self.requeues.iter().map(|r| r.id).collect();
+        let due = self.delays.due(jobs, plan, &unsettled, Instant::now());
+        let due: Vec<u64> = due
+            .into_iter()
+            .filter(|id| address(addresses, *id).is_some())
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        scontrol_ok(vec![
+            "update".into(),
+            format!("jobid={}", job_list(addresses, &due)),
+            "StartTime=now".into(),
+        ])?;
+        report.lifted = due;
         Ok(())
     }
 

@@ -42,6 +42,7 @@ pub mod parsable;
 pub mod period;
 pub mod replay;
 pub mod report;
+pub mod requeue_delay;
 pub mod sacct;
 pub mod sample;
 #[allow(unsafe_code)]

@@ -31,6 +31,10 @@ pub const SCENARIOS: &[Scenario] = &[
         "placement::p03_a_two_node_job_takes_what_each_of_its_nodes_needs",
         two_nodes,
     ),
+    (
+        "placement::p04_reclaimed_jobs_run_again_without_slurms_requeue_delay",
+        run_again,
+    ),
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -90,6 +94,16 @@ fn fill(c: &Cluster) -> Result<Vec<String>, String> {
 /// and check that exactly `expected` of ops' jobs (places in `fill`'s list) left, on the
 /// nodes it runs on, and nothing else did.
 fn reclaim(c: &Cluster, args: &[&str], expected: &[usize], nodes: &str) -> TestResult {
+    reclaimed(c, args, expected, nodes).map(|_| ())
+}
+
+/// [`reclaim`], returning the vision job's id and the ops jobs it took.
+fn reclaimed(
+    c: &Cluster,
+    args: &[&str],
+    expected: &[usize],
+    nodes: &str,
+) -> Result<(String, Vec<String>), String> {
     let ops = fill(c)?;
     let before = running(c)?;
     let mut full = vec!["-A", "vision", "-p", "gpu"];
@@ -139,7 +153,8 @@ fn reclaim(c: &Cluster, args: &[&str], expected: &[usize], nodes: &str) -> TestR
     let ops_left = after.values().filter(|(a, _, _)| a == "ops").count();
     ensure(ops_left >= 3, || {
         format!("ops left at {ops_left}, below its quota 3")
-    })
+    })?;
+    Ok((id, gone.into_iter().cloned().collect()))
 }
 
 /// 3 GPUs fit only on n1, where ops' jobs 2, 3 and 4 go (the youngest there first); ops
@@ -158,5 +173,38 @@ fn whole_node(c: &Cluster) -> TestResult {
 fn two_nodes(c: &Cluster) -> TestResult {
     isolated(c, |c| {
         reclaim(c, &["-N", "2", "--gres=gpu:2"], &[2, 3, 4, 5], "n[1-2]")
+    })
+}
+
+/// Slurm holds a requeued job back for 121 s (its begin time); the governor lifts that delay
+/// once it protects nothing (docs/design/reclaim-by-placement.md), so reclaimed borrowers run
+/// again as soon as GPUs come back: here the vision job that took n1 ends, and ops' three jobs
+/// requeued for it (pinned to n1) start again within seconds, not minutes.
+fn run_again(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let (vision, victims) = reclaimed(c, &["--gres=gpu:3"], &[1, 2, 3], "n1")?;
+        let requeued = Instant::now();
+        c.ok("scancel", &[&vision])?;
+        c.wait_for("ops' requeued jobs to run again", MINUTE, || {
+            for j in &victims {
+                if c.job_state(j)? != "RUNNING" {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        })
+        .map_err(|e| format!("{e}\n{}\n{}", c.diagnosis(), c.governor_log_tail(20)))?;
+        let after = requeued.elapsed();
+        eprintln!("requeued jobs {victims:?} ran again {after:.1?} after the reclaim");
+        ensure(after < Duration::from_secs(60), || {
+            format!("the requeued jobs waited {after:?}: Slurm's requeue delay was not lifted")
+        })?;
+        let log = c.governor_log();
+        ensure(
+            victims
+                .iter()
+                .all(|j| log.contains(&format!("job {j} may start again"))),
+            || format!("the governor's log does not say it let {victims:?} go"),
+        )
     })
 }

@@ -31,6 +31,13 @@
 # 4 borrowed), agents the H100 with 4 (its 2 H100 of quota and research's 2 idle H100,
 # borrowed); research then takes one H100 of its quota back: exactly one of agents' borrowed
 # H100 jobs must go, none of the A100 ones (the preempted column lists the jobs gone).
+#
+# MODE=wholenode (issue 24): an in-quota whole-node job on a full, fragmented cluster, on 3
+# nodes x 4 GPUs with tests/live/teamshare-placement.toml. ops (quota 3) runs 7 one-GPU jobs,
+# its four oldest on n1, two on n2, one on n3; apps (quota 4) holds its quota on n2 and n3;
+# vision (quota 5) runs one job on n3. vision submits one `--gres=gpu:4` job: n1 is the only
+# node it can have, by preempting all four of ops' jobs there (ops stays at its quota). The
+# preempted column must list exactly those four.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -43,6 +50,9 @@ CLUSTER_ENV=()
 if [[ $MODE == typed ]]; then
     TOML=$BENCH_ROOT/tests/live/teamshare-typed.toml
     CLUSTER_ENV=(NODES=3 "GPU_TYPES=a100 a100 h100" CLUSTER_NAME=teamshare-typed)
+elif [[ $MODE == wholenode ]]; then
+    TOML=$BENCH_ROOT/tests/live/teamshare-placement.toml
+    CLUSTER_ENV=(NODES=3 CLUSTER_NAME=teamshare-place)
 fi
 [[ $(id -u) == 0 ]] || bench_die "run as root (the throwaway cluster runs as root)"
 
@@ -76,9 +86,12 @@ case $MODE in
 single) FILLER=training VICTIMS=4 CLAIMER=agents CLAIM_GRES=gpu:1 ;;
 spread) FILLER=research VICTIMS=6 CLAIMER=training CLAIM_GRES=gpu:3 ;;
 typed) FILLER=research VICTIMS=6 CLAIMER=research CLAIM_GRES=gpu:h100:1 ;;
-*) bench_die "MODE is single, spread or typed, not $MODE" ;;
+wholenode) FILLER=ops VICTIMS=4 CLAIMER=vision CLAIM_GRES=gpu:4 ;;
+*) bench_die "MODE is single, spread, typed or wholenode, not $MODE" ;;
 esac
-if [[ $MODE == typed ]]; then
+if [[ $MODE == wholenode ]]; then
+    filled() { [[ $(running ops) -eq 7 && $(running apps) -eq 4 && $(running vision) -eq 1 && $(victims) -eq $VICTIMS ]]; }
+elif [[ $MODE == typed ]]; then
     filled() { [[ $(running research) -eq 6 && $(running agents) -eq 4 && $(victims) -eq $VICTIMS ]]; }
 else
     filled() { [[ $(running "$FILLER") -eq 8 && $(victims) -eq $VICTIMS ]]; }
@@ -91,7 +104,18 @@ LAT=()
 bench_log "$(bench_machine); load $(bench_load)"
 printf '%-6s %10s %10s %10s %10s  %s\n' trial "latency s" "sbatch s" "1st victim" "preempted" "load" >"$DIR/trials.txt"
 for ((t = 1; t <= TRIALS; t++)); do
+    if [[ $MODE == wholenode ]]; then
+        for n in n1 n1 n1 n1 n2 n2 n3; do
+            sbatch "${SB[@]}" -A ops --gres=gpu:1 -w "$n" --wrap 'sleep 3600' >/dev/null
+        done
+        wait_until 120 "ops' 7 jobs running" bash -c "[[ \$(squeue -h -A ops -t R -o %i | wc -l) -eq 7 ]]"
+        for n in n2 n2 n3 n3; do
+            sbatch "${SB[@]}" -A apps --gres=gpu:1 -w "$n" --wrap 'sleep 3600' >/dev/null
+        done
+        sbatch "${SB[@]}" -A vision --gres=gpu:1 -w n3 --wrap 'sleep 3600' >/dev/null
+    fi
     for ((i = 0; i < 8; i++)); do
+        [[ $MODE == wholenode ]] && break
         if [[ $MODE == typed ]]; then
             # research: 6 A100 (2 in quota, 4 borrowed); agents: 4 H100 (2 in quota, 2
             # borrowed), the borrowed ones after the quota's.

@@ -33,6 +33,10 @@ use teamshare_policy::priority;
 /// credential was revoked in.
 pub const LIFT_AFTER: Duration = Duration::from_secs(2);
 
+/// How long a requeued job waits under the governor before it may start again: [`LIFT_AFTER`]
+/// and up to a pass (what `accountd replay` simulates; Slurm alone: 121 s).
+pub const GOVERNED_DELAY_SECS: i64 = 3;
+
 /// Past Slurm's default requeue delay (121 s) and some: nothing left to lift.
 pub const FORGET_AFTER: Duration = Duration::from_secs(150);
 

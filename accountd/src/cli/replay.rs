@@ -57,8 +57,8 @@ pub(super) struct ReplayArgs {
     /// at most that much work); repeatable
     #[arg(long = "checkpoint", value_name = "NAME=INTERVAL", value_parser = parse_checkpoint)]
     checkpoints: Vec<(String, Secs)>,
-    /// How long a requeued job waits before it may start again [default: 121s, Slurm's; 0
-    /// under reclaim_mode = "cancel"]
+    /// How long a requeued job waits before it may start again [default: 3s, Slurm's 121s as
+    /// the governor lifts it; 0 under reclaim_mode = "cancel"]
     #[arg(long, value_name = "DURATION", value_parser = parse_secs)]
     requeue_delay: Option<Secs>,
     /// Also replay each simulated candidate with K smaller capacities (C - i x --curve-step
@@ -270,7 +270,7 @@ pub(super) fn run(
             if c.governance.reclaim_mode == ReclaimMode::Cancel {
                 0
             } else {
-                121
+                accountd::requeue_delay::GOVERNED_DELAY_SECS
             },
         ),
         checkpoint: checkpoint.clone(),
@@ -538,7 +538,7 @@ fn notes(args: &ReplayArgs, trace: &Trace) -> Vec<String> {
         "the history marks no run as borrowed and no job as in quota: as-today has no reclaim latency or in-quota start".to_string(),
         format!(
             "requeue delay {}; checkpointing: {}",
-            args.requeue_delay.map_or("121s (0 under reclaim_mode = cancel)".to_string(), |d| format!("{d}s")),
+            args.requeue_delay.map_or(format!("{}s, Slurm's 121 s as the governor lifts it (0 under reclaim_mode = cancel)", accountd::requeue_delay::GOVERNED_DELAY_SECS), |d| format!("{d}s")),
             if args.checkpoints.is_empty() {
                 "none (a preempted job loses all its work)".to_string()
             } else {

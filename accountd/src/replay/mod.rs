@@ -124,7 +124,9 @@ pub enum Candidate {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimParams {
     /// How long a requeued job waits before it may start again (Slurm: BeginTime = now + 121 s
-    /// after a requeue; 0 with `reclaim_mode = "cancel"`, where the owner resubmits at once).
+    /// after a requeue, which the governor lifts after about 3 s:
+    /// [`crate::requeue_delay::GOVERNED_DELAY_SECS`]; 0 with `reclaim_mode = "cancel"`, where
+    /// the owner resubmits at once).
     pub requeue_delay: Secs,
     /// Checkpointing classes or accounts and their interval: a preempted job of one loses at
     /// most the interval of work (else all of it).
@@ -137,7 +139,7 @@ pub struct SimParams {
 impl Default for SimParams {
     fn default() -> Self {
         SimParams {
-            requeue_delay: 121,
+            requeue_delay: crate::requeue_delay::GOVERNED_DELAY_SECS,
             checkpoint: BTreeMap::new(),
             pass_interval: 1,
         }

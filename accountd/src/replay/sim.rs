@@ -2247,7 +2247,7 @@ reclaim_mode = "requeue"
             8,
         );
         let c = config("", "", no_wait());
-        let o = sim(&t, &c, &SimParams::default());
+        let o = sim(&t, &c, &slurm_requeue_delay());
         assert_eq!(
             starts(&o),
             vec![vec![(0, 100)], vec![(0, 50), (171, 271)], vec![(50, 150)]]
@@ -2257,6 +2257,18 @@ reclaim_mode = "requeue"
         assert!(o.jobs[1].runs[0].preempted && !o.jobs[1].runs[1].borrowed);
         // b's job fitted its quota from its submission.
         assert_eq!(o.jobs[2].in_quota_since, Some(50));
+        // The governor lifts the delay after 3 s (53): the job starts again as soon as a's
+        // quota is free, when a's first job ends at 100.
+        let o = sim(&t, &c, &SimParams::default());
+        assert_eq!(starts(&o)[1], vec![(0, 50), (100, 200)]);
+    }
+
+    /// Slurm's own requeue delay (121 s), as the hand-worked tests count it.
+    fn slurm_requeue_delay() -> SimParams {
+        SimParams {
+            requeue_delay: 121,
+            ..SimParams::default()
+        }
     }
 
     #[test]
@@ -2275,7 +2287,7 @@ reclaim_mode = "requeue"
         let c = config("", "", no_wait());
         let params = SimParams {
             checkpoint: BTreeMap::from([("a".to_string(), 30)]),
-            ..SimParams::default()
+            ..slurm_requeue_delay()
         };
         let o = sim(&t, &c, &params);
         assert_eq!(starts(&o)[1], vec![(0, 50), (171, 241)]);
@@ -2365,9 +2377,12 @@ reclaim_mode = "requeue"
         inference.class = Some("inference".into());
         let t = trace(vec![job(1, "a", 0, 4, 100), inference], 1, 8);
         let c = config("", "", no_wait());
-        let o = sim(&t, &c, &SimParams::default());
+        let o = sim(&t, &c, &slurm_requeue_delay());
         assert_eq!(starts(&o), vec![vec![(0, 10), (131, 231)], vec![(10, 110)]]);
         assert_eq!(o.jobs[0].lost_gpu_secs, 40);
+        // With the governor lifting the delay: b's idle quota is lent to it at 13.
+        let o = sim(&t, &c, &SimParams::default());
+        assert_eq!(starts(&o)[0], vec![(0, 10), (13, 113)]);
     }
 
     #[test]

@@ -1344,6 +1344,8 @@ enum RunEnd {
 /// after it started was taken for a run that had ended by itself, and its owner's hold replaced
 /// teamshare's). Only a run that ended with its own exit status ended by itself.
 fn requeued_run_end(sacct: &str, id: u64, start: i64) -> Option<RunEnd> {
+    const SIGKILL: u32 = 9;
+    const SIGTERM: u32 = 15;
     let step = format!("{id}.batch");
     parsable::lines(sacct).find_map(|(_, l)| {
         // ExitCode may be missing: the first three fields are enough to know the run.
@@ -1356,7 +1358,12 @@ fn requeued_run_end(sacct: &str, id: u64, start: i64) -> Option<RunEnd> {
             .and_then(|e| e.trim().split_once(':'))
             .map(|(rc, sig)| (rc.parse::<u32>().ok(), sig.parse::<u32>().ok()))
             .unwrap_or((None, None));
-        let killed_by_signal = signal.is_some_and(|s| s != 0) || rc.is_some_and(|r| r > 128);
+        // Slurm also records a batch step its requeue killed with SIGTERM or SIGKILL as
+        // FAILED with the signal's number as its exit code (15:0, seen in the utilisation
+        // harness and issue 25, finding 16): a script that exits with 9 or 15 by itself in
+        // the very second of the requeue is far less likely than that.
+        let killed_by_signal = signal.is_some_and(|s| s != 0)
+            || rc.is_some_and(|r| r > 128 || r == SIGTERM || r == SIGKILL);
         match f[1].split_whitespace().next().unwrap_or("") {
             "CANCELLED" | "PREEMPTED" | "REQUEUED" => Some(RunEnd::Killed),
             "COMPLETED" | "FAILED" | "OUT_OF_MEMORY" | "TIMEOUT" | "NODE_FAIL"
@@ -1836,6 +1843,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
 177.batch|FAILED|2026-11-30T03:15:04|2:0
 178.batch|FAILED|2026-11-30T03:15:04|0:9
 179.batch|FAILED|2026-11-30T03:15:04|143:0
+180.batch|FAILED|2026-11-30T03:15:04|15:0
 ";
         assert_eq!(requeued_run_end(sacct, 174, start), Some(RunEnd::ByItself));
         assert_eq!(requeued_run_end(sacct, 175, start), Some(RunEnd::Killed));
@@ -1843,6 +1851,8 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         assert_eq!(requeued_run_end(sacct, 177, start), Some(RunEnd::ByItself));
         assert_eq!(requeued_run_end(sacct, 178, start), Some(RunEnd::Killed));
         assert_eq!(requeued_run_end(sacct, 179, start), Some(RunEnd::Killed));
+        // The requeue's SIGTERM recorded as the step's exit code.
+        assert_eq!(requeued_run_end(sacct, 180, start), Some(RunEnd::Killed));
         // Not in accounting yet; or another run of the job.
         assert_eq!(requeued_run_end(sacct, 176, start), None);
         assert_eq!(requeued_run_end(sacct, 174, start + 60), None);

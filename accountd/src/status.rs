@@ -1002,11 +1002,9 @@ mod tests {
 
     /// training borrows 3 GPUs beyond its quota of 4, on agents' 2 idle GPUs and research's 1
     /// (research runs 1 of its 2); its 8th job waits for GPUs to borrow, and an agents job
-    /// waits for a dependency. research lends at most 1 GPU: the governor's limits follow the
-    /// lendable GPUs counted (where every team lends all of its idle quota, they stay at the
-    /// ceilings).
+    /// waits for a dependency.
     fn borrowing_cluster() -> (Config, Capacity, Vec<ClusterJob>) {
-        let config = config(&CONFIG.replace("weight = 20\n", "weight = 20\nlend_limit = 1\n"));
+        let config = config(CONFIG);
         let cap = capacity(&[("n1", 4), ("n2", 4)]);
         let mut jobs = running(1..8, "training");
         jobs.extend(running(8..9, "research"));

@@ -1928,9 +1928,7 @@ fn status_reads_slurm_as_the_governor_does_and_says_what_it_lacks() {
     );
 
     // After a pass: the limits it set. training borrows 1 GPU of the idle 4 (agents' 2 and
-    // the 2 no quota holds): each lends half of it. Every idle GPU is lendable here, so the
-    // limits stay at the ceilings: training (no borrow limit) may hold the cluster, agents
-    // its quota and borrow limit.
+    // the 2 no quota holds): each lends half of it.
     let o = site.run(true, &["govern", "--once"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = site.run(true, &["status"]);
@@ -1945,11 +1943,11 @@ fn status_reads_slurm_as_the_governor_does_and_says_what_it_lacks() {
     };
     assert_eq!(
         line("training"),
-        ["training", "4", "5", "4", "1", "8", "0", "0", "0"]
+        ["training", "4", "5", "4", "1", "5", "0", "0", "0"]
     );
     assert_eq!(
         line("agents"),
-        ["agents", "2", "0", "0", "0", "4", "0.5", "1", "1"]
+        ["agents", "2", "0", "0", "0", "2", "0.5", "1", "1"]
     );
     assert_eq!(
         line("(pool)"),

@@ -327,35 +327,38 @@ fn gpus_outside_every_team(c: &Cluster) -> TestResult {
 /// f04: a parked (non-preemptible, beyond quota) job cannot be undone by its owner: the
 /// governor holds it (an administrator's hold, which the owner cannot release, marked in its
 /// AdminComment); had the owner moved its begin time to now before that hold, and it started
-/// on GPUs the team's limit allowed for another borrower, it does not stay running beyond
-/// the quota (requeued and held). Once it fits the quota, the governor releases it and it runs.
+/// on GPUs the team's limit allowed for another borrower (one that ended while the governor
+/// was stopped), it does not stay running beyond the quota (requeued and held). Once it fits the quota, the governor releases it and it runs.
 fn released_non_preemptible(c: &Cluster) -> TestResult {
     isolated(c, |c| {
         // research's quota (2) is held by two inference jobs on n1; training fills n1's rest.
         let quota_jobs = fill(c, "research", 2, &["--qos=inference", "-w", "n1"])?;
         fill(c, "training", 2, &["-w", "n1"])?;
-        // A borrower research may start only on n1 (busy): research's limit is raised for it.
-        c.sbatch(&[
+        // A borrower of research runs on n2: research's limit is raised for it (2 + 3).
+        let borrower = c.sbatch(&[
             "-A",
             "research",
             "-p",
             "gpu",
             "-w",
-            "n1",
-            "--gres=gpu:4",
+            "n2",
+            "--gres=gpu:3",
             "--wrap",
             "sleep 600",
         ])?;
-        // research's limit lets that borrower in: 2 + 4 at least (its ceiling, 2 + 6, where
-        // every idle GPU is lendable, as here).
-        c.wait_for("research's limit raised for its borrower", MINUTE, || {
-            let s = c.state()?;
-            Ok((s["teams"]["research"]["gpu_limit"].as_u64() >= Some(6)).then_some(()))
+        c.wait_for("research's borrower to run", MINUTE, || {
+            Ok((c.job_state(&borrower)? == "RUNNING").then_some(()))
         })?;
         c.wait_governor_pass()?;
-        // The window before the governor's hold, made wide: no governor while the owner
+        // The window before the governor's hold, made wide: no governor while the borrower
+        // ends (its limit stays in Slurm: the GPUs it held are open to research) and the owner
         // submits and moves the plugin's begin time to now (Slurm lets an owner do that).
         c.stop_governor();
+        c.ok("scancel", &[&borrower])?;
+        c.wait_for("research's borrower to end", MINUTE, || {
+            let state = c.job_state(&borrower)?;
+            Ok((state != "RUNNING" && state != "COMPLETING").then_some(()))
+        })?;
         let r = (|| -> Result<String, String> {
             let id = c.sbatch_as_user(&[
                 "-A",

@@ -1173,6 +1173,10 @@ impl<'a> Pending<'a> {
     fn has_borrowers(&self, t: usize) -> bool {
         self.borrowers_of(t).next().is_some()
     }
+
+    fn has_any_borrowers(&self) -> bool {
+        (0..self.borrowers.len()).any(|t| self.has_borrowers(t))
+    }
 }
 
 /// Phase 3 as the plan uses it: a job that may displace its team's lower classes does so only
@@ -1726,9 +1730,6 @@ struct Pass<'a> {
     fairshare: &'a BTreeMap<String, f64>,
     now: i64,
     nodes: PassNodes<'a>,
-    /// One pool of its own (not one GPU type of a typed configuration, whose borrow limits
-    /// may be shared between types): its limits may stay open ([`open_lending`]).
-    own_pool: bool,
 }
 
 /// Phase 5: lendable idle capacity shared out by `idle_sharing`; returns each team's
@@ -1909,43 +1910,6 @@ fn lendable_capacity(
         lends,
         remaining: lendable - borrowed_now,
     }
-}
-
-/// Whether every idle GPU of the pool is lendable whatever runs: every team lends all of its
-/// idle quota, and the capacity covers the quotas (no drained node leaves a quota unbacked).
-/// Rule 4 then holds by itself (borrowers can only take idle GPUs, and each of them is
-/// lendable), and a team's limit can stay at its ceiling (rule 1): a borrower starts on a GPU
-/// the moment it is free, with no limit to move first, and Slurm's backfill sees it and can
-/// plan for it like any other job. Pending in-quota jobs outrank every borrower, so they get
-/// the GPUs that fit them first; one that fits nowhere reserves nothing and reclaims where
-/// victims let it in (phase 4). Who of several borrowing teams goes first is the bands'
-/// order (rule 5). Not for the pools of a typed configuration, whose borrow limits may be
-/// shared between types.
-fn open_lending(config: &Config, pass: &Pass<'_>) -> bool {
-    pass.own_pool
-        && config.teams.iter().all(|t| t.lend_limit >= t.quota.total)
-        && config
-            .teams
-            .iter()
-            .fold(0u32, |s, t| s.saturating_add(t.quota.total))
-            <= pass.capacity
-}
-
-/// Under [`open_lending`], each team's allowance beyond its quota (or what it runs) is what
-/// its borrow limit leaves, or the rest of the pool without one: its limit is its ceiling.
-fn open_allowances(config: &Config, running: &Running<'_>, capacity: u32) -> Vec<u32> {
-    config
-        .teams
-        .iter()
-        .zip(&running.usage)
-        .map(|(t, &used)| {
-            let held = t.quota.total.max(used);
-            match t.borrow_limit {
-                Some(b) => b.saturating_sub(used.saturating_sub(t.quota.total)),
-                None => capacity.saturating_sub(held),
-            }
-        })
-        .collect()
 }
 
 /// Band slots follow every team's place by fair-share factor, borrowing or not, so that a
@@ -2278,7 +2242,7 @@ pub fn plan(input: &GovernInput<'_>) -> Plan {
     if input.config.is_typed() {
         plan_typed(input)
     } else {
-        plan_pool(input, true).plan
+        plan_pool(input).plan
     }
 }
 
@@ -2295,7 +2259,7 @@ struct PoolPlan {
 
 /// One pool of GPUs, governed by the rules of DESIGN §4 with the configuration's quotas and
 /// limits as totals, phase by phase.
-fn plan_pool(input: &GovernInput<'_>, own_pool: bool) -> PoolPlan {
+fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
     let expanded = expand_arrays(input.jobs, input.capacity);
     let jobs = expanded.as_deref().unwrap_or(input.jobs);
     let config = input.config;
@@ -2308,7 +2272,6 @@ fn plan_pool(input: &GovernInput<'_>, own_pool: bool) -> PoolPlan {
         fairshare: input.fairshare,
         now: input.now,
         nodes: PassNodes::Given(input.node_gpus),
-        own_pool,
     };
     let mut priorities = Priorities::default();
     let d = decide(&rules, &pass, &queues, &mut priorities, None);
@@ -2422,19 +2385,17 @@ fn decide<'a>(
     } = reclaim_phase(
         rules, pass.now, &running, victims, &pending, &nodes, free, priorities, kept,
     );
-    let open = open_lending(config, pass);
-    // Lending by placement where limits are counted: the idle GPUs the in-quota jobs leave.
+    // Lending by placement: the idle GPUs the in-quota jobs leave, where the nodes are known.
     let room = match room {
-        _ if open => None,
         Some(room) => Some(room),
-        None => placement_known(&nodes).then(|| reclaim::Room::new(nodes.get())),
+        None if pending.has_any_borrowers() => {
+            placement_known(&nodes).then(|| reclaim::Room::new(nodes.get()))
+        }
+        None => None,
     };
     let release = prioritise_fitting(rules, in_quota_level, &pending, priorities);
     let park = jobs_to_park(rules, queues, &pending);
-    let mut shares = share_idle_capacity(rules, pass, queues, &running, &pending, room);
-    if open {
-        shares.allowance = open_allowances(config, &running, pass.capacity);
-    }
+    let shares = share_idle_capacity(rules, pass, queues, &running, &pending, room);
     prioritise_borrowers(rules, &shares.served, priorities);
     prioritise_waiting(rules, &pending.waiting, priorities);
     prioritise_tails(rules, &pending.tails, &shares.bands, priorities);
@@ -2716,7 +2677,7 @@ fn plan_typed(input: &GovernInput<'_>) -> Plan {
             capacity_by_type: &no_types,
             node_types: &no_node_types,
         };
-        let pool = plan_pool(&pool_input, false);
+        let pool = plan_pool(&pool_input);
         spent.add(config, &pool);
         merge_pool(&mut merged, k, pool.plan);
     }
@@ -3005,10 +2966,8 @@ min_runtime_before_reclaim = "0s"
         teamshare_config::parse(&text, "t.toml").expect("valid")
     }
 
-    /// [`config`] where limits follow the lendable GPUs counted team by team (rule 4 does
-    /// not hold by itself): a team `reserve` with quota 1 that lends nothing, and one GPU
-    /// more for it ([`plan_for`]: the capacity is the quotas' sum), so that every other
-    /// team's arithmetic is [`config`]'s.
+    /// [`config`] with a team `reserve` (quota 1) that lends nothing, and one GPU more for it
+    /// ([`plan_for`]: the capacity is the quotas' sum): an idle GPU nobody may borrow.
     fn counted(extra: &str) -> Config {
         let text = CONFIG
             .replace("idle_sharing = \"fair-share\"", extra)
@@ -3142,7 +3101,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn an_array_borrows_for_every_task_and_a_huge_one_costs_no_more_than_the_cluster() {
-        let c = counted("");
+        let c = config("");
         // research (quota 2, borrow limit 6) alone: a 5-task array borrows 3 beyond quota,
         // like 5 jobs would; a 10^9-task array is capped at the cluster's size.
         let five = vec![ClusterJob {
@@ -3233,11 +3192,11 @@ min_runtime_before_reclaim = "0s"
         jobs.retain(|j| j.id != 1);
         jobs.push(pending(30, "agents", 300));
         jobs.push(pending(31, "research", 200));
-        let c = counted("");
+        let c = config("");
         let p = plan_for(&c, &jobs, &[("agents", 0.9), ("research", 0.2)]);
         assert_eq!((p.gpu_limits["agents"], p.gpu_limits["research"]), (3, 2));
         assert!(p.priorities[&30] > p.priorities[&31]);
-        let c = counted("idle_sharing = \"fifo\"");
+        let c = config("idle_sharing = \"fifo\"");
         let p = plan_for(&c, &jobs, &[("agents", 0.9), ("research", 0.2)]);
         assert_eq!((p.gpu_limits["agents"], p.gpu_limits["research"]), (2, 3));
         // One band for both: Slurm serves the older submission (31) first.
@@ -3296,7 +3255,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn a_higher_class_borrows_rather_than_displace_when_it_can() {
-        let c = counted("");
+        let c = config("");
         // agents holds its quota (2) with jobs of no class; training its 4; research's 2 GPUs
         // are idle and lendable. An experiment job of agents could displace one of its own
         // jobs, but it can start on research's idle quota instead: nobody loses work.
@@ -3460,7 +3419,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn non_preemptible_jobs_are_never_victims_and_never_borrow() {
-        let c = counted("");
+        let c = config("");
         let mut jobs: Vec<_> = (1..=3)
             .map(|i| {
                 let mut j = running(i, "agents", 100 + i as i64);
@@ -3486,7 +3445,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn parking_holds_until_the_job_fits_whatever_its_owner_did() {
-        let c = counted("");
+        let c = config("");
         let mut jobs: Vec<_> = (1..=3)
             .map(|i| {
                 let mut j = running(i, "agents", 100 + i as i64);
@@ -3573,7 +3532,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn finding5_a_job_that_cannot_start_neither_displaces_nor_reserves_quota() {
-        let c = counted("");
+        let c = config("");
         let experiment = |mut j: ClusterJob| {
             j.priority = encode(priority::protected_level(10), 3);
             j
@@ -3604,7 +3563,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn finding9_a_job_larger_than_the_borrow_headroom_borrows_only_its_part_beyond_quota() {
-        let c = counted("");
+        let c = config("");
         // Idle cluster; agents (quota 2, borrow limit 2) asks for 3 at once.
         let mut three = pending(1, "agents", 100);
         three.gpus = 3;
@@ -3655,45 +3614,6 @@ min_runtime_before_reclaim = "0s"
         );
         assert_eq!(p.outside, [1, 4]);
         assert!(!p.priorities.contains_key(&1));
-    }
-
-    #[test]
-    fn where_every_idle_gpu_is_lendable_limits_stay_at_the_ceilings() {
-        // Everyone lends all of its idle quota and the quotas fill the capacity: each team's
-        // limit is its ceiling, borrowing or not (no limit to move before a borrower starts).
-        let c = config("");
-        let jobs = vec![running(1, "training", 100), pending(2, "research", 200)];
-        let p = plan_for(&c, &jobs, &[]);
-        for (team, ceiling) in [("agents", 4), ("training", 8), ("research", 8)] {
-            assert_eq!(p.gpu_limits[team], ceiling, "{team}");
-        }
-        // A non-preemptible job beyond its quota is still parked: the limit no longer
-        // keeps it from borrowing, its hold does.
-        let mut inference = pending(3, "agents", 300);
-        inference.priority = encode(priority::BORROW_BASE, 1);
-        let held = |id, start| ClusterJob {
-            priority: encode(priority::protected_level(100), 1),
-            ..running(id, "agents", start)
-        };
-        let p = plan_for(&c, &[held(4, 10), held(5, 11), inference], &[]);
-        assert_eq!(p.park, [3]);
-        // A team that keeps some of its idle quota, or a drained node under the quotas:
-        // limits follow what is lendable, counted.
-        let keeps = CONFIG.replacen("weight = 20", "weight = 20\nlend_limit = 1", 1);
-        let c = teamshare_config::parse(&keeps, "t.toml").expect("valid");
-        assert_eq!(plan_for(&c, &jobs, &[]).gpu_limits["agents"], 2);
-        let c = config("");
-        let drained = plan(&GovernInput {
-            config: &c,
-            capacity: 7,
-            jobs: &jobs,
-            fairshare: &BTreeMap::new(),
-            now: 1_000,
-            node_gpus: &BTreeMap::new(),
-            capacity_by_type: &BTreeMap::new(),
-            node_types: &BTreeMap::new(),
-        });
-        assert_eq!(drained.gpu_limits["agents"], 2);
     }
 
     #[test]
@@ -3766,7 +3686,7 @@ min_runtime_before_reclaim = "0s"
 
     #[test]
     fn unreadable_requests_never_widen_a_limit() {
-        let c = counted("");
+        let c = config("");
         let mut odd = pending(1, "research", 100);
         odd.gpus = UNREADABLE_GPUS;
         let p = plan_for(&c, &[odd], &[]);

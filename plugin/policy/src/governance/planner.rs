@@ -389,7 +389,6 @@ impl<'c> Planner<'c> {
             fairshare: input.fairshare,
             now: input.now,
             nodes: PassNodes::Kept(nodes),
-            own_pool: true,
         };
         written.clear();
         let mut sink = SlotSink {

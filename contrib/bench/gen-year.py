@@ -22,9 +22,12 @@ log-normal per team (at most 4 days); time limits are 1.5-5x the run time rounde
 15 minutes (at most 7 days); 1 % of jobs are cancelled while they wait (status 5), 4 % fail.
 Queues: 1 standard, 2 inference, 3 experiment (short research and vision jobs).
 
+--whole-node (issue 24): the preemptible teams' jobs mostly take whole 8-GPU nodes (half of
+them 8 GPUs, 3 in 10 of 16 or 32), fewer of them so that each team offers the same GPU-hours.
+
 Deterministic for a given --seed; stdlib only.
 
-usage: gen-year.py DIR [--seed S] [--jobs N] [--start UNIX] [--days D]
+usage: gen-year.py DIR [--seed S] [--jobs N] [--start UNIX] [--days D] [--whole-node]
 """
 import argparse
 import math
@@ -51,6 +54,8 @@ TEAMS = [
     ("vision", 5, 0.100, (0.30, 0.30, 0.25, 0.15, 0.00, 0.00), 3.9, 1.2, 0.50, 0.40, 16, 0.30),
 ]
 QUEUES = {1: "standard", 2: "inference", 3: "experiment"}
+# --whole-node: the GPU-count weights of every team but inference.
+WHOLE_NODE = (0.10, 0.05, 0.05, 0.50, 0.20, 0.10)
 
 
 def poisson(rng, lam):
@@ -116,6 +121,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=400_000, help="expected jobs in the year")
     ap.add_argument("--start", type=int, default=1735689600, help="UnixStartTime (2025-01-01)")
     ap.add_argument("--days", type=int, default=365)
+    ap.add_argument("--whole-node", action="store_true",
+                    help="preemptible teams' jobs mostly whole 8-GPU nodes (same GPU-hours)")
     args = ap.parse_args()
 
     rng = random.Random(args.seed)
@@ -131,6 +138,11 @@ def main():
         name, group, share, weights, mean_h, sigma, _, _, users, exp_share = team
         shape = rate_shape(team, args.start, hours, bursts)
         scale = args.jobs * share / sum(shape)
+        if args.whole_node and name != "inference":
+            # The same GPU-hours in fewer, wider jobs.
+            mean = lambda w: sum(g * x for g, x in zip(GPU_SIZES, w)) / sum(w)
+            scale *= mean(weights) / mean(WHOLE_NODE)
+            weights = WHOLE_NODE
         mu = math.log(mean_h * HOUR) - sigma * sigma / 2
         trng = random.Random(f"{args.seed}-{name}")
         for h, s in enumerate(shape):
@@ -161,7 +173,8 @@ def main():
         w = f.write
         w("; Version: 2.2\n")
         w(f"; Computer: synthetic site, {CAPACITY // GPUS_PER_NODE} nodes x {GPUS_PER_NODE} GPUs\n")
-        w(f"; Installation: teamshare contrib/bench/gen-year.py --seed {args.seed} --jobs {args.jobs}\n")
+        w(f"; Installation: teamshare contrib/bench/gen-year.py --seed {args.seed} --jobs {args.jobs}"
+          f"{' --whole-node' if args.whole_node else ''}\n")
         w("; Conversion: generated (a model): wait times are unknown (-1) except for cancelled jobs\n")
         w(f"; MaxJobs: {len(jobs)}\n")
         w(f"; MaxRecords: {len(jobs)}\n")

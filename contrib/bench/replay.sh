@@ -10,7 +10,8 @@
 # Builds accountd in release (`cargo build --release -p accountd`) unless ACCOUNTD names a binary
 # (then builds nothing). The year is generated into DIR once per SEED and JOBS, and kept.
 # Environment: ACCOUNTD, SEED (13), JOBS (400000), CURVE (10: points of the capacity curve;
-# 0 skips it), FORMAT (table). Each replay's output: DIR/replay-<label>.txt (stderr .err).
+# 0 skips it), FORMAT (table), WHOLE_NODE (1: the whole-node-heavy variant of the year,
+# gen-year.py --whole-node). Each replay's output: DIR/replay-<label>.txt (stderr .err).
 set -euo pipefail
 
 # shellcheck source=contrib/bench/lib.sh
@@ -21,6 +22,9 @@ SEED=${SEED:-13}
 JOBS=${JOBS:-400000}
 CURVE=${CURVE:-10}
 FORMAT=${FORMAT:-table}
+WHOLE_NODE=${WHOLE_NODE:-0}
+GEN_ARGS=()
+[[ $WHOLE_NODE == 1 ]] && GEN_ARGS=(--whole-node)
 CONFIG=$ROOT/contrib/bench/replay-1000.toml
 ALT=$ROOT/contrib/bench/replay-1000-alt.toml
 mkdir -p "$DIR/bin"
@@ -44,11 +48,11 @@ done
 
 SWF=$DIR/year.swf
 MAP=$DIR/team-map.txt
-STAMP="seed $SEED jobs $JOBS $(sha256sum "$ROOT/contrib/bench/gen-year.py" | cut -c1-16)"
+STAMP="seed $SEED jobs $JOBS ${GEN_ARGS[*]} $(sha256sum "$ROOT/contrib/bench/gen-year.py" | cut -c1-16)"
 if [[ ! -s $SWF || ! -s $MAP || $(cat "$DIR/generated" 2>/dev/null) != "$STAMP" ]]; then
     bench_log "generating the year ($STAMP) into $DIR"
     start=$(date +%s.%N)
-    python3 "$ROOT/contrib/bench/gen-year.py" "$DIR" --seed "$SEED" --jobs "$JOBS" 2>"$DIR/generated.txt"
+    python3 "$ROOT/contrib/bench/gen-year.py" "$DIR" --seed "$SEED" --jobs "$JOBS" "${GEN_ARGS[@]}" 2>"$DIR/generated.txt"
     echo "$STAMP" >"$DIR/generated"
     bench_log "generated in $(echo "$(date +%s.%N) - $start" | bc -l | xargs printf '%.1f') s"
 fi

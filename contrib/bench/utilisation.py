@@ -21,7 +21,9 @@ Definitions (from the samples, between each sample and the next):
 - utilisation: GPU-seconds held by running jobs over the capacity's, from the first submission
   to the last end (the makespan).
 - in-quota start: the wait of the jobs whose team, at their submission, ran and waited for
-  no more than its quota with them (judged from the sample before).
+  no more than its quota with them (judged from the sample before); and, for teamshare, from
+  the first sample where the governor ranked a job in its team's quota (priority at the
+  no-preempt level or above, below the protected band) to its start.
 - preemptions and lost GPU-seconds: runs that ended PREEMPTED or REQUEUED (sacct -D), and the
   GPU-seconds they had run.
 """
@@ -185,6 +187,8 @@ def play(workload, mode, out_path):
     th.start()
     samples = []
     deadline = t0 + w["window"] * 6
+    held_since = None
+    held = []
     while True:
         with lock:
             known = set(ids)
@@ -193,16 +197,26 @@ def play(workload, mode, out_path):
         samples.append((at - t0, {k: list(v) for k, v in s.items()}))
         if not th.is_alive() and not s and len(known) > 0:
             break
+        # Only held jobs left (a product fault: nothing here holds a job): noted, not waited
+        # for beyond a minute.
+        if not th.is_alive() and s and all(v[0] == "PENDING" and v[1].startswith("JobHeld") for v in s.values()):
+            held_since = held_since or at
+            if at - held_since > 60:
+                held = sorted(s)
+                print(f"play: jobs left held: {held}", file=sys.stderr)
+                break
+        else:
+            held_since = None
         if at > deadline:
             print("play: deadline passed with jobs left", file=sys.stderr)
             break
         time.sleep(max(0.0, 0.25 - (time.time() - at)))
     th.join()
-    runs = sacct(list(ids))
+    runs = sacct([i for i in ids if i not in held]) if held else sacct(list(ids))
     json.dump({
         "mode": mode, "workload": w, "t0": t0, "ids": ids,
         "submit_at": {str(k): v - t0 for k, v in submit_at.items()},
-        "samples": samples, "runs": runs,
+        "samples": samples, "runs": runs, "held": held,
     }, open(out_path, "w"))
 
 
@@ -257,6 +271,15 @@ def analyse(r):
     in_quota = {}
     first_submit = min(r["submit_at"].values()) if r["submit_at"] else 0
     prev_state = {}
+    # teamshare only: when each job was first seen ranked in its team's quota (a pending job at
+    # or above the level that preempts nobody: reclaim_level(0) = 9,999,999, below the
+    # protected band at 60,000,000).
+    ranked_at = {}
+    for t, jobs in samples:
+        for sid, v in jobs.items():
+            level = v[5] >> 6
+            if v[0] == "PENDING" and 9_999_999 <= level < 60_000_000 and sid not in ranked_at:
+                ranked_at[sid] = t
     for k in range(len(samples) - 1):
         t, jobs = samples[k]
         dt = samples[k + 1][0] - t
@@ -292,6 +315,7 @@ def analyse(r):
     for x in r["runs"]:
         runs_by.setdefault(x["JobIDRaw"], []).append(x)
     waits, turns, preempted, lost = {}, {}, 0, 0.0
+    ranked = []
     last_end = 0.0
     t0 = r["t0"]
     for sid, n in slurm_to_n.items():
@@ -315,6 +339,8 @@ def analyse(r):
                     if tres.startswith("gres/gpu="):
                         gpus = int(tres.split("=")[1])
                 lost += gpus * max(0.0, ts(x["End"]) - ts(x["Start"]))
+        if sid in ranked_at:
+            ranked.append(max(0.0, first - ranked_at[sid]))
         # In quota at submission: the team's load in the sample before, with this job, within
         # its quota.
         k = max((i for i, (st, _) in enumerate(samples) if st <= sub), default=0)
@@ -331,8 +357,9 @@ def analyse(r):
         "turnaround": {t: statistics.mean(v) for t, v in turns.items()},
         "wait": {t: statistics.mean(v) for t, v in waits.items()},
         "in_quota_p50": pct(iq, 50), "in_quota_p95": pct(iq, 95), "in_quota_n": len(iq),
+        "ranked_p95": pct(ranked, 95), "ranked_max": max(ranked) if ranked else float("nan"),
         "preemptions": preempted, "lost_gpu_s": lost,
-        "jobs": len(slurm_to_n), "samples": len(samples),
+        "jobs": len(slurm_to_n), "samples": len(samples), "held": len(r.get("held", [])),
     }
 
 
@@ -372,7 +399,10 @@ def summary(paths):
         ("utilisation %", "utilisation", "{:.1f}"), ("makespan s", "makespan", "{:.0f}"),
         ("in-quota start p50 s", "in_quota_p50", "{:.1f}"),
         ("in-quota start p95 s", "in_quota_p95", "{:.1f}"),
+        ("ranked in quota: start p95 s", "ranked_p95", "{:.1f}"),
+        ("ranked in quota: start max s", "ranked_max", "{:.1f}"),
         ("preemptions", "preemptions", "{:.0f}"), ("lost GPU-s", "lost_gpu_s", "{:.0f}"),
+        ("jobs left held", "held", "{:.0f}"),
     ]
     print(f"| figure | {' | '.join(modes)} |")
     print(f"|---|{'---|' * len(modes)}")

@@ -148,8 +148,59 @@ fn new_database_mode(dir: &std::fs::Metadata) -> (u32, Option<u32>) {
     }
 }
 
+/// Held while a database file is created and while SQLite opens one, so that no connection of
+/// this process can hold a lock on a file [`create_database_file`] still has a descriptor of:
+/// closing any descriptor of a file drops every POSIX lock the process holds on it, which would
+/// let another process write the database under this one's feet (DESIGN §7). That is the only
+/// descriptor of a database accountd opens outside SQLite, and only of a file it just made.
+static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether this process may read `path`, judged without opening it (see [`OPENING`]): from
+/// its mode, owner and group and this process's effective user and groups
+/// (`/proc/self/status`). Access control lists are not read: where they grant or deny more,
+/// SQLite's own open answers.
+fn may_read(path: &Path) -> std::io::Result<()> {
+    let m = std::fs::metadata(path)?;
+    let Some((uid, gids)) = effective_ids() else {
+        return Ok(());
+    };
+    let mode = m.mode();
+    let allowed = uid == 0
+        || if m.uid() == uid {
+            mode & 0o400 != 0
+        } else if gids.contains(&m.gid()) {
+            mode & 0o040 != 0
+        } else {
+            mode & 0o004 != 0
+        };
+    if allowed {
+        Ok(())
+    } else {
+        Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+    }
+}
+
+/// This process's effective user and its groups (effective and supplementary), from
+/// `/proc/self/status`; `None` where it cannot be read.
+fn effective_ids() -> Option<(u32, Vec<u32>)> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        text.lines().find_map(|l| l.strip_prefix(name)).map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|x| x.parse::<u32>().ok())
+                .collect::<Vec<u32>>()
+        })
+    };
+    // Uid: real effective saved filesystem; Gid: the same; Groups: the supplementary ones.
+    let uid = *field("Uid:")?.get(1)?;
+    let mut gids = field("Groups:").unwrap_or_default();
+    gids.push(*field("Gid:")?.get(1)?);
+    Some((uid, gids))
+}
+
 /// Create the database file, empty, with its mode and group, unless it exists. SQLite creates
-/// the `-wal` and `-shm` files with the database's mode and owner, so they follow.
+/// the `-wal` and `-shm` files with the database's mode and owner, so they follow. The caller
+/// holds [`OPENING`]; an existing file is never opened here (`create_new` fails first).
 fn create_database_file(path: &Path) -> Result<(), StoreError> {
     let err = |source| StoreError::CreateFile {
         path: path.to_path_buf(),
@@ -289,12 +340,17 @@ impl Store {
                     source,
                 })?;
         }
-        create_database_file(path)?;
         let display = path.display().to_string();
-        let conn = Connection::open(path).map_err(|source| StoreError::Open {
-            path: display.clone(),
-            source,
-        })?;
+        let conn = {
+            let _opening = OPENING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            create_database_file(path)?;
+            Connection::open(path).map_err(|source| StoreError::Open {
+                path: display.clone(),
+                source,
+            })?
+        };
         Store::init(conn, display)
     }
 
@@ -318,26 +374,35 @@ impl Store {
     /// kept and [`Store::changed_while_read`] tells the caller to read again if it moved.
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
         let display = path.display().to_string();
-        // Asked first, so that a user who may not read it gets a plain answer, not SQLite's.
-        if let Err(e) = std::fs::File::open(path) {
-            return Err(match e.kind() {
-                std::io::ErrorKind::NotFound => StoreError::Missing {
-                    path: path.to_path_buf(),
-                },
-                std::io::ErrorKind::PermissionDenied => {
-                    let (readers, hint) = readers_of(path);
-                    StoreError::NotReadable {
+        // Asked first, so that a user who may not read it gets a plain answer, not SQLite's;
+        // asked without opening it: the daemon runs this beside its own connections, and
+        // closing a descriptor of the file would drop their locks. The mode bits may say no
+        // where an access control list says yes: then SQLite's own open decides.
+        let not_readable = || {
+            let (readers, hint) = readers_of(path);
+            StoreError::NotReadable {
+                path: path.to_path_buf(),
+                readers,
+                hint,
+            }
+        };
+        let denied = match may_read(path) {
+            Ok(()) => false,
+            Err(e) => match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    return Err(StoreError::Missing {
                         path: path.to_path_buf(),
-                        readers,
-                        hint,
-                    }
+                    })
                 }
-                _ => StoreError::CreateFile {
-                    path: path.to_path_buf(),
-                    source: e,
-                },
-            });
-        }
+                std::io::ErrorKind::PermissionDenied => true,
+                _ => {
+                    return Err(StoreError::CreateFile {
+                        path: path.to_path_buf(),
+                        source: e,
+                    })
+                }
+            },
+        };
         let open_err = |source| StoreError::Open {
             path: display.clone(),
             source,
@@ -345,9 +410,18 @@ impl Store {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(uri_of(path), flags).map_err(open_err)?;
+        // While a database file is being made, its maker has a descriptor of it: not before.
+        let opening = OPENING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let conn = match Connection::open_with_flags(uri_of(path), flags) {
+            Ok(conn) => conn,
+            Err(_) if denied => return Err(not_readable()),
+            Err(e) => return Err(open_err(e)),
+        };
         conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
         let (conn, immutable_since) = match user_version(&conn) {
+            Err(_) if denied => return Err(not_readable()),
             Ok(_) => (conn, None),
             Err(e) if cannot_open_wal(&e) && !wal_of(path).exists() => {
                 drop(conn);
@@ -362,6 +436,7 @@ impl Store {
             }
             Err(e) => return Err(open_err(e)),
         };
+        drop(opening);
         let found = user_version(&conn).map_err(open_err)?;
         check_not_newer(&display, found)?;
         if found < SCHEMA_VERSION {
@@ -648,6 +723,47 @@ pub(crate) mod tests {
         let warning = exposure_warning(&path).expect("warned");
         assert!(warning.contains("(mode 0644)"), "{warning}");
         assert!(warning.contains("chmod o-rwx"), "{warning}");
+    }
+
+    /// Issue 25, finding 1: a read-only open beside an open connection of the same process
+    /// (the daemon's fair-share and metrics reads) opened and closed the file itself, which
+    /// dropped every lock the process held on it: another process closing its connection
+    /// then took the database for unused and deleted the `-wal` the daemon still wrote to.
+    #[test]
+    fn issue25_1_a_read_only_open_beside_a_connection_keeps_its_locks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("accountd.db");
+        let writer = Store::open(&path).unwrap();
+        writer
+            .connection()
+            .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+            .unwrap();
+        let wal = wal_of(&path);
+        assert!(wal.exists());
+        for _ in 0..3 {
+            drop(Store::open_read_only(&path).unwrap());
+        }
+        // Another process (as `accountd ingest` beside the daemon) opens, reads and closes:
+        // with the daemon's lock kept, it leaves the write-ahead log alone.
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT count(*) FROM t').fetchall(); c.close()",
+            ])
+            .arg(&path)
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(wal.exists(), "the other process deleted {}", wal.display());
+        let n: i64 = writer
+            .connection()
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
     }
 
     #[test]

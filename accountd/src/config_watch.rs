@@ -174,3 +174,53 @@ mod tests {
         assert!(matches!(watch.check(false), Reload::Same { .. }));
     }
 }
+
+#[cfg(test)]
+mod hostile_files {
+    use super::*;
+    use std::time::Instant;
+
+    const VALID: &str =
+        "[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\n\n[[team]]\nname = \"a\"\nquota = 1\n";
+
+    /// Issue 25, finding 2: a FIFO put at the config path blocked `accountd run`'s watcher for
+    /// ever (and a SIGHUP then said "unchanged"); a symlink to /dev/zero grew the daemon by
+    /// gigabytes. Each is now a rejected reload, said at once, and the configuration in force
+    /// stays; putting the file back reloads nothing new.
+    #[test]
+    fn issue25_2_a_fifo_or_a_device_swapped_in_is_rejected_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("teamshare.toml");
+        std::fs::write(&path, VALID).unwrap();
+        let start = teamshare_config::load(&path).unwrap();
+        let mut watch = ConfigWatch::new(&path, &start);
+        for swap in ["fifo", "zero"] {
+            std::fs::remove_file(&path).unwrap();
+            if swap == "fifo" {
+                let made = std::process::Command::new("mkfifo")
+                    .arg(&path)
+                    .status()
+                    .unwrap();
+                assert!(made.success());
+            } else {
+                std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+            }
+            for asked in [false, true] {
+                let t0 = Instant::now();
+                let r = watch.check(asked);
+                assert!(t0.elapsed() < Duration::from_secs(5), "{swap}: {r:?}");
+                // A look after the swap, then a SIGHUP: each says why, neither "unchanged".
+                match r {
+                    Reload::Rejected { why, kept } => {
+                        assert!(why.contains("not a regular file"), "{swap}: {why}");
+                        assert_eq!(kept, start.digest);
+                    }
+                    other => panic!("{swap}: {other:?}"),
+                }
+            }
+        }
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, VALID).unwrap();
+        assert!(matches!(watch.check(false), Reload::Same { .. }));
+    }
+}

@@ -44,6 +44,9 @@ pub enum ApiError {
     Call { call: &'static str, message: String },
 }
 
+/// The most bytes of slurm.conf read to check it (a large site's is a few hundred KiB).
+const SLURM_CONF_LIMIT: u64 = 64 << 20;
+
 /// libslurm is initialised once per process (slurm.conf and the client plugins); the outcome
 /// of the checks before it is kept, so every caller gets the same answer.
 fn init() -> Result<(), ApiError> {
@@ -53,7 +56,12 @@ fn init() -> Result<(), ApiError> {
         // client without SLURM_CONF tries a configless lookup: both are checked first, so that
         // a missing or unreadable file is an error the daemon reports, not an exit.
         let conf = std::env::var_os(SLURM_CONF_VAR).ok_or(ApiError::SlurmConfUnset)?;
-        if let Err(e) = std::fs::File::open(&conf) {
+        // A readable regular file, read without blocking (a FIFO would hang the open, and
+        // libslurm's own read after it).
+        if let Err(e) = teamshare_config::read::read_bounded_bytes(
+            std::path::Path::new(&conf),
+            SLURM_CONF_LIMIT,
+        ) {
             return Err(ApiError::SlurmConfUnreadable(
                 conf.to_string_lossy().into_owned(),
                 e.to_string(),

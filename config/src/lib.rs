@@ -13,6 +13,7 @@
 mod config;
 mod diagnostic;
 mod duration;
+pub mod read;
 mod suggest;
 mod validate;
 
@@ -51,9 +52,10 @@ fn beside_slurm_conf(slurm_conf: Option<OsString>) -> PathBuf {
 /// [`ConfigError::Io`] when the file cannot be read; [`ConfigError::Invalid`] with every problem
 /// when it is not a valid configuration.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let source = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+    // Whatever sits at the path: a FIFO or a device must not hang or bloat the reader.
+    let source = read::read_bounded(path, read::CONFIG_LIMIT).map_err(|e| ConfigError::Io {
         path: path.to_owned(),
-        source,
+        source: e.into(),
     })?;
     parse_file(&source, path)
 }

@@ -22,6 +22,8 @@ pub const TMP: &str = "tmp";
 pub const READY: &str = "ready";
 pub const REJECTED: &str = "rejected";
 const EXTENSION: &str = "jsonl";
+/// The most bytes of one batch read: a tick of a node's GPUs is a few KiB.
+pub const MAX_BATCH_BYTES: u64 = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
@@ -175,7 +177,14 @@ pub struct Batch {
 /// that is not a valid sample is reported in `malformed` and the others are kept. `node` is the
 /// spool's node: a sample claiming another node is malformed (a spool speaks for its node).
 pub fn read_batch(path: &Path, node: &str) -> Result<Batch, SpoolError> {
-    let bytes = fs::read(path).map_err(io_err(path))?;
+    // Whatever sits in `ready/` (a FIFO, a link to a device, a huge file) is read without
+    // blocking and bounded: the daemon's collection must go on.
+    let bytes = teamshare_config::read::read_bounded_bytes(path, MAX_BATCH_BYTES).map_err(|e| {
+        SpoolError::Io {
+            path: path.to_path_buf(),
+            error: e.into(),
+        }
+    })?;
     let mut batch = Batch {
         path: path.to_path_buf(),
         ..Batch::default()

@@ -14,10 +14,7 @@
 //! neither older than `state_max_age` nor from the future (a clock step, or a hand-made file,
 //! must not make it count as fresh forever).
 
-use std::fmt;
-use std::fs::{File, Metadata, OpenOptions};
-use std::io::{ErrorKind, Read};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,106 +23,14 @@ use teamshare_config::Config;
 
 use crate::governance::PublishedState;
 
-/// The most bytes of teamshare.toml read: a real one is a few KiB.
-pub const CONFIG_LIMIT: u64 = 1 << 20;
+use teamshare_config::read::{io_error, kind_of};
+pub use teamshare_config::read::{read_bounded, ReadError, CONFIG_LIMIT};
 /// The most bytes of the governor's state read: a few hundred bytes per running borrowed job,
 /// so tens of thousands of victims fit.
 pub const STATE_LIMIT: u64 = 16 << 20;
 /// A state stamped at most this far ahead of the plugin's clock is still believed (clocks of
 /// the governor's host and slurmctld's may differ slightly).
 pub const FUTURE_TOLERANCE_SECS: i64 = 5;
-
-/// Why a file was not read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadError {
-    Missing,
-    /// A FIFO, device, directory or socket (after following symlinks).
-    NotRegular {
-        kind: &'static str,
-    },
-    TooLarge {
-        limit: u64,
-    },
-    NotUtf8,
-    Io(String),
-}
-
-impl fmt::Display for ReadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ReadError::Missing => write!(f, "no such file"),
-            ReadError::NotRegular { kind } => {
-                write!(f, "it is {kind}, not a regular file; not read")
-            }
-            ReadError::TooLarge { limit } => {
-                write!(f, "larger than {limit} bytes; not read")
-            }
-            ReadError::NotUtf8 => write!(f, "not UTF-8 text"),
-            ReadError::Io(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-fn kind_of(m: &Metadata) -> &'static str {
-    let t = m.file_type();
-    if t.is_file() {
-        "a regular file"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
-
-fn io_error(e: std::io::Error) -> ReadError {
-    if e.kind() == ErrorKind::NotFound {
-        ReadError::Missing
-    } else {
-        ReadError::Io(e.to_string())
-    }
-}
-
-fn regular(m: &Metadata) -> Result<(), ReadError> {
-    if m.is_file() {
-        Ok(())
-    } else {
-        Err(ReadError::NotRegular { kind: kind_of(m) })
-    }
-}
-
-/// Read a regular file of at most `limit` bytes as text, without ever blocking on it.
-pub fn read_bounded(path: &Path, limit: u64) -> Result<String, ReadError> {
-    // Look before opening: opening some devices has effects of its own.
-    let meta = std::fs::metadata(path).map_err(io_error)?;
-    regular(&meta)?;
-    if meta.len() > limit {
-        return Err(ReadError::TooLarge { limit });
-    }
-    // Non-blocking, so a file swapped for a FIFO between the look and the open cannot hang the
-    // thread; the handle is checked again, and what is read is bounded whatever it claims.
-    let file: File = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io_error)?;
-    regular(&file.metadata().map_err(io_error)?)?;
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(io_error)?;
-    if bytes.len() as u64 > limit {
-        return Err(ReadError::TooLarge { limit });
-    }
-    String::from_utf8(bytes).map_err(|_| ReadError::NotUtf8)
-}
 
 /// What identifies one version of a file without reading it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -543,6 +448,7 @@ impl StalenessLog {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    use std::fs::File;
     use std::io::Write;
     use std::time::Duration;
 

@@ -7,7 +7,8 @@
 //!
 //! | band | level | who |
 //! |---|---|---|
-//! | borrow | `BORROW_BASE..VICTIM_BASE-1` | pending jobs beyond their team's quota: below every running job, so they never preempt; in bands of (team slot, class) inside which Slurm serves the oldest first |
+//! | borrow | `BORROW_BASE..GRANTED_LEVEL` | pending jobs beyond their team's quota: below every running job, so they never preempt; in bands of (team slot, class) inside which Slurm serves the oldest first |
+//! | granted | `GRANTED_LEVEL` | borrowers the governor's last pass lent to (they fit the idle GPUs now): above every other borrower, so that an older one of their band that fits nowhere cannot stop Slurm's scheduler before them |
 //! | no-preempt | `VICTIM_BASE - 1` | pending in-quota jobs that can start on free GPUs |
 //! | victims | `VICTIM_BASE + 2i` | running borrowed jobs, `i` = rank in reclaim order (first victim lowest) |
 //! | reclaim | `VICTIM_BASE + 2(k-1) + 1` | pending in-quota jobs: above exactly the first `k` victims |
@@ -28,6 +29,8 @@ pub const MAX_CLASSES: usize = CLASS_MASK as usize;
 pub const BORROW_BASE: u32 = 1_000;
 pub const VICTIM_BASE: u32 = 10_000_000;
 pub const PROTECTED_BASE: u32 = 60_000_000;
+/// Borrowers the governor lent to: above every borrow band, below the no-preempt level.
+pub const GRANTED_LEVEL: u32 = VICTIM_BASE - 2;
 /// The highest level that still fits in Slurm's 32-bit priority.
 pub const MAX_LEVEL: u32 = u32::MAX >> CLASS_BITS;
 
@@ -90,6 +93,8 @@ mod tests {
     fn bands_are_ordered() {
         assert!(borrow_band(MAX_TEAM_SLOTS, CLASS_RANKS - 1) < reclaim_level(0));
         assert!(borrow_band(u32::MAX, u32::MAX) < reclaim_level(0));
+        assert!(borrow_band(u32::MAX, u32::MAX) < GRANTED_LEVEL);
+        assert!(GRANTED_LEVEL < reclaim_level(0));
         assert!(borrow_band(0, 0) > BORROW_BASE);
         assert!(borrow_band(1, 0) > borrow_band(0, 63));
         assert!(reclaim_level(0) < victim_level(0));

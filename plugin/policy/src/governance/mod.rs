@@ -1198,8 +1198,16 @@ fn sort_pending_borrow_first<'a>(
     }
     let displacing: BTreeSet<u64> = pending.displacing.iter().map(|j| j.id).collect();
     let trial = sort_pending(rules, queues, running, nodes, &displacing);
-    let shares = share_idle_capacity(rules, pass, queues, running, &trial, None);
-    let granted: BTreeSet<u64> = shares.granted.iter().copied().collect();
+    let shares = share_idle_capacity(
+        rules,
+        pass,
+        queues,
+        running,
+        &trial,
+        None,
+        &Holds::default(),
+    );
+    let granted: BTreeSet<u64> = shares.granted.iter().map(|e| e.id).collect();
     let borrow: BTreeSet<u64> = displacing.intersection(&granted).copied().collect();
     if borrow.is_empty() {
         return pending;
@@ -1414,6 +1422,8 @@ struct Reclaim<'a> {
     /// The nodes' free GPUs once the in-quota jobs are placed, for lending by placement
     /// (`None` where placement is unknown).
     room: Option<reclaim::Room>,
+    /// Wide in-quota jobs that fit nowhere now.
+    holds: Holds,
 }
 
 /// Phase 4. Where the nodes are known, victims by placement ([`reclaim::by_placement`]):
@@ -1440,6 +1450,7 @@ fn reclaim_phase<'a>(
             gpus: 0,
             spare: None,
             room: None,
+            holds: Holds::default(),
         };
     }
     if !placement_known(nodes) {
@@ -1460,6 +1471,7 @@ fn reclaim_phase<'a>(
             gpus: 0,
             spare: None,
             room: None,
+            holds: Holds::default(),
         };
     }
     let found = reclaim::by_placement(
@@ -1491,6 +1503,10 @@ fn reclaim_phase<'a>(
         gpus: found.gpus,
         spare: Some(found.spare),
         room: found.room,
+        holds: Holds {
+            unplaced: found.unplaced,
+            holding: found.holding,
+        },
     }
 }
 
@@ -1742,16 +1758,18 @@ fn share_idle_capacity<'a>(
     running: &Running<'_>,
     pending: &Pending<'a>,
     room: Option<reclaim::Room>,
+    holds: &Holds,
 ) -> Shares<'a> {
     let mut asks = straddling_asks(rules, queues, pending);
-    let shares = share_with(rules, pass, queues, running, pending, &asks, room.clone());
+    let claims = Claims { asks: &asks, holds };
+    let shares = share_with(rules, pass, queues, running, pending, &claims, room.clone());
     // A straddling job that was not granted (its part beyond the quota was not there, or it
     // fits no node) holds its team's idle quota back for nothing: shared again without it.
     let mut dropped = false;
     for ask in &mut asks {
         if ask
             .as_ref()
-            .is_some_and(|a| a.own > 0 && !shares.granted.contains(&a.job.id))
+            .is_some_and(|a| a.own > 0 && !shares.granted.iter().any(|e| e.id == a.job.id))
         {
             *ask = None;
             dropped = true;
@@ -1760,7 +1778,35 @@ fn share_idle_capacity<'a>(
     if !dropped {
         return shares;
     }
-    share_with(rules, pass, queues, running, pending, &asks, room)
+    let claims = Claims { asks: &asks, holds };
+    share_with(rules, pass, queues, running, pending, &claims, room)
+}
+
+/// What holds a team's idle quota back from borrowers besides its in-quota jobs.
+struct Claims<'c, 'a> {
+    /// Each team's straddling job, if any.
+    asks: &'c [Option<Ask<'a>>],
+    holds: &'c Holds,
+}
+
+/// Per team (by its place in the configuration; empty where placement is unknown): its wide
+/// in-quota jobs that fit nowhere now ([`reclaim::Reclaimed::unplaced`]).
+#[derive(Default)]
+struct Holds {
+    /// Their GPUs.
+    unplaced: Vec<u32>,
+    /// The free GPUs they hold on the nodes they wait for.
+    holding: Vec<u32>,
+}
+
+impl Holds {
+    /// What team `t`'s waiting wide jobs leave of their claim on its idle quota: the GPUs
+    /// they do not hold yet, lendable until they can start (they will start where the GPUs
+    /// they hold are, not on these).
+    fn released(&self, t: usize) -> u32 {
+        let u = self.unplaced.get(t).copied().unwrap_or(0);
+        u.saturating_sub(self.holding.get(t).copied().unwrap_or(0))
+    }
 }
 
 /// [`share_idle_capacity`] with these straddling jobs.
@@ -1770,14 +1816,15 @@ fn share_with<'a>(
     queues: &Queues<'_>,
     running: &Running<'_>,
     pending: &Pending<'a>,
-    asks: &[Option<Ask<'a>>],
+    claims: &Claims<'_, 'a>,
     mut room: Option<reclaim::Room>,
 ) -> Shares<'a> {
     let config = rules.config;
+    let asks = claims.asks;
     let Lendable {
         lends,
         mut remaining,
-    } = lendable_capacity(config, pass.capacity, running, pending, asks);
+    } = lendable_capacity(config, pass.capacity, running, pending, claims);
     // Each team's band slot (the team served last has the lowest); under fifo every team
     // shares slot 0 and Slurm serves the oldest first.
     let ranked = by_fairshare_order(rules, pass.fairshare);
@@ -1889,7 +1936,7 @@ fn lendable_capacity(
     capacity: u32,
     running: &Running<'_>,
     pending: &Pending<'_>,
-    asks: &[Option<Ask<'_>>],
+    claims: &Claims<'_, '_>,
 ) -> Lendable {
     let total_quota: i64 = config.teams.iter().map(|t| i64::from(t.quota.total)).sum();
     let mut lendable = i64::from(capacity) - total_quota;
@@ -1899,7 +1946,8 @@ fn lendable_capacity(
         let used = running.usage[i];
         let claimed = pending.team_states[i]
             .pending_in_quota_gpus
-            .saturating_add(asks[i].as_ref().map_or(0, |a| a.own));
+            .saturating_sub(claims.holds.released(i))
+            .saturating_add(claims.asks[i].as_ref().map_or(0, |a| a.own));
         let idle = t.quota.total.saturating_sub(used).saturating_sub(claimed);
         let lend = i64::from(t.lend_limit.min(t.quota.total).min(idle));
         lends.push(lend);
@@ -1974,17 +2022,17 @@ fn service_order(rules: &Rules<'_>, ranked: &[usize], pending: &Pending<'_>) -> 
 /// while the GPUs it needs beyond the quota fit what is `available` and the team's borrow
 /// headroom (a later, smaller job may still fit where an earlier one did not).
 #[allow(clippy::too_many_arguments)]
-fn team_allowance(
+fn team_allowance<'a>(
     rules: &Rules<'_>,
     used: u32,
     team: &Team,
-    walked: &[Entry<'_>],
-    tail: Tail<'_>,
+    walked: &[Entry<'a>],
+    tail: Tail<'a>,
     tail_smallest: Option<u32>,
     sized: Option<&Sized>,
-    ask: Option<&Ask<'_>>,
+    ask: Option<&Ask<'a>>,
     mut available: u32,
-    granted: &mut Vec<u64>,
+    granted: &mut Vec<Entry<'a>>,
     room: &mut Option<reclaim::Room>,
 ) -> u32 {
     let borrowed = used.saturating_sub(team.quota.total);
@@ -2046,7 +2094,7 @@ fn team_allowance(
         if beyond <= left && room.as_mut().is_none_or(|r| r.take(&j)) {
             available -= beyond;
             given += beyond;
-            granted.push(j.id);
+            granted.push(j);
         }
     }
     if let Some((from, table, sized)) = by_size.filter(|_| !stopped) {
@@ -2077,15 +2125,15 @@ struct TailWalk<'r, 'a> {
     room: &'r mut Option<reclaim::Room>,
 }
 
-impl TailWalk<'_, '_> {
+impl<'a> TailWalk<'_, 'a> {
     fn run(
         mut self,
         from: (PendingKey, usize),
-        table: &dyn Table,
+        table: &'a dyn Table,
         sized: &Sized,
         mut given: u32,
         mut available: u32,
-        granted: &mut Vec<u64>,
+        granted: &mut Vec<Entry<'a>>,
     ) -> u32 {
         let rules = self.rules;
         let ask_id = self.ask.map(|a| a.job.id);
@@ -2155,7 +2203,7 @@ impl TailWalk<'_, '_> {
             if beyond <= left && self.room.as_mut().is_none_or(|r| r.take(&j)) {
                 available -= beyond;
                 given += beyond;
-                granted.push(j.id);
+                granted.push(j);
             }
         }
         given
@@ -2172,7 +2220,7 @@ struct Shares<'a> {
     /// Each team's band slot, by its place in the configuration.
     bands: Vec<u32>,
     /// The borrowers the allowances cover (they may start on borrowed GPUs now).
-    granted: Vec<u64>,
+    granted: Vec<Entry<'a>>,
     /// What each team's idle quota offered to borrowers.
     lends: Vec<u32>,
 }
@@ -2341,6 +2389,9 @@ struct Decided<'a> {
     lends: Vec<u32>,
     /// Per team, how many of its queued jobs were walked one by one (the rest is its tail).
     walked: Vec<usize>,
+    /// The places of the borrowers lent to ([`prioritise_granted`]): a [`Planner`] writes
+    /// their priorities again at its next pass (their tail's level no longer says theirs).
+    granted: Vec<usize>,
 }
 
 /// The phases of DESIGN §4 over one pass's queues: per-team usage, what runs inside each
@@ -2382,6 +2433,7 @@ fn decide<'a>(
         gpus: reclaim_gpus,
         spare,
         room,
+        holds,
     } = reclaim_phase(
         rules, pass.now, &running, victims, &pending, &nodes, free, priorities, kept,
     );
@@ -2395,10 +2447,11 @@ fn decide<'a>(
     };
     let release = prioritise_fitting(rules, in_quota_level, &pending, priorities);
     let park = jobs_to_park(rules, queues, &pending);
-    let shares = share_idle_capacity(rules, pass, queues, &running, &pending, room);
+    let shares = share_idle_capacity(rules, pass, queues, &running, &pending, room, &holds);
     prioritise_borrowers(rules, &shares.served, priorities);
     prioritise_waiting(rules, &pending.waiting, priorities);
     prioritise_tails(rules, &pending.tails, &shares.bands, priorities);
+    prioritise_granted(rules, &shares.granted, priorities);
 
     // Ceilings.
     let mut team_states = pending.team_states;
@@ -2412,6 +2465,7 @@ fn decide<'a>(
     let mut in_quota = pending.in_quota;
     in_quota.extend(pending.displacing);
     Decided {
+        granted: shares.granted.iter().map(|e| e.slot).collect(),
         walked,
         victims,
         free,
@@ -2578,6 +2632,16 @@ fn prioritise_tails(
             encode(level, rules.class_idx(j))
         };
         priorities.tail(t, tail, band, &priority);
+    }
+}
+
+/// The borrowers the pass lent to rank above every other borrower: Slurm serves equal
+/// priorities oldest first, and an older job of their band that fits nowhere (passing the
+/// team's limit on the allowance they were given) would fail for resources first, which stops
+/// Slurm's main scheduler from starting anything after it in the partition until backfill.
+fn prioritise_granted(rules: &Rules<'_>, granted: &[Entry<'_>], priorities: &mut dyn Sink) {
+    for &j in granted {
+        priorities.raise(j, encode(priority::GRANTED_LEVEL, rules.class_idx(&j)));
     }
 }
 
@@ -3196,11 +3260,14 @@ min_runtime_before_reclaim = "0s"
         let p = plan_for(&c, &jobs, &[("agents", 0.9), ("research", 0.2)]);
         assert_eq!((p.gpu_limits["agents"], p.gpu_limits["research"]), (3, 2));
         assert!(p.priorities[&30] > p.priorities[&31]);
+        // The one lent to ranks above every other borrower.
+        assert_eq!(level(p.priorities[&30]), priority::GRANTED_LEVEL);
         let c = config("idle_sharing = \"fifo\"");
         let p = plan_for(&c, &jobs, &[("agents", 0.9), ("research", 0.2)]);
         assert_eq!((p.gpu_limits["agents"], p.gpu_limits["research"]), (2, 3));
-        // One band for both: Slurm serves the older submission (31) first.
-        assert_eq!(p.priorities[&31], p.priorities[&30]);
+        // The older submission (31) gets the GPU, and ranks first.
+        assert_eq!(level(p.priorities[&31]), priority::GRANTED_LEVEL);
+        assert!(level(p.priorities[&30]) < priority::GRANTED_LEVEL);
     }
 
     #[test]
@@ -3222,10 +3289,17 @@ min_runtime_before_reclaim = "0s"
         }
         jobs.push(pending(600, "training", 900));
         let after = plan_for(&c, &jobs, &fs).priorities;
-        let moved = (102..600).filter(|id| before[id] != after[id]).count();
+        // Only a borrower lent to (ranked above the bands) changes.
+        let granted = |p: &u32| level(*p) == priority::GRANTED_LEVEL;
+        let moved = (102..600)
+            .filter(|id| before[id] != after[id] && !granted(&before[id]) && !granted(&after[id]))
+            .count();
         assert_eq!(moved, 0, "waiting jobs re-ranked when the front moved");
         // Two bands (one per team), agents first (the better factor).
-        let distinct: BTreeSet<u32> = (102..600).map(|id| after[&id]).collect();
+        let distinct: BTreeSet<u32> = (102..600)
+            .map(|id| after[&id])
+            .filter(|p| !granted(p))
+            .collect();
         assert_eq!(distinct.len(), 2);
         assert!(after[&103] > after[&102]);
         assert_eq!(after[&600], after[&102]);

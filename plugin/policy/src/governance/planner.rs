@@ -406,6 +406,8 @@ impl<'c> Planner<'c> {
             walked.extend(pending[t][..d.walked[t]].iter().map(|e| e.1));
         }
         touched.clear();
+        // A borrower lent to this pass has a priority its tail's band does not say.
+        touched.extend(d.granted.iter().copied());
 
         let mut changed = Vec::new();
         for &slot in written.iter() {

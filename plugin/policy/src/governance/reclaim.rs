@@ -47,6 +47,11 @@ pub(super) struct Reclaimed<'a> {
     pub spare: u32,
     /// And where: what borrowers may be placed on.
     pub room: Option<Room>,
+    /// Per team (by its place in the configuration): the GPUs of its wide in-quota jobs that
+    /// no set of victims lets in now, and of them the free GPUs they hold on the nodes they
+    /// wait for ([`Room::hold`]); what they do not hold of their team's idle quota may be lent.
+    pub unplaced: Vec<u32>,
+    pub holding: Vec<u32>,
 }
 
 /// A running job a reclaim may take.
@@ -119,6 +124,33 @@ impl Room {
         true
     }
 
+    /// Holds for a job that fits nowhere now the free GPUs of the nodes it waits for, as
+    /// Slurm's backfill does for the pending job of highest priority (its reservation keeps
+    /// later jobs off those nodes unless they end before it starts): the nodes with the most
+    /// free GPUs (then the first), up to its share on each. Returns the GPUs held.
+    pub(super) fn hold(&mut self, j: &ClusterJob) -> u32 {
+        let (nodes, share) = self.shape(j);
+        let mut order: Vec<usize> = (0..self.free.len()).filter(|&i| self.free[i] > 0).collect();
+        if nodes == 1 {
+            order = order
+                .iter()
+                .copied()
+                .min_by_key(|&i| (std::cmp::Reverse(self.free[i]), i))
+                .into_iter()
+                .collect();
+        } else {
+            order.sort_unstable_by_key(|&i| (std::cmp::Reverse(self.free[i]), i));
+            order.truncate(nodes);
+        }
+        let mut held = 0u32;
+        for i in order {
+            let h = self.free[i].min(share);
+            self.free[i] -= h;
+            held = held.saturating_add(h);
+        }
+        held
+    }
+
     /// Free GPUs in all.
     fn total(&self) -> u32 {
         self.free.iter().fold(0u32, |s, f| s.saturating_add(*f))
@@ -161,7 +193,12 @@ pub(super) fn by_placement<'a>(
             .map(|(t, u)| i64::from(*u) - i64::from(t.quota.total))
             .collect(),
     };
-    let mut out = Reclaimed::default();
+    let teams = rules.config.teams.len();
+    let mut out = Reclaimed {
+        unplaced: vec![0; teams],
+        holding: vec![0; teams],
+        ..Reclaimed::default()
+    };
     for j in jobs {
         let victims = match search.room.take(j) {
             true => continue,
@@ -169,7 +206,10 @@ pub(super) fn by_placement<'a>(
                 search.build(rules, now, running, borrowed, displace, room);
                 match search.place(j) {
                     Some(v) => v,
-                    None => continue,
+                    None => {
+                        hold_for(rules, &mut search.room, j, &mut out);
+                        continue;
+                    }
                 }
             }
         };
@@ -187,6 +227,22 @@ pub(super) fn by_placement<'a>(
     out.spare = search.room.total();
     out.room = Some(search.room);
     out
+}
+
+/// An in-quota job that fits nowhere now, free or by victims (a wide job on a fragmented
+/// cluster), waits above every borrower: Slurm's backfill reserves nodes for it, so the plan
+/// counts the free GPUs there as taken ([`Room::hold`]) and lends the rest of its team's
+/// idle quota, which its claim held back for nothing.
+fn hold_for(rules: &Rules<'_>, room: &mut Room, j: &ClusterJob, out: &mut Reclaimed<'_>) {
+    if !j.eligible {
+        return;
+    }
+    let Some(t) = rules.config.teams.iter().position(|t| t.name == j.team) else {
+        return;
+    };
+    let held = room.hold(j);
+    out.unplaced[t] = out.unplaced[t].saturating_add(j.gpus);
+    out.holding[t] = out.holding[t].saturating_add(held);
 }
 
 impl<'a> Search<'a> {
@@ -676,6 +732,87 @@ min_runtime_before_reclaim = "0s"
         let p = plan_with(&jobs);
         assert!(p.reclaim.is_empty(), "{:?}", p.reclaim);
         assert_eq!(level(p.priorities[&20]), priority::reclaim_level(0));
+    }
+
+    /// n1: ops 1, apps 8, 2 free; n2: ops 2, apps 9, 2 free; n3: ops 3, apps 10, 11, vision
+    /// 12. ops (3) and apps (4) are at their quotas, vision (quota 5) runs 1: its 3-GPU job
+    /// fits its quota but no node, free or by victims. ops has three one-GPU borrowers.
+    fn fragmented() -> Vec<ClusterJob> {
+        let mut jobs = vec![
+            on(1, "ops", "n1", 101),
+            on(8, "apps", "n1", 208),
+            on(2, "ops", "n2", 102),
+            on(9, "apps", "n2", 209),
+            on(3, "ops", "n3", 103),
+            on(10, "apps", "n3", 210),
+            on(11, "apps", "n3", 211),
+            on(12, "vision", "n3", 300),
+        ];
+        for id in 40..43 {
+            jobs.push(ClusterJob {
+                id,
+                team: "ops".into(),
+                submit: 990 + id as i64,
+                ..waiting(1, 1)
+            });
+        }
+        jobs
+    }
+
+    #[test]
+    fn a_wide_in_quota_job_that_fits_nowhere_holds_a_node_and_lends_the_rest() {
+        let mut jobs = fragmented();
+        jobs.push(waiting(3, 1));
+        let p = plan_with(&jobs);
+        assert!(p.reclaim.is_empty(), "{:?}", p.reclaim);
+        // It waits above the borrowers (it preempts nobody), Slurm's backfill reserving a node
+        // for it: the plan counts n1's 2 free GPUs (the most free, then the first node) as
+        // held. vision's idle quota beyond those (4 - 2) is lent: both of ops' borrowers that
+        // fit the GPUs left (n2's 2) get it, and ops may hold 5. Before, the job's claim of 3
+        // left 1 of vision's idle GPUs to lend.
+        assert_eq!(level(p.priorities[&20]), priority::reclaim_level(0));
+        assert_eq!(p.gpu_limits["ops"], 5);
+        assert_eq!(p.gpu_limits["vision"], 5);
+        // The free GPUs a new in-quota job may still use (it outranks the borrowers): n2's,
+        // not n1's, which are held.
+        assert_eq!(p.state.spare_gpus, Some(2));
+    }
+
+    /// Lending by placement, with what Slurm's scheduler does with it: the borrowers lent to
+    /// rank above an older one of their band that fits nowhere. ops holds its quota, one job
+    /// per node; vision holds its quota of 5 (n1: 2, n2: 1, n3: 2); apps runs nothing and lends
+    /// its 4, which sit free on n1 (1), n2 (2) and n3 (1). vision waits with a 4-GPU job that
+    /// no node can take, then four 1-GPU jobs that each fit: they get the 4 GPUs. vision's
+    /// limit is then 5 + 4, which the 4-GPU job passes too: in one band Slurm would try it
+    /// first (the oldest), fail for resources and start nothing after it in the partition
+    /// until backfill.
+    #[test]
+    fn the_borrowers_lent_to_rank_above_an_older_one_that_fits_nowhere() {
+        let mut jobs = vec![
+            on(1, "ops", "n1", 101),
+            on(2, "ops", "n2", 102),
+            on(3, "ops", "n3", 103),
+        ];
+        for (id, node) in [(11, "n1"), (12, "n1"), (13, "n2"), (14, "n3"), (15, "n3")] {
+            jobs.push(on(id, "vision", node, 300 + id as i64));
+        }
+        jobs.push(waiting(4, 1));
+        jobs.extend((21..25).map(|id| ClusterJob {
+            id,
+            submit: 975 + id as i64,
+            ..waiting(1, 1)
+        }));
+        let p = plan_with(&jobs);
+        assert!(p.reclaim.is_empty(), "{:?}", p.reclaim);
+        assert_eq!(p.gpu_limits["vision"], 9);
+        for id in 21..25 {
+            assert_eq!(
+                level(p.priorities[&id]),
+                priority::GRANTED_LEVEL,
+                "job {id}"
+            );
+        }
+        assert!(level(p.priorities[&20]) < priority::GRANTED_LEVEL);
     }
 
     #[test]

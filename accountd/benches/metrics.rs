@@ -65,6 +65,7 @@ fn live() -> Live {
         teams,
         displaced: per_team(3),
         reclaimed: per_team(5),
+        over_ceiling: BTreeMap::new(),
     }
 }
 

@@ -121,6 +121,8 @@ enum Requeue {
     Displaced,
     /// To reclaim quota Slurm had not preempted for.
     Reclaimed,
+    /// Its team ran beyond its ceiling (quota + borrow limit).
+    OverCeiling,
 }
 
 fn count_requeued(live: &mut crate::metrics::Live, requeued: BTreeMap<(String, Requeue), u64>) {
@@ -128,6 +130,7 @@ fn count_requeued(live: &mut crate::metrics::Live, requeued: BTreeMap<(String, R
         let counts = match why {
             Requeue::Displaced => &mut live.displaced,
             Requeue::Reclaimed => &mut live.reclaimed,
+            Requeue::OverCeiling => &mut live.over_ceiling,
         };
         *counts.entry(team).or_default() += n;
     }
@@ -584,6 +587,14 @@ fn log_pass(log: &DaemonLog, report: &PassReport) -> BTreeMap<(String, Requeue),
     for id in &report.displaced {
         log.info(&format!("job {id} displaced by a higher class of its team"));
         *requeued.entry((team(id), Requeue::Displaced)).or_default() += 1;
+    }
+    for id in &report.over_ceiling {
+        log.info(&format!(
+            "job {id} requeued by the governor: its team ran beyond its ceiling (quota + borrow limit; a lowered limit is enforced on what runs)"
+        ));
+        *requeued
+            .entry((team(id), Requeue::OverCeiling))
+            .or_default() += 1;
     }
     for (ids, what) in [
         (&report.violations, "requeued by the governor: a non-preemptible job ran beyond its team's quota (it waits, parked, until it fits)"),

@@ -466,6 +466,9 @@ pub struct PassReport {
     pub reclaimed: Vec<u64>,
     /// Non-preemptible jobs found running beyond their team's quota, requeued (or cancelled).
     pub violations: Vec<u64>,
+    /// Borrowed jobs beyond their team's ceiling (a lowered borrow limit), requeued (or
+    /// cancelled).
+    pub over_ceiling: Vec<u64>,
     /// Jobs holding or asking for GPUs outside every team: held (pending) or requeued and
     /// held (running batch) or cancelled (running interactive).
     pub held: Vec<u64>,
@@ -518,6 +521,7 @@ impl PassReport {
         self.teams.extend(acted.teams);
         self.reclaimed.extend(acted.reclaimed);
         self.violations.extend(acted.violations);
+        self.over_ceiling.extend(acted.over_ceiling);
         self.held.extend(acted.held);
         self.skipped.extend(acted.skipped);
         self.failures.extend(acted.failures);
@@ -975,7 +979,12 @@ impl Actuator {
         }
         self.check_requeues(&mut report);
         // The teams of the jobs requeued, as the plan read them (no one asks the database).
-        for id in report.displaced.iter().chain(&report.reclaimed) {
+        for id in report
+            .displaced
+            .iter()
+            .chain(&report.reclaimed)
+            .chain(&report.over_ceiling)
+        {
             if let Some(job) = work.jobs.iter().find(|j| j.id == *id) {
                 report.teams.insert(*id, job.team.clone());
             }
@@ -1008,6 +1017,7 @@ impl Actuator {
             .iter()
             .chain(&report.reclaimed)
             .chain(&report.violations)
+            .chain(&report.over_ceiling)
             .chain(&report.held)
             .copied()
             .collect();
@@ -1104,6 +1114,7 @@ impl Actuator {
             .map(|id| (*id, Act::Displace))
             .chain(plan.reclaim.iter().map(|id| (*id, Act::Reclaim)))
             .chain(plan.violations.iter().map(|id| (*id, Act::Violation)))
+            .chain(plan.over_ceiling.iter().map(|id| (*id, Act::OverCeiling)))
             .chain(
                 plan.outside
                     .iter()
@@ -1176,6 +1187,7 @@ impl Actuator {
                         Act::Displace => report.displaced.push(id),
                         Act::Reclaim => report.reclaimed.push(id),
                         Act::Violation => report.violations.push(id),
+                        Act::OverCeiling => report.over_ceiling.push(id),
                         Act::Outside => report.held.push(id),
                     }
                 }
@@ -1386,6 +1398,7 @@ enum Act {
     Displace,
     Reclaim,
     Violation,
+    OverCeiling,
     Outside,
 }
 

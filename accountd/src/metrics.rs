@@ -43,6 +43,7 @@ pub const MONTH_REFRESH: Duration = Duration::from_secs(10);
 /// Why the governor requeued a job (`teamshare_governor_requeues_total{reason}`).
 pub const REASON_RECLAIM: &str = "reclaim";
 pub const REASON_PRIORITY_CLASS: &str = "priority_class";
+pub const REASON_CEILING: &str = "ceiling";
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -89,6 +90,9 @@ pub struct Live {
     /// in-quota job within the fallback delay), per team, since the daemon started. sacct
     /// shows them REQUEUED, not PREEMPTED, so they are not in the month's `preempted`.
     pub reclaimed: BTreeMap<String, u64>,
+    /// Jobs the governor requeued because their team ran beyond its ceiling (quota + borrow
+    /// limit), per team, since the daemon started.
+    pub over_ceiling: BTreeMap<String, u64>,
 }
 
 /// The database's figures for the month so far.
@@ -406,7 +410,7 @@ fn governor_families(e: &Exposition, live: &Live) -> Result<(), prometheus::Erro
     let f = e.family(
         "teamshare_governor_requeues_total",
         Kind::Counter,
-        "Jobs the governor requeued itself since the daemon started: reason=reclaim, to give a team its quota back when Slurm had not preempted within the fallback delay; reason=priority_class, for a higher class of the same team.",
+        "Jobs the governor requeued itself since the daemon started: reason=reclaim, to give a team its quota back when Slurm had not preempted within the fallback delay; reason=priority_class, for a higher class of the same team; reason=ceiling, a team running beyond its quota + borrow limit (a lowered limit).",
         &["team", "reason"],
     )?;
     for (team, n) in &live.reclaimed {
@@ -414,6 +418,9 @@ fn governor_families(e: &Exposition, live: &Live) -> Result<(), prometheus::Erro
     }
     for (team, n) in &live.displaced {
         f.sample(&[team, REASON_PRIORITY_CLASS], *n as f64);
+    }
+    for (team, n) in &live.over_ceiling {
+        f.sample(&[team, REASON_CEILING], *n as f64);
     }
 
     let f = e.family(
@@ -868,6 +875,7 @@ weight = 1
             )]),
             displaced: BTreeMap::from([("agents\"x".to_string(), 2)]),
             reclaimed: BTreeMap::from([("training".to_string(), 3)]),
+            over_ceiling: BTreeMap::from([("research".to_string(), 1)]),
             governor_passes: 4,
             governor_pass_seconds: 0.5,
             governor_slurm_calls: 9,
@@ -908,6 +916,9 @@ weight = 1
             "teamshare_governor_requeues_total{reason=\"priority_class\",team=\"agents\\\"x\"} 2\n"
         ));
         assert!(text.contains("# TYPE teamshare_governor_requeues_total counter\n"));
+        assert!(text.contains(
+            "teamshare_governor_requeues_total{reason=\"ceiling\",team=\"research\"} 1\n"
+        ));
         assert!(
             text.contains(
                 "teamshare_governor_requeues_total{reason=\"reclaim\",team=\"training\"} 3\n"

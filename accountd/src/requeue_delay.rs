@@ -140,6 +140,7 @@ mod tests {
             displace: vec![],
             reclaim: vec![],
             violations: vec![],
+            over_ceiling: vec![],
             outside: vec![],
             untyped: vec![],
             park: vec![],

@@ -1144,6 +1144,7 @@ impl<'a> Sim<'a> {
                     .into_iter()
                     .chain(pass.displace)
                     .chain(pass.violations)
+                    .chain(pass.over_ceiling)
                     .collect(),
                 in_quota: pass.in_quota,
                 next_exempt_end: pass.next_exempt_end,
@@ -1209,6 +1210,7 @@ impl<'a> Sim<'a> {
                 .into_iter()
                 .chain(plan.displace)
                 .chain(plan.violations)
+                .chain(plan.over_ceiling)
                 .collect(),
             in_quota,
             next_exempt_end: plan

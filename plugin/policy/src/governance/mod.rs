@@ -345,6 +345,11 @@ pub struct Plan {
     /// Running non-preemptible jobs found beyond their team's quota (released from parking
     /// by their owner, or a quota lowered under them): requeued, then parked until they fit.
     pub violations: Vec<u64>,
+    /// Running borrowed jobs beyond their team's ceiling (quota + borrow limit), as after an
+    /// administrator lowered the limit under what the team runs: requeued (rule 1 holds at
+    /// all times), the team's lowest class and most recently started first, only as many as
+    /// bring it back to its ceiling.
+    pub over_ceiling: Vec<u64>,
     /// Jobs in a governed partition that hold or ask for GPUs outside any team (their
     /// account is not a team): held (pending) or requeued and held (running).
     pub outside: Vec<u64>,
@@ -834,6 +839,7 @@ struct Running<'a> {
     /// Each team's lowest preemptible class value among them.
     lowest_displaceable: Vec<Option<u32>>,
     violations: Vec<u64>,
+    over_ceiling: Vec<u64>,
 }
 
 /// Phase 1: each team's running jobs fill its quota, non-preemptible classes first (they may
@@ -853,6 +859,7 @@ fn sort_running<'a>(
         lists,
         lowest_displaceable: vec![None; teams],
         violations: Vec::new(),
+        over_ceiling: Vec::new(),
     };
     for (t, team) in rules.config.teams.iter().enumerate() {
         let running = out.lists[t];
@@ -873,6 +880,7 @@ fn sort_running<'a>(
                 .map(|i| (running.get(*i), sorted.over)),
         );
         out.violations.extend(sorted.violations.iter().copied());
+        out.over_ceiling.extend(sorted.over_ceiling.iter().copied());
     }
     out
 }
@@ -887,6 +895,8 @@ struct TeamRunning {
     protected: Vec<usize>,
     victims: Vec<usize>,
     violations: Vec<u64>,
+    /// Borrowed jobs beyond the team's ceiling ([`Plan::over_ceiling`]).
+    over_ceiling: Vec<u64>,
     /// The lowest preemptible class value among the protected jobs.
     lowest_displaceable: Option<u32>,
 }
@@ -934,6 +944,40 @@ fn split_running(
         } else {
             out.victims.push(i);
         }
+    }
+    out.over_ceiling = beyond_ceiling(rules, team, &running, &out.victims, used);
+    out
+}
+
+/// Rule 1 at all times: the borrowed jobs a team runs beyond its ceiling (quota + borrow
+/// limit; an administrator lowered it under what the team runs), its lowest class and most
+/// recently started first, only as many as bring it back to the ceiling.
+fn beyond_ceiling(
+    rules: &Rules<'_>,
+    team: &Team,
+    running: &List<'_>,
+    victims: &[usize],
+    used: u32,
+) -> Vec<u64> {
+    let Some(ceiling) = team
+        .borrow_limit
+        .map(|b| team.quota.total.saturating_add(b))
+    else {
+        return Vec::new();
+    };
+    if used <= ceiling {
+        return Vec::new();
+    }
+    let mut borrowed: Vec<Entry<'_>> = victims.iter().map(|i| running.get(*i)).collect();
+    borrowed.sort_by(|a, b| victim_order(rules, (a, 0.0), (b, 0.0)));
+    let mut over = used - ceiling;
+    let mut out = Vec::new();
+    for j in borrowed {
+        if over == 0 {
+            break;
+        }
+        over = over.saturating_sub(j.gpus);
+        out.push(j.id);
     }
     out
 }
@@ -2350,6 +2394,7 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         displace: d.displace,
         reclaim: d.reclaim,
         violations: d.violations,
+        over_ceiling: d.over_ceiling,
         outside,
         untyped: Vec::new(),
         park: d.park,
@@ -2380,6 +2425,7 @@ struct Decided<'a> {
     displace: Vec<u64>,
     reclaim: Vec<u64>,
     violations: Vec<u64>,
+    over_ceiling: Vec<u64>,
     park: Vec<u64>,
     release: Vec<u64>,
     /// By team, by its place in the configuration.
@@ -2476,6 +2522,7 @@ fn decide<'a>(
         displace: pending.displace,
         reclaim,
         violations: running.violations,
+        over_ceiling: running.over_ceiling,
         park,
         release,
         team_states,
@@ -2719,6 +2766,7 @@ fn plan_typed(input: &GovernInput<'_>) -> Plan {
         displace: Vec::new(),
         reclaim: Vec::new(),
         violations: Vec::new(),
+        over_ceiling: Vec::new(),
         outside: Vec::new(),
         untyped,
         park: Vec::new(),
@@ -2940,6 +2988,7 @@ fn merge_pool(merged: &mut Plan, k: &str, p: Plan) {
     merged.displace.extend(p.displace);
     merged.reclaim.extend(p.reclaim);
     merged.violations.extend(p.violations);
+    merged.over_ceiling.extend(p.over_ceiling);
     merged.outside.extend(p.outside);
     merged.park.extend(p.park);
     merged.release.extend(p.release);
@@ -3229,6 +3278,42 @@ min_runtime_before_reclaim = "0s"
         }
         let victims: Vec<u64> = p.state.victims.iter().map(|v| v.job_id).collect();
         assert_eq!(victims, [13, 12]);
+    }
+
+    /// Issue 25, finding 6: agents' borrow limit went from 2 to 0 while it ran 3 (quota 2):
+    /// nothing brought it back under its new ceiling. Rule 1 holds at all times: its borrowed
+    /// job beyond the ceiling is requeued (the most recently started of them), no more.
+    #[test]
+    fn issue25_6_a_lowered_borrow_limit_is_enforced_on_what_runs() {
+        let jobs: Vec<_> = (1..=3)
+            .map(|i| running(i, "agents", 100 + i as i64))
+            .collect();
+        let p = plan_for(&config(""), &jobs, &[]);
+        assert!(p.over_ceiling.is_empty(), "{:?}", p.over_ceiling);
+        let lowered = teamshare_config::parse(
+            &CONFIG.replacen(
+                "quota = 2\nborrow_limit = 2",
+                "quota = 2\nborrow_limit = 0",
+                1,
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        let p = plan_for(&lowered, &jobs, &[]);
+        assert_eq!(p.over_ceiling, [3]);
+        assert_eq!(p.gpu_limits["agents"], 2);
+        // Two GPUs beyond, in one job and two: as many as needed.
+        let mut jobs: Vec<_> = (1..=4)
+            .map(|i| running(i, "agents", 100 + i as i64))
+            .collect();
+        let p = plan_for(&lowered, &jobs, &[]);
+        assert_eq!(p.over_ceiling, [4, 3]);
+        jobs.truncate(2);
+        let mut wide = running(5, "agents", 110);
+        wide.gpus = 2;
+        jobs.push(wide);
+        let p = plan_for(&lowered, &jobs, &[]);
+        assert_eq!(p.over_ceiling, [5]);
     }
 
     #[test]

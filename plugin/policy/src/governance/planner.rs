@@ -61,6 +61,8 @@ pub struct PassPlan {
     pub displace: Vec<u64>,
     pub reclaim: Vec<u64>,
     pub violations: Vec<u64>,
+    /// Borrowed jobs beyond their team's ceiling ([`super::Plan::over_ceiling`]).
+    pub over_ceiling: Vec<u64>,
     pub park: Vec<u64>,
     pub release: Vec<u64>,
     /// Jobs in a governed partition that hold or ask for GPUs outside any team.
@@ -433,6 +435,7 @@ impl<'c> Planner<'c> {
             displace: d.displace,
             reclaim: d.reclaim,
             violations: d.violations,
+            over_ceiling: d.over_ceiling,
             park: d.park,
             release: d.release,
             outside,

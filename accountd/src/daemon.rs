@@ -539,6 +539,7 @@ fn govern(
     publish_pass(shared, &report, requeued, now);
     shared.exporter.update_counters(|c| {
         c.governor_unreadable_jobs += u64::try_from(report.unreadable.len()).unwrap_or(u64::MAX);
+        c.governor_state_write_failures += u64::from(report.state_write_failed);
     });
     shared.step_result(STEP_GOVERN, Ok(()));
     // What the pass read: the ingest thread records it, and runs no second sinfo.

@@ -455,6 +455,8 @@ fn parse_utc(text: &str) -> Option<UnixSeconds> {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PassReport {
     pub jobs: usize,
+    /// The state file could not be written this pass (the failure is in `failures`).
+    pub state_write_failed: bool,
     pub priority_updates: usize,
     /// Each team whose GPU limit was set, with its GrpTRES (`gres/gpu=4`, plus each type's in
     /// a typed configuration).
@@ -806,7 +808,13 @@ impl Governor {
         });
         plan.state.acted_at = self.acted_at;
         plan.state.read_at_ms = read_at_ms;
-        write_state(self.state_file(), &plan.state)?;
+        // The plan's actions never wait on the state file: a full disk or a read-only
+        // directory leaves the plugin on its last state (stale after state_max_age), while
+        // limits, priorities and reclaims go on (issue 25, finding 15).
+        if let Err(e) = write_state(self.state_file(), &plan.state) {
+            report.failures.push(e.to_string());
+            report.state_write_failed = true;
+        }
         report.jobs = jobs.len();
         report.capacity = cap.total;
         report.capacity_by_type = cap.by_type.clone();
@@ -1672,9 +1680,12 @@ pub fn write_state(path: &Path, state: &PublishedState) -> Result<(), GovernErro
         std::fs::create_dir_all(dir).map_err(err)?;
     }
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, state.to_json()).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)?;
-    Ok(())
+    // A write cut short (a full disk) leaves no half file behind.
+    let written = std::fs::write(&tmp, state.to_json()).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(err)
 }
 
 #[cfg(test)]
@@ -1951,5 +1962,12 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         let back = PublishedState::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(back, state);
         assert!(!path.with_extension("json.tmp").exists());
+        // Issue 25, finding 15: a write that fails says why and leaves no half file behind
+        // (here the rename meets a directory in the state file's place).
+        let blocked = dir.path().join("blocked/state.json");
+        std::fs::create_dir_all(blocked.join("x")).unwrap();
+        let e = write_state(&blocked, &state).unwrap_err().to_string();
+        assert!(e.contains("state"), "{e}");
+        assert!(!blocked.with_extension("json.tmp").exists());
     }
 }

@@ -551,6 +551,9 @@ pub struct Counters {
     /// squeue lines the governor could not read, since the daemon started (each such job was
     /// treated as never in quota).
     pub governor_unreadable_jobs: u64,
+    /// Passes whose state file could not be written (a full disk, a read-only directory):
+    /// the plugin then reads an older state, stale past `state_max_age`.
+    pub governor_state_write_failures: u64,
 }
 
 /// The exposition of `counters` (always present: a counter at 0 says "none yet").
@@ -565,6 +568,15 @@ pub fn render_counters(counters: &Counters) -> String {
         )
         .and_then(|f| {
             f.sample(&[], counters.governor_unreadable_jobs as f64);
+            e.family(
+                "teamshare_governor_state_write_failures_total",
+                Kind::Counter,
+                "Governor passes that could not write the state file the plugin reads (its actions went on); the plugin keeps the last state it read, stale after state_max_age.",
+                &[],
+            )
+        })
+        .and_then(|f| {
+            f.sample(&[], counters.governor_state_write_failures as f64);
             e.text()
         });
     finish(built)

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -682,6 +682,8 @@ pub struct MetricsServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Connections being served now (at most [`MAX_CONNECTIONS`]).
+    open: Arc<AtomicUsize>,
 }
 
 impl MetricsServer {
@@ -700,10 +702,12 @@ impl MetricsServer {
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
+        let open = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&open);
         let thread = std::thread::Builder::new()
             .name("metrics".into())
             .spawn(move || {
-                runtime.block_on(serve(listener, body, stopping));
+                runtime.block_on(serve(listener, body, stopping, counted));
                 // A scrape still computing is not waited for long.
                 runtime.shutdown_timeout(Duration::from_secs(1));
             })?;
@@ -711,7 +715,13 @@ impl MetricsServer {
             addr,
             stop,
             thread: Some(thread),
+            open,
         })
+    }
+
+    /// Connections being served now.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
     }
 
     /// The address bound (the port chosen when `listen` had port 0).
@@ -737,12 +747,41 @@ impl Drop for MetricsServer {
     }
 }
 
-async fn serve(listener: tokio::net::TcpListener, body: Body, stop: Arc<AtomicBool>) {
+/// The most connections served at once. Beyond them a new connection is closed as soon as
+/// it is accepted: a local user who opens thousands and leaves them idle costs the daemon at
+/// most this many descriptors, and governance keeps the rest (issue 25, finding 3).
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// A connection being served; counted down when it ends.
+struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    body: Body,
+    stop: Arc<AtomicBool>,
+    open: Arc<AtomicUsize>,
+) {
     while !stop.load(Ordering::Relaxed) {
         match tokio::time::timeout(ACCEPT_POLL, listener.accept()).await {
             Err(_) => {} // nobody came: look at the stop flag again
             Ok(Ok((stream, _))) => {
-                tokio::spawn(connection(stream, Arc::clone(&body)));
+                if open.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
+                    open.fetch_sub(1, Ordering::Relaxed);
+                    drop(stream);
+                    continue;
+                }
+                let guard = Open(Arc::clone(&open));
+                let body = Arc::clone(&body);
+                tokio::spawn(async move {
+                    connection(stream, body).await;
+                    drop(guard);
+                });
             }
             Ok(Err(_)) => tokio::time::sleep(ACCEPT_POLL).await,
         }
@@ -754,6 +793,9 @@ async fn connection(stream: tokio::net::TcpStream, body: Body) {
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
+        // One request per connection: an idle keep-alive connection would hold its slot (and
+        // descriptor) for a minute; a scraper reconnects at each scrape.
+        .keep_alive(false)
         .max_buf_size(MAX_REQUEST_BYTES)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
     // Errors (a client gone, a malformed request hyper already answered) end this connection
@@ -1030,6 +1072,43 @@ weight = 1
         drop(idle);
         server.stop();
         assert!(TcpStream::connect(addr).is_err());
+    }
+
+    /// Issue 25, finding 3: 2 x 1,100 idle keep-alive connections of a local user filled the
+    /// daemon's 1,024 descriptors, and libslurm, sacct and the state write failed. At most
+    /// [`MAX_CONNECTIONS`] are served at once; the rest are closed as soon as accepted; an
+    /// idle one is closed after the header read timeout, and none is kept alive.
+    #[test]
+    fn issue25_3_idle_connections_cannot_take_the_daemons_descriptors() {
+        use std::io::Read as _;
+        let body: Body = Arc::new(|| "ok\n".to_string());
+        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), body).unwrap();
+        let addr = server.local_addr();
+        let idle: Vec<TcpStream> = (0..300)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(server.open_connections() <= MAX_CONNECTIONS);
+        // The ones beyond the limit were closed: reading them ends at once.
+        let mut closed = 0;
+        for mut s in idle.iter().map(|s| s.try_clone().unwrap()) {
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            if matches!(s.read(&mut [0u8; 1]), Ok(0)) {
+                closed += 1;
+            }
+        }
+        assert!(closed >= 300 - MAX_CONNECTIONS, "only {closed} closed");
+        // Past the header read timeout the idle ones are gone too, and a scrape is answered,
+        // with its connection closed after it.
+        std::thread::sleep(HEADER_READ_TIMEOUT + Duration::from_secs(1));
+        assert_eq!(server.open_connections(), 0);
+        let ok = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(ok.starts_with("HTTP/1.1 200 OK"), "{ok}");
+        assert!(
+            ok.to_ascii_lowercase().contains("connection: close"),
+            "{ok}"
+        );
+        drop(idle);
     }
 
     #[test]

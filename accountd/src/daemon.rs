@@ -220,6 +220,13 @@ pub fn run(
     if let Some(warning) = store::exposure_warning(&opts.database) {
         shared.log.warn_once(&warning);
     }
+    // The database exists at the current schema before the governor's first pass reads its
+    // fair-share from it: otherwise that pass races the ingest thread making it, and says the
+    // database needs an upgrade (issue 25, finding 14). A failure here is the ingest
+    // thread's to report, as it opens the database again.
+    if !shared.stop.load(Ordering::Relaxed) {
+        drop(Store::open(&opts.database));
+    }
     let threads = start_threads(&shared);
     if opts.once {
         return run_once(&shared, threads, server, metrics_addr);

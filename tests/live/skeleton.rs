@@ -36,7 +36,26 @@ pub const SCENARIOS: &[Scenario] = &[
         "skeleton::ingest_twice_then_report_matches_sacct",
         ingest_and_report,
     ),
+    (
+        "skeleton::issue25_14_the_governors_first_pass_finds_its_database_ready",
+        database_ready,
+    ),
 ];
+
+/// Issue 25, finding 14: on a fresh start the governor's first pass read fair-share from a
+/// database the daemon's ingest thread was still making, and logged that it needed an
+/// upgrade ("schema version 0 ... `accountd run` or `accountd ingest` upgrades it"). The
+/// daemon now makes it before its threads start. This cluster's daemon started on no database.
+fn database_ready(c: &Cluster) -> TestResult {
+    c.wait_governor_pass()?;
+    let log = c.governor_log();
+    ensure(!log.contains("older than this accountd"), || {
+        format!(
+            "the governor's log advises an upgrade:\n{}",
+            c.governor_log_tail(20)
+        )
+    })
+}
 
 const MINUTE: Duration = Duration::from_secs(60);
 

@@ -222,8 +222,9 @@ unsafe fn apply(job_desc: *mut job_desc_msg_t, admission: &Admission) {
             desc.priority = p;
         }
     }
-    if let Some(secs) = admission.park_secs {
-        let until = unix_now().saturating_add(secs);
+    // The user's own later begin time stays (Admission::begin_time).
+    #[allow(clippy::useless_conversion)] // time_t is i64 here, narrower elsewhere
+    if let Some(until) = admission.begin_time(i64::from(desc.begin_time), unix_now()) {
         desc.begin_time = until as _;
     }
 }

@@ -130,6 +130,18 @@ pub struct Admission {
     pub park_secs: Option<i64>,
 }
 
+impl Admission {
+    /// The begin time to give the job (Unix seconds), if any: the parking's, unless the user
+    /// asked for a later start than now (`--begin`), which is never overwritten (issue 25,
+    /// finding 10): such a job cannot start before it anyway, and once it may, the governor
+    /// parks it if it still does not fit its team's quota. `user_begin` is the request's
+    /// begin time (0 when none).
+    pub fn begin_time(&self, user_begin: i64, now: i64) -> Option<i64> {
+        let secs = self.park_secs?;
+        (user_begin <= now).then(|| now.saturating_add(secs))
+    }
+}
+
 impl Verdict {
     /// The admission of an accepted job (tests).
     pub fn admission(&self) -> Option<&Admission> {
@@ -808,6 +820,25 @@ fn class_names(config: &Config) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 25, finding 10: `--qos=inference --begin=now+1hour` beyond the quota lost the
+    /// user's begin time to the parking's (a year ahead); released when it fitted, the job then
+    /// started at once. The user's later begin time is never overwritten.
+    #[test]
+    fn issue25_10_a_users_begin_time_is_never_overwritten_by_parking() {
+        let now = 1_000_000;
+        let parked = Admission {
+            park_secs: Some(governance::PARK_SECS),
+            ..Admission::default()
+        };
+        assert_eq!(parked.begin_time(0, now), Some(now + governance::PARK_SECS));
+        assert_eq!(
+            parked.begin_time(now - 5, now),
+            Some(now + governance::PARK_SECS)
+        );
+        assert_eq!(parked.begin_time(now + 3600, now), None);
+        assert_eq!(Admission::default().begin_time(0, now), None);
+    }
 
     use crate::test_config::config;
 

@@ -13,6 +13,7 @@ mod accounting;
 mod adversarial;
 mod governance;
 mod hostile;
+mod issue25;
 mod monitoring;
 mod packaging;
 mod placement;
@@ -38,6 +39,7 @@ fn main() -> std::process::ExitCode {
     scenarios.extend_from_slice(status::SCENARIOS);
     scenarios.extend_from_slice(monitoring::SCENARIOS);
     scenarios.extend_from_slice(replay::SCENARIOS);
+    scenarios.extend_from_slice(issue25::SCENARIOS);
 
     // Each cluster is started by the first scenario that needs it (so a filtered run starts only
     // the clusters its scenarios use); if it cannot start, every scenario on it fails.

@@ -1,0 +1,151 @@
+//! Issue 25 on the live cluster (2 nodes x 4 GPUs; agents quota 2 + 2, training 4 + 4,
+//! research 2 + 6): each scenario is named after the finding it proves fixed, and fails on
+//! the code before the fix.
+
+use std::time::Duration;
+
+use teamshare_live_tests::{ensure, Cluster, Scenario, TestResult};
+
+use crate::governance::{fill, isolated};
+
+pub const SCENARIOS: &[Scenario] = &[
+    (
+        "issue25::f06_a_lowered_borrow_limit_brings_a_running_team_back_under_it",
+        lowered_borrow_limit,
+    ),
+    (
+        "issue25::f10_a_non_preemptible_jobs_own_begin_time_is_kept",
+        users_begin_time,
+    ),
+    (
+        "issue25::f15_governance_goes_on_when_the_state_file_cannot_be_written",
+        state_not_written,
+    ),
+];
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Finding 6: agents runs 4 (its quota 2 + borrow limit 2); the administrator lowers its
+/// borrow limit to 0. Rule 1 holds at all times: the governor requeues its two most recently
+/// started jobs, no more, and says why.
+fn lowered_borrow_limit(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let ids = fill(c, "agents", 4, &[])?;
+        let text = c.original_config().replacen(
+            "name = \"agents\"\nquota = 2\nborrow_limit = 2",
+            "name = \"agents\"\nquota = 2\nborrow_limit = 0",
+            1,
+        );
+        ensure(text != c.original_config(), || {
+            "the live configuration no longer has agents' borrow limit of 2".into()
+        })?;
+        c.reconfigure(&text)?;
+        c.wait_for("agents back at its ceiling of 2", MINUTE, || {
+            Ok((c.count("agents", "RUNNING")? == 2).then_some(()))
+        })
+        .map_err(|e| format!("{e}\n{}\n{}", c.diagnosis(), c.governor_log_tail(20)))?;
+        // Two passes more: nothing else goes.
+        c.wait_governor_pass()?;
+        c.wait_governor_pass()?;
+        ensure(c.count("agents", "RUNNING")? == 2, || {
+            format!(
+                "agents runs {} after the reclaim",
+                c.count("agents", "RUNNING").unwrap_or(0)
+            )
+        })?;
+        let log = c.governor_log();
+        let over: Vec<&String> = ids
+            .iter()
+            .filter(|j| {
+                log.contains(&format!(
+                    "job {j} requeued by the governor: its team ran beyond its ceiling"
+                ))
+            })
+            .collect();
+        ensure(over.len() == 2, || {
+            format!("the governor's log names {over:?} beyond the ceiling, expected 2 of {ids:?}")
+        })
+    })
+}
+
+/// Finding 10: `--qos=inference --begin=now+1hour` beyond agents' quota was parked with a
+/// begin time a year ahead, which replaced the user's; released once agents had room, it
+/// started at once. Its own begin time is kept: it waits for it.
+fn users_begin_time(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let quota = fill(c, "agents", 2, &[])?;
+        let id = c.sbatch(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "--qos=inference",
+            "--begin=now+1hour",
+            "--wrap",
+            "sleep 3600",
+        ])?;
+        c.wait_governor_pass()?;
+        // Room in agents' quota now: a parked job would be released and start.
+        c.ok(
+            "scancel",
+            &quota.iter().map(String::as_str).collect::<Vec<_>>(),
+        )?;
+        for _ in 0..3 {
+            c.wait_governor_pass()?;
+        }
+        std::thread::sleep(Duration::from_secs(3));
+        let state = c.job_state(&id)?;
+        let reason = c.reason(&id)?;
+        ensure(state == "PENDING" && reason.contains("BeginTime"), || {
+            format!(
+                "the inference job asked to begin in an hour is {state} ({reason})\n{}",
+                c.diagnosis()
+            )
+        })?;
+        let begin = c.ok("squeue", &["-h", "-j", &id, "-o", "%S"])?;
+        let year = begin.trim().get(..4).unwrap_or("").to_string();
+        let this_year = c.ok("date", &["-u", "+%Y"])?;
+        ensure(year == this_year.trim(), || {
+            format!("its begin time is {begin}: not the user's (in an hour)")
+        })
+    })
+}
+
+/// Finding 15: with the state file unwritable (here a directory where its temporary file
+/// goes), every pass ended before its actions: no limit moved. Now the pass says why, counts
+/// it, and acts: training borrows up to its ceiling while the state cannot be written.
+fn state_not_written(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let blocker = c.dir.join("etc/state.json.tmp");
+        std::fs::create_dir_all(blocker.join("blocked")).map_err(|e| e.to_string())?;
+        let r = (|| {
+            let failures = |c: &Cluster| -> Result<f64, String> {
+                let text = c.metrics()?;
+                Ok(text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("teamshare_governor_state_write_failures_total "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0.0))
+            };
+            c.wait_for("a pass that could not write the state", MINUTE, || {
+                Ok((failures(c)? > 0.0).then_some(()))
+            })?;
+            // Borrowing needs the governor to raise training's limit above its quota.
+            c.submit_sleeps("training", 8, 3600, &[])?;
+            c.wait_running("training", 8, 2 * MINUTE)
+                .map_err(|e| format!("{e}\n{}", c.governor_log_tail(20)))?;
+            ensure(
+                c.governor_log().contains("cannot write the state file"),
+                || "the governor's log does not say the state file cannot be written".into(),
+            )
+        })();
+        let _ = std::fs::remove_dir_all(&blocker);
+        r?;
+        // Written again once it can be.
+        let before = c.state_modified();
+        c.wait_for("the state file written again", MINUTE, || {
+            Ok((c.state_modified() != before).then_some(()))
+        })
+    })
+}

@@ -927,6 +927,43 @@ mod tests {
         assert!(ts.ends_with('Z') && ts.len() == 20, "{ts}");
     }
 
+    /// Issue 25, finding 14: the governor's first pass read fair-share from a database the
+    /// ingest thread was still making (and said it needed an upgrade). The daemon makes it,
+    /// at the current schema, before any thread starts: here neither ingests.
+    #[test]
+    fn issue25_14_the_database_is_ready_before_the_threads_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = teamshare_config::parse(
+            "[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\n\n[[team]]\nname = \"a\"\nquota = 1\n",
+            "teamshare.toml",
+        )
+        .unwrap();
+        let (log, _) = captured();
+        let opts = DaemonOptions {
+            database: dir.path().join("db.sqlite"),
+            spool: None,
+            govern_interval: Duration::from_secs(1),
+            govern: false,
+            ingest: false,
+            once: false,
+            metrics_listen: "127.0.0.1:0".parse().unwrap(),
+            config_path: None,
+            stop_grace: STOP_GRACE,
+        };
+        // Stopped a moment after it starts, before anything would have made the database.
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopper = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                stop.store(true, Ordering::Relaxed);
+            })
+        };
+        run(config, opts, stop, Arc::new(AtomicBool::new(false)), log);
+        stopper.join().unwrap();
+        Store::open_read_only(&dir.path().join("db.sqlite")).expect("made at the current schema");
+    }
+
     #[test]
     fn a_daemon_stopped_before_it_starts_runs_no_step() {
         let dir = tempfile::tempdir().unwrap();

@@ -68,10 +68,13 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
     )
 }
 
-const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,admin_comment:|";
-/// The last field (AdminComment) is everything after the 18th separator: an administrator may
+const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,tres-per-socket:|,Sockets:|,admin_comment:|";
+/// The last field (AdminComment) is everything after the 20th separator: an administrator may
 /// write `|` into it.
-const SQUEUE_FIELD_COUNT: usize = 19;
+const SQUEUE_FIELD_COUNT: usize = 21;
+/// `--gpus-per-socket` and `--sockets-per-node` (`*` when not given).
+const TRES_PER_SOCKET_FIELD: usize = 18;
+const SOCKETS_FIELD: usize = 19;
 
 /// How the governor names a job to scontrol and scancel. A plain id is not enough for job
 /// arrays: slurmctld applies an update, requeue or cancel of an array's own id to *every*
@@ -237,11 +240,13 @@ fn squeue_gpus(
         tres_per_job: na(f[7]),
         tres_per_node: na(f[8]),
         tres_per_task: na(f[9]),
-        tres_per_socket: None,
+        // Read like every other form the plugin accepts (issue 25, finding 8: a job asking
+        // GPUs per socket read as none).
+        tres_per_socket: na(f[TRES_PER_SOCKET_FIELD]),
         min_nodes: f[10].trim().parse().ok(),
         num_tasks: f[11].trim().parse().ok(),
         ntasks_per_node: None,
-        sockets_per_node: None,
+        sockets_per_node: f[SOCKETS_FIELD].trim().parse().ok(),
     };
     match gpus_requested(&ask) {
         Ok(c) => (
@@ -1693,13 +1698,13 @@ mod tests {
     use super::*;
 
     const SQUEUE: &str = "\
-6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|
-10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|10|N/A|
-11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|1-3|
-11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|4-5|
-12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|12|N/A|
-13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|13|N/A|
+6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|
+10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|10|N/A|N/A|*|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|1-3|N/A|*|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|4-5|N/A|*|
+12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|12|N/A|N/A|*|
+13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|13|N/A|N/A|*|
 ";
 
     #[test]
@@ -1752,7 +1757,7 @@ mod tests {
                 "N/A"
             };
             format!(
-                "{id}|research|{state}|64000|2026-11-30T03:13:02|{start}|cpu=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|{array}|{task}|\n"
+                "{id}|research|{state}|64000|2026-11-30T03:13:02|{start}|cpu=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|{array}|{task}|N/A|*|\n"
             )
         };
         let text = [
@@ -1791,12 +1796,12 @@ mod tests {
     #[test]
     fn finding2_no_line_a_user_can_write_fails_the_pass() {
         let text = "\
-6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|
-7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|7|N/A|
-8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|8|N/A|
+6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|
+7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|7|N/A|N/A|*|
+8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|8|N/A|N/A|*|
 1|2|3
 x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priority|1|n1|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|
 ";
         let (jobs, unreadable) = parse_squeue(text, 0);
         let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
@@ -1817,10 +1822,10 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // Slurm resets the reason to None when the governor updates a job's priority: the
         // eligible time decides (the begin time, N/A while a dependency is unmet).
         let text = "\
-20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|20|N/A|
-21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|21|N/A|
-22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|22|N/A|
-23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|23|N/A|
+20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|20|N/A|N/A|*|
+21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|21|N/A|N/A|*|
+22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|22|N/A|N/A|*|
+23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|23|N/A|N/A|*|
 ";
         let (jobs, _) = parse_squeue(text, 1_796_008_620);
         let eligible: Vec<bool> = jobs.iter().map(|j| j.eligible).collect();
@@ -1834,12 +1839,12 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     fn finding4_teamshare_holds_are_told_from_other_holds() {
         // now = 2026-11-30T03:16:40
         let text = "\
-30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|30|N/A|teamshare: parked: its priority class may not borrow|
-31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|31|N/A|teamshare: parked: a|b|c|
-32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|32|N/A|
-33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|33|N/A|maintenance: see the admins|
-34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|34|N/A|teamshare: parked: stale mark|
-35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|35|N/A|teamshare: parked: waits on a dependency|
+30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|30|N/A|N/A|*|teamshare: parked: its priority class may not borrow|
+31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|31|N/A|N/A|*|teamshare: parked: a|b|c|
+32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|32|N/A|N/A|*|
+33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|33|N/A|N/A|*|maintenance: see the admins|
+34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|34|N/A|N/A|*|teamshare: parked: stale mark|
+35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|35|N/A|N/A|*|teamshare: parked: waits on a dependency|
 ";
         let (jobs, unreadable) = parse_squeue(text, 1_796_008_600);
         assert!(unreadable.is_empty(), "{unreadable:?}");
@@ -1887,12 +1892,12 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // Lines as squeue prints them on the dev cluster with GPU_TYPES="h100 h100 a100":
         // the allocation of an untyped request names the type it got (job 2).
         let text = "\
-1|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|N/A|gres:gpu:h100:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|1|N/A|
-2|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1|N/A|gres:gpu:1|N/A|1|1|None|1|n3|2026-11-30T03:16:00|2|N/A|
-3|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|gres:gpu:h100:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|3|N/A|
-4|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|4|N/A|
-5|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:1,gres:gpu:a100:1|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|5|N/A|
-6|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=2|N/A|gres:gpu:2|N/A|1|1|None|1|n3|2026-11-30T03:16:00|6|N/A|
+1|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|N/A|gres:gpu:h100:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|1|N/A|N/A|*|
+2|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1|N/A|gres:gpu:1|N/A|1|1|None|1|n3|2026-11-30T03:16:00|2|N/A|N/A|*|
+3|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|gres:gpu:h100:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|3|N/A|N/A|*|
+4|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|4|N/A|N/A|*|
+5|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:1,gres:gpu:a100:1|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|5|N/A|N/A|*|
+6|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=2|N/A|gres:gpu:2|N/A|1|1|None|1|n3|2026-11-30T03:16:00|6|N/A|N/A|*|
 ";
         let (jobs, unreadable) = parse_squeue(text, 1_796_008_620);
         assert!(unreadable.is_empty(), "{unreadable:?}");
@@ -1936,6 +1941,22 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         for bad in ["n[1-", "n[3-1]", "n[a-b]", "n]", "n[1-2]x"] {
             assert_eq!(expand_hostlist(bad), None, "{bad}");
         }
+    }
+
+    /// Issue 25, finding 8: the governor's fields omitted tres-per-socket, so a job asking
+    /// `--gpus-per-socket=1 --sockets-per-node=2` read as 0 GPUs (a parked inference job was
+    /// released "fits its team's quota" while the team was full). It is read as the plugin
+    /// reads it: 1 GPU x 2 sockets x 2 nodes.
+    #[test]
+    fn issue25_8_gpus_per_socket_are_counted() {
+        let line = "41|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|N/A|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|41|N/A|gres:gpu:1|2|\n";
+        let (jobs, unreadable) = parse_squeue(line, 1_796_008_620);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        assert_eq!(jobs[0].gpus, 4);
+        // Without a socket count, one socket per node: the fewest it can hold.
+        let line = line.replace("|gres:gpu:1|2|", "|gres:gpu:1|*|");
+        let (jobs, _) = parse_squeue(&line, 1_796_008_620);
+        assert_eq!(jobs[0].gpus, 2);
     }
 
     #[test]

@@ -322,7 +322,7 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
     } else {
         "N/A".to_string()
     };
-    let fields: [String; 19] = [
+    let fields: [String; 21] = [
         j.job_id.to_string(),
         field(j.account),
         // SAFETY: libslurm's table of state names: a static string for any value.
@@ -346,6 +346,14 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
             "N/A".to_string()
         },
         task,
+        or_na(field(j.tres_per_socket)),
+        // squeue prints `*` for a count not given.
+        #[allow(clippy::useless_conversion)] // NO_VAL16 is a u32 or a u16 by release
+        if u32::from(j.sockets_per_node) == u32::from(sys::NO_VAL16) {
+            "*".to_string()
+        } else {
+            j.sockets_per_node.to_string()
+        },
         field(j.admin_comment),
     ];
     // squeue ends every field, the last one included, with the separator.

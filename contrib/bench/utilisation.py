@@ -19,7 +19,8 @@ Definitions (from the samples, between each sample and the next):
   order, packed onto the nodes' idle GPUs, best fit; a job of several nodes needs that many
   nodes each with its share); the longest stretch with such a GPU is "longest idle-fit".
 - utilisation: GPU-seconds held by running jobs over the capacity's, from the first submission
-  to the last end (the makespan).
+  to the last end (the makespan); useful utilisation leaves out the GPU-seconds of runs a
+  preemption or requeue threw away (their work is done again).
 - in-quota start: the wait of the jobs whose team, at their submission, ran and waited for
   no more than its quota with them (judged from the sample before); and, for teamshare, from
   the first sample where the governor ranked a job in its team's quota (priority at the
@@ -353,6 +354,7 @@ def analyse(r):
         "mode": r["mode"],
         "iww": iww, "iww_fit": iww_fit, "longest_idle_fit": longest,
         "utilisation": 100.0 * busy / (capacity * makespan) if makespan > 0 else 0.0,
+        "useful": 100.0 * (busy - lost) / (capacity * makespan) if makespan > 0 else 0.0,
         "makespan": makespan,
         "turnaround": {t: statistics.mean(v) for t, v in turns.items()},
         "wait": {t: statistics.mean(v) for t, v in waits.items()},
@@ -396,7 +398,8 @@ def summary(paths):
     rows = [
         ("IWW GPU-s", "iww", "{:.0f}"), ("IWW-fit GPU-s", "iww_fit", "{:.0f}"),
         ("longest idle-fit s", "longest_idle_fit", "{:.1f}"),
-        ("utilisation %", "utilisation", "{:.1f}"), ("makespan s", "makespan", "{:.0f}"),
+        ("utilisation %", "utilisation", "{:.1f}"), ("useful utilisation %", "useful", "{:.1f}"),
+        ("makespan s", "makespan", "{:.0f}"),
         ("in-quota start p50 s", "in_quota_p50", "{:.1f}"),
         ("in-quota start p95 s", "in_quota_p95", "{:.1f}"),
         ("ranked in quota: start p95 s", "ranked_p95", "{:.1f}"),
@@ -420,7 +423,7 @@ def summary(paths):
         print()
         print("teamshare against the plain pool, run by run (median, min-max):")
         print(f"- IWW ratio {spread(ratio('iww'), '{:.2f}')}; IWW-fit ratio {spread(ratio('iww_fit'), '{:.2f}')}")
-        print(f"- utilisation difference {spread([b['utilisation'] - a['utilisation'] for a, b in pairs], '{:+.1f}')} points")
+        print(f"- utilisation difference {spread([b['utilisation'] - a['utilisation'] for a, b in pairs], '{:+.1f}')} points; useful {spread([b['useful'] - a['useful'] for a, b in pairs], '{:+.1f}')} points")
         for t in teams:
             print(f"- {t} turnaround ratio {spread([b['turnaround'].get(t, 0) / a['turnaround'][t] for a, b in pairs if a['turnaround'].get(t)], '{:.2f}')}")
 

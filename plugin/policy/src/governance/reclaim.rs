@@ -29,6 +29,9 @@ use super::{
     TeamRunning, RECLAIM_FALLBACK_SECS,
 };
 
+/// The most shapes of several-node jobs [`Room`] remembers as fitting nowhere.
+const NO_FIT_WIDE_MAX: usize = 16;
+
 /// The most candidates on one node [`Search::exact`] tries every set of (2^12 sets).
 const EXACT_MAX: usize = 12;
 
@@ -77,6 +80,9 @@ pub(super) struct Room {
     /// The fewest GPUs a one-node job asked for that found no node: no node has that many
     /// (the room only shrinks), so a job asking for as many fails at once.
     no_fit: u32,
+    /// The same for jobs of several nodes: (nodes, share per node) that found too few nodes
+    /// with that share free. A job of at least as many nodes and as large a share fails too.
+    no_fit_wide: Vec<(usize, u32)>,
 }
 
 impl Room {
@@ -85,6 +91,7 @@ impl Room {
             free: room.free.iter().map(|(_, f)| f).collect(),
             largest: room.largest,
             no_fit: u32::MAX,
+            no_fit_wide: Vec::new(),
         }
     }
 
@@ -107,13 +114,36 @@ impl Room {
         if nodes == 1 && share >= self.no_fit {
             return false;
         }
+        if nodes == 1 {
+            // The best fit without a list (this runs for every borrower a pass lends to).
+            let best = (0..self.free.len())
+                .filter(|&i| self.free[i] >= share)
+                .min_by_key(|&i| (self.free[i], i));
+            return match best {
+                Some(i) => {
+                    self.free[i] -= share;
+                    true
+                }
+                None => {
+                    self.no_fit = self.no_fit.min(share);
+                    false
+                }
+            };
+        }
+        if self
+            .no_fit_wide
+            .iter()
+            .any(|&(n, s)| nodes >= n && share >= s)
+        {
+            return false;
+        }
         let mut fits: Vec<(u32, usize)> = (0..self.free.len())
             .filter(|&i| self.free[i] >= share)
             .map(|i| (self.free[i], i))
             .collect();
         if fits.len() < nodes {
-            if nodes == 1 {
-                self.no_fit = self.no_fit.min(share);
+            if self.no_fit_wide.len() < NO_FIT_WIDE_MAX {
+                self.no_fit_wide.push((nodes, share));
             }
             return false;
         }
@@ -417,6 +447,7 @@ impl<'a> Search<'a> {
         };
         // The room grows: what fitted nowhere may fit now.
         self.room.no_fit = u32::MAX;
+        self.room.no_fit_wide.clear();
         for &c in picked {
             let cand = &mut cands[c];
             cand.taken = true;

@@ -313,8 +313,24 @@ impl HetJobTally {
             .or_insert(0);
         *sum = sum.saturating_add(admission.gpus);
         let asked = *sum;
-        over_ceiling(team, gpu_type, asked, || {
+        if let Some(r) = over_ceiling(team, gpu_type, asked, || {
             format!("the components of this heterogeneous job ask for {asked} together")
+        }) {
+            return Some(r);
+        }
+        // Each type within its own ceiling, and all of them within the team's (issue 25,
+        // finding 9: 4 H100 and 3 A100 of a team that may hold 6 in all waited for ever).
+        if gpu_type.is_none() {
+            return None;
+        }
+        let all: u64 = self
+            .by_team
+            .iter()
+            .filter(|((t, _), _)| *t == team.name)
+            .map(|(_, n)| *n)
+            .sum();
+        over_ceiling(team, None, all, || {
+            format!("the components of this heterogeneous job ask for {all} of all types together")
         })
     }
 }
@@ -1215,6 +1231,32 @@ name = "training"
 quota = { a100 = 2 }
 borrow_limit = { h100 = 1 }
 "#;
+
+    /// Issue 25, finding 9: `--gres=gpu:h100:4 : --gres=gpu:a100:3` of a team that may hold 6
+    /// in all passed each type's ceiling and waited for ever. Here agents may hold 3 in all
+    /// (quota 2 H100 + borrow limit 1), 3 H100 and 1 A100 each within their type's ceiling.
+    #[test]
+    fn issue25_9_a_typed_heterogeneous_job_is_held_to_the_teams_total_too() {
+        let c = teamshare_config::parse(TYPED, "t.toml").unwrap();
+        let ask = |gpus: u64, kind: &str| Admission {
+            gpus,
+            team: Some("agents".into()),
+            gpu_type: Some(kind.into()),
+            ..Admission::default()
+        };
+        let mut tally = HetJobTally::default();
+        assert_eq!(tally.add(&c, Some(0), &ask(3, "h100")), None);
+        let r = tally.add(&c, Some(1), &ask(1, "a100")).expect("refused");
+        assert_eq!(r.kind, RejectKind::OverTeamLimit);
+        assert!(
+            r.message.contains("may hold at most 3 GPUs") && r.message.contains("4 of all types"),
+            "{}",
+            r.message
+        );
+        // 2 + 1 fits.
+        assert_eq!(tally.add(&c, Some(0), &ask(2, "h100")), None);
+        assert_eq!(tally.add(&c, Some(1), &ask(1, "a100")), None);
+    }
 
     /// H100: 4, none free (agents holds 1, training borrows 3: the victims); A100: 4, free.
     fn typed_state() -> PublishedState {

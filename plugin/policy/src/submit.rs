@@ -320,9 +320,7 @@ impl HetJobTally {
         }
         // Each type within its own ceiling, and all of them within the team's (issue 25,
         // finding 9: 4 H100 and 3 A100 of a team that may hold 6 in all waited for ever).
-        if gpu_type.is_none() {
-            return None;
-        }
+        gpu_type?;
         let all: u64 = self
             .by_team
             .iter()

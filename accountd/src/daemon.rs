@@ -541,6 +541,13 @@ fn govern(
         Err(e) => return shared.step_result(STEP_GOVERN, Err(e.to_string())),
     };
     let requeued = log_pass(&shared.log, &report);
+    if report.settled {
+        // A replaced or stopped governor's last actions: counted, but no pass of its own.
+        shared
+            .exporter
+            .update_live(|live| count_requeued(live, requeued));
+        return;
+    }
     let now = period::now();
     let capacity_changed = shared.exporter.live().capacity != Some(report.capacity);
     publish_pass(shared, &report, requeued, now);

@@ -508,6 +508,10 @@ pub struct PassReport {
     /// squeue lines the pass could not read (logged once each, counted in metrics); their jobs
     /// were treated as never in quota.
     pub unreadable: Vec<String>,
+    /// No pass of its own: what the actions of a governor being replaced (new rules) or
+    /// stopped did after its last pass ([`Governor::settle`]). Only its action lists, `acted`
+    /// and `failures` mean anything.
+    pub settled: bool,
 }
 
 /// How long the actions on one plan took, and how many Slurm client commands they ran.
@@ -910,6 +914,20 @@ impl Governor {
     }
 }
 
+impl Governor {
+    /// Wait for the actions under way and say what they did, so that a governor replaced (new
+    /// rules) or stopped reports every requeue it made: none is done and left unlogged.
+    pub fn settle(&mut self) -> Option<PassReport> {
+        self.acting.as_ref()?;
+        let mut report = PassReport {
+            settled: true,
+            ..PassReport::default()
+        };
+        self.collect_actions(&mut report, true);
+        Some(report)
+    }
+}
+
 impl Drop for Governor {
     /// A governor replaced (new rules) lets its actions end first, so that an old limit never
     /// lands after the new governor's.
@@ -935,7 +953,8 @@ pub struct Cadence {
 /// arguments: `replace`, asked before each pass, may hand over a new governor (the daemon's
 /// reloaded configuration); `passed` logs the pass, and the daemon's feeds its metrics and the
 /// capacity samples; `sleep_until` waits for an instant (the next pass; the first is due at
-/// once) and says false when the loop is to stop (the daemon's stop flag).
+/// once) and says false when the loop is to stop (the daemon's stop flag). `passed` also gets,
+/// marked [`PassReport::settled`], what a replaced or stopped governor's last actions did.
 pub fn run_loop<B>(
     mut governor: Governor,
     cadence: Cadence,
@@ -948,6 +967,12 @@ pub fn run_loop<B>(
     while sleep_until(next) {
         let started = Instant::now();
         if let Some(new) = replace() {
+            // The old rules' actions end first, and what they did is reported.
+            if let Some(settled) = governor.settle() {
+                if let std::ops::ControlFlow::Break(b) = passed(Ok(settled)) {
+                    return Some(b);
+                }
+            }
             governor = new;
             governor.wait_for_actions = cadence.once;
         }
@@ -959,7 +984,11 @@ pub fn run_loop<B>(
         }
         next = started + cadence.interval;
     }
-    None
+    // Stopped: the last plan's actions end and are reported before the loop returns.
+    match governor.settle().map(|r| passed(Ok(r))) {
+        Some(std::ops::ControlFlow::Break(b)) => Some(b),
+        _ => None,
+    }
 }
 
 /// What a pass read and planned, handed to the actuator.

@@ -73,7 +73,7 @@ pub fn is_usable(state: &str) -> bool {
 
 /// `%G` of sinfo (`gpu:h100:4(S:0-1),shard:8`, `gpu:2`, `(null)`) in the one GRES parser's
 /// request form.
-fn node_gpus(gres: &str) -> Result<teamshare_policy::gres::GpuCount, GresError> {
+pub fn node_gpus(gres: &str) -> Result<teamshare_policy::gres::GpuCount, GresError> {
     // Drop the socket/index annotations in parentheses, which may contain commas themselves.
     let mut plain = String::with_capacity(gres.len());
     let mut depth = 0usize;

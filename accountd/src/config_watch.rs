@@ -39,10 +39,27 @@ pub enum Reload {
     /// Read again (changed, or asked for with SIGHUP) and the same text as the configuration in
     /// force.
     Same { digest: String },
-    /// A valid new configuration: it replaces the one in force.
-    Reloaded { config: Box<Config>, from: String },
+    /// A valid new configuration: it replaces the one in force. `unchecked` says why it
+    /// could not be checked against Slurm, if so.
+    Reloaded {
+        config: Box<Config>,
+        from: String,
+        unchecked: Option<String>,
+    },
     /// Not a valid configuration, or unreadable: the one in force stays. One line.
     Rejected { why: String, kept: String },
+}
+
+/// What Slurm says of a valid new configuration before it is put in force (issue 25,
+/// finding 4: a partition typo must not ungovern the real partition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verified {
+    /// Slurm has what it names.
+    Fits,
+    /// Slurm could not be asked (why): put in force all the same, said in the log.
+    Unchecked(String),
+    /// It cannot govern the cluster as Slurm has it (why): the last good one stays.
+    Refused(String),
 }
 
 /// The followed file and the digest of the configuration in force.
@@ -51,6 +68,9 @@ pub struct ConfigWatch {
     path: PathBuf,
     stamp: Option<Stamp>,
     digest: String,
+    /// Why Slurm refused the file as it is now: it is looked at again every poll (Slurm may
+    /// gain the partition), and said again only when the reason changes.
+    held_back: Option<String>,
 }
 
 impl ConfigWatch {
@@ -60,6 +80,7 @@ impl ConfigWatch {
             path: path.to_path_buf(),
             stamp: stamp(path),
             digest: current.digest.clone(),
+            held_back: None,
         }
     }
 
@@ -69,27 +90,61 @@ impl ConfigWatch {
 
     /// Look at the file: read it again when it changed, or always with `asked` (SIGHUP).
     pub fn check(&mut self, asked: bool) -> Reload {
+        self.check_with(asked, &mut |_| Verified::Fits)
+    }
+
+    /// [`ConfigWatch::check`], with a valid new file put in force only when `verify` does
+    /// not refuse it. A refused file is looked at again every poll and said again only when
+    /// the file or the reason changes.
+    pub fn check_with(
+        &mut self,
+        asked: bool,
+        verify: &mut dyn FnMut(&Config) -> Verified,
+    ) -> Reload {
         let now = stamp(&self.path);
-        if !asked && now == self.stamp {
+        let changed = now != self.stamp;
+        if !asked && !changed && self.held_back.is_none() {
             return Reload::Unchanged;
         }
         // Remembered before reading, so that the same broken file is said once, not every poll.
         self.stamp = now;
-        match teamshare_config::load(&self.path) {
-            Ok(config) if config.digest == self.digest => Reload::Same {
-                digest: config.digest,
-            },
-            Ok(config) => {
-                let from = std::mem::replace(&mut self.digest, config.digest.clone());
-                Reload::Reloaded {
-                    config: Box::new(config),
-                    from,
-                }
+        let config = match teamshare_config::load(&self.path) {
+            Ok(c) => c,
+            Err(e) => {
+                self.held_back = None;
+                return Reload::Rejected {
+                    why: one_line(&e),
+                    kept: self.digest.clone(),
+                };
             }
-            Err(e) => Reload::Rejected {
-                why: one_line(&e),
-                kept: self.digest.clone(),
-            },
+        };
+        if config.digest == self.digest {
+            self.held_back = None;
+            return Reload::Same {
+                digest: config.digest,
+            };
+        }
+        let unchecked = match verify(&config) {
+            Verified::Refused(why) => {
+                let repeat = !asked && !changed && self.held_back.as_deref() == Some(why.as_str());
+                self.held_back = Some(why.clone());
+                if repeat {
+                    return Reload::Unchanged;
+                }
+                return Reload::Rejected {
+                    why,
+                    kept: self.digest.clone(),
+                };
+            }
+            Verified::Unchecked(why) => Some(why),
+            Verified::Fits => None,
+        };
+        self.held_back = None;
+        let from = std::mem::replace(&mut self.digest, config.digest.clone());
+        Reload::Reloaded {
+            config: Box::new(config),
+            from,
+            unchecked,
         }
     }
 }
@@ -140,7 +195,7 @@ mod tests {
         let edited = VALID.replace("quota = 1", "quota = 2");
         std::fs::write(&path, &edited).unwrap();
         match watch.check(false) {
-            Reload::Reloaded { config, from } => {
+            Reload::Reloaded { config, from, .. } => {
                 assert_eq!(from, start.digest);
                 assert_eq!(config.digest, teamshare_config::digest(&edited));
                 assert_eq!(config.teams[0].quota.total, 2);
@@ -172,6 +227,88 @@ mod tests {
         // Back to the text in force: nothing to reload.
         std::fs::write(&path, &edited).unwrap();
         assert!(matches!(watch.check(false), Reload::Same { .. }));
+    }
+}
+
+#[cfg(test)]
+mod slurm_refusals {
+    use super::*;
+
+    const VALID: &str =
+        "[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\n\n[[team]]\nname = \"a\"\nquota = 1\n";
+
+    /// Issue 25, finding 4: a valid file Slurm refuses (a partition typo) is not put in force,
+    /// said once while the reason holds, looked at again each poll, and taken once Slurm has
+    /// what it names.
+    #[test]
+    fn issue25_4_a_file_slurm_refuses_is_held_back_and_taken_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("teamshare.toml");
+        std::fs::write(&path, VALID).unwrap();
+        let start = teamshare_config::load(&path).unwrap();
+        let mut watch = ConfigWatch::new(&path, &start);
+        std::fs::write(&path, VALID.replace("\"gpu\"]", "\"nosuch\"]")).unwrap();
+        let mut slurm_has_it = false;
+        let mut asked = 0;
+        let mut verify = |c: &Config| {
+            asked += 1;
+            if slurm_has_it || c.cluster.partitions == ["gpu"] {
+                Verified::Fits
+            } else {
+                Verified::Refused("no such partition".into())
+            }
+        };
+        match watch.check_with(false, &mut verify) {
+            Reload::Rejected { why, kept } => {
+                assert_eq!(why, "no such partition");
+                assert_eq!(kept, start.digest);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Looked at again, not said again.
+        assert!(matches!(
+            watch.check_with(false, &mut verify),
+            Reload::Unchanged
+        ));
+        assert!(matches!(
+            watch.check_with(false, &mut verify),
+            Reload::Unchanged
+        ));
+        // A SIGHUP says it again.
+        assert!(matches!(
+            watch.check_with(true, &mut verify),
+            Reload::Rejected { .. }
+        ));
+        slurm_has_it = true;
+        let mut verify = |_: &Config| {
+            if slurm_has_it {
+                Verified::Fits
+            } else {
+                Verified::Refused(String::new())
+            }
+        };
+        match watch.check_with(false, &mut verify) {
+            Reload::Reloaded {
+                from, unchecked, ..
+            } => {
+                assert_eq!(from, start.digest);
+                assert_eq!(unchecked, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        // In force now: nothing more to look at until the file changes.
+        assert!(matches!(
+            watch.check_with(false, &mut verify),
+            Reload::Unchanged
+        ));
+        // Slurm that cannot be asked: put in force, with why it was not checked.
+        std::fs::write(&path, VALID.replace("quota = 1", "quota = 2")).unwrap();
+        match watch.check_with(false, &mut |_| Verified::Unchecked("slurmctld down".into())) {
+            Reload::Reloaded { unchecked, .. } => {
+                assert_eq!(unchecked.as_deref(), Some("slurmctld down"))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
 

@@ -353,7 +353,7 @@ fn supervise(
         if let Some(w) = watch.as_mut() {
             if asked || Instant::now() >= next_look {
                 next_look = Instant::now() + config_watch::POLL;
-                let found = w.check(asked);
+                let found = w.check_with(asked, &mut verify_with_slurm);
                 apply_reload(shared, w.path(), found, asked);
             }
         }
@@ -422,6 +422,20 @@ fn join(handle: Option<std::thread::JoinHandle<()>>) {
     }
 }
 
+/// Whether Slurm has what a reloaded configuration names (its partitions, with GPUs, and
+/// its quotas' GPU types), read through libslurm (issue 25, finding 4). The plugin refuses
+/// the same file from the partitions the governor publishes.
+fn verify_with_slurm(config: &Config) -> config_watch::Verified {
+    let mut session = crate::slurm_api::Session::new();
+    match session.nodes_text(&[]) {
+        Ok(_) => match teamshare_policy::offered::refusal(config, &session.offered()) {
+            Some(why) => config_watch::Verified::Refused(why),
+            None => config_watch::Verified::Fits,
+        },
+        Err(e) => config_watch::Verified::Unchecked(e.to_string()),
+    }
+}
+
 /// Say what a look at the configuration file found, and put a valid new file in force.
 fn apply_reload(shared: &Shared, path: &std::path::Path, found: Reload, asked: bool) {
     match found {
@@ -434,7 +448,11 @@ fn apply_reload(shared: &Shared, path: &std::path::Path, found: Reload, asked: b
                 ));
             }
         }
-        Reload::Reloaded { config, from } => {
+        Reload::Reloaded {
+            config,
+            from,
+            unchecked,
+        } => {
             let (_, old) = shared.config();
             // Read once at start: the listener and the open database stay until a restart.
             let mut at_restart = Vec::new();
@@ -448,7 +466,7 @@ fn apply_reload(shared: &Shared, path: &std::path::Path, found: Reload, asked: b
             shared.exporter.set_config((*config).clone());
             shared.set_config(*config);
             shared.log.info(&format!(
-                "configuration {} reloaded{}: digest {from} -> {digest}{}",
+                "configuration {} reloaded{}: digest {from} -> {digest}{}{}",
                 path.display(),
                 if asked { " on SIGHUP" } else { "" },
                 if at_restart.is_empty() {
@@ -458,7 +476,10 @@ fn apply_reload(shared: &Shared, path: &std::path::Path, found: Reload, asked: b
                         " ({} changed: in force when accountd run restarts)",
                         at_restart.join(", ")
                     )
-                }
+                },
+                unchecked
+                    .map(|why| format!(" (not checked against Slurm's partitions: {why})"))
+                    .unwrap_or_default()
             ));
         }
         Reload::Rejected { why, kept } => shared.log.info(&format!(

@@ -554,6 +554,9 @@ pub struct Reading {
     pub addresses: Addresses,
     /// Slurm calls it took (RPCs through libslurm, or client commands).
     pub slurm_calls: u64,
+    /// Every partition Slurm has and its GPUs, whatever the nodes' state (libslurm's reader
+    /// only; `None` with the client commands).
+    pub partitions: Option<teamshare_policy::offered::Offered>,
 }
 
 /// How the governor reads Slurm: in process through libslurm (the default), or by running
@@ -590,7 +593,11 @@ impl SlurmReader {
         now: UnixSeconds,
     ) -> Result<Reading, GovernError> {
         let (capacity, jobs_text, slurm_calls) = self.read_text(partitions)?;
-        Ok(reading(capacity, &jobs_text, slurm_calls, now))
+        let mut r = reading(capacity, &jobs_text, slurm_calls, now);
+        if let SlurmReader::Libslurm(session) = self {
+            r.partitions = Some(session.offered());
+        }
+        Ok(r)
     }
 
     /// [`SlurmReader::read`], with Slurm's reason for each pending job ([`pending_reasons`]:
@@ -657,6 +664,7 @@ fn reading(
         unreadable,
         addresses,
         slurm_calls,
+        partitions: None,
     }
 }
 
@@ -804,6 +812,7 @@ impl Governor {
             unreadable,
             addresses,
             slurm_calls,
+            partitions: slurm_partitions,
         } = self.read(now)?;
         let mut plan = governance::plan(&GovernInput {
             config: &self.config,
@@ -817,6 +826,7 @@ impl Governor {
         });
         plan.state.acted_at = self.acted_at;
         plan.state.read_at_ms = read_at_ms;
+        plan.state.slurm_partitions = slurm_partitions;
         // The plan's actions never wait on the state file: a full disk or a read-only
         // directory leaves the plugin on its last state (stale after state_max_age), while
         // limits, priorities and reclaims go on (issue 25, finding 15).
@@ -2007,6 +2017,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
             acted_at: 0,
             read_at_ms: 0,
             pools: BTreeMap::new(),
+            slurm_partitions: None,
         };
         write_state(&path, &state).unwrap();
         let back = PublishedState::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();

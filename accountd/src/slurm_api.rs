@@ -26,6 +26,7 @@ use std::sync::OnceLock;
 use slurm_sys as sys;
 
 use crate::slurm_cli::SLURM_CONF_VAR;
+use teamshare_policy::offered::{Offered, PartitionGpus};
 
 /// The error code libslurm gives when the data has not changed since the time we passed.
 const NO_CHANGE_IN_DATA: i32 = 1900;
@@ -125,6 +126,8 @@ pub struct Session {
     jobs: Option<Owned<sys::job_info_msg_t>>,
     nodes: Option<Owned<sys::node_info_msg_t>>,
     partitions: Option<Owned<sys::partition_info_msg_t>>,
+    /// [`Session::offered`] for the partitions and nodes answers of these times.
+    offered: Option<((i64, i64), Offered)>,
     /// RPCs made (the governor counts its Slurm calls per pass).
     pub calls: u64,
 }
@@ -272,6 +275,92 @@ impl Session {
             Ok(out)
         }
     }
+}
+
+impl Session {
+    /// Every partition of the last answers [`Session::nodes_text`] read, with the GPUs on its
+    /// nodes whatever their state (issue 25, finding 4: what a configuration may govern). No
+    /// RPC: worked out again only when one of the two answers changed.
+    pub fn offered(&mut self) -> Offered {
+        let (Some(parts), Some(nodes)) = (&self.partitions, &self.nodes) else {
+            return Offered::new();
+        };
+        // SAFETY: both messages are alive while the session holds them.
+        let stamp = unsafe {
+            (
+                i64::from((*parts.ptr).last_update),
+                i64::from((*nodes.ptr).last_update),
+            )
+        };
+        if let Some((at, offered)) = &self.offered {
+            if *at == stamp {
+                return offered.clone();
+            }
+        }
+        // SAFETY: as above; each array has `record_count` records, and their strings live as
+        // long as the message.
+        let offered = unsafe { offered_by(&*parts.ptr, &*nodes.ptr) };
+        self.offered = Some((stamp, offered.clone()));
+        offered
+    }
+}
+
+/// [`Session::offered`] of two live answers.
+///
+/// # Safety
+/// `p` and `n` are live messages of libslurm.
+unsafe fn offered_by(p: &sys::partition_info_msg_t, n: &sys::node_info_msg_t) -> Offered {
+    let parts = if p.partition_array.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: per this function's contract.
+        unsafe { std::slice::from_raw_parts(p.partition_array, p.record_count as usize) }
+    };
+    let nodes = if n.node_array.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: per this function's contract.
+        unsafe { std::slice::from_raw_parts(n.node_array, n.record_count as usize) }
+    };
+    let mut gpus: std::collections::HashMap<String, PartitionGpus> =
+        std::collections::HashMap::with_capacity(nodes.len());
+    for node in nodes {
+        // SAFETY: the strings of a live record.
+        let (name, gres) = unsafe { (text(node.name), text(node.gres)) };
+        if name.is_empty() {
+            continue;
+        }
+        // A node whose GRES cannot be read offers no GPU here (the capacity reports it).
+        let count = crate::capacity::node_gpus(&gres).unwrap_or_default();
+        gpus.insert(
+            name,
+            PartitionGpus {
+                gpus: u32::try_from(count.total).unwrap_or(u32::MAX),
+                by_type: count
+                    .by_type
+                    .into_iter()
+                    .map(|(t, k)| (t, u32::try_from(k).unwrap_or(u32::MAX)))
+                    .collect(),
+            },
+        );
+    }
+    let mut out = Offered::new();
+    for part in parts {
+        // SAFETY: the strings of a live record.
+        let (name, list) = unsafe { (text(part.name), text(part.nodes)) };
+        let mut sum = PartitionGpus::default();
+        for node in crate::governor::expand_hostlist(&list).unwrap_or_default() {
+            if let Some(g) = gpus.get(&node) {
+                sum.gpus = sum.gpus.saturating_add(g.gpus);
+                for (t, k) in &g.by_type {
+                    let e = sum.by_type.entry(t.clone()).or_insert(0);
+                    *e = e.saturating_add(*k);
+                }
+            }
+        }
+        out.insert(name, sum);
+    }
+    out
 }
 
 /// Append job `j`'s line when it is in one of `partitions` and in a state the governor reads.

@@ -10,6 +10,10 @@ use crate::governance::{fill, isolated};
 
 pub const SCENARIOS: &[Scenario] = &[
     (
+        "issue25::f04_a_partition_typo_keeps_the_last_good_configuration",
+        partition_typo,
+    ),
+    (
         "issue25::f06_a_lowered_borrow_limit_brings_a_running_team_back_under_it",
         lowered_borrow_limit,
     ),
@@ -24,6 +28,63 @@ pub const SCENARIOS: &[Scenario] = &[
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
+
+/// Finding 4: `partitions = ["nosuch"]` was taken on reload by the plugin and the governor,
+/// and a user in no team then ran GPUs in the real partition. Both now keep the last good
+/// configuration and say why in one line; the real partition stays governed.
+fn partition_typo(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let text =
+            c.original_config()
+                .replacen("partitions = [\"gpu\"]", "partitions = [\"nosuch\"]", 1);
+        ensure(text != c.original_config(), || {
+            "the live configuration no longer governs partitions = [\"gpu\"]".into()
+        })?;
+        let digest = c.state()?["config_digest"].clone();
+        let plugin_said = "cannot govern this cluster as Slurm has it";
+        let before = c.slurmctld_log().matches(plugin_said).count();
+        let governor_before = c.governor_log().matches("not reloaded").count();
+        std::fs::write(c.dir.join("etc/teamshare.toml"), &text).map_err(|e| e.to_string())?;
+        c.wait_for("the plugin to hold the edit back", MINUTE, || {
+            Ok((c.slurmctld_log().matches(plugin_said).count() > before).then_some(()))
+        })?;
+        c.wait_for("the governor to keep its configuration", MINUTE, || {
+            Ok((c.governor_log().matches("not reloaded").count() > governor_before).then_some(()))
+        })?;
+        let said = c
+            .governor_log()
+            .lines()
+            .rev()
+            .find(|l| l.contains("not reloaded"))
+            .unwrap_or_default()
+            .to_string();
+        ensure(said.contains("\"nosuch\" that Slurm does not have"), || {
+            format!("the governor's line does not say why: {said}")
+        })?;
+        // Still governed by the last good rules: a request beyond agents' ceiling (2 + 2) is
+        // refused at submit, and the state is still published under the old digest.
+        c.wait_governor_pass()?;
+        match c.sbatch(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:5",
+            "--wrap",
+            "sleep 1",
+        ]) {
+            Ok(id) => Err(format!(
+                "job {id} beyond agents' ceiling was accepted after the partition typo"
+            )),
+            Err(e) => ensure(e.contains("teamshare"), || {
+                format!("refused, but not by teamshare: {e}")
+            }),
+        }?;
+        ensure(c.state()?["config_digest"] == digest, || {
+            "the governor publishes under the edited file".into()
+        })
+    })
+}
 
 /// Finding 6: agents runs 4 (its quota 2 + borrow limit 2); the administrator lowers its
 /// borrow limit to 0. Rule 1 holds at all times: the governor requeues its two most recently

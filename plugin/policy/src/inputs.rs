@@ -127,6 +127,11 @@ impl ConfigSource {
         self.current.clone()
     }
 
+    /// Put `config` back in force (a new file that was read but not taken).
+    fn restore(&mut self, config: Option<Arc<Config>>) {
+        self.current = config;
+    }
+
     /// `None` when nothing changed since the last poll.
     pub fn poll(&mut self) -> Option<Change<Config>> {
         let text = self.file.poll()?;
@@ -195,6 +200,10 @@ pub struct Reloader {
     last_config_check: Option<Instant>,
     /// The plugin's version, for the first "loaded" line.
     version: &'static str,
+    /// A valid new file that cannot govern the cluster as the governor's state shows Slurm (a
+    /// partition Slurm does not have...): not in force; taken once a state says it can, or
+    /// once the governor publishes under it.
+    held_back: Option<Arc<Config>>,
 }
 
 /// What the plugin is to do after a [`Reloader`] step, in order.
@@ -223,6 +232,7 @@ impl Reloader {
             state: None,
             last_config_check: None,
             version,
+            held_back: None,
         }
     }
 
@@ -267,28 +277,68 @@ impl Reloader {
             return events;
         }
         self.last_config_check = Some(now);
+        let before = self.config.current();
         match self.config.poll() {
-            Some(Change::Loaded(c)) => {
-                let line = format!(
-                    "reloaded {} teams={} digest={}",
-                    self.config.path().display(),
-                    c.teams.len(),
-                    c.digest
-                );
-                // A new state file path starts a new watch, read at the next wake-up.
-                if self.state.as_ref().map(|s| s.path()) != Some(c.accountd.state_file.as_path()) {
-                    self.state = Some(StateSource::new(c.accountd.state_file.clone()));
-                    events.push(Event::State(None));
+            Some(Change::Loaded(c)) => match self.slurm_refusal(&c) {
+                Some(why) => {
+                    self.config.restore(before.clone());
+                    events.push(Event::Error(format!(
+                        "{} changed but cannot govern this cluster as Slurm has it; keeping the last good configuration{} until it can: {why}",
+                        self.config.path().display(),
+                        before.map(|b| format!(" (digest {})", b.digest)).unwrap_or_default()
+                    )));
+                    self.held_back = Some(c);
                 }
-                events.push(Event::Config(c, line));
+                None => self.take(c, "", &mut events),
+            },
+            Some(Change::Kept(why)) => {
+                self.held_back = None;
+                events.push(Event::Error(format!(
+                    "{} changed but is not usable; keeping the last good configuration: {why}",
+                    self.config.path().display()
+                )));
             }
-            Some(Change::Kept(why)) => events.push(Event::Error(format!(
-                "{} changed but is not usable; keeping the last good configuration: {why}",
-                self.config.path().display()
-            ))),
             None => {}
         }
         events
+    }
+
+    /// Put a new valid configuration in force.
+    fn take(&mut self, c: Arc<Config>, why: &str, events: &mut Vec<Event>) {
+        self.held_back = None;
+        self.config.restore(Some(c.clone()));
+        let line = format!(
+            "reloaded {} teams={} digest={}{why}",
+            self.config.path().display(),
+            c.teams.len(),
+            c.digest
+        );
+        // A new state file path starts a new watch, read at the next wake-up.
+        if self.state.as_ref().map(|s| s.path()) != Some(c.accountd.state_file.as_path()) {
+            self.state = Some(StateSource::new(c.accountd.state_file.clone()));
+            events.push(Event::State(None));
+        }
+        events.push(Event::Config(c, line));
+    }
+
+    /// Why `c` cannot govern the cluster as the governor's last state shows Slurm's
+    /// partitions ([`crate::offered`]); `None` when it can, or when no state says.
+    fn slurm_refusal(&self, c: &Config) -> Option<String> {
+        let state = self.state.as_ref()?.current()?;
+        crate::offered::refusal(c, state.slurm_partitions.as_ref()?)
+    }
+
+    /// A held-back file, taken once a new state says Slurm now has what it names, or shows
+    /// that the governor runs under it (it checked it against Slurm itself).
+    fn retry_held_back(&mut self, state: &PublishedState, events: &mut Vec<Event>) {
+        let Some(held) = self.held_back.clone() else {
+            return;
+        };
+        if state.config_digest == held.digest {
+            self.take(held, " (the governor governs under it)", events);
+        } else if self.slurm_refusal(&held).is_none() {
+            self.take(held, " (Slurm now has what it names)", events);
+        }
     }
 
     /// The configuration requests are judged with (the last good one).
@@ -303,7 +353,10 @@ impl Reloader {
             return;
         };
         match source.poll() {
-            Some(Change::Loaded(s)) => events.push(Event::State(Some(s))),
+            Some(Change::Loaded(s)) => {
+                events.push(Event::State(Some(s.clone())));
+                self.retry_held_back(&s, events);
+            }
             Some(Change::Kept(why)) => events.push(Event::Error(format!(
                 "ignoring governance state {}: {why}",
                 source.path().display()
@@ -474,6 +527,7 @@ mod tests {
             acted_at: 0,
             read_at_ms: 0,
             pools: BTreeMap::new(),
+            slurm_partitions: None,
         }
     }
 
@@ -586,6 +640,100 @@ mod tests {
                 Event::Error(line) => format!("error {line}"),
             })
             .collect()
+    }
+
+    /// Issue 25, finding 4: a reloaded file naming a partition Slurm does not have (as the
+    /// governor's state shows Slurm) is held back, the last good one stays in force, said once;
+    /// it is taken once a state shows the partition, or shows the governor governing under it.
+    #[test]
+    fn issue25_4_a_partition_typo_is_held_back_until_slurm_has_it() {
+        use crate::offered::PartitionGpus;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("teamshare.toml");
+        let good = format!("{CONFIG}\n[accountd]\nstate_file = \"state.json\"\n");
+        std::fs::write(&path, &good).unwrap();
+        let c = config();
+        let slurm = |names: &[&str]| {
+            let mut s = state(100, &c.digest);
+            s.slurm_partitions = Some(
+                names
+                    .iter()
+                    .map(|n| {
+                        (
+                            (*n).to_string(),
+                            PartitionGpus {
+                                gpus: 8,
+                                by_type: BTreeMap::new(),
+                            },
+                        )
+                    })
+                    .collect(),
+            );
+            s
+        };
+        std::fs::write(dir.path().join("state.json"), slurm(&["gpu"]).to_json()).unwrap();
+        let mut r = Reloader::new(path.clone(), "9.9.9");
+        let t0 = Instant::now();
+        r.start(t0);
+        let first = r.config().unwrap().digest.clone();
+
+        std::fs::write(&path, good.replace("[\"gpu\"]", "[\"nosuch\"]")).unwrap();
+        let got = lines(&r.tick(t0 + Reloader::CONFIG_INTERVAL));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            got[0].starts_with("error ")
+                && got[0].contains("cannot govern this cluster as Slurm has it")
+                && got[0].contains(&format!("digest {first}"))
+                && got[0].contains("\"nosuch\" that Slurm does not have (its partitions: gpu)"),
+            "{got:?}"
+        );
+        assert_eq!(r.config().unwrap().digest, first);
+        assert!(r.tick(t0 + 2 * Reloader::CONFIG_INTERVAL).is_empty());
+
+        // Slurm gains the partition: the next state lets the held-back file in.
+        let mut later = slurm(&["gpu", "nosuch"]);
+        later.generated_at = 200;
+        std::fs::write(dir.path().join("state.json"), later.to_json()).unwrap();
+        let got = lines(&r.tick(t0 + 2 * Reloader::CONFIG_INTERVAL + Duration::from_millis(250)));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(
+            got[1].starts_with("config 1 reloaded ")
+                && got[1].ends_with("(Slurm now has what it names)"),
+            "{got:?}"
+        );
+        assert_ne!(r.config().unwrap().digest, first);
+
+        // Back to a typo, then the governor publishes under it (it checked Slurm itself).
+        let second = r.config().unwrap().digest.clone();
+        std::fs::write(&path, good.replace("[\"gpu\"]", "[\"other\"]")).unwrap();
+        let got = lines(&r.tick(t0 + 4 * Reloader::CONFIG_INTERVAL));
+        assert!(got.len() == 1 && got[0].starts_with("error "), "{got:?}");
+        assert_eq!(r.config().unwrap().digest, second);
+        let held = teamshare_config::load(&path).unwrap().digest;
+        let mut under = slurm(&["gpu"]);
+        under.generated_at = 300;
+        under.config_digest = held.clone();
+        std::fs::write(dir.path().join("state.json"), under.to_json()).unwrap();
+        let got = lines(&r.tick(t0 + 4 * Reloader::CONFIG_INTERVAL + Duration::from_millis(250)));
+        assert!(
+            got.last()
+                .unwrap()
+                .ends_with("(the governor governs under it)"),
+            "{got:?}"
+        );
+        assert_eq!(r.config().unwrap().digest, held);
+
+        // Without a list from Slurm (an older governor), a file is taken as before.
+        let mut plain = state(400, &held);
+        plain.slurm_partitions = None;
+        std::fs::write(dir.path().join("state.json"), plain.to_json()).unwrap();
+        r.tick(t0 + 5 * Reloader::CONFIG_INTERVAL);
+        std::fs::write(&path, good.replace("[\"gpu\"]", "[\"third\"]")).unwrap();
+        let got = lines(&r.tick(t0 + 6 * Reloader::CONFIG_INTERVAL));
+        assert!(
+            got.iter().any(|l| l.starts_with("config 1 reloaded ")),
+            "{got:?}"
+        );
     }
 
     /// The plugin's watcher, step by step: the first load, the intervals, an invalid edit that

@@ -13,6 +13,7 @@ pub mod governance;
 pub mod gres;
 pub mod inputs;
 pub mod modify;
+pub mod offered;
 pub mod priority;
 pub mod submit;
 #[cfg(test)]

@@ -381,6 +381,7 @@ mod tests {
             acted_at: 0,
             read_at_ms: 0,
             pools: std::collections::BTreeMap::new(),
+            slurm_partitions: None,
         }
     }
 

@@ -872,6 +872,7 @@ mod tests {
             acted_at: 0,
             read_at_ms: 0,
             pools: BTreeMap::new(),
+            slurm_partitions: None,
         }
     }
 

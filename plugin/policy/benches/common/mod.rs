@@ -133,6 +133,7 @@ pub fn state() -> PublishedState {
         acted_at: 0,
         read_at_ms: 0,
         pools: BTreeMap::new(),
+        slurm_partitions: None,
     }
 }
 

@@ -212,6 +212,11 @@ pub struct PublishedState {
     /// typed"); the figures above are then the sums over types. Empty when untyped.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<String, PoolState>,
+    /// Every partition Slurm has and the GPUs on its nodes, whatever their state, as the pass
+    /// read them; `None` where the reader could not tell. The plugin refuses a reloaded
+    /// teamshare.toml that these say cannot govern the cluster ([`crate::offered`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_partitions: Option<crate::offered::Offered>,
 }
 
 /// One GPU type's share of the state: what the plugin needs to judge a job asking for that
@@ -2559,6 +2564,7 @@ fn new_state(
         acted_at: 0,
         read_at_ms: 0,
         pools: BTreeMap::new(),
+        slurm_partitions: None,
     }
 }
 
@@ -3934,6 +3940,7 @@ min_runtime_before_reclaim = "0s"
             acted_at: 0,
             read_at_ms: 0,
             pools: BTreeMap::new(),
+            slurm_partitions: None,
         };
         for (rank, exempt_until) in [(0usize, 50i64), (1, 0), (2, 0)] {
             s.victims.push(Victim {

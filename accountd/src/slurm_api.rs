@@ -127,7 +127,7 @@ pub struct Session {
     nodes: Option<Owned<sys::node_info_msg_t>>,
     partitions: Option<Owned<sys::partition_info_msg_t>>,
     /// [`Session::offered`] for the partitions and nodes answers of these times.
-    offered: Option<((i64, i64), Offered)>,
+    offered: Option<((sys::time_t, sys::time_t), Offered)>,
     /// RPCs made (the governor counts its Slurm calls per pass).
     pub calls: u64,
 }
@@ -286,12 +286,7 @@ impl Session {
             return Offered::new();
         };
         // SAFETY: both messages are alive while the session holds them.
-        let stamp = unsafe {
-            (
-                i64::from((*parts.ptr).last_update),
-                i64::from((*nodes.ptr).last_update),
-            )
-        };
+        let stamp = unsafe { ((*parts.ptr).last_update, (*nodes.ptr).last_update) };
         if let Some((at, offered)) = &self.offered {
             if *at == stamp {
                 return offered.clone();

@@ -113,7 +113,10 @@ mod tests {
         teamshare_config::parse(text, "teamshare.toml").expect("valid")
     }
 
-    fn offered(parts: &[(&str, u32, &[(&str, u32)])]) -> Offered {
+    /// A partition's name, GPUs, and GPUs per type.
+    type Part<'a> = (&'a str, u32, &'a [(&'a str, u32)]);
+
+    fn offered(parts: &[Part<'_>]) -> Offered {
         parts
             .iter()
             .map(|(name, gpus, types)| {

@@ -61,6 +61,7 @@ fn main() {
         .allowlist_var("SLURM_VERSION_NUMBER")
         .allowlist_var("NO_VAL")
         .allowlist_var("NO_VAL16")
+        .allowlist_var("JOB_SHARED_.*")
         .allowlist_var("NO_VAL64")
         .allowlist_var("INFINITE")
         .allowlist_var("NICE_OFFSET")

@@ -68,13 +68,15 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
     )
 }
 
-const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,tres-per-socket:|,Sockets:|,admin_comment:|";
-/// The last field (AdminComment) is everything after the 20th separator: an administrator may
+const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,tres-per-socket:|,Sockets:|,OverSubscribe:|,admin_comment:|";
+/// The last field (AdminComment) is everything after the 21st separator: an administrator may
 /// write `|` into it.
-const SQUEUE_FIELD_COUNT: usize = 21;
+const SQUEUE_FIELD_COUNT: usize = 22;
 /// `--gpus-per-socket` and `--sockets-per-node` (`*` when not given).
 const TRES_PER_SOCKET_FIELD: usize = 18;
 const SOCKETS_FIELD: usize = 19;
+/// `NO` for a job that asked for whole nodes (`--exclusive`): it is given every GPU of each.
+const OVERSUBSCRIBE_FIELD: usize = 20;
 
 /// How the governor names a job to scontrol and scancel. A plain id is not enough for job
 /// arrays: slurmctld applies an update, requeue or cancel of an array's own id to *every*
@@ -109,13 +111,21 @@ pub type Unreadable = MalformedLine;
 /// line that cannot be read is returned apart; a pending job whose GPU request cannot be read
 /// is kept with [`governance::UNREADABLE_GPUS`] (never in quota, never given an allowance).
 pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unreadable>) {
-    let (jobs, unreadable, _) = read_squeue(text, now);
+    let (jobs, unreadable, _) = read_squeue(text, now, 0);
     (jobs, unreadable)
 }
 
 /// [`parse_squeue`], with how to name each job to Slurm ([`Addresses`]: only the jobs that
 /// are not named by their plain id).
-pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unreadable>, Addresses) {
+///
+/// `node_gpus` is the most GPUs a usable node has: a pending job that asked for whole nodes
+/// (`--exclusive`) is given every GPU of each, so it asks for at least that many per node
+/// (issue 25, finding 7).
+pub fn read_squeue(
+    text: &str,
+    now: UnixSeconds,
+    node_gpus: u32,
+) -> (Vec<ClusterJob>, Vec<Unreadable>, Addresses) {
     let mut jobs: Vec<ClusterJob> = Vec::new();
     let mut unreadable = Vec::new();
     let mut pending_ids = std::collections::BTreeSet::new();
@@ -141,6 +151,11 @@ pub fn read_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unread
             _ => continue,
         };
         let mut job = squeue_job(&f, id, phase, now, &mut bad);
+        if phase == Phase::Pending && whole_nodes(&f) && job.gpus != governance::UNREADABLE_GPUS {
+            job.gpus = job
+                .gpus
+                .max(job.node_count.max(1).saturating_mul(node_gpus));
+        }
         // Pending array tasks share one record: counted once here.
         if phase == Phase::Pending && !pending_ids.insert(id) {
             continue;
@@ -326,6 +341,13 @@ impl ArrayRecords {
             }
         }
     }
+}
+
+/// Whether a job asked for whole nodes (`--exclusive`: OverSubscribe `NO`). Slurm then gives
+/// it every GPU of each node; `--exclusive=user` or `=mcs` keep nodes to one user or class but
+/// allocate only what the job asks for.
+fn whole_nodes(f: &[&str; SQUEUE_FIELD_COUNT]) -> bool {
+    f[OVERSUBSCRIBE_FIELD].trim() == "NO"
 }
 
 /// squeue's Reason field: why a pending job waits, in Slurm's words.
@@ -650,6 +672,19 @@ impl SlurmReader {
     }
 }
 
+/// The most GPUs on one usable node, in all and of each type: what a whole-node job holds
+/// per node.
+fn largest_nodes(cap: &capacity::Capacity) -> (u32, BTreeMap<String, u32>) {
+    let mut by_type: BTreeMap<String, u32> = BTreeMap::new();
+    for types in cap.per_node_types.values() {
+        for (k, n) in types {
+            let e = by_type.entry(k.clone()).or_insert(0);
+            *e = (*e).max(*n);
+        }
+    }
+    (cap.per_node.values().copied().max().unwrap_or(0), by_type)
+}
+
 /// A [`Reading`] of the capacity and squeue's text of the jobs.
 fn reading(
     capacity: capacity::Capacity,
@@ -657,7 +692,8 @@ fn reading(
     slurm_calls: u64,
     now: UnixSeconds,
 ) -> Reading {
-    let (jobs, unreadable, addresses) = read_squeue(jobs_text, now);
+    let node_gpus = capacity.per_node.values().copied().max().unwrap_or(0);
+    let (jobs, unreadable, addresses) = read_squeue(jobs_text, now, node_gpus);
     Reading {
         capacity,
         jobs,
@@ -827,6 +863,7 @@ impl Governor {
         plan.state.acted_at = self.acted_at;
         plan.state.read_at_ms = read_at_ms;
         plan.state.slurm_partitions = slurm_partitions;
+        (plan.state.node_gpus, plan.state.node_gpus_by_type) = largest_nodes(&cap);
         // The plan's actions never wait on the state file: a full disk or a read-only
         // directory leaves the plugin on its last state (stale after state_max_age), while
         // limits, priorities and reclaims go on (issue 25, finding 15).
@@ -1737,13 +1774,13 @@ mod tests {
     use super::*;
 
     const SQUEUE: &str = "\
-6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|
-10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|10|N/A|N/A|*|
-11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|1-3|N/A|*|
-11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|4-5|N/A|*|
-12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|12|N/A|N/A|*|
-13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|13|N/A|N/A|*|
+6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|
+10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|10|N/A|N/A|*|OK|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|1-3|N/A|*|OK|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|4-5|N/A|*|OK|
+12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|12|N/A|N/A|*|OK|
+13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|13|N/A|N/A|*|OK|
 ";
 
     #[test]
@@ -1796,7 +1833,7 @@ mod tests {
                 "N/A"
             };
             format!(
-                "{id}|research|{state}|64000|2026-11-30T03:13:02|{start}|cpu=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|{array}|{task}|N/A|*|\n"
+                "{id}|research|{state}|64000|2026-11-30T03:13:02|{start}|cpu=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|{array}|{task}|N/A|*|OK|\n"
             )
         };
         let text = [
@@ -1811,7 +1848,7 @@ mod tests {
             line("58", "RUNNING", "55", "6"),
         ]
         .concat();
-        let (jobs, unreadable, addresses) = read_squeue(&text, 1_796_008_620);
+        let (jobs, unreadable, addresses) = read_squeue(&text, 1_796_008_620, 4);
         let tasks: BTreeMap<u64, (u32, bool)> =
             jobs.iter().map(|j| (j.id, (j.tasks, j.eligible))).collect();
         // 9 pending tasks, throttled to 3 at once with one running: 2 may start.
@@ -1835,12 +1872,12 @@ mod tests {
     #[test]
     fn finding2_no_line_a_user_can_write_fails_the_pass() {
         let text = "\
-6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|
-7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|7|N/A|N/A|*|
-8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|8|N/A|N/A|*|
+6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|
+7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|7|N/A|N/A|*|OK|
+8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|8|N/A|N/A|*|OK|
 1|2|3
 x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priority|1|n1|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|
 ";
         let (jobs, unreadable) = parse_squeue(text, 0);
         let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
@@ -1861,10 +1898,10 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // Slurm resets the reason to None when the governor updates a job's priority: the
         // eligible time decides (the begin time, N/A while a dependency is unmet).
         let text = "\
-20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|20|N/A|N/A|*|
-21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|21|N/A|N/A|*|
-22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|22|N/A|N/A|*|
-23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|23|N/A|N/A|*|
+20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|20|N/A|N/A|*|OK|
+21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|21|N/A|N/A|*|OK|
+22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|22|N/A|N/A|*|OK|
+23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|23|N/A|N/A|*|OK|
 ";
         let (jobs, _) = parse_squeue(text, 1_796_008_620);
         let eligible: Vec<bool> = jobs.iter().map(|j| j.eligible).collect();
@@ -1878,12 +1915,12 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     fn finding4_teamshare_holds_are_told_from_other_holds() {
         // now = 2026-11-30T03:16:40
         let text = "\
-30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|30|N/A|N/A|*|teamshare: parked: its priority class may not borrow|
-31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|31|N/A|N/A|*|teamshare: parked: a|b|c|
-32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|32|N/A|N/A|*|
-33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|33|N/A|N/A|*|maintenance: see the admins|
-34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|34|N/A|N/A|*|teamshare: parked: stale mark|
-35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|35|N/A|N/A|*|teamshare: parked: waits on a dependency|
+30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|30|N/A|N/A|*|OK|teamshare: parked: its priority class may not borrow|
+31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|31|N/A|N/A|*|OK|teamshare: parked: a|b|c|
+32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|32|N/A|N/A|*|OK|
+33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|33|N/A|N/A|*|OK|maintenance: see the admins|
+34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|34|N/A|N/A|*|OK|teamshare: parked: stale mark|
+35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|35|N/A|N/A|*|OK|teamshare: parked: waits on a dependency|
 ";
         let (jobs, unreadable) = parse_squeue(text, 1_796_008_600);
         assert!(unreadable.is_empty(), "{unreadable:?}");
@@ -1931,12 +1968,12 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // Lines as squeue prints them on the dev cluster with GPU_TYPES="h100 h100 a100":
         // the allocation of an untyped request names the type it got (job 2).
         let text = "\
-1|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|N/A|gres:gpu:h100:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|1|N/A|N/A|*|
-2|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1|N/A|gres:gpu:1|N/A|1|1|None|1|n3|2026-11-30T03:16:00|2|N/A|N/A|*|
-3|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|gres:gpu:h100:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|3|N/A|N/A|*|
-4|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|4|N/A|N/A|*|
-5|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:1,gres:gpu:a100:1|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|5|N/A|N/A|*|
-6|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=2|N/A|gres:gpu:2|N/A|1|1|None|1|n3|2026-11-30T03:16:00|6|N/A|N/A|*|
+1|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|N/A|gres:gpu:h100:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|1|N/A|N/A|*|OK|
+2|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1|N/A|gres:gpu:1|N/A|1|1|None|1|n3|2026-11-30T03:16:00|2|N/A|N/A|*|OK|
+3|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|gres:gpu:h100:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|3|N/A|N/A|*|OK|
+4|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|4|N/A|N/A|*|OK|
+5|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:1,gres:gpu:a100:1|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|5|N/A|N/A|*|OK|
+6|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=2|N/A|gres:gpu:2|N/A|1|1|None|1|n3|2026-11-30T03:16:00|6|N/A|N/A|*|OK|
 ";
         let (jobs, unreadable) = parse_squeue(text, 1_796_008_620);
         assert!(unreadable.is_empty(), "{unreadable:?}");
@@ -1988,7 +2025,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     /// reads it: 1 GPU x 2 sockets x 2 nodes.
     #[test]
     fn issue25_8_gpus_per_socket_are_counted() {
-        let line = "41|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|N/A|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|41|N/A|gres:gpu:1|2|\n";
+        let line = "41|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|N/A|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|41|N/A|gres:gpu:1|2|OK|\n";
         let (jobs, unreadable) = parse_squeue(line, 1_796_008_620);
         assert!(unreadable.is_empty(), "{unreadable:?}");
         assert_eq!(jobs[0].gpus, 4);
@@ -1996,6 +2033,22 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         let line = line.replace("|gres:gpu:1|2|", "|gres:gpu:1|*|");
         let (jobs, _) = parse_squeue(&line, 1_796_008_620);
         assert_eq!(jobs[0].gpus, 2);
+    }
+
+    /// Issue 25, finding 7: a pending `--exclusive` job (OverSubscribe NO) is given every GPU
+    /// of each node: it asks for the largest node's GPUs per node, whatever it named; a
+    /// running one is read from its allocation as before; `--exclusive=user` is not whole-node.
+    #[test]
+    fn issue25_7_a_pending_whole_node_job_asks_for_whole_nodes() {
+        let pending = "42|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|42|N/A|N/A|*|NO|\n";
+        let (jobs, unreadable, _) = read_squeue(pending, 1_796_008_620, 4);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        assert_eq!(jobs[0].gpus, 8);
+        let (jobs, _, _) = read_squeue(&pending.replace("|NO|", "|USER|"), 1_796_008_620, 4);
+        assert_eq!(jobs[0].gpus, 2);
+        let running = "43|agents|RUNNING|64000|2026-11-30T03:16:00|2026-11-30T03:16:00|cpu=2,gres/gpu=4|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|43|N/A|N/A|*|NO|\n";
+        let (jobs, _, _) = read_squeue(running, 1_796_008_620, 8);
+        assert_eq!(jobs[0].gpus, 4);
     }
 
     #[test]
@@ -2018,6 +2071,8 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
             read_at_ms: 0,
             pools: BTreeMap::new(),
             slurm_partitions: None,
+            node_gpus: 0,
+            node_gpus_by_type: BTreeMap::new(),
         };
         write_state(&path, &state).unwrap();
         let back = PublishedState::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();

@@ -406,7 +406,7 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
     } else {
         "N/A".to_string()
     };
-    let fields: [String; 21] = [
+    let fields: [String; 22] = [
         j.job_id.to_string(),
         field(j.account),
         // SAFETY: libslurm's table of state names: a static string for any value.
@@ -438,6 +438,16 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
         } else {
             j.sockets_per_node.to_string()
         },
+        // squeue's OverSubscribe (job_share_string): `NO` for `--exclusive`.
+        #[allow(clippy::useless_conversion)] // the JOB_SHARED_* constants' type varies by release
+        match u32::from(j.shared) {
+            x if x == sys::JOB_SHARED_NONE => "NO",
+            x if x == sys::JOB_SHARED_OK => "YES",
+            x if x == sys::JOB_SHARED_USER => "USER",
+            x if x == sys::JOB_SHARED_MCS => "MCS",
+            _ => "OK",
+        }
+        .to_string(),
         field(j.admin_comment),
     ];
     // squeue ends every field, the last one included, with the separator.

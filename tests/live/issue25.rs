@@ -14,6 +14,10 @@ pub const SCENARIOS: &[Scenario] = &[
         partition_typo,
     ),
     (
+        "issue25::f07_a_whole_node_job_counts_every_gpu_of_its_node",
+        whole_node_jobs,
+    ),
+    (
         "issue25::f06_a_lowered_borrow_limit_brings_a_running_team_back_under_it",
         lowered_borrow_limit,
     ),
@@ -125,6 +129,46 @@ fn lowered_borrow_limit(c: &Cluster) -> TestResult {
             .collect();
         ensure(over.len() == 2, || {
             format!("the governor's log names {over:?} beyond the ceiling, expected 2 of {ids:?}")
+        })
+    })
+}
+
+/// Finding 7: `sbatch -p gpu --exclusive` with no team got every GPU of a node; a team's
+/// `--exclusive` was counted as the GPUs it named (none), ranked in quota, and waited on
+/// AssocGrpGRES for ever on an idle cluster. Now the first is refused at submit, and the
+/// second is counted as the node's 4 GPUs (agents: quota 2 + borrow 2), borrows and starts.
+fn whole_node_jobs(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        c.wait_governor_pass()?;
+        match c.sbatch(&["-p", "gpu", "--exclusive", "--wrap", "sleep 600"]) {
+            Ok(id) => return Err(format!("whole-node job {id} with no team was accepted")),
+            Err(e) => ensure(e.contains("teamshare") && e.contains("team"), || {
+                format!("refused, but not by teamshare's team rule: {e}")
+            })?,
+        }
+        let id = c.sbatch(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--exclusive",
+            "--wrap",
+            "sleep 600",
+        ])?;
+        c.wait_for("agents' whole-node job to start", MINUTE, || {
+            Ok((c.job_state(&id)? == "RUNNING").then_some(()))
+        })
+        .map_err(|e| {
+            format!(
+                "{e} ({})\n{}",
+                c.reason(&id).unwrap_or_default(),
+                c.diagnosis()
+            )
+        })?;
+        c.wait_governor_pass()?;
+        let running = c.state()?["teams"]["agents"]["running_gpus"].as_u64();
+        ensure(running == Some(4), || {
+            format!("the governor counts agents' whole-node job as {running:?} GPUs, not 4")
         })
     })
 }

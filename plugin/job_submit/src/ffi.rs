@@ -8,7 +8,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use slurm_sys::slurm_err_t as err;
 use slurm_sys::{job_desc_msg_t, NO_VAL, NO_VAL16};
 use teamshare_policy::inputs::judge_state;
-use teamshare_policy::submit::{apply_ntasks_per_gpu, Admission, HetJobTally, StateView};
+use teamshare_policy::submit::{
+    apply_ntasks_per_gpu, apply_whole_nodes, Admission, HetJobTally, StateView,
+};
 use teamshare_policy::{
     check_modify, check_submit, check_without_config, GpuAsk, ModifyRequest, RejectKind,
     SubmitRequest, Verdict,
@@ -90,6 +92,16 @@ pub unsafe fn job_submit(
     // SAFETY: as above; the strings are NUL-terminated C strings or NULL.
     let mut request = unsafe { copy_request(desc, submit_uid) };
     apply_ntasks_per_gpu(&mut request.gpus, u16_given(desc.ntasks_per_tres));
+    // `--exclusive`: every GPU of each node (the largest node the governor last saw).
+    #[allow(clippy::useless_conversion)] // the JOB_SHARED_* constants' type varies by release
+    if u32::from(desc.shared) == u32::from(slurm_sys::JOB_SHARED_NONE) {
+        let seen = state::governor();
+        let empty = std::collections::BTreeMap::new();
+        let (n, by_type) = seen
+            .as_deref()
+            .map_or((0, &empty), |s| (s.node_gpus, &s.node_gpus_by_type));
+        apply_whole_nodes(&mut request.gpus, n, by_type);
+    }
 
     #[cfg(feature = "test-panic")]
     {

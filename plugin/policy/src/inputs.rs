@@ -528,6 +528,8 @@ mod tests {
             read_at_ms: 0,
             pools: BTreeMap::new(),
             slurm_partitions: None,
+            node_gpus: 0,
+            node_gpus_by_type: BTreeMap::new(),
         }
     }
 

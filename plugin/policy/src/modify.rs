@@ -382,6 +382,8 @@ mod tests {
             read_at_ms: 0,
             pools: std::collections::BTreeMap::new(),
             slurm_partitions: None,
+            node_gpus: 0,
+            node_gpus_by_type: std::collections::BTreeMap::new(),
         }
     }
 

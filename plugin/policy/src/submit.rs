@@ -388,6 +388,40 @@ pub fn apply_ntasks_per_gpu(ask: &mut GpuAsk, ntasks_per_gpu: Option<u32>) {
     });
 }
 
+/// `--exclusive` (whole nodes): Slurm gives the job every GPU of each node it gets, whatever
+/// it asks for (issue 25, finding 7: `sbatch --exclusive` with no GPUs held all 4 of a node).
+/// Written into `ask` as that many GPUs per node, so that it is judged like any other
+/// request: the most GPUs a usable node has (`node_gpus`, of the job's one GPU type where it
+/// names one: `by_type`), as the governor published them; at least one per node when no
+/// state says, so that a whole-node job in a governed partition always needs a team. A request
+/// that cannot be read is left as it is (and refused).
+pub fn apply_whole_nodes(ask: &mut GpuAsk, node_gpus: u32, by_type: &BTreeMap<String, u32>) {
+    let Ok(asked) = gpus_requested(ask) else {
+        return;
+    };
+    let mut types = asked.by_type.iter().filter(|(_, n)| **n > 0);
+    let gpu_type = match (types.next(), types.next()) {
+        (Some((k, n)), None) if *n == asked.total => Some(k.clone()),
+        _ => None,
+    };
+    let per_node = gpu_type
+        .as_ref()
+        .and_then(|k| by_type.get(k).copied())
+        .unwrap_or(node_gpus)
+        .max(1);
+    let nodes = ask.min_nodes.filter(|&n| n != 0).unwrap_or(1);
+    if asked.total >= u64::from(nodes) * u64::from(per_node) {
+        return;
+    }
+    ask.tres_per_job = None;
+    ask.tres_per_task = None;
+    ask.tres_per_socket = None;
+    ask.tres_per_node = Some(match gpu_type {
+        Some(k) => format!("gres:gpu:{k}:{per_node}"),
+        None => format!("gres:gpu:{per_node}"),
+    });
+}
+
 /// Whether `qos` names teamshare's internal QOS. Slurm matches QOS names case-insensitively
 /// (`assoc_mgr_fill_in_qos`), so `--qos=TeamShare` selects it too.
 pub fn is_internal_qos(qos: &str) -> bool {
@@ -873,6 +907,8 @@ mod tests {
             read_at_ms: 0,
             pools: BTreeMap::new(),
             slurm_partitions: None,
+            node_gpus: 0,
+            node_gpus_by_type: BTreeMap::new(),
         }
     }
 
@@ -1173,6 +1209,48 @@ mod tests {
                 Some(RejectKind::NoConfiguration)
             );
         }
+    }
+
+    /// Issue 25, finding 7: `--exclusive` holds every GPU of each node. With no GPUs named
+    /// and no team it was let through (and ran on 4 GPUs); a team's was counted as what it
+    /// named.
+    #[test]
+    fn issue25_7_a_whole_node_job_counts_every_gpu_of_its_nodes() {
+        let types = BTreeMap::from([("h100".to_string(), 8)]);
+        let whole = |mut ask: GpuAsk| {
+            apply_whole_nodes(&mut ask, 4, &types);
+            ask
+        };
+        // No GPUs named, no team: now a GPU job, refused for want of a team.
+        let bare = whole(GpuAsk::default());
+        assert_eq!(gpus_requested(&bare).unwrap().total, 4);
+        assert_eq!(
+            kind(&check_submit(&config(), &req(None, bare.clone()))),
+            Some(RejectKind::NoTeam)
+        );
+        // A team's: counted as 4 (agents may hold 2 + 2: accepted, beyond its quota).
+        match check_submit(&config(), &req(Some("agents"), bare)) {
+            Verdict::Accept(a) => assert!(a.gpus == 4 && !a.in_quota, "{a:?}"),
+            other => panic!("{other:?}"),
+        }
+        // Two nodes: 8, beyond agents' ceiling: refused at once.
+        let two = whole(per_node("gres:gpu:1", Some(2)));
+        assert_eq!(gpus_requested(&two).unwrap().total, 8);
+        assert_eq!(
+            kind(&check_submit(&config(), &req(Some("agents"), two))),
+            Some(RejectKind::OverTeamLimit)
+        );
+        // A typed request counts its type's largest node.
+        let typed = whole(per_node("gres:gpu:h100:1", None));
+        let c = gpus_requested(&typed).unwrap();
+        assert_eq!((c.total, c.by_type.get("h100").copied()), (8, Some(8)));
+        // More than a node's worth named already: left as it is.
+        let more = whole(per_node("gres:gpu:6", None));
+        assert_eq!(more, per_node("gres:gpu:6", None));
+        // No state yet: at least one GPU per node, so it still needs a team.
+        let mut unknown = GpuAsk::default();
+        apply_whole_nodes(&mut unknown, 0, &BTreeMap::new());
+        assert_eq!(gpus_requested(&unknown).unwrap().total, 1);
     }
 
     #[test]

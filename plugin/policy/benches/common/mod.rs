@@ -134,6 +134,8 @@ pub fn state() -> PublishedState {
         read_at_ms: 0,
         pools: BTreeMap::new(),
         slurm_partitions: None,
+        node_gpus: 0,
+        node_gpus_by_type: BTreeMap::new(),
     }
 }
 

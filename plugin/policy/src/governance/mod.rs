@@ -217,6 +217,12 @@ pub struct PublishedState {
     /// teamshare.toml that these say cannot govern the cluster ([`crate::offered`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_partitions: Option<crate::offered::Offered>,
+    /// The most GPUs on one usable node of the governed partitions, and of each type: what a
+    /// whole-node (`--exclusive`) job is counted as per node ([`crate::submit::apply_whole_nodes`]).
+    #[serde(default)]
+    pub node_gpus: u32,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_gpus_by_type: BTreeMap<String, u32>,
 }
 
 /// One GPU type's share of the state: what the plugin needs to judge a job asking for that
@@ -2565,6 +2571,8 @@ fn new_state(
         read_at_ms: 0,
         pools: BTreeMap::new(),
         slurm_partitions: None,
+        node_gpus: 0,
+        node_gpus_by_type: BTreeMap::new(),
     }
 }
 
@@ -3941,6 +3949,8 @@ min_runtime_before_reclaim = "0s"
             read_at_ms: 0,
             pools: BTreeMap::new(),
             slurm_partitions: None,
+            node_gpus: 0,
+            node_gpus_by_type: BTreeMap::new(),
         };
         for (rank, exempt_until) in [(0usize, 50i64), (1, 0), (2, 0)] {
             s.victims.push(Victim {

@@ -66,6 +66,10 @@ fn live() -> Live {
         displaced: per_team(3),
         reclaimed: per_team(5),
         over_ceiling: BTreeMap::new(),
+        limits: metrics::LiveLimits {
+            in_force: (0..TEAMS).map(|t| (format!("team{t:02}"), 8)).collect(),
+            failures: BTreeMap::new(),
+        },
     }
 }
 

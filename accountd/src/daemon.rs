@@ -125,6 +125,16 @@ enum Requeue {
     OverCeiling,
 }
 
+/// The limits the actions left in force, and the moves that failed.
+fn count_limits(live: &mut crate::metrics::Live, report: &PassReport) {
+    if let Some(in_force) = &report.limits_in_force {
+        live.limits.in_force = in_force.clone();
+    }
+    for team in &report.limit_failures {
+        *live.limits.failures.entry(team.clone()).or_default() += 1;
+    }
+}
+
 fn count_requeued(live: &mut crate::metrics::Live, requeued: BTreeMap<(String, Requeue), u64>) {
     for ((team, why), n) in requeued {
         let counts = match why {
@@ -426,6 +436,13 @@ fn join(handle: Option<std::thread::JoinHandle<()>>) {
 /// its quotas' GPU types), read through libslurm (issue 25, finding 4). The plugin refuses
 /// the same file from the partitions the governor publishes.
 fn verify_with_slurm(config: &Config) -> config_watch::Verified {
+    // libslurm only where the governor reads Slurm through it (it initialises libslurm from
+    // slurm.conf, which the client commands' fallback does not require to be complete).
+    if !matches!(SlurmReader::from_env(), Ok(SlurmReader::Libslurm(_))) {
+        return config_watch::Verified::Unchecked(
+            "the governor reads Slurm with its client commands".into(),
+        );
+    }
     let mut session = crate::slurm_api::Session::new();
     match session.nodes_text(&[]) {
         Ok(_) => match teamshare_policy::offered::refusal(config, &session.offered()) {
@@ -564,9 +581,10 @@ fn govern(
     let requeued = log_pass(&shared.log, &report);
     if report.settled {
         // A replaced or stopped governor's last actions: counted, but no pass of its own.
-        shared
-            .exporter
-            .update_live(|live| count_requeued(live, requeued));
+        shared.exporter.update_live(|live| {
+            count_requeued(live, requeued);
+            count_limits(live, &report);
+        });
         return;
     }
     let now = period::now();
@@ -676,6 +694,7 @@ fn publish_pass(
         }
         // With the pass's own figures, so that a scrape never sees them without it.
         live.capacity = Some(report.capacity);
+        count_limits(live, report);
         count_requeued(live, requeued);
         if let Some(state) = &report.state {
             live.teams = state

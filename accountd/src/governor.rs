@@ -488,6 +488,12 @@ pub struct PassReport {
     /// Each team whose GPU limit was set, with its GrpTRES (`gres/gpu=4`, plus each type's in
     /// a typed configuration).
     pub limit_updates: Vec<(String, String)>,
+    /// Each team whose limit move Slurm refused or did not answer (slurmdbd or its database
+    /// down): tried again next pass, counted in the metrics.
+    pub limit_failures: Vec<String>,
+    /// The GPU limit (gres/gpu) each team's account holds in Slurm as far as the actions know:
+    /// the last one set without error; set by the actions (`None` in a pass's own report).
+    pub limits_in_force: Option<BTreeMap<String, u32>>,
     pub displaced: Vec<u64>,
     /// The team of each job in `displaced` and `reclaimed`, as the plan read it.
     pub teams: BTreeMap<u64, String>,
@@ -550,6 +556,10 @@ impl PassReport {
     fn absorb(&mut self, acted: PassReport) {
         self.priority_updates += acted.priority_updates;
         self.limit_updates.extend(acted.limit_updates);
+        self.limit_failures.extend(acted.limit_failures);
+        if acted.limits_in_force.is_some() {
+            self.limits_in_force = acted.limits_in_force;
+        }
         self.displaced.extend(acted.displaced);
         self.teams.extend(acted.teams);
         self.reclaimed.extend(acted.reclaimed);
@@ -670,6 +680,13 @@ impl SlurmReader {
             }
         })
     }
+}
+
+/// The untyped GPU count of a GrpTRES the governor set (`gres/gpu=4,gres/gpu:h100=2` -> 4).
+fn gpus_of_grp_tres(tres: &str) -> Option<u32> {
+    tres.split(',')
+        .find_map(|part| part.strip_prefix("gres/gpu="))
+        .and_then(|n| n.parse().ok())
 }
 
 /// The most GPUs on one usable node, in all and of each type: what a whole-node job holds
@@ -1179,9 +1196,18 @@ impl Actuator {
                     report.limit_updates.push((team.clone(), tres));
                 }
                 // Not remembered as set: tried again next pass.
-                Err(e) => report.failures.push(e.to_string()),
+                Err(e) => {
+                    report.failures.push(e.to_string());
+                    report.limit_failures.push(team.clone());
+                }
             }
         }
+        report.limits_in_force = Some(
+            self.limits
+                .iter()
+                .filter_map(|(team, tres)| Some((team.clone(), gpus_of_grp_tres(tres)?)))
+                .collect(),
+        );
     }
 
     /// Requeue or cancel the running jobs the plan names, only if each is still the run the

@@ -129,8 +129,12 @@ impl Once {
     }
 
     /// A step failed with `error`: said when it was not already failing with that error.
+    /// Errors that differ only in their numbers (a time window, a duration, an age) are the
+    /// same error: a failure repeated every round with a new window is said once until its
+    /// words change or it clears (issue 25, finding 17).
     pub fn failed(&self, step: &'static str, error: &str) {
-        let new = self.state().failing.insert(step, error.to_string()) != Some(error.to_string());
+        let shape = numbers_hidden(error);
+        let new = self.state().failing.insert(step, shape.clone()) != Some(shape);
         if new {
             self.say(Level::ERROR, &format!("{step} failed: {error}"));
         }
@@ -198,9 +202,47 @@ pub(crate) mod capture {
     }
 }
 
+/// `text` with each run of digits as `#`: what stays the same when a failure repeats.
+fn numbers_hidden(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_digits = false;
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('#');
+            }
+            in_digits = true;
+        } else {
+            in_digits = false;
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 25, finding 17: the ingest error carried its changing time window and was logged
+    /// every round during a slurmdbd outage. Said once until its words change or it clears.
+    #[test]
+    fn issue25_17_a_failure_repeated_with_new_numbers_is_said_once() {
+        let (dispatch, lines) = capture::dispatch();
+        let once = tracing::dispatcher::with_default(&dispatch, || Once::new(RUN));
+        for (since, until) in [(100, 160), (160, 220), (1000, 10060)] {
+            once.failed(
+                "ingest",
+                &format!("sacct -S {since} -E {until} failed: Connection refused"),
+            );
+        }
+        assert_eq!(lines.lines().len(), 1, "{:?}", lines.lines());
+        once.failed("ingest", "sacct -S 1 -E 2 failed: timed out after 60 s");
+        assert_eq!(lines.lines().len(), 2, "{:?}", lines.lines());
+        once.succeeded("ingest");
+        once.failed("ingest", "sacct -S 1 -E 2 failed: timed out after 60 s");
+        assert_eq!(lines.lines().len(), 4, "{:?}", lines.lines());
+    }
 
     #[test]
     fn lines_have_a_timestamp_a_level_and_their_origin() {

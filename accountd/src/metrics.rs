@@ -60,6 +60,16 @@ pub struct LiveTeam {
     pub running_gpus: u32,
 }
 
+/// What the governor's actions left in Slurm, per team.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveLimits {
+    /// The GPU limit each team's account holds as far as the actions know (the last one set
+    /// without error): what Slurm enforces, where `teamshare_gpu_limit` is what the plan wants.
+    pub in_force: BTreeMap<String, u32>,
+    /// Limit moves Slurm refused or did not answer, per team, since the daemon started.
+    pub failures: BTreeMap<String, u64>,
+}
+
 /// What the daemon knows now.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Live {
@@ -93,6 +103,7 @@ pub struct Live {
     /// Jobs the governor requeued because their team ran beyond its ceiling (quota + borrow
     /// limit), per team, since the daemon started.
     pub over_ceiling: BTreeMap<String, u64>,
+    pub limits: LiveLimits,
 }
 
 /// The database's figures for the month so far.
@@ -299,6 +310,26 @@ fn team_families(e: &Exposition, config: &Config, live: &Live) -> Result<(), pro
     )?;
     for (team, t) in &live.teams {
         f.sample(&[team], f64::from(t.gpu_limit));
+    }
+
+    let f = e.family(
+        "teamshare_gpu_limit_in_force",
+        Kind::Gauge,
+        "GPUs the team may hold as Slurm enforces it: the GrpTRES gres/gpu the governor last set without error (differs from teamshare_gpu_limit while slurmdbd refuses or does not answer).",
+        &["team"],
+    )?;
+    for (team, n) in &live.limits.in_force {
+        f.sample(&[team], f64::from(*n));
+    }
+
+    let f = e.family(
+        "teamshare_governor_limit_failures_total",
+        Kind::Counter,
+        "Team GPU limit moves (sacctmgr) that failed since accountd started; each is tried again next pass.",
+        &["team"],
+    )?;
+    for (team, n) in &live.limits.failures {
+        f.sample(&[team], *n as f64);
     }
 
     let f = e.family(
@@ -930,6 +961,10 @@ weight = 1
             displaced: BTreeMap::from([("agents\"x".to_string(), 2)]),
             reclaimed: BTreeMap::from([("training".to_string(), 3)]),
             over_ceiling: BTreeMap::from([("research".to_string(), 1)]),
+            limits: LiveLimits {
+                in_force: BTreeMap::from([("agents".to_string(), 6)]),
+                failures: BTreeMap::from([("agents".to_string(), 3)]),
+            },
             governor_passes: 4,
             governor_pass_seconds: 0.5,
             governor_slurm_calls: 9,
@@ -962,6 +997,16 @@ weight = 1
         );
         assert!(
             text.contains("teamshare_gpu_limit{team=\"agents\"} 4\n"),
+            "{text}"
+        );
+        // Issue 25, finding 17: what Slurm enforces beside what the plan wants, and the moves
+        // that failed (slurmdbd down: the plan wants 4, Slurm still holds 6).
+        assert!(
+            text.contains("teamshare_gpu_limit_in_force{team=\"agents\"} 6\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("teamshare_governor_limit_failures_total{team=\"agents\"} 3\n"),
             "{text}"
         );
         assert!(text.contains("teamshare_gpus_in_use{kind=\"in_quota\",team=\"agents\"} 2\n"));

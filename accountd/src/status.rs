@@ -63,6 +63,11 @@ pub struct Status {
     /// governor holds them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub other_accounts: Vec<OtherAccount>,
+    /// GPUs in use among the jobs this reader could see, where the governor's current state
+    /// shows more (Slurm's `PrivateData=jobs` hides other users' jobs): the figures in use
+    /// above are then the state's, cluster-wide (issue 25, finding 12).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial_view: Option<u32>,
 }
 
 /// Capacity, GPUs in use and free GPUs.
@@ -164,6 +169,9 @@ pub struct StatusInput<'a> {
     /// Slurm's reason for each pending job ([`crate::governor::pending_reasons`]).
     pub reasons: &'a BTreeMap<u64, String>,
     pub now: UnixSeconds,
+    /// Slurm may hide other users' jobs from this reader (`PrivateData=jobs`; not for root):
+    /// the governor's current state then fills in the cluster-wide figures.
+    pub view_may_be_partial: bool,
 }
 
 /// Read the governor's state file as the plugin does (a regular file, bounded, the version
@@ -254,14 +262,15 @@ pub fn status(input: &StatusInput<'_>, team: Option<&str>) -> Option<Status> {
         .filter(|a| a.in_use > 0 || a.waiting_gpus > 0)
         .collect();
 
-    Some(Status {
+    let state_status = state_status(input);
+    let mut status = Status {
         cluster: config.cluster.name.clone(),
         at: input.now,
         capacity: input.capacity.total,
         in_use,
         free: input.capacity.total.saturating_sub(in_use),
         by_type,
-        state: state_status(input),
+        state: state_status.clone(),
         teams: rows,
         pool: PoolLender {
             unallocated: input.capacity.total.saturating_sub(config.total_quota()),
@@ -271,7 +280,64 @@ pub fn status(input: &StatusInput<'_>, team: Option<&str>) -> Option<Status> {
                 .sum(),
         },
         other_accounts,
-    })
+        partial_view: None,
+    };
+    if let Some(state) = state.filter(|_| state_status.current && input.view_may_be_partial) {
+        fill_in_from_state(&mut status, state);
+    }
+    Some(status)
+}
+
+/// Where the governor's current state shows more GPUs in use than the jobs this reader could
+/// see (`PrivateData=jobs`: a user sees only their own), take its cluster-wide figures: the
+/// GPUs in use and free, and each team's in use, in quota and borrowed (per type in a typed
+/// configuration). Said in [`Status::partial_view`].
+fn fill_in_from_state(s: &mut Status, state: &PublishedState) {
+    let cluster_in_use = state.capacity.saturating_sub(state.free_gpus);
+    let teams_in_use = |teams: &BTreeMap<String, TeamState>| -> u32 {
+        teams.values().map(|t| t.running_gpus).sum()
+    };
+    let seen = s.in_use;
+    let hidden = cluster_in_use > seen
+        || s.teams.iter().any(|t| {
+            state
+                .teams
+                .get(&t.team)
+                .is_some_and(|ts| ts.running_gpus > t.figures.in_use)
+        });
+    if !hidden {
+        return;
+    }
+    s.partial_view = Some(seen);
+    s.in_use = cluster_in_use.max(seen).max(teams_in_use(&state.teams));
+    s.free = s.capacity.saturating_sub(s.in_use);
+    for (k, g) in s.by_type.iter_mut() {
+        if let Some(p) = state.pools.get(k) {
+            g.in_use = g.in_use.max(p.capacity.saturating_sub(p.free_gpus));
+            g.free = g.capacity.saturating_sub(g.in_use);
+        }
+    }
+    let raise = |f: &mut Figures, running: Option<u32>| {
+        if let Some(r) = running.filter(|r| *r > f.in_use) {
+            f.in_use = r;
+            f.in_quota = r.min(f.quota);
+            f.borrowed = r.saturating_sub(f.quota);
+        }
+    };
+    for t in &mut s.teams {
+        raise(
+            &mut t.figures,
+            state.teams.get(&t.team).map(|ts| ts.running_gpus),
+        );
+        for ty in &mut t.by_type {
+            let running = state
+                .pools
+                .get(&ty.gpu_type)
+                .and_then(|p| p.teams.get(&t.team))
+                .map(|ts| ts.running_gpus);
+            raise(&mut ty.figures, running);
+        }
+    }
 }
 
 /// The key of the figures of a whole untyped configuration.
@@ -755,6 +821,12 @@ fn write_gpus(out: &mut String, s: &Status) {
         );
     }
     out.push('\n');
+    if let Some(seen) = s.partial_view {
+        let _ = writeln!(
+            out,
+            "  (your view of Slurm's jobs is partial, PrivateData: the jobs you can see hold {seen} GPUs; the GPUs in use are the governor's cluster-wide figures, and the jobs waiting are those you can see)"
+        );
+    }
 }
 
 /// The governor's state: its age, or why it is not current and what that means for MAY-HOLD.
@@ -983,6 +1055,7 @@ mod tests {
                 jobs,
                 reasons: &reasons,
                 now: NOW,
+                view_may_be_partial: false,
             },
             team,
         )
@@ -1013,6 +1086,52 @@ mod tests {
         dependent.eligible = false;
         jobs.push(dependent);
         (config, cap, jobs)
+    }
+
+    /// Issue 25, finding 12: under `PrivateData=jobs` a user sees only their own jobs; status
+    /// said "in use 4, free 8" where root saw "in use 12, free 0". The governor's current
+    /// state fills in the cluster-wide figures, and the output says the view is partial.
+    #[test]
+    fn issue25_12_a_partial_view_takes_the_governors_cluster_wide_figures() {
+        let (config, cap, jobs) = borrowing_cluster();
+        let state = planned(&config, &cap, &jobs);
+        // research's user sees its one job only.
+        let seen: Vec<ClusterJob> = jobs
+            .iter()
+            .filter(|j| j.team == "research")
+            .cloned()
+            .collect();
+        let reasons: BTreeMap<u64, String> = BTreeMap::new();
+        let input = |partial| StatusInput {
+            config: &config,
+            state_file: Path::new("/etc/slurm/state.json"),
+            state: Ok(&state),
+            capacity: &cap,
+            jobs: &seen,
+            reasons: &reasons,
+            now: NOW,
+            view_may_be_partial: partial,
+        };
+        let s = status(&input(true), None).unwrap();
+        assert_eq!((s.capacity, s.in_use, s.free), (8, 8, 0));
+        assert_eq!(s.partial_view, Some(1));
+        let f = &team(&s, "training").figures;
+        assert_eq!((f.in_use, f.in_quota, f.borrowed), (7, 4, 3));
+        let text = render_table(&s, &chrono::Utc);
+        assert!(
+            text.contains("GPUs: capacity 8, in use 8, free 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("your view of Slurm's jobs is partial, PrivateData: the jobs you can see hold 1 GPUs"), "{text}");
+        // Root sees everything: its own reading stands, nothing is said.
+        let s = status(&input(false), None).unwrap();
+        assert_eq!((s.in_use, s.partial_view), (1, None));
+        // A full view that matches the state says nothing either.
+        let all = StatusInput {
+            jobs: &jobs,
+            ..input(true)
+        };
+        assert_eq!(status(&all, None).unwrap().partial_view, None);
     }
 
     #[test]

@@ -656,6 +656,7 @@ fn log_pass(log: &DaemonLog, report: &PassReport) -> BTreeMap<(String, Requeue),
         (&report.skipped, "left alone: it ended, was requeued or restarted between the governor's snapshot and its action"),
         (&report.parked, "parked by the governor: its priority class may not borrow and it does not fit its team's quota (held until it fits)"),
         (&report.released, "released by the governor: it now fits its team's quota"),
+        (&report.unheld, "released by the governor: the reason it was held is gone (its account is a team again, or GPU types are no longer governed)"),
         (&report.lifted, "may start again: the governor lifted its requeue delay (its run was ended by a preemption or requeue)"),
         (&report.requeue_held, "held by the governor: its run had ended by itself just before the governor's requeue reached slurmctld, so it must not run twice (its owner may release it)"),
     ] {

@@ -519,6 +519,9 @@ pub struct PassReport {
     pub parked: Vec<u64>,
     /// Parked jobs released because they now fit.
     pub released: Vec<u64>,
+    /// Jobs the governor had held (outside every team, or untyped) released because that
+    /// reason is gone (the account is a team again).
+    pub unheld: Vec<u64>,
     /// Requeued jobs whose requeue delay was lifted ([`crate::requeue_delay`]).
     pub lifted: Vec<u64>,
     /// How long the pass took to read, plan and publish, and how many Slurm client commands
@@ -571,6 +574,7 @@ impl PassReport {
         self.requeue_held.extend(acted.requeue_held);
         self.parked.extend(acted.parked);
         self.released.extend(acted.released);
+        self.unheld.extend(acted.unheld);
         self.lifted.extend(acted.lifted);
         self.acted = acted.acted;
     }
@@ -589,6 +593,66 @@ pub struct Reading {
     /// Every partition Slurm has and its GPUs, whatever the nodes' state (libslurm's reader
     /// only; `None` with the client commands).
     pub partitions: Option<teamshare_policy::offered::Offered>,
+    /// Pending jobs the governor itself held because they were outside every team (or named no
+    /// GPU type in a typed configuration), with their account: released once that reason is
+    /// gone (issue 25, finding 5).
+    pub holds: Vec<GovernorHold>,
+}
+
+/// A hold the governor placed on a pending job, as its AdminComment says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GovernorHold {
+    pub id: u64,
+    pub account: String,
+    /// Untyped GPUs where GPUs were governed per type (else: an account outside every team).
+    pub untyped: bool,
+    /// Its begin time (squeue's EligibleTime), if any.
+    pub begin: Option<UnixSeconds>,
+}
+
+/// A released hold lifts a begin time at most this far ahead: Slurm's requeue delay (121 s by
+/// default) left by the requeue that came with the hold, less the 2 s a new launch credential
+/// needs ([`crate::requeue_delay::LIFT_AFTER`]). A user's own begin time further ahead stays.
+const UNHOLD_LIFTS_WITHIN_SECS: i64 = 119;
+
+/// Why the governor holds a GPU job of an account outside every team (its AdminComment).
+const OUTSIDE_HOLD: &str = "GPU jobs in governed partitions must run in a team account (-A <team>)";
+/// Why it holds a job naming no GPU type in a typed configuration.
+const UNTYPED_HOLD: &str =
+    "GPUs are governed per type; resubmit naming one type (--gres=gpu:<type>:N)";
+/// The start of the AdminComment of a job the governor held.
+const HOLD_MARK: &str = "teamshare: held: ";
+
+/// The pending jobs whose AdminComment says the governor held them, and why.
+fn governor_holds(text: &str) -> Vec<GovernorHold> {
+    let mut out = Vec::new();
+    for (_, line) in parsable::lines(text) {
+        // Most lines carry no such mark: looked for before the line is split.
+        if !line.contains(HOLD_MARK) {
+            continue;
+        }
+        let Ok::<[&str; SQUEUE_FIELD_COUNT], _>(f) = parsable::fields(line, Shape::Rest) else {
+            continue;
+        };
+        let comment = f[ADMIN_COMMENT_FIELD].trim().trim_end_matches('|');
+        let untyped = match comment.strip_prefix(HOLD_MARK) {
+            Some(OUTSIDE_HOLD) => false,
+            Some(UNTYPED_HOLD) => true,
+            _ => continue,
+        };
+        if f[2].trim() != "PENDING" || f[3].trim() != "0" {
+            continue;
+        }
+        if let Some(id) = squeue_job_id(f[0]) {
+            out.push(GovernorHold {
+                id,
+                account: f[1].trim().to_string(),
+                untyped,
+                begin: parse_utc(f[15]),
+            });
+        }
+    }
+    out
 }
 
 /// How the governor reads Slurm: in process through libslurm (the default), or by running
@@ -718,6 +782,7 @@ fn reading(
         addresses,
         slurm_calls,
         partitions: None,
+        holds: governor_holds(jobs_text),
     }
 }
 
@@ -866,7 +931,25 @@ impl Governor {
             addresses,
             slurm_calls,
             partitions: slurm_partitions,
+            holds,
         } = self.read(now)?;
+        // Holds whose reason is gone: the account is a team again, or types are not governed.
+        let unhold: Vec<(u64, bool)> = holds
+            .iter()
+            .filter(|h| {
+                if h.untyped {
+                    !self.config.is_typed()
+                } else {
+                    self.config.team(&h.account).is_some()
+                }
+            })
+            .map(|h| {
+                let lift = h
+                    .begin
+                    .is_some_and(|b| b > now && b <= now + UNHOLD_LIFTS_WITHIN_SECS);
+                (h.id, lift)
+            })
+            .collect();
         let mut plan = governance::plan(&GovernInput {
             config: &self.config,
             capacity: cap.total,
@@ -900,6 +983,7 @@ impl Governor {
                 plan,
                 jobs,
                 addresses,
+                unhold,
             };
             let spawned = std::thread::Builder::new()
                 .name("governor-act".into())
@@ -1060,6 +1144,9 @@ struct Snapshot {
     plan: Plan,
     jobs: Vec<ClusterJob>,
     addresses: Addresses,
+    /// Jobs the governor held whose reason is gone: released (and whether the requeue delay
+    /// left by the requeue that came with the hold is lifted).
+    unhold: Vec<(u64, bool)>,
 }
 
 impl Actuator {
@@ -1108,6 +1195,7 @@ impl Actuator {
             plan,
             jobs,
             addresses,
+            unhold,
         } = work;
         self.apply_limits(plan, report);
         // Priorities and releases before requeues: when a requeue frees GPUs, the job it
@@ -1116,6 +1204,7 @@ impl Actuator {
         // run, as it would have kept its old one.
         report.priority_updates = apply_priorities(plan, jobs, addresses)?;
         report.released = release(plan, jobs, addresses)?;
+        report.unheld = release_holds(unhold, addresses)?;
         self.act_on_running(plan, jobs, addresses, report)?;
         // A job just requeued is pending now: what the plan says of it pending is not for it.
         let acted: std::collections::BTreeSet<u64> = report
@@ -1591,9 +1680,8 @@ fn hold_outside(
             .run_unchecked()?;
         Ok(status.success())
     };
-    const OUTSIDE: &str = "GPU jobs in governed partitions must run in a team account (-A <team>)";
-    const UNTYPED: &str =
-        "GPUs are governed per type; resubmit naming one type (--gres=gpu:<type>:N)";
+    const OUTSIDE: &str = OUTSIDE_HOLD;
+    const UNTYPED: &str = UNTYPED_HOLD;
     // An interactive one was cancelled instead: its hold fails, harmlessly.
     hold(requeued, OUTSIDE)?;
     let mut held = Vec::new();
@@ -1762,6 +1850,41 @@ fn release(
 }
 
 /// The Slurm names of jobs, comma-separated (jobs without one are left out).
+/// Release the jobs the governor held whose reason is gone, and clear its mark; where the
+/// hold came with a requeue, its delay is lifted ([`UNHOLD_LIFTS_WITHIN_SECS`]).
+fn release_holds(unhold: &[(u64, bool)], addresses: &Addresses) -> Result<Vec<u64>, GovernError> {
+    let named = |lift: Option<bool>| -> Vec<u64> {
+        unhold
+            .iter()
+            .filter(|(id, l)| address(addresses, *id).is_some() && lift.is_none_or(|w| w == *l))
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    let ids = named(None);
+    if ids.is_empty() {
+        return Ok(ids);
+    }
+    let list = job_list(addresses, &ids);
+    scontrol_ok(vec![
+        "update".into(),
+        format!("jobid={list}"),
+        "AdminComment=".into(),
+    ])?;
+    let lifted = named(Some(true));
+    if !lifted.is_empty() {
+        scontrol_ok(vec![
+            "update".into(),
+            format!("jobid={}", job_list(addresses, &lifted)),
+            "StartTime=now".into(),
+        ])?;
+    }
+    Ok(if scontrol_ok(vec!["release".into(), list])? {
+        ids
+    } else {
+        Vec::new()
+    })
+}
+
 fn job_list(addresses: &Addresses, ids: &[u64]) -> String {
     ids.iter()
         .filter_map(|id| address(addresses, *id))
@@ -2059,6 +2182,43 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         let line = line.replace("|gres:gpu:1|2|", "|gres:gpu:1|*|");
         let (jobs, _) = parse_squeue(&line, 1_796_008_620);
         assert_eq!(jobs[0].gpus, 2);
+    }
+
+    /// Issue 25, finding 5: the jobs the governor held (outside every team, or untyped) are
+    /// found by their AdminComment, so that they can be released once the reason is gone; a
+    /// hold of the user's own, or another mark, is not the governor's.
+    #[test]
+    fn issue25_5_the_governors_own_holds_are_found() {
+        let line = |id: u32, prio: u32, comment: &str| {
+            format!("{id}|research|PENDING|{prio}|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|{id}|N/A|N/A|*|OK|{comment}|\n")
+        };
+        let text = [
+            line(1, 0, &format!("{HOLD_MARK}{OUTSIDE_HOLD}")),
+            line(2, 0, &format!("{HOLD_MARK}{UNTYPED_HOLD}")),
+            line(3, 0, ""),
+            line(4, 0, "teamshare: held: something an administrator wrote"),
+            line(5, 100, &format!("{HOLD_MARK}{OUTSIDE_HOLD}")),
+        ]
+        .concat();
+        let holds = governor_holds(&text);
+        let begin = parse_utc("2026-11-30T03:16:00");
+        assert_eq!(
+            holds,
+            [
+                GovernorHold {
+                    id: 1,
+                    account: "research".into(),
+                    untyped: false,
+                    begin,
+                },
+                GovernorHold {
+                    id: 2,
+                    account: "research".into(),
+                    untyped: true,
+                    begin,
+                },
+            ]
+        );
     }
 
     /// Issue 25, finding 7: a pending `--exclusive` job (OverSubscribe NO) is given every GPU

@@ -18,6 +18,10 @@ pub const SCENARIOS: &[Scenario] = &[
         whole_node_jobs,
     ),
     (
+        "issue25::f05_a_removed_team_restored_gets_its_jobs_back",
+        removed_team_restored,
+    ),
+    (
         "issue25::f06_a_lowered_borrow_limit_brings_a_running_team_back_under_it",
         lowered_borrow_limit,
     ),
@@ -87,6 +91,48 @@ fn partition_typo(c: &Cluster) -> TestResult {
         ensure(c.state()?["config_digest"] == digest, || {
             "the governor publishes under the edited file".into()
         })
+    })
+}
+
+/// Finding 5: removing a team requeued and held its running jobs, and restoring it never
+/// released them (nor could their owners). The decision (docs/design/acting-safely.md): a
+/// removed team's GPU jobs are an account outside every team, held as such; once the account
+/// is a team again, the governor releases every hold it placed for that reason.
+fn removed_team_restored(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let ids = fill(c, "research", 1, &[])?;
+        let id = &ids[0];
+        let block = "[[team]]\nname = \"research\"\nquota = 2\nborrow_limit = 6\nweight = 20\n";
+        let text = c.original_config().replacen(block, "", 1);
+        ensure(text != c.original_config(), || {
+            "the live configuration no longer has research's block".into()
+        })?;
+        c.reconfigure(&text)?;
+        let seen = || c.ok("squeue", &["-h", "-j", id, "-o", "%T|%r|%Q"]);
+        c.wait_for("research's job requeued and held", MINUTE, || {
+            let now = seen()?;
+            let f: Vec<&str> = now.trim().split('|').collect();
+            Ok((f.len() == 3 && f[0] != "RUNNING" && f[2] == "0").then_some(()))
+        })
+        .map_err(|e| format!("{e}: {:?}\n{}", seen(), c.governor_log_tail(20)))?;
+        c.restore_config()?;
+        c.wait_for("research's job released and running again", MINUTE, || {
+            Ok((c.job_state(id)? == "RUNNING").then_some(()))
+        })
+        .map_err(|e| {
+            format!(
+                "{e} ({})\n{}",
+                c.reason(id).unwrap_or_default(),
+                c.governor_log_tail(20)
+            )
+        })?;
+        let log = c.governor_log();
+        ensure(
+            log.contains(&format!(
+                "job {id} released by the governor: the reason it was held is gone"
+            )),
+            || "the governor's log does not say it released the job".into(),
+        )
     })
 }
 

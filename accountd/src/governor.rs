@@ -62,21 +62,27 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
             "-t".into(),
             "PD,R,CG,S".into(),
             "-O".into(),
-            SQUEUE_FIELDS.into(),
+            format!(
+                "{SQUEUE_FIELDS_BEFORE_WHOLE_NODE}{}:|,admin_comment:|",
+                slurm_sys::SQUEUE_WHOLE_NODE.0
+            ),
         ],
         SQUEUE_TIMEOUT,
     )
 }
 
-const SQUEUE_FIELDS: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,tres-per-socket:|,Sockets:|,OverSubscribe:|,admin_comment:|";
+/// The governor's squeue fields up to the one that tells a whole-node job (its name is the
+/// release's: [`slurm_sys::SQUEUE_WHOLE_NODE`]), which the AdminComment follows.
+const SQUEUE_FIELDS_BEFORE_WHOLE_NODE: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,tres-per-socket:|,Sockets:|,";
 /// The last field (AdminComment) is everything after the 21st separator: an administrator may
 /// write `|` into it.
 const SQUEUE_FIELD_COUNT: usize = 22;
 /// `--gpus-per-socket` and `--sockets-per-node` (`*` when not given).
 const TRES_PER_SOCKET_FIELD: usize = 18;
 const SOCKETS_FIELD: usize = 19;
-/// `NO` for a job that asked for whole nodes (`--exclusive`): it is given every GPU of each.
-const OVERSUBSCRIBE_FIELD: usize = 20;
+/// Whether the job asked for whole nodes (`--exclusive`: it is given every GPU of each), as
+/// [`slurm_sys::SQUEUE_WHOLE_NODE`] spells it.
+const WHOLE_NODE_FIELD: usize = 20;
 
 /// How the governor names a job to scontrol and scancel. A plain id is not enough for job
 /// arrays: slurmctld applies an update, requeue or cancel of an array's own id to *every*
@@ -343,11 +349,11 @@ impl ArrayRecords {
     }
 }
 
-/// Whether a job asked for whole nodes (`--exclusive`: OverSubscribe `NO`). Slurm then gives
-/// it every GPU of each node; `--exclusive=user` or `=mcs` keep nodes to one user or class but
-/// allocate only what the job asks for.
+/// Whether a job asked for whole nodes (`--exclusive`). Slurm then gives it every GPU of each
+/// node; `--exclusive=user` or `=mcs` keep nodes to one user or class but allocate only what
+/// the job asks for.
 fn whole_nodes(f: &[&str; SQUEUE_FIELD_COUNT]) -> bool {
-    f[OVERSUBSCRIBE_FIELD].trim() == "NO"
+    f[WHOLE_NODE_FIELD].trim() == slurm_sys::SQUEUE_WHOLE_NODE.1
 }
 
 /// squeue's Reason field: why a pending job waits, in Slurm's words.

@@ -438,16 +438,15 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
         } else {
             j.sockets_per_node.to_string()
         },
-        // squeue's OverSubscribe (job_share_string): `NO` for `--exclusive`.
+        // Whole nodes (`--exclusive`, or a partition's OverSubscribe=EXCLUSIVE): the value
+        // squeue's field shows for it in this release (sys::SQUEUE_WHOLE_NODE), else `OK`.
+        // `shared` keeps its meaning in every release (26.05 keeps it for its legacy display).
         #[allow(clippy::useless_conversion)] // the JOB_SHARED_* constants' type varies by release
-        match u32::from(j.shared) {
-            x if x == sys::JOB_SHARED_NONE => "NO",
-            x if x == sys::JOB_SHARED_OK => "YES",
-            x if x == sys::JOB_SHARED_USER => "USER",
-            x if x == sys::JOB_SHARED_MCS => "MCS",
-            _ => "OK",
-        }
-        .to_string(),
+        if u32::from(j.shared) == sys::JOB_SHARED_NONE {
+            sys::SQUEUE_WHOLE_NODE.1.to_string()
+        } else {
+            "OK".to_string()
+        },
         field(j.admin_comment),
     ];
     // squeue ends every field, the last one included, with the separator.

@@ -31,6 +31,16 @@ use std::os::raw::c_char;
 /// (0xMMmmuu: major, minor, micro). A job_submit plugin must export exactly this value.
 pub const VERSION_NUMBER: u32 = generated::SLURM_VERSION_NUMBER;
 
+/// The squeue field (`-O`) that tells a whole-node (`--exclusive`) job, and its value for one.
+/// Before 26.05, OverSubscribe `NO` is `--exclusive` (job_share_string). 26.05 shows
+/// OverSubscribe in a new sense (`NO`: no oversubscription, every ordinary job) and whole-node
+/// jobs under Exclusive (`NODE`).
+pub const SQUEUE_WHOLE_NODE: (&str, &str) = if VERSION_NUMBER >= (26 << 16) | (5 << 8) {
+    ("Exclusive", "NODE")
+} else {
+    ("OverSubscribe", "NO")
+};
+
 /// Major/minor/micro of [`VERSION_NUMBER`].
 pub const fn version_parts() -> (u32, u32, u32) {
     (

@@ -422,6 +422,18 @@ fn readers_agree(c: &Cluster) -> TestResult {
                 "--wrap",
                 "sleep 600",
             ])?;
+            // A whole-node job (issue 25, finding 7): both readers count the node's 4 GPUs,
+            // whatever field the release's squeue shows it in.
+            let whole = c.sbatch(&[
+                "-A",
+                "research",
+                "-p",
+                "gpu",
+                "--exclusive",
+                "--hold",
+                "--wrap",
+                "sleep 600",
+            ])?;
             let after = c.sbatch(&[
                 "-A",
                 "research",
@@ -487,7 +499,31 @@ fn readers_agree(c: &Cluster) -> TestResult {
                         .map(|l| format!("commands only: {l}")),
                 )
                 .collect();
-            agreed.map_err(|e| format!("{e}\n{}\n--- libslurm:\n{api}", diff.join("\n")))?;
+            agreed.map_err(|e| {
+                let shown = c
+                    .run(
+                        "squeue",
+                        &[
+                            "-h",
+                            "-j",
+                            &whole,
+                            "-O",
+                            "JobID:|,OverSubscribe:|,Exclusive:|",
+                        ],
+                    )
+                    .map(|o| {
+                        format!(
+                            "{}{}",
+                            String::from_utf8_lossy(&o.stdout),
+                            String::from_utf8_lossy(&o.stderr)
+                        )
+                    })
+                    .unwrap_or_default();
+                format!(
+                    "{e}\n{}\n--- libslurm:\n{api}\n--- squeue of the whole-node job: {shown}",
+                    diff.join("\n")
+                )
+            })?;
             // What both read is what is there (so that two empty readings cannot agree).
             for want in [
                 "capacity 4 GPUs on 1 usable nodes".to_string(),
@@ -495,6 +531,7 @@ fn readers_agree(c: &Cluster) -> TestResult {
                 format!("job {array}_["),
                 format!("job {} team=training Running gpus=1", running[0]),
                 format!("job {held} team=research Pending gpus=2"),
+                format!("job {whole} team=research Pending gpus=4"),
                 format!("job {after} team=research Pending gpus=1"),
             ] {
                 ensure(api.contains(&want), || {
@@ -509,7 +546,7 @@ fn readers_agree(c: &Cluster) -> TestResult {
             ensure(tasks <= 2, || {
                 format!("{tasks} running tasks of a %2 array:\n{api}")
             })?;
-            let _ = c.run("scancel", &[&array, &held, &after]);
+            let _ = c.run("scancel", &[&array, &held, &whole, &after]);
             Ok(())
         })
     })

@@ -585,6 +585,9 @@ fn govern(
             count_requeued(live, requeued);
             count_limits(live, &report);
         });
+        shared.exporter.update_counters(|c| {
+            c.governor_run_ended_holds += u64::try_from(report.requeue_held.len()).unwrap_or(0);
+        });
         return;
     }
     let now = period::now();
@@ -593,6 +596,7 @@ fn govern(
     shared.exporter.update_counters(|c| {
         c.governor_unreadable_jobs += u64::try_from(report.unreadable.len()).unwrap_or(u64::MAX);
         c.governor_state_write_failures += u64::from(report.state_write_failed);
+        c.governor_run_ended_holds += u64::try_from(report.requeue_held.len()).unwrap_or(0);
     });
     shared.step_result(STEP_GOVERN, Ok(()));
     // What the pass read: the ingest thread records it, and runs no second sinfo.

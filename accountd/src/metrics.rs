@@ -585,6 +585,10 @@ pub struct Counters {
     /// Passes whose state file could not be written (a full disk, a read-only directory):
     /// the plugin then reads an older state, stale past `state_max_age`.
     pub governor_state_write_failures: u64,
+    /// Jobs held after the governor's requeue because accounting showed their run had ended
+    /// by itself (so that it does not run twice): each waits for its owner's release (issue
+    /// 25, finding 16).
+    pub governor_run_ended_holds: u64,
 }
 
 /// The exposition of `counters` (always present: a counter at 0 says "none yet").
@@ -608,6 +612,15 @@ pub fn render_counters(counters: &Counters) -> String {
         })
         .and_then(|f| {
             f.sample(&[], counters.governor_state_write_failures as f64);
+            e.family(
+                "teamshare_governor_run_ended_holds_total",
+                Kind::Counter,
+                "Jobs the governor held after requeueing them because accounting showed their run had ended by itself just before (so that it does not run twice); each waits for its owner's `scontrol release`.",
+                &[],
+            )
+        })
+        .and_then(|f| {
+            f.sample(&[], counters.governor_run_ended_holds as f64);
             e.text()
         });
     finish(built)
@@ -943,6 +956,24 @@ weight = 1
         // The crate writes "-inf"; Prometheus reads infinities without regard to case.
         assert!(value(f64::NEG_INFINITY).eq_ignore_ascii_case("-Inf"));
         assert_eq!(value(1e-7).parse::<f64>().unwrap(), 1e-7);
+    }
+
+    /// Issue 25, finding 16: a job held because its run ended by itself just before the
+    /// governor's requeue is counted, so that an alert can say it waits for its owner.
+    #[test]
+    fn issue25_16_run_ended_holds_are_counted() {
+        let text = render_counters(&Counters {
+            governor_run_ended_holds: 2,
+            ..Counters::default()
+        });
+        assert!(
+            text.contains("# TYPE teamshare_governor_run_ended_holds_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("teamshare_governor_run_ended_holds_total 2\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -49,5 +49,6 @@ pub mod sample;
 pub mod slurm_api;
 pub mod slurm_cli;
 pub mod slurm_setup;
+pub mod squeue;
 pub mod status;
 pub mod store;

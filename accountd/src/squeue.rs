@@ -1,0 +1,799 @@
+//! squeue's records as the governor reads them (the text of `squeue -O <fields>`, or the
+//! same text written from libslurm's job records by [`crate::slurm_api`]): jobs with their
+//! GPUs, how to name each to Slurm, Slurm's reasons, and the holds the governor placed. No
+//! line a user can write fails a pass: what cannot be read is returned apart.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use teamshare_policy::array;
+use teamshare_policy::governance::{self, ClusterJob, Phase};
+use teamshare_policy::gres::{gpu_count, GpuCount};
+use teamshare_policy::submit::{gpus_requested, GpuAsk};
+
+use crate::parsable::{self, MalformedLine, Shape};
+use crate::period::{self, UnixSeconds};
+use crate::slurm_cli::SlurmCommand;
+
+pub(crate) const SQUEUE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// squeue for the governed partitions: every field the plan needs, `|`-separated.
+pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
+    SlurmCommand::new(
+        "squeue",
+        vec![
+            "-h".into(),
+            "-a".into(),
+            "-p".into(),
+            partitions.join(","),
+            "-t".into(),
+            "PD,R,CG,S".into(),
+            "-O".into(),
+            format!(
+                "{SQUEUE_FIELDS_BEFORE_WHOLE_NODE}{}:|,admin_comment:|",
+                slurm_sys::SQUEUE_WHOLE_NODE.0
+            ),
+        ],
+        SQUEUE_TIMEOUT,
+    )
+}
+
+/// The governor's squeue fields up to the one that tells a whole-node job (its name is the
+/// release's: [`slurm_sys::SQUEUE_WHOLE_NODE`]), which the AdminComment follows.
+const SQUEUE_FIELDS_BEFORE_WHOLE_NODE: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,tres-per-socket:|,Sockets:|,";
+/// The last field (AdminComment) is everything after the 21st separator: an administrator may
+/// write `|` into it.
+const SQUEUE_FIELD_COUNT: usize = 22;
+/// `--gpus-per-socket` and `--sockets-per-node` (`*` when not given).
+const TRES_PER_SOCKET_FIELD: usize = 18;
+const SOCKETS_FIELD: usize = 19;
+/// Whether the job asked for whole nodes (`--exclusive`: it is given every GPU of each), as
+/// [`slurm_sys::SQUEUE_WHOLE_NODE`] spells it.
+const WHOLE_NODE_FIELD: usize = 20;
+
+/// How the governor names a job to scontrol and scancel. A plain id is not enough for job
+/// arrays: slurmctld applies an update, requeue or cancel of an array's own id to *every*
+/// task of the array (update_job_str in job_mgr.c, 22.05), running and ended ones included,
+/// and the record of an array's pending tasks carries that id. So a task is named
+/// `ARRAY_TASK` and the pending record `ARRAY_[tasks]` (all its tasks: slurmctld then updates
+/// the record whole, without splitting it into one record per task).
+pub type Addresses = BTreeMap<u64, String>;
+
+/// The name of job `id` for scontrol and scancel (see [`Addresses`]); `None` for an array
+/// record whose tasks could not be read or listed, which is never acted on.
+pub fn address(addresses: &Addresses, id: u64) -> Option<String> {
+    match addresses.get(&id) {
+        Some(a) if a.is_empty() => None,
+        Some(a) => Some(a.clone()),
+        None => Some(id.to_string()),
+    }
+}
+
+fn na(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty() && s != "N/A" && s != "(null)").then(|| s.to_string())
+}
+
+/// A squeue line the governor could not read, and what it did with its job.
+pub type Unreadable = MalformedLine;
+
+/// Read squeue's output (times are UTC: Slurm clients run with TZ=UTC).
+///
+/// No line fails the pass: users write most of what squeue prints (any value Slurm accepts,
+/// at submit or by `scontrol update`), and one job must not stop governance for everyone. A
+/// line that cannot be read is returned apart; a pending job whose GPU request cannot be read
+/// is kept with [`governance::UNREADABLE_GPUS`] (never in quota, never given an allowance).
+pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unreadable>) {
+    let (jobs, unreadable, _) = read_squeue(text, now, 0);
+    (jobs, unreadable)
+}
+
+/// [`parse_squeue`], with how to name each job to Slurm ([`Addresses`]: only the jobs that
+/// are not named by their plain id).
+///
+/// `node_gpus` is the most GPUs a usable node has: a pending job that asked for whole nodes
+/// (`--exclusive`) is given every GPU of each, so it asks for at least that many per node
+/// (issue 25, finding 7).
+pub fn read_squeue(
+    text: &str,
+    now: UnixSeconds,
+    node_gpus: u32,
+) -> (Vec<ClusterJob>, Vec<Unreadable>, Addresses) {
+    let mut jobs: Vec<ClusterJob> = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut pending_ids = std::collections::BTreeSet::new();
+    let mut arrays = ArrayRecords::default();
+    for (number, line) in parsable::lines(text) {
+        let mut bad =
+            |reason: &str| unreadable.push(MalformedLine::new("squeue", number, reason, line));
+        let f: [&str; SQUEUE_FIELD_COUNT] = match parsable::fields(line, Shape::Rest) {
+            Ok(f) => f,
+            Err(e) => {
+                bad(&e.to_string());
+                continue;
+            }
+        };
+        let Some(id) = squeue_job_id(f[0]) else {
+            bad("bad job id");
+            continue;
+        };
+        let phase = match f[2].trim() {
+            "PENDING" => Phase::Pending,
+            // Completing and suspended jobs still hold their GPUs.
+            "RUNNING" | "COMPLETING" | "SUSPENDED" => Phase::Running,
+            _ => continue,
+        };
+        let mut job = squeue_job(&f, id, phase, now, &mut bad);
+        if phase == Phase::Pending && whole_nodes(&f) && job.gpus != governance::UNREADABLE_GPUS {
+            job.gpus = job
+                .gpus
+                .max(job.node_count.max(1).saturating_mul(node_gpus));
+        }
+        // Pending array tasks share one record: counted once here.
+        if phase == Phase::Pending && !pending_ids.insert(id) {
+            continue;
+        }
+        job.tasks = arrays.note(&f, id, phase, jobs.len(), &mut bad);
+        jobs.push(job);
+    }
+    arrays.throttle(&mut jobs);
+    (jobs, unreadable, arrays.addresses)
+}
+
+/// The job of one squeue line (`tasks` 1: an array record's are counted by
+/// [`ArrayRecords::note`]). What cannot be read is told to `bad` and taken as the governor can
+/// live with.
+fn squeue_job(
+    f: &[&str; SQUEUE_FIELD_COUNT],
+    id: u64,
+    phase: Phase,
+    now: UnixSeconds,
+    mut bad: impl FnMut(&str),
+) -> ClusterJob {
+    let priority: u32 = match f[3].trim().parse() {
+        Ok(p) => p,
+        Err(_) => {
+            bad("bad priority (ranked as no class)");
+            1
+        }
+    };
+    let submit = match parse_utc(f[4]) {
+        Some(t) => t,
+        None => {
+            bad("bad submit time (taken as now)");
+            now
+        }
+    };
+    let start = parse_utc(f[5]);
+    let (gpus, gpu_type) = squeue_gpus(f, phase, bad);
+    // Held by teamshare's parking: priority 0 and teamshare's mark, which only an
+    // administrator (or the governor) can write.
+    let park_held = phase == Phase::Pending
+        && priority == 0
+        && f[ADMIN_COMMENT_FIELD]
+            .trim()
+            .starts_with(governance::PARK_HOLD_MARK);
+    ClusterJob {
+        id,
+        gpu_type,
+        team: f[1].trim().to_string(),
+        phase,
+        gpus,
+        priority,
+        submit,
+        start: if phase == Phase::Running { start } else { None },
+        // A pending job can start now when its eligible time has come (squeue shows the
+        // begin time there, N/A while a dependency is unmet) and its reason says nothing
+        // else. The reason alone is not enough: Slurm resets it to None when a job's
+        // priority is updated, until its scheduler looks at the job again.
+        // A job teamshare holds shows the hold as its reason: its begin time alone says
+        // whether it could start once released.
+        eligible: phase == Phase::Running
+            || ((park_held || eligible_reason(f[REASON_FIELD]))
+                && parse_utc(f[15]).is_some_and(|t| t <= now)),
+        // A begin time this far ahead is teamshare's parking.
+        parked: phase == Phase::Pending
+            && parse_utc(f[15]).is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
+        park_held,
+        batch: f[13].trim() != "0",
+        nodes: if phase == Phase::Running {
+            expand_hostlist(f[14].trim()).unwrap_or_default()
+        } else {
+            Vec::new()
+        },
+        node_count: f[10].trim().parse().unwrap_or(0),
+        completing: f[2].trim() == "COMPLETING",
+        tasks: 1,
+    }
+}
+
+/// The GPUs of a squeue line and their type where there is one: a running job's allocation,
+/// a pending job's request.
+fn squeue_gpus(
+    f: &[&str; SQUEUE_FIELD_COUNT],
+    phase: Phase,
+    mut bad: impl FnMut(&str),
+) -> (u32, Option<String>) {
+    if phase == Phase::Running {
+        return match gpu_count(f[6]) {
+            Ok(c) => (u32::try_from(c.total).unwrap_or(u32::MAX), one_type(&c)),
+            Err(e) => {
+                // Slurm writes the allocation itself; counted as none rather than stop.
+                bad(&format!("{e} (running job counted without GPUs)"));
+                (0, None)
+            }
+        };
+    }
+    let ask = GpuAsk {
+        tres_per_job: na(f[7]),
+        tres_per_node: na(f[8]),
+        tres_per_task: na(f[9]),
+        // Read like every other form the plugin accepts (issue 25, finding 8: a job asking
+        // GPUs per socket read as none).
+        tres_per_socket: na(f[TRES_PER_SOCKET_FIELD]),
+        min_nodes: f[10].trim().parse().ok(),
+        num_tasks: f[11].trim().parse().ok(),
+        ntasks_per_node: None,
+        sockets_per_node: f[SOCKETS_FIELD].trim().parse().ok(),
+    };
+    match gpus_requested(&ask) {
+        Ok(c) => (
+            u32::try_from(c.total).unwrap_or(governance::UNREADABLE_GPUS),
+            one_type(&c),
+        ),
+        Err(e) => {
+            bad(&format!("{e} (job treated as never fitting)"));
+            (governance::UNREADABLE_GPUS, None)
+        }
+    }
+}
+
+/// The job arrays of one squeue read. A task is named `ARRAY_TASK`, the record of the pending
+/// tasks `ARRAY_[tasks]`, and that record stands for as many tasks as may start.
+#[derive(Default)]
+struct ArrayRecords {
+    /// Array id -> (running tasks, the throttle of its pending record, that record's index).
+    arrays: BTreeMap<u64, (u32, Option<u32>, Option<usize>)>,
+    addresses: Addresses,
+}
+
+impl ArrayRecords {
+    /// Note job `id` of a squeue line, about to be pushed as job `index`: its address if it is
+    /// of an array, and the tasks it stands for (1 but for an array's pending record).
+    fn note(
+        &mut self,
+        f: &[&str; SQUEUE_FIELD_COUNT],
+        id: u64,
+        phase: Phase,
+        index: usize,
+        mut bad: impl FnMut(&str),
+    ) -> u32 {
+        let array_id = f[16].trim().parse::<u64>().ok();
+        let task_spec = na(f[17]);
+        let (Some(array_id), Some(spec)) = (array_id, task_spec) else {
+            return 1;
+        };
+        let entry = self.arrays.entry(array_id).or_insert((0, None, None));
+        if let Ok(task) = spec.parse::<u64>() {
+            self.addresses.insert(id, format!("{array_id}_{task}"));
+            if phase == Phase::Running {
+                entry.0 += 1;
+            }
+            return 1;
+        }
+        let Some(t) = array::parse_tasks(&spec) else {
+            bad("bad array task list (counted as one task, never updated)");
+            self.addresses.insert(id, String::new());
+            return 1;
+        };
+        entry.1 = t.throttle;
+        entry.2 = Some(index);
+        match t.ranges {
+            Some(r) => {
+                self.addresses.insert(id, format!("{array_id}_[{r}]"));
+            }
+            None => {
+                bad("array task list too long to name (its record is counted, never updated)");
+                self.addresses.insert(id, String::new());
+            }
+        }
+        u32::try_from(t.count).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// A throttled array (`%N`) starts at most N tasks at once: its pending record stands for
+    /// what its running tasks leave of N.
+    fn throttle(&self, jobs: &mut [ClusterJob]) {
+        for (running, throttle, record) in self.arrays.values() {
+            if let (Some(n), Some(i)) = (throttle, record) {
+                let may_start = n.saturating_sub(*running);
+                if let Some(j) = jobs.get_mut(*i) {
+                    j.tasks = j.tasks.min(may_start).max(1);
+                    // Throttled to the tasks already running: none can start now.
+                    j.eligible &= may_start > 0;
+                }
+            }
+        }
+    }
+}
+
+/// Whether a job asked for whole nodes (`--exclusive`). Slurm then gives it every GPU of each
+/// node; `--exclusive=user` or `=mcs` keep nodes to one user or class but allocate only what
+/// the job asks for.
+fn whole_nodes(f: &[&str; SQUEUE_FIELD_COUNT]) -> bool {
+    f[WHOLE_NODE_FIELD].trim() == slurm_sys::SQUEUE_WHOLE_NODE.1
+}
+
+/// squeue's Reason field: why a pending job waits, in Slurm's words.
+const REASON_FIELD: usize = 12;
+/// squeue's AdminComment, the last field (see [`SQUEUE_FIELD_COUNT`]).
+const ADMIN_COMMENT_FIELD: usize = SQUEUE_FIELD_COUNT - 1;
+
+/// The job id of squeue's JobID field. Running array tasks print their own job id; pending
+/// tasks of an array share one record (12_[4-9] in other formats), named by its id.
+fn squeue_job_id(field: &str) -> Option<u64> {
+    field
+        .trim()
+        .split(['_', '+'])
+        .next()
+        .and_then(|s| s.parse::<u64>().ok())
+}
+
+/// Slurm's reason for each pending job in squeue's output (the text [`read_squeue`] reads),
+/// by the id [`read_squeue`] gives the job: `accountd status` says why jobs wait. Lines
+/// [`read_squeue`] cannot read are left out here too.
+pub fn pending_reasons(text: &str) -> BTreeMap<u64, String> {
+    let mut reasons = BTreeMap::new();
+    for (_, line) in parsable::lines(text) {
+        let Ok::<[&str; SQUEUE_FIELD_COUNT], _>(f) = parsable::fields(line, Shape::Rest) else {
+            continue;
+        };
+        if f[2].trim() != "PENDING" {
+            continue;
+        }
+        if let Some(id) = squeue_job_id(f[0]) {
+            reasons
+                .entry(id)
+                .or_insert_with(|| f[REASON_FIELD].trim().to_string());
+        }
+    }
+    reasons
+}
+
+/// The one GPU type all of a job's GPUs are of (the allocation's typed entries, where
+/// AccountingStorageTRES lists the type, or the request's); `None` for untyped GPUs, or
+/// GPUs of several types (the plan then counts a running job by its node's type).
+fn one_type(count: &GpuCount) -> Option<String> {
+    let mut types = count.by_type.iter().filter(|(_, n)| **n > 0);
+    match (types.next(), types.next()) {
+        (Some((k, n)), None) if *n == count.total => Some(k.clone()),
+        _ => None,
+    }
+}
+
+/// A team's GrpTRES: its GPUs in all and, in a typed configuration, of each type
+/// (`gres/gpu=5,gres/gpu:a100=2,gres/gpu:h100=3`). Slurm counts a typed request against both
+/// its type and `gres/gpu`.
+pub fn grp_tres(total: u32, by_type: Option<&BTreeMap<String, u32>>) -> String {
+    let mut tres = format!("gres/gpu={total}");
+    for (k, n) in by_type.into_iter().flatten() {
+        tres.push_str(&format!(",gres/gpu:{k}={n}"));
+    }
+    tres
+}
+
+/// Slurm's compressed host list (`n1`, `n[1-3,7]`, `gpu-[01-02],cpu1`) as node names; `None`
+/// when it is not one (the job's placement is then unknown, which only costs the fallback
+/// reclaim its choice of node).
+pub fn expand_hostlist(list: &str) -> Option<Vec<String>> {
+    const MAX_NODES: usize = 100_000;
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0usize;
+    let mut parts = Vec::new();
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.checked_sub(1)?,
+            ',' if depth == 0 => {
+                parts.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&list[start..]);
+    for part in parts.into_iter().filter(|p| !p.is_empty()) {
+        let Some(open) = part.find('[') else {
+            if part.contains(']') || part.contains(' ') {
+                return None;
+            }
+            out.push(part.to_string());
+            continue;
+        };
+        let close = part.rfind(']')?;
+        let (prefix, ranges, suffix) = (&part[..open], &part[open + 1..close], &part[close + 1..]);
+        if ranges.contains('[') || !suffix.is_empty() {
+            return None;
+        }
+        for range in ranges.split(',') {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            let (lo, hi): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
+            if hi < lo || hi - lo > MAX_NODES as u64 {
+                return None;
+            }
+            for n in lo..=hi {
+                out.push(format!("{prefix}{n:0width$}", width = a.len()));
+                if out.len() > MAX_NODES {
+                    return None;
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Whether a pending job waits only for resources or limits (so GPUs given to its team would
+/// start it), not for a time, a dependency or a hold.
+fn eligible_reason(reason: &str) -> bool {
+    let r = reason.trim();
+    !(r == "BeginTime"
+        || r.starts_with("Dependency")
+        || r.starts_with("JobHeld")
+        || r == "DependencyNeverSatisfied"
+        || r == "Reservation")
+}
+
+pub(crate) fn parse_utc(text: &str) -> Option<UnixSeconds> {
+    let t = text.trim();
+    if t.is_empty() || t == "N/A" || t == "Unknown" || t == "None" {
+        return None;
+    }
+    period::parse_local_datetime(t, &chrono::Utc).ok()
+}
+
+/// A hold the governor placed on a pending job, as its AdminComment says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GovernorHold {
+    pub id: u64,
+    pub account: String,
+    /// Untyped GPUs where GPUs were governed per type (else: an account outside every team).
+    pub untyped: bool,
+    /// Its begin time (squeue's EligibleTime), if any.
+    pub begin: Option<UnixSeconds>,
+}
+
+/// A released hold lifts a begin time at most this far ahead: Slurm's requeue delay (121 s by
+/// default) left by the requeue that came with the hold, less the 2 s a new launch credential
+/// needs ([`crate::requeue_delay::LIFT_AFTER`]). A user's own begin time further ahead stays.
+pub(crate) const UNHOLD_LIFTS_WITHIN_SECS: i64 = 119;
+
+/// Why the governor holds a GPU job of an account outside every team (its AdminComment).
+pub(crate) const OUTSIDE_HOLD: &str =
+    "GPU jobs in governed partitions must run in a team account (-A <team>)";
+/// Why it holds a job naming no GPU type in a typed configuration.
+pub(crate) const UNTYPED_HOLD: &str =
+    "GPUs are governed per type; resubmit naming one type (--gres=gpu:<type>:N)";
+/// The start of the AdminComment of a job the governor held.
+const HOLD_MARK: &str = "teamshare: held: ";
+
+/// The pending jobs whose AdminComment says the governor held them, and why.
+pub(crate) fn governor_holds(text: &str) -> Vec<GovernorHold> {
+    let mut out = Vec::new();
+    for (_, line) in parsable::lines(text) {
+        // Most lines carry no such mark: looked for before the line is split.
+        if !line.contains(HOLD_MARK) {
+            continue;
+        }
+        let Ok::<[&str; SQUEUE_FIELD_COUNT], _>(f) = parsable::fields(line, Shape::Rest) else {
+            continue;
+        };
+        let comment = f[ADMIN_COMMENT_FIELD].trim().trim_end_matches('|');
+        let untyped = match comment.strip_prefix(HOLD_MARK) {
+            Some(OUTSIDE_HOLD) => false,
+            Some(UNTYPED_HOLD) => true,
+            _ => continue,
+        };
+        if f[2].trim() != "PENDING" || f[3].trim() != "0" {
+            continue;
+        }
+        if let Some(id) = squeue_job_id(f[0]) {
+            out.push(GovernorHold {
+                id,
+                account: f[1].trim().to_string(),
+                untyped,
+                begin: parse_utc(f[15]),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SQUEUE: &str = "\
+6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|
+10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|10|N/A|N/A|*|OK|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|1-3|N/A|*|OK|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|4-5|N/A|*|OK|
+12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|12|N/A|N/A|*|OK|
+13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|13|N/A|N/A|*|OK|
+";
+
+    #[test]
+    fn squeue_lines_become_jobs_with_their_gpus() {
+        // 03:17:00 UTC on the day of the sample.
+        let (jobs, unreadable) = parse_squeue(SQUEUE, 1_796_008_620);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
+        assert_eq!(ids, [6, 9, 10, 11, 13]);
+        // salloc/srun allocations are not batch jobs: they can only be cancelled.
+        assert!(jobs[0].batch && !jobs[4].batch);
+        assert_eq!(jobs[0].phase, Phase::Running);
+        assert_eq!(jobs[0].start, Some(1_796_008_504));
+        assert_eq!(jobs[1].gpus, 2);
+        // Per-node request on 2 nodes; a pending job's expected start is not a start.
+        assert_eq!((jobs[2].gpus, jobs[2].start), (2, None));
+        // Waiting for its begin time: GPUs given to research would not start it.
+        assert!(!jobs[2].eligible && jobs[1].eligible && jobs[0].eligible);
+    }
+
+    #[test]
+    fn pending_jobs_carry_slurms_reason_by_the_id_the_jobs_are_read_with() {
+        let reasons = pending_reasons(SQUEUE);
+        let (jobs, _) = parse_squeue(SQUEUE, 1_796_008_620);
+        let pending: Vec<u64> = jobs
+            .iter()
+            .filter(|j| j.phase == Phase::Pending)
+            .map(|j| j.id)
+            .collect();
+        assert_eq!(pending, vec![9, 10, 11]);
+        // Running and ended jobs have none; an array's pending record is one job.
+        assert_eq!(
+            reasons,
+            BTreeMap::from([
+                (9, "Priority".to_string()),
+                (10, "BeginTime".to_string()),
+                (11, "Resources".to_string()),
+            ])
+        );
+        // A line too short to read gives no reason (and no job).
+        assert!(pending_reasons("14|agents|PENDING|1|x\n").is_empty());
+    }
+
+    #[test]
+    fn array_records_count_their_tasks_and_are_named_so_that_no_other_task_is_touched() {
+        let line = |id: &str, state: &str, array: &str, task: &str| {
+            let start = if state == "RUNNING" {
+                "2026-11-30T03:15:04"
+            } else {
+                "N/A"
+            };
+            format!(
+                "{id}|research|{state}|64000|2026-11-30T03:13:02|{start}|cpu=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|{array}|{task}|N/A|*|OK|\n"
+            )
+        };
+        let text = [
+            line("50", "RUNNING", "49", "1"),
+            line("49", "PENDING", "49", "2-10%3"),
+            line("51", "RUNNING", "51", "7"),
+            line("52", "PENDING", "52", "0-12:4"),
+            line("53", "PENDING", "53", "1-x"),
+            line("54", "PENDING", "54", "N/A"),
+            line("56", "PENDING", "55", "1-4%2"),
+            line("57", "RUNNING", "55", "5"),
+            line("58", "RUNNING", "55", "6"),
+        ]
+        .concat();
+        let (jobs, unreadable, addresses) = read_squeue(&text, 1_796_008_620, 4);
+        let tasks: BTreeMap<u64, (u32, bool)> =
+            jobs.iter().map(|j| (j.id, (j.tasks, j.eligible))).collect();
+        // 9 pending tasks, throttled to 3 at once with one running: 2 may start.
+        assert_eq!(tasks[&49], (2, true));
+        assert_eq!(tasks[&52], (4, true));
+        // Unreadable: one task, and never named to Slurm.
+        assert_eq!(tasks[&53].0, 1);
+        assert_eq!(unreadable.len(), 1, "{unreadable:?}");
+        // Throttled to 2 with 2 running: none may start now.
+        assert_eq!(tasks[&56], (1, false));
+        let name = |id| address(&addresses, id);
+        assert_eq!(name(50).as_deref(), Some("49_1"));
+        assert_eq!(name(49).as_deref(), Some("49_[2-10]"));
+        // A task that carries its array's own id: `51` alone would name every task of 51.
+        assert_eq!(name(51).as_deref(), Some("51_7"));
+        assert_eq!(name(52).as_deref(), Some("52_[0,4,8,12]"));
+        assert_eq!(name(53), None);
+        assert_eq!(name(54).as_deref(), Some("54"));
+    }
+
+    #[test]
+    fn finding2_no_line_a_user_can_write_fails_the_pass() {
+        let text = "\
+6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|
+7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|7|N/A|N/A|*|OK|
+8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|8|N/A|N/A|*|OK|
+1|2|3
+x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priority|1|n1|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|
+";
+        let (jobs, unreadable) = parse_squeue(text, 0);
+        let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
+        assert_eq!(ids, [6, 7, 8, 9]);
+        // The running job is kept (its priority is unreadable, not its GPUs).
+        assert_eq!((jobs[0].gpus, jobs[0].priority), (1, 1));
+        // 1t is 2^40 GPUs: far beyond any team; a malformed type cannot be read: never fitting.
+        assert_eq!(jobs[1].gpus, governance::UNREADABLE_GPUS);
+        assert_eq!(jobs[2].gpus, governance::UNREADABLE_GPUS);
+        assert_eq!(jobs[3].gpus, 1);
+        let lines: Vec<usize> = unreadable.iter().map(|u| u.line_number).collect();
+        assert_eq!(lines, [1, 3, 4, 5], "{unreadable:?}");
+        assert!(unreadable[0].to_string().contains("line 1: bad priority"));
+    }
+
+    #[test]
+    fn finding5_a_job_whose_eligible_time_has_not_come_cannot_start_whatever_its_reason() {
+        // Slurm resets the reason to None when the governor updates a job's priority: the
+        // eligible time decides (the begin time, N/A while a dependency is unmet).
+        let text = "\
+20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|20|N/A|N/A|*|OK|
+21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|21|N/A|N/A|*|OK|
+22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|22|N/A|N/A|*|OK|
+23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|23|N/A|N/A|*|OK|
+";
+        let (jobs, _) = parse_squeue(text, 1_796_008_620);
+        let eligible: Vec<bool> = jobs.iter().map(|j| j.eligible).collect();
+        assert_eq!(eligible, [false, false, true, false]);
+        // A year ahead is teamshare's parking.
+        let parked: Vec<bool> = jobs.iter().map(|j| j.parked).collect();
+        assert_eq!(parked, [false, false, false, true]);
+    }
+
+    #[test]
+    fn finding4_teamshare_holds_are_told_from_other_holds() {
+        // now = 2026-11-30T03:16:40
+        let text = "\
+30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|30|N/A|N/A|*|OK|teamshare: parked: its priority class may not borrow|
+31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|31|N/A|N/A|*|OK|teamshare: parked: a|b|c|
+32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|32|N/A|N/A|*|OK|
+33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|33|N/A|N/A|*|OK|maintenance: see the admins|
+34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|34|N/A|N/A|*|OK|teamshare: parked: stale mark|
+35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|35|N/A|N/A|*|OK|teamshare: parked: waits on a dependency|
+";
+        let (jobs, unreadable) = parse_squeue(text, 1_796_008_600);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        let held: Vec<bool> = jobs.iter().map(|j| j.park_held).collect();
+        assert_eq!(held, [true, true, false, false, false, true]);
+        // Held by teamshare, a job's begin time says whether it could start once released;
+        // any other hold makes it ineligible.
+        let eligible: Vec<bool> = jobs.iter().map(|j| j.eligible).collect();
+        assert_eq!(eligible, [false, true, false, false, true, false]);
+        assert!(jobs[0].parked && !jobs[1].parked);
+    }
+
+    #[test]
+    fn jobs_carry_the_one_gpu_type_they_hold_or_ask_for() {
+        // Lines as squeue prints them on the dev cluster with GPU_TYPES="h100 h100 a100":
+        // the allocation of an untyped request names the type it got (job 2).
+        let text = "\
+1|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|N/A|gres:gpu:h100:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|1|N/A|N/A|*|OK|
+2|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1|N/A|gres:gpu:1|N/A|1|1|None|1|n3|2026-11-30T03:16:00|2|N/A|N/A|*|OK|
+3|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|gres:gpu:h100:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|3|N/A|N/A|*|OK|
+4|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|4|N/A|N/A|*|OK|
+5|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:1,gres:gpu:a100:1|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|5|N/A|N/A|*|OK|
+6|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=2|N/A|gres:gpu:2|N/A|1|1|None|1|n3|2026-11-30T03:16:00|6|N/A|N/A|*|OK|
+";
+        let (jobs, unreadable) = parse_squeue(text, 1_796_008_620);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        let types: Vec<(u64, Option<&str>, u32)> = jobs
+            .iter()
+            .map(|j| (j.id, j.gpu_type.as_deref(), j.gpus))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                (1, Some("h100"), 1),
+                (2, Some("a100"), 1),
+                (3, Some("h100"), 2),
+                (4, None, 2),
+                // Several types: none (a typed configuration holds such a pending job).
+                (5, None, 2),
+                // No typed TRES accounted: the plan counts it by its node's type.
+                (6, None, 2),
+            ]
+        );
+    }
+
+    #[test]
+    fn grp_tres_names_each_type_after_the_total() {
+        assert_eq!(grp_tres(4, None), "gres/gpu=4");
+        let types = BTreeMap::from([("h100".to_string(), 3), ("a100".to_string(), 0)]);
+        assert_eq!(
+            grp_tres(3, Some(&types)),
+            "gres/gpu=3,gres/gpu:a100=0,gres/gpu:h100=3"
+        );
+    }
+
+    #[test]
+    fn host_lists_expand() {
+        assert_eq!(expand_hostlist("n1").unwrap(), ["n1"]);
+        assert_eq!(
+            expand_hostlist("n[1-3,7],gpu-[08-10]").unwrap(),
+            ["n1", "n2", "n3", "n7", "gpu-08", "gpu-09", "gpu-10"]
+        );
+        assert_eq!(expand_hostlist("").unwrap(), Vec::<String>::new());
+        for bad in ["n[1-", "n[3-1]", "n[a-b]", "n]", "n[1-2]x"] {
+            assert_eq!(expand_hostlist(bad), None, "{bad}");
+        }
+    }
+
+    /// Issue 25, finding 8: the governor's fields omitted tres-per-socket, so a job asking
+    /// `--gpus-per-socket=1 --sockets-per-node=2` read as 0 GPUs (a parked inference job was
+    /// released "fits its team's quota" while the team was full). It is read as the plugin
+    /// reads it: 1 GPU x 2 sockets x 2 nodes.
+    #[test]
+    fn issue25_8_gpus_per_socket_are_counted() {
+        let line = "41|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|N/A|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|41|N/A|gres:gpu:1|2|OK|\n";
+        let (jobs, unreadable) = parse_squeue(line, 1_796_008_620);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        assert_eq!(jobs[0].gpus, 4);
+        // Without a socket count, one socket per node: the fewest it can hold.
+        let line = line.replace("|gres:gpu:1|2|", "|gres:gpu:1|*|");
+        let (jobs, _) = parse_squeue(&line, 1_796_008_620);
+        assert_eq!(jobs[0].gpus, 2);
+    }
+
+    /// Issue 25, finding 5: the jobs the governor held (outside every team, or untyped) are
+    /// found by their AdminComment, so that they can be released once the reason is gone; a
+    /// hold of the user's own, or another mark, is not the governor's.
+    #[test]
+    fn issue25_5_the_governors_own_holds_are_found() {
+        let line = |id: u32, prio: u32, comment: &str| {
+            format!("{id}|research|PENDING|{prio}|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|{id}|N/A|N/A|*|OK|{comment}|\n")
+        };
+        let text = [
+            line(1, 0, &format!("{HOLD_MARK}{OUTSIDE_HOLD}")),
+            line(2, 0, &format!("{HOLD_MARK}{UNTYPED_HOLD}")),
+            line(3, 0, ""),
+            line(4, 0, "teamshare: held: something an administrator wrote"),
+            line(5, 100, &format!("{HOLD_MARK}{OUTSIDE_HOLD}")),
+        ]
+        .concat();
+        let holds = governor_holds(&text);
+        let begin = parse_utc("2026-11-30T03:16:00");
+        assert_eq!(
+            holds,
+            [
+                GovernorHold {
+                    id: 1,
+                    account: "research".into(),
+                    untyped: false,
+                    begin,
+                },
+                GovernorHold {
+                    id: 2,
+                    account: "research".into(),
+                    untyped: true,
+                    begin,
+                },
+            ]
+        );
+    }
+
+    /// Issue 25, finding 7: a pending `--exclusive` job (OverSubscribe NO) is given every GPU
+    /// of each node: it asks for the largest node's GPUs per node, whatever it named; a
+    /// running one is read from its allocation as before; `--exclusive=user` is not whole-node.
+    #[test]
+    fn issue25_7_a_pending_whole_node_job_asks_for_whole_nodes() {
+        let pending = "42|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|42|N/A|N/A|*|NO|\n";
+        let (jobs, unreadable, _) = read_squeue(pending, 1_796_008_620, 4);
+        assert!(unreadable.is_empty(), "{unreadable:?}");
+        assert_eq!(jobs[0].gpus, 8);
+        let (jobs, _, _) = read_squeue(&pending.replace("|NO|", "|USER|"), 1_796_008_620, 4);
+        assert_eq!(jobs[0].gpus, 2);
+        let running = "43|agents|RUNNING|64000|2026-11-30T03:16:00|2026-11-30T03:16:00|cpu=2,gres/gpu=4|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|43|N/A|N/A|*|NO|\n";
+        let (jobs, _, _) = read_squeue(running, 1_796_008_620, 8);
+        assert_eq!(jobs[0].gpus, 4);
+    }
+}

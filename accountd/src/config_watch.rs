@@ -149,6 +149,28 @@ impl ConfigWatch {
     }
 }
 
+/// Whether Slurm has what a reloaded configuration names (its partitions, with GPUs, and
+/// its quotas' GPU types), read through libslurm (issue 25, finding 4). The plugin refuses
+/// the same file from the partitions the governor publishes.
+pub fn verify_with_slurm(config: &Config) -> Verified {
+    // libslurm only where the governor reads Slurm through it (it initialises libslurm from
+    // slurm.conf, which the client commands' fallback does not require to be complete).
+    if !matches!(
+        crate::governor::SlurmReader::from_env(),
+        Ok(crate::governor::SlurmReader::Libslurm(_))
+    ) {
+        return Verified::Unchecked("the governor reads Slurm with its client commands".into());
+    }
+    let mut session = crate::slurm_api::Session::new();
+    match session.nodes_text(&[]) {
+        Ok(_) => match teamshare_policy::offered::refusal(config, &session.offered()) {
+            Some(why) => Verified::Refused(why),
+            None => Verified::Fits,
+        },
+        Err(e) => Verified::Unchecked(e.to_string()),
+    }
+}
+
 /// Every problem of an invalid file on one line: `file:line:col: error: message (hint: ...); ...`.
 pub fn one_line(e: &ConfigError) -> String {
     match e.diagnostics() {

@@ -48,6 +48,7 @@ use crate::config_watch::{self, ConfigWatch, Reload};
 use crate::governor::{self, Cadence, GovernError, Governor, PassReport, SlurmReader};
 use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
+use crate::pass_log::{count_limits, count_requeued, log_pass, Requeue};
 use crate::period;
 use crate::sample::collect;
 use crate::slurm_cli::slurm_name;
@@ -62,9 +63,6 @@ pub const STEP_COLLECT: &str = "collect-samples";
 pub const STEP_CAPACITY: &str = "capacity";
 pub const STEP_METRICS: &str = "metrics";
 
-/// The team of a requeued job the plan did not read (never expected: the plan names only jobs
-/// it read, each with its account).
-const UNKNOWN_TEAM: &str = "(unknown)";
 /// How long a thread sleeps at most before it looks at the stop flag again.
 const STOP_POLL: Duration = Duration::from_millis(100);
 /// How long a stop waits for the ingest thread's step under way.
@@ -111,38 +109,6 @@ struct SetOnDrop(Arc<AtomicBool>);
 impl Drop for SetOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Why the governor requeued a job (its reason in `teamshare_governor_requeues_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Requeue {
-    /// For a higher class of its team.
-    Displaced,
-    /// To reclaim quota Slurm had not preempted for.
-    Reclaimed,
-    /// Its team ran beyond its ceiling (quota + borrow limit).
-    OverCeiling,
-}
-
-/// The limits the actions left in force, and the moves that failed.
-fn count_limits(live: &mut crate::metrics::Live, report: &PassReport) {
-    if let Some(in_force) = &report.limits_in_force {
-        live.limits.in_force = in_force.clone();
-    }
-    for team in &report.limit_failures {
-        *live.limits.failures.entry(team.clone()).or_default() += 1;
-    }
-}
-
-fn count_requeued(live: &mut crate::metrics::Live, requeued: BTreeMap<(String, Requeue), u64>) {
-    for ((team, why), n) in requeued {
-        let counts = match why {
-            Requeue::Displaced => &mut live.displaced,
-            Requeue::Reclaimed => &mut live.reclaimed,
-            Requeue::OverCeiling => &mut live.over_ceiling,
-        };
-        *counts.entry(team).or_default() += n;
     }
 }
 
@@ -363,7 +329,7 @@ fn supervise(
         if let Some(w) = watch.as_mut() {
             if asked || Instant::now() >= next_look {
                 next_look = Instant::now() + config_watch::POLL;
-                let found = w.check_with(asked, &mut verify_with_slurm);
+                let found = w.check_with(asked, &mut config_watch::verify_with_slurm);
                 apply_reload(shared, w.path(), found, asked);
             }
         }
@@ -429,27 +395,6 @@ fn join(handle: Option<std::thread::JoinHandle<()>>) {
     if let Some(h) = handle {
         // A panic in a step is a bug; it ends that thread, not the daemon's exit.
         let _ = h.join();
-    }
-}
-
-/// Whether Slurm has what a reloaded configuration names (its partitions, with GPUs, and
-/// its quotas' GPU types), read through libslurm (issue 25, finding 4). The plugin refuses
-/// the same file from the partitions the governor publishes.
-fn verify_with_slurm(config: &Config) -> config_watch::Verified {
-    // libslurm only where the governor reads Slurm through it (it initialises libslurm from
-    // slurm.conf, which the client commands' fallback does not require to be complete).
-    if !matches!(SlurmReader::from_env(), Ok(SlurmReader::Libslurm(_))) {
-        return config_watch::Verified::Unchecked(
-            "the governor reads Slurm with its client commands".into(),
-        );
-    }
-    let mut session = crate::slurm_api::Session::new();
-    match session.nodes_text(&[]) {
-        Ok(_) => match teamshare_policy::offered::refusal(config, &session.offered()) {
-            Some(why) => config_watch::Verified::Refused(why),
-            None => config_watch::Verified::Fits,
-        },
-        Err(e) => config_watch::Verified::Unchecked(e.to_string()),
     }
 }
 
@@ -613,65 +558,6 @@ fn govern(
     if capacity_changed {
         let _ = capacity_tx.send(sample);
     }
-}
-
-/// Log what a pass changed and did to jobs; the requeues per team and reason, for the
-/// metrics.
-fn log_pass(log: &DaemonLog, report: &PassReport) -> BTreeMap<(String, Requeue), u64> {
-    for (team, limit) in &report.limit_updates {
-        log.info(&format!("team {team} GPU limit -> {limit}"));
-    }
-    for line in &report.unreadable {
-        log.warn_once(&format!(
-            "governor: cannot read {line}: its job is treated as never in quota"
-        ));
-    }
-    let mut requeued: BTreeMap<(String, Requeue), u64> = BTreeMap::new();
-    // Each job's team as the plan read it (squeue's account): the database is not asked.
-    let team = |id: &u64| {
-        report
-            .teams
-            .get(id)
-            .cloned()
-            .unwrap_or_else(|| UNKNOWN_TEAM.to_string())
-    };
-    for id in &report.reclaimed {
-        log.info(&format!(
-            "job {id} requeued by the governor: an in-quota job waited {} s without Slurm preempting for it",
-            teamshare_policy::governance::RECLAIM_FALLBACK_SECS
-        ));
-        *requeued.entry((team(id), Requeue::Reclaimed)).or_default() += 1;
-    }
-    for id in &report.displaced {
-        log.info(&format!("job {id} displaced by a higher class of its team"));
-        *requeued.entry((team(id), Requeue::Displaced)).or_default() += 1;
-    }
-    for id in &report.over_ceiling {
-        log.info(&format!(
-            "job {id} requeued by the governor: its team ran beyond its ceiling (quota + borrow limit; a lowered limit is enforced on what runs)"
-        ));
-        *requeued
-            .entry((team(id), Requeue::OverCeiling))
-            .or_default() += 1;
-    }
-    for (ids, what) in [
-        (&report.violations, "requeued by the governor: a non-preemptible job ran beyond its team's quota (it waits, parked, until it fits)"),
-        (&report.held, "held by the governor: it holds or asks for GPUs in a governed partition outside every team, or no single GPU type where GPUs are governed per type"),
-        (&report.skipped, "left alone: it ended, was requeued or restarted between the governor's snapshot and its action"),
-        (&report.parked, "parked by the governor: its priority class may not borrow and it does not fit its team's quota (held until it fits)"),
-        (&report.released, "released by the governor: it now fits its team's quota"),
-        (&report.unheld, "released by the governor: the reason it was held is gone (its account is a team again, or GPU types are no longer governed)"),
-        (&report.lifted, "may start again: the governor lifted its requeue delay (its run was ended by a preemption or requeue)"),
-        (&report.requeue_held, "held by the governor: its run had ended by itself just before the governor's requeue reached slurmctld, so it must not run twice (its owner may release it)"),
-    ] {
-        for id in ids {
-            log.info(&format!("job {id} {what}"));
-        }
-    }
-    for failure in &report.failures {
-        log.warn_once(&format!("governor: {failure}"));
-    }
-    requeued
 }
 
 /// The pass in the live metrics: its timing and Slurm calls, its actions', the capacity, the

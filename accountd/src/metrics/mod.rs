@@ -14,17 +14,20 @@
 //! `[accountd] metrics_listen`, loopback by default (DESIGN 7: a team sees another team's jobs or
 //! costs only where the administrator allows it).
 
+mod counters;
+mod server;
+
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::Full;
 use prometheus::{CounterVec, GaugeVec, Opts, Registry, TextEncoder};
+
+pub use counters::{render_counters, Counters};
+#[cfg(test)]
+use server::HEADER_READ_TIMEOUT;
+pub use server::{Body, MetricsServer, MAX_CONNECTIONS, MAX_REQUEST_BYTES};
 use teamshare_config::Config;
 
 use crate::model::cost::IDLE;
@@ -576,56 +579,6 @@ struct MonthCache {
     computed_at: Option<Instant>,
 }
 
-/// Counters of the daemon's life kept apart from [`Live`] (whose fields tests build whole).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// squeue lines the governor could not read, since the daemon started (each such job was
-    /// treated as never in quota).
-    pub governor_unreadable_jobs: u64,
-    /// Passes whose state file could not be written (a full disk, a read-only directory):
-    /// the plugin then reads an older state, stale past `state_max_age`.
-    pub governor_state_write_failures: u64,
-    /// Jobs held after the governor's requeue because accounting showed their run had ended
-    /// by itself (so that it does not run twice): each waits for its owner's release (issue
-    /// 25, finding 16).
-    pub governor_run_ended_holds: u64,
-}
-
-/// The exposition of `counters` (always present: a counter at 0 says "none yet").
-pub fn render_counters(counters: &Counters) -> String {
-    let e = Exposition::new();
-    let built = e
-        .family(
-            "teamshare_governor_unreadable_jobs_total",
-            Kind::Counter,
-            "squeue lines the governor could not read since the daemon started; their jobs were treated as never in quota (each line is logged once).",
-            &[],
-        )
-        .and_then(|f| {
-            f.sample(&[], counters.governor_unreadable_jobs as f64);
-            e.family(
-                "teamshare_governor_state_write_failures_total",
-                Kind::Counter,
-                "Governor passes that could not write the state file the plugin reads (its actions went on); the plugin keeps the last state it read, stale after state_max_age.",
-                &[],
-            )
-        })
-        .and_then(|f| {
-            f.sample(&[], counters.governor_state_write_failures as f64);
-            e.family(
-                "teamshare_governor_run_ended_holds_total",
-                Kind::Counter,
-                "Jobs the governor held after requeueing them because accounting showed their run had ended by itself just before (so that it does not run twice); each waits for its owner's `scontrol release`.",
-                &[],
-            )
-        })
-        .and_then(|f| {
-            f.sample(&[], counters.governor_run_ended_holds as f64);
-            e.text()
-        });
-    finish(built)
-}
-
 /// The daemon's metrics: it updates [`Live`]; scrapes read both sources.
 pub struct Exporter {
     /// Replaced when the daemon reloads teamshare.toml.
@@ -702,204 +655,14 @@ impl Exporter {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// The HTTP server (hyper's HTTP/1.1 on a one-thread tokio runtime of its own)
-
-/// What the server answers `GET /metrics` with.
-pub type Body = Arc<dyn Fn() -> String + Send + Sync>;
-
-/// The largest request head a connection may send (hyper's smallest read buffer limit); a
-/// longer one is refused with 431.
-pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
-/// How long a client may take to send a request head.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long one connection may stay open, keep-alive included (a scraper reconnects).
-const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often the accept loop looks at the stop flag; also the pause after a failed accept
-/// (too many open files): the server waits and goes on.
-const ACCEPT_POLL: Duration = Duration::from_millis(50);
-
-/// `GET /metrics` (and `HEAD`) on a listening socket, in a thread of its own. Connections are
-/// tasks of the thread's runtime, so a client that connects and says nothing holds up no one;
-/// each scrape is computed on a blocking thread, where a panic stays (the answer is 500).
-pub struct MetricsServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-    /// Connections being served now (at most [`MAX_CONNECTIONS`]).
-    open: Arc<AtomicUsize>,
-}
-
-impl MetricsServer {
-    /// Bind `listen` and serve until [`MetricsServer::stop`] (or drop).
-    pub fn start(listen: SocketAddr, body: Body) -> std::io::Result<MetricsServer> {
-        let listener = std::net::TcpListener::bind(listen)?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()?;
-        let listener = {
-            let _inside = runtime.enter();
-            tokio::net::TcpListener::from_std(listener)?
-        };
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = Arc::clone(&stop);
-        let open = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&open);
-        let thread = std::thread::Builder::new()
-            .name("metrics".into())
-            .spawn(move || {
-                runtime.block_on(serve(listener, body, stopping, counted));
-                // A scrape still computing is not waited for long.
-                runtime.shutdown_timeout(Duration::from_secs(1));
-            })?;
-        Ok(MetricsServer {
-            addr,
-            stop,
-            thread: Some(thread),
-            open,
-        })
-    }
-
-    /// Connections being served now.
-    pub fn open_connections(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
-    }
-
-    /// The address bound (the port chosen when `listen` had port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    pub fn stop(mut self) {
-        self.shutdown();
-    }
-
-    fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.shutdown();
-    }
-}
-
-/// The most connections served at once. Beyond them a new connection is closed as soon as
-/// it is accepted: a local user who opens thousands and leaves them idle costs the daemon at
-/// most this many descriptors, and governance keeps the rest (issue 25, finding 3).
-pub const MAX_CONNECTIONS: usize = 64;
-
-/// A connection being served; counted down when it ends.
-struct Open(Arc<AtomicUsize>);
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-async fn serve(
-    listener: tokio::net::TcpListener,
-    body: Body,
-    stop: Arc<AtomicBool>,
-    open: Arc<AtomicUsize>,
-) {
-    while !stop.load(Ordering::Relaxed) {
-        match tokio::time::timeout(ACCEPT_POLL, listener.accept()).await {
-            Err(_) => {} // nobody came: look at the stop flag again
-            Ok(Ok((stream, _))) => {
-                if open.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
-                    open.fetch_sub(1, Ordering::Relaxed);
-                    drop(stream);
-                    continue;
-                }
-                let guard = Open(Arc::clone(&open));
-                let body = Arc::clone(&body);
-                tokio::spawn(async move {
-                    connection(stream, body).await;
-                    drop(guard);
-                });
-            }
-            Ok(Err(_)) => tokio::time::sleep(ACCEPT_POLL).await,
-        }
-    }
-}
-
-async fn connection(stream: tokio::net::TcpStream, body: Body) {
-    let service = hyper::service::service_fn(move |request| answer(request, Arc::clone(&body)));
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        // One request per connection: an idle keep-alive connection would hold its slot (and
-        // descriptor) for a minute; a scraper reconnects at each scrape.
-        .keep_alive(false)
-        .max_buf_size(MAX_REQUEST_BYTES)
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-    // Errors (a client gone, a malformed request hyper already answered) end this connection
-    // only.
-    let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
-}
-
-type Answer = hyper::Response<Full<Bytes>>;
-
-fn response(status: u16, content_type: &str, text: String, extra: &[(&str, &str)]) -> Answer {
-    let mut builder = hyper::Response::builder()
-        .status(status)
-        .header(hyper::header::CONTENT_TYPE, content_type);
-    for (name, value) in extra {
-        builder = builder.header(*name, *value);
-    }
-    // The status and headers are this file's constants; were one refused, the answer is an
-    // empty 500 rather than a panic.
-    builder
-        .body(Full::new(Bytes::from(text)))
-        .unwrap_or_else(|_| {
-            let mut r = hyper::Response::new(Full::new(Bytes::new()));
-            *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
-            r
-        })
-}
-
-const PLAIN: &str = "text/plain; charset=utf-8";
-
-async fn answer(
-    request: hyper::Request<hyper::body::Incoming>,
-    body: Body,
-) -> Result<Answer, std::convert::Infallible> {
-    if request.uri().path() != "/metrics" {
-        let text = "not found: the metrics are at /metrics\n".to_string();
-        return Ok(response(404, PLAIN, text, &[]));
-    }
-    Ok(match *request.method() {
-        // hyper sends no body for HEAD, with the same headers.
-        hyper::Method::GET | hyper::Method::HEAD => {
-            match tokio::task::spawn_blocking(move || body()).await {
-                Ok(text) => response(200, CONTENT_TYPE, text, &[]),
-                Err(_) => {
-                    let text = "the metrics could not be computed; see accountd's log\n";
-                    response(500, PLAIN, text.to_string(), &[])
-                }
-            }
-        }
-        _ => {
-            let text = "only GET /metrics\n".to_string();
-            response(405, PLAIN, text, &[("Allow", "GET, HEAD")])
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::{Read as _, Write as _};
+    use std::net::SocketAddr;
     use std::net::TcpStream;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
 
     fn config() -> Config {
         teamshare_config::parse(
@@ -956,24 +719,6 @@ weight = 1
         // The crate writes "-inf"; Prometheus reads infinities without regard to case.
         assert!(value(f64::NEG_INFINITY).eq_ignore_ascii_case("-Inf"));
         assert_eq!(value(1e-7).parse::<f64>().unwrap(), 1e-7);
-    }
-
-    /// Issue 25, finding 16: a job held because its run ended by itself just before the
-    /// governor's requeue is counted, so that an alert can say it waits for its owner.
-    #[test]
-    fn issue25_16_run_ended_holds_are_counted() {
-        let text = render_counters(&Counters {
-            governor_run_ended_holds: 2,
-            ..Counters::default()
-        });
-        assert!(
-            text.contains("# TYPE teamshare_governor_run_ended_holds_total counter\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("teamshare_governor_run_ended_holds_total 2\n"),
-            "{text}"
-        );
     }
 
     #[test]

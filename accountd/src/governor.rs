@@ -336,33 +336,11 @@ struct Actuator {
     /// Limits as last set, so sacctmgr runs only on change (None: not yet known).
     /// The GrpTRES each team's account was last given (`gres/gpu=4,gres/gpu:h100=2`).
     limits: BTreeMap<String, String>,
-    /// Requeues this governor made whose run's end is not yet known from accounting.
-    requeues: Vec<RequeueCheck>,
-    requeues_checked_at: Option<Instant>,
-    /// The requeue check under way, if any.
-    requeue_check: Option<std::thread::JoinHandle<RequeueOutcome>>,
+    /// Requeues (the governor's and Slurm's) whose run's end is not yet known from accounting.
+    checks: crate::requeue_check::Checks,
     /// Requeued jobs whose requeue delay may be lifted.
     delays: crate::requeue_delay::Tracker,
 }
-
-/// A requeue to check: did the run end by itself just before the requeue reached slurmctld?
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct RequeueCheck {
-    id: u64,
-    /// How to name it to scontrol (an array task: `ARRAY_TASK`).
-    name: String,
-    /// The start of the run that was requeued.
-    start: i64,
-    at: Instant,
-}
-
-/// How long after a requeue its batch step is looked for in accounting (slurmdbd writes
-/// asynchronously), and for how long: well inside Slurm's requeue delay (the job may not start
-/// again for 121 s), so a held job never ran twice.
-const REQUEUE_CHECK_AFTER: Duration = Duration::from_secs(2);
-const REQUEUE_CHECK_FOR: Duration = Duration::from_secs(90);
-const REQUEUE_CHECK_EVERY: Duration = Duration::from_secs(3);
-const SACCT_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Governor {
     /// A governor reading Slurm through libslurm (see [`Governor::with_reader`]).
@@ -675,9 +653,7 @@ impl Actuator {
         Actuator {
             config,
             limits: BTreeMap::new(),
-            requeues: Vec::new(),
-            requeues_checked_at: None,
-            requeue_check: None,
+            checks: crate::requeue_check::Checks::default(),
             delays: crate::requeue_delay::Tracker::default(),
         }
     }
@@ -691,7 +667,9 @@ impl Actuator {
         if let Err(e) = self.act_on(&work, &mut report) {
             report.failures.push(e.to_string());
         }
-        self.check_requeues(&mut report);
+        let polled = self.checks.poll();
+        report.requeue_held.extend(polled.held);
+        report.failures.extend(polled.failures);
         // The teams of the jobs requeued, as the plan read them (no one asks the database).
         for id in report
             .displaced
@@ -759,9 +737,32 @@ impl Actuator {
         addresses: &Addresses,
         report: &mut PassReport,
     ) -> Result<(), GovernError> {
-        let unsettled: std::collections::BTreeSet<u64> =
-            self.requeues.iter().map(|r| r.id).collect();
-        let due = self.delays.due(jobs, plan, &unsettled, Instant::now());
+        let now = Instant::now();
+        // Requeued since the last snapshot by someone else (Slurm's preemption, an owner):
+        // checked like the governor's own before their delay is lifted.
+        for (id, start) in self.delays.observe(jobs, now) {
+            if let Some(name) = address(addresses, id) {
+                self.checks.add(id, name, start, now);
+            }
+        }
+        for id in report
+            .displaced
+            .iter()
+            .chain(&report.reclaimed)
+            .chain(&report.violations)
+            .chain(&report.over_ceiling)
+            .chain(&report.held)
+        {
+            // `held` also names pending jobs held in place: only requeues are noted.
+            if jobs
+                .iter()
+                .any(|j| j.id == *id && j.phase == governance::Phase::Running)
+            {
+                self.delays.note_requeued(*id, now);
+            }
+        }
+        let unsettled = self.checks.unsettled();
+        let due = self.delays.due(jobs, plan, &unsettled, now);
         let due: Vec<u64> = due
             .into_iter()
             .filter(|id| address(addresses, *id).is_some())
@@ -900,13 +901,9 @@ impl Actuator {
             match cmd.run() {
                 Ok(_) => {
                     // A requeued run may have ended by itself a moment before: checked later.
-                    if let (false, Some(start)) = (cancel, current.and_then(|(start, _)| *start)) {
-                        self.requeues.push(RequeueCheck {
-                            id,
-                            name,
-                            start,
-                            at: Instant::now(),
-                        });
+                    if !cancel {
+                        let start = current.and_then(|(start, _)| *start);
+                        self.checks.add(id, name, start, Instant::now());
                     }
                     match act {
                         Act::Displace => report.displaced.push(id),
@@ -921,200 +918,6 @@ impl Actuator {
         }
         Ok(())
     }
-}
-
-impl Actuator {
-    /// The one race `requeue Incomplete` cannot close: a batch script that ends on its node
-    /// in the milliseconds before slurmctld hears of it is still RUNNING to slurmctld, so the
-    /// requeue is accepted and the job would run again (seen once in the adversarial test:
-    /// "done with job" on slurmd at .284, "Requeuing" at .285). Accounting tells afterwards:
-    /// the requeued run's batch step is CANCELLED when the requeue killed it, COMPLETED (or
-    /// FAILED...) when it had ended by itself. Such a job is held before Slurm's requeue delay
-    /// lets it start again (its owner may release it), with the reason in its AdminComment.
-    /// One sacct call every few seconds, only while requeues are unsettled, on a thread of its
-    /// own.
-    fn check_requeues(&mut self, report: &mut PassReport) {
-        // The previous check's answer, if it has come.
-        if self
-            .requeue_check
-            .as_ref()
-            .is_some_and(std::thread::JoinHandle::is_finished)
-        {
-            if let Some(h) = self.requeue_check.take() {
-                match h.join() {
-                    Ok(outcome) => {
-                        self.requeues.retain(|r| !outcome.settled.contains(&r.id));
-                        report.requeue_held.extend(outcome.held);
-                        report.failures.extend(outcome.failures);
-                    }
-                    Err(_) => report
-                        .failures
-                        .push("the requeue check stopped with an internal error".into()),
-                }
-            }
-        }
-        self.requeues.retain(|r| r.at.elapsed() < REQUEUE_CHECK_FOR);
-        let due: Vec<(u64, i64, String)> = self
-            .requeues
-            .iter()
-            .filter(|r| r.at.elapsed() >= REQUEUE_CHECK_AFTER)
-            .map(|r| (r.id, r.start, r.name.clone()))
-            .collect();
-        if due.is_empty()
-            || self.requeue_check.is_some()
-            || self
-                .requeues_checked_at
-                .is_some_and(|t| t.elapsed() < REQUEUE_CHECK_EVERY)
-        {
-            return;
-        }
-        self.requeues_checked_at = Some(Instant::now());
-        // sacct can take seconds on a busy slurmdbd: on a thread of its own, so that passes
-        // keep their cadence; its answer is taken at a later pass.
-        let spawned = std::thread::Builder::new()
-            .name("requeue-check".into())
-            .spawn(move || settle_requeues(&due));
-        match spawned {
-            Ok(h) => self.requeue_check = Some(h),
-            Err(e) => report
-                .failures
-                .push(format!("cannot start the requeue check: {e}")),
-        }
-    }
-}
-
-/// What one requeue check found.
-#[derive(Debug, Default)]
-struct RequeueOutcome {
-    /// Requeues whose run's end is known (no further check).
-    settled: Vec<u64>,
-    /// Jobs held because their run had ended by itself.
-    held: Vec<u64>,
-    failures: Vec<String>,
-}
-
-/// Read the requeued runs' batch steps with one sacct call and hold the jobs whose run had
-/// ended by itself (see [`Actuator::check_requeues`]).
-fn settle_requeues(due: &[(u64, i64, String)]) -> RequeueOutcome {
-    let mut outcome = RequeueOutcome::default();
-    let ids: Vec<String> = due.iter().map(|(id, _, _)| id.to_string()).collect();
-    let text = match SlurmCommand::new(
-        "sacct",
-        vec![
-            "-n".into(),
-            "-P".into(),
-            "-D".into(),
-            "-j".into(),
-            ids.join(","),
-            "-o".into(),
-            "JobIDRaw,State,Start,ExitCode".into(),
-        ],
-        SACCT_CHECK_TIMEOUT,
-    )
-    .run()
-    {
-        Ok(o) => o.stdout,
-        Err(e) => {
-            outcome.failures.push(format!("checking requeues: {e}"));
-            return outcome;
-        }
-    };
-    let mut finished = Vec::new();
-    let mut names = Vec::new();
-    for (id, start, name) in due {
-        match requeued_run_end(&text, *id, *start) {
-            Some(RunEnd::Killed) => outcome.settled.push(*id),
-            Some(RunEnd::ByItself) => {
-                outcome.settled.push(*id);
-                finished.push(*id);
-                names.push(name.as_str());
-            }
-            None => {}
-        }
-    }
-    if finished.is_empty() {
-        return outcome;
-    }
-    // By name: an array task's plain id may be its array's, which names every task.
-    let list = names.join(",");
-    match SlurmCommand::new(
-        "scontrol",
-        vec!["uhold".into(), list.clone()],
-        UPDATE_TIMEOUT,
-    )
-    .run()
-    {
-        Ok(_) => {
-            let _ = SlurmCommand::new(
-                "scontrol",
-                vec![
-                    "update".into(),
-                    format!("jobid={list}"),
-                    "AdminComment=teamshare: requeued as its run ended by itself; held so it does not run twice (scontrol release to run it again)".into(),
-                ],
-                UPDATE_TIMEOUT,
-            )
-            .run_unchecked();
-            outcome.held = finished;
-        }
-        Err(e) => outcome.failures.push(e.to_string()),
-    }
-    outcome
-}
-
-/// How a requeued run ended, from accounting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RunEnd {
-    /// Its batch step was cancelled: the requeue killed it.
-    Killed,
-    /// Its batch step completed or failed on its own before the requeue.
-    ByItself,
-}
-
-/// The end of job `id`'s run that started at `start`, read from `sacct -n -P -D -o
-/// JobIDRaw,State,Start,ExitCode` (its batch step `id.batch` with that start); `None` while
-/// accounting does not have it yet.
-///
-/// A step killed by a signal (ExitCode `rc:sig` with a signal, or a shell's 128 + signal) was
-/// killed, whatever its state says: a requeue landing while the batch script is still starting
-/// has been seen to leave a step that is not CANCELLED (live f04: a violator requeued 1.4 s
-/// after it started was taken for a run that had ended by itself, and its owner's hold replaced
-/// teamshare's). Only a run that ended with its own exit status ended by itself.
-fn requeued_run_end(sacct: &str, id: u64, start: i64) -> Option<RunEnd> {
-    const SIGKILL: u32 = 9;
-    const SIGTERM: u32 = 15;
-    let step = format!("{id}.batch");
-    parsable::lines(sacct).find_map(|(_, l)| {
-        // ExitCode may be missing: the first three fields are enough to know the run.
-        let f: [&str; 3] = parsable::fields(l, Shape::Leading).ok()?;
-        if f[0].trim() != step || parse_utc(f[2]) != Some(start) {
-            return None;
-        }
-        let exit_code = parsable::fields::<4>(l, Shape::Leading).ok().map(|f| f[3]);
-        let (rc, signal) = exit_code
-            .and_then(|e| e.trim().split_once(':'))
-            .map(|(rc, sig)| (rc.parse::<u32>().ok(), sig.parse::<u32>().ok()))
-            .unwrap_or((None, None));
-        // Slurm also records a batch step its requeue killed with SIGTERM or SIGKILL as
-        // FAILED with the signal's number as its exit code (15:0, seen in the utilisation
-        // harness and issue 25, finding 16): a script that exits with 9 or 15 by itself in
-        // the very second of the requeue is far less likely than that.
-        let killed_by_signal = signal.is_some_and(|s| s != 0)
-            || rc.is_some_and(|r| r > 128 || r == SIGTERM || r == SIGKILL);
-        match f[1].split_whitespace().next().unwrap_or("") {
-            "CANCELLED" | "PREEMPTED" | "REQUEUED" => Some(RunEnd::Killed),
-            "COMPLETED" | "FAILED" | "OUT_OF_MEMORY" | "TIMEOUT" | "NODE_FAIL"
-                if killed_by_signal =>
-            {
-                Some(RunEnd::Killed)
-            }
-            "COMPLETED" | "FAILED" | "OUT_OF_MEMORY" | "TIMEOUT" | "NODE_FAIL" => {
-                Some(RunEnd::ByItself)
-            }
-            // RUNNING, PENDING...: not settled yet.
-            _ => None,
-        }
-    })
 }
 
 /// Why the governor acts on a running job.
@@ -1442,36 +1245,6 @@ pub fn write_state(path: &Path, state: &PublishedState) -> Result<(), GovernErro
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_requeued_run_that_had_ended_by_itself_is_told_apart() {
-        // 03:15:04 UTC, the runs' start.
-        let start = 1_796_008_504;
-        let sacct = "\
-174|REQUEUED|2026-11-30T03:15:04|0:0
-174.batch|COMPLETED|2026-11-30T03:15:04|0:0
-174|PENDING|Unknown|0:0
-175|REQUEUED|2026-11-30T03:15:04|0:0
-175.batch|CANCELLED by 0|2026-11-30T03:15:04|0:15
-175|PENDING|Unknown|0:0
-176|REQUEUED|2026-11-30T03:15:04|0:0
-177.batch|FAILED|2026-11-30T03:15:04|2:0
-178.batch|FAILED|2026-11-30T03:15:04|0:9
-179.batch|FAILED|2026-11-30T03:15:04|143:0
-180.batch|FAILED|2026-11-30T03:15:04|15:0
-";
-        assert_eq!(requeued_run_end(sacct, 174, start), Some(RunEnd::ByItself));
-        assert_eq!(requeued_run_end(sacct, 175, start), Some(RunEnd::Killed));
-        // Failed with its own status; killed by a signal (directly, or through its shell).
-        assert_eq!(requeued_run_end(sacct, 177, start), Some(RunEnd::ByItself));
-        assert_eq!(requeued_run_end(sacct, 178, start), Some(RunEnd::Killed));
-        assert_eq!(requeued_run_end(sacct, 179, start), Some(RunEnd::Killed));
-        // The requeue's SIGTERM recorded as the step's exit code.
-        assert_eq!(requeued_run_end(sacct, 180, start), Some(RunEnd::Killed));
-        // Not in accounting yet; or another run of the job.
-        assert_eq!(requeued_run_end(sacct, 176, start), None);
-        assert_eq!(requeued_run_end(sacct, 174, start + 60), None);
-    }
 
     #[test]
     fn state_is_written_whole() {

@@ -43,6 +43,7 @@ mod pass_log;
 pub mod period;
 pub mod replay;
 pub mod report;
+pub mod requeue_check;
 pub mod requeue_delay;
 pub mod sacct;
 pub mod sample;

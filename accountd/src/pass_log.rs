@@ -92,7 +92,7 @@ pub(crate) fn log_pass(log: &DaemonLog, report: &PassReport) -> BTreeMap<(String
         (&report.released, "released by the governor: it now fits its team's quota"),
         (&report.unheld, "released by the governor: the reason it was held is gone (its account is a team again, or GPU types are no longer governed)"),
         (&report.lifted, "may start again: the governor lifted its requeue delay (its run was ended by a preemption or requeue)"),
-        (&report.requeue_held, "held by the governor: its run had ended by itself just before the governor's requeue reached slurmctld, so it must not run twice (its owner may release it)"),
+        (&report.requeue_held, "held by the governor: its run had ended by itself just before a requeue (the governor's, or Slurm's preemption) reached slurmctld, so it must not run twice (its owner may release it)"),
     ] {
         for id in ids {
             log.info(&format!("job {id} {what}"));

@@ -16,7 +16,8 @@
 //! - it saw the job run in an earlier snapshot and pending now, not held, not parked by
 //!   teamshare (a parked job's begin time is a year ahead), waiting on its begin time;
 //! - at least [`LIFT_AFTER`] has passed since it saw it pending;
-//! - the governor's own requeue of it, if any, is settled (the run was killed, not ended);
+//! - its requeue's check ([`crate::requeue_check`]), whoever requeued it, is settled: the run
+//!   was killed, not ended by itself;
 //! - its priority is the one the plan gave it, below every running job's (it can preempt
 //!   nobody the moment it may start).
 //!
@@ -43,13 +44,49 @@ pub const FORGET_AFTER: Duration = Duration::from_secs(150);
 /// The jobs seen running, and those seen pending since.
 #[derive(Debug, Default)]
 pub struct Tracker {
-    running: BTreeSet<u64>,
+    /// The jobs running in the last snapshot seen, with their run's start.
+    running: BTreeMap<u64, Option<i64>>,
     requeued: BTreeMap<u64, Instant>,
 }
 
 impl Tracker {
-    /// The jobs of this snapshot whose requeue delay may be lifted now (see the module's
-    /// documentation); `unsettled` are the governor's own requeues not yet checked.
+    /// Take in a snapshot: the jobs seen running before and pending now are requeued. Returns
+    /// those not known as requeued yet (not the governor's own, see [`Tracker::note_requeued`]),
+    /// with the start of the run that was ended, for the requeue check
+    /// ([`crate::requeue_check`]).
+    pub fn observe(&mut self, jobs: &[ClusterJob], now: Instant) -> Vec<(u64, Option<i64>)> {
+        let pending: BTreeSet<u64> = jobs
+            .iter()
+            .filter(|j| j.phase == Phase::Pending)
+            .map(|j| j.id)
+            .collect();
+        let mut new = Vec::new();
+        for (id, start) in &self.running {
+            if pending.contains(id) && !self.requeued.contains_key(id) {
+                self.requeued.insert(*id, now);
+                new.push((*id, *start));
+            }
+        }
+        self.requeued.retain(|id, at| {
+            pending.contains(id) && now.saturating_duration_since(*at) < FORGET_AFTER
+        });
+        self.running = jobs
+            .iter()
+            .filter(|j| j.phase == Phase::Running)
+            .map(|j| (j.id, j.start))
+            .collect();
+        new
+    }
+
+    /// The governor requeued job `id` just now (after [`Tracker::observe`] took the snapshot
+    /// it acted on): its check is the governor's already.
+    pub fn note_requeued(&mut self, id: u64, now: Instant) {
+        self.requeued.entry(id).or_insert(now);
+    }
+
+    /// The jobs of this snapshot (taken in by [`Tracker::observe`]) whose requeue delay may
+    /// be lifted now (see the module's documentation); `unsettled` are the requeues whose
+    /// check has not told yet whether their run was killed.
     pub fn due(
         &mut self,
         jobs: &[ClusterJob],
@@ -61,19 +98,6 @@ impl Tracker {
             .iter()
             .filter(|j| j.phase == Phase::Pending)
             .map(|j| (j.id, j))
-            .collect();
-        for id in &self.running {
-            if pending.contains_key(id) {
-                self.requeued.entry(*id).or_insert(now);
-            }
-        }
-        self.requeued.retain(|id, at| {
-            pending.contains_key(id) && now.saturating_duration_since(*at) < FORGET_AFTER
-        });
-        self.running = jobs
-            .iter()
-            .filter(|j| j.phase == Phase::Running)
-            .map(|j| j.id)
             .collect();
         let due: Vec<u64> = self
             .requeued
@@ -152,6 +176,41 @@ mod tests {
         }
     }
 
+    /// One snapshot taken in, and what is due in it.
+    fn step(
+        t: &mut Tracker,
+        jobs: &[ClusterJob],
+        p: &Plan,
+        unsettled: &BTreeSet<u64>,
+        now: Instant,
+    ) -> Vec<u64> {
+        t.observe(jobs, now);
+        t.due(jobs, p, unsettled, now)
+    }
+
+    #[test]
+    fn requeues_made_by_others_are_told_with_their_runs_start() {
+        let mut t = Tracker::default();
+        let t0 = Instant::now();
+        let mut running: Vec<ClusterJob> = [1, 2, 3]
+            .iter()
+            .map(|id| job(*id, Phase::Running, true, 1))
+            .collect();
+        running[0].start = Some(100);
+        running[1].start = Some(200);
+        assert!(t.observe(&running, t0).is_empty());
+        // 1 preempted by Slurm, 2 requeued by the governor (noted), 3 still running.
+        t.note_requeued(2, t0);
+        let jobs = vec![
+            job(1, Phase::Pending, false, 1),
+            job(2, Phase::Pending, false, 1),
+            running[2].clone(),
+        ];
+        assert_eq!(t.observe(&jobs, t0), [(1, Some(100))]);
+        // Told once.
+        assert!(t.observe(&jobs, t0 + LIFT_AFTER).is_empty());
+    }
+
     #[test]
     fn a_requeued_job_is_let_go_once_its_credential_second_passed_and_its_requeue_settled() {
         let borrow = priority::encode(priority::BORROW_BASE, 0);
@@ -163,7 +222,7 @@ mod tests {
         let running = [1, 2, 3].map(|id| job(id, Phase::Running, true, victim));
         let mut jobs = running.to_vec();
         jobs.push(job(4, Phase::Pending, false, borrow));
-        assert!(t.due(&jobs, &p, &BTreeSet::new(), t0).is_empty());
+        assert!(step(&mut t, &jobs, &p, &BTreeSet::new(), t0).is_empty());
         // All three requeued: 1 with its victim priority still, 2 ready, 3 the governor's
         // own requeue, not settled yet.
         let requeued = vec![
@@ -173,21 +232,32 @@ mod tests {
             job(4, Phase::Pending, false, borrow),
         ];
         let unsettled = BTreeSet::from([3]);
-        assert!(t.due(&requeued, &p, &unsettled, t0).is_empty());
+        assert!(step(&mut t, &requeued, &p, &unsettled, t0).is_empty());
         let soon = t0 + Duration::from_millis(1500);
-        assert!(t.due(&requeued, &p, &unsettled, soon).is_empty());
+        assert!(step(&mut t, &requeued, &p, &unsettled, soon).is_empty());
         let later = t0 + LIFT_AFTER;
-        assert_eq!(t.due(&requeued, &p, &unsettled, later), [2]);
+        assert_eq!(step(&mut t, &requeued, &p, &unsettled, later), [2]);
         // Once settled, and once the plan's priority is in place, the others follow; never
         // the owner's own begin time (4), and 2 only once.
         let mut lowered = requeued.clone();
         lowered[0].priority = borrow;
         let settled = BTreeSet::new();
-        let due = t.due(&lowered, &p, &settled, later + Duration::from_secs(1));
+        let due = step(
+            &mut t,
+            &lowered,
+            &p,
+            &settled,
+            later + Duration::from_secs(1),
+        );
         assert_eq!(due, [1, 3]);
-        assert!(t
-            .due(&lowered, &p, &settled, later + Duration::from_secs(2))
-            .is_empty());
+        assert!(step(
+            &mut t,
+            &lowered,
+            &p,
+            &settled,
+            later + Duration::from_secs(2)
+        )
+        .is_empty());
     }
 
     #[test]
@@ -200,26 +270,22 @@ mod tests {
             .iter()
             .map(|id| job(*id, Phase::Running, true, borrow))
             .collect();
-        t.due(&running, &p, &BTreeSet::new(), t0);
+        step(&mut t, &running, &p, &BTreeSet::new(), t0);
         let mut parked = job(1, Phase::Pending, false, borrow);
         parked.parked = true;
         let held = job(2, Phase::Pending, false, 0);
         let plain = job(3, Phase::Pending, false, borrow);
         let jobs = vec![parked, held, plain];
-        assert!(t.due(&jobs, &p, &BTreeSet::new(), t0).is_empty());
+        assert!(step(&mut t, &jobs, &p, &BTreeSet::new(), t0).is_empty());
         // Only the plain one, however long the others wait.
         let later = t0 + LIFT_AFTER;
-        assert_eq!(t.due(&jobs, &p, &BTreeSet::new(), later), [3]);
-        assert!(t
-            .due(&jobs, &p, &BTreeSet::new(), later + LIFT_AFTER)
-            .is_empty());
+        assert_eq!(step(&mut t, &jobs, &p, &BTreeSet::new(), later), [3]);
+        assert!(step(&mut t, &jobs, &p, &BTreeSet::new(), later + LIFT_AFTER).is_empty());
         // A requeue seen long ago is forgotten: its delay is behind it.
         let mut t = Tracker::default();
-        t.due(&running, &p, &BTreeSet::new(), t0);
+        step(&mut t, &running, &p, &BTreeSet::new(), t0);
         let waiting = vec![job(3, Phase::Pending, false, borrow)];
-        t.due(&waiting, &p, &BTreeSet::new(), t0);
-        assert!(t
-            .due(&waiting, &p, &BTreeSet::new(), t0 + FORGET_AFTER)
-            .is_empty());
+        step(&mut t, &waiting, &p, &BTreeSet::new(), t0);
+        assert!(step(&mut t, &waiting, &p, &BTreeSet::new(), t0 + FORGET_AFTER).is_empty());
     }
 }

@@ -1,0 +1,341 @@
+//! Requeues that may have met a run's own end, told apart from accounting.
+//!
+//! A batch script that ends on its node in the milliseconds before slurmctld hears of it is
+//! still RUNNING to slurmctld, so a requeue is accepted and the job would run again (seen in
+//! the adversarial test: "done with job" on slurmd at .284, "Requeuing" at .285). `requeue
+//! Incomplete` cannot close that race, and Slurm's own preemption (preempt/qos, mode REQUEUE)
+//! has it too. Accounting tells afterwards: the requeued run's batch step is CANCELLED when
+//! the requeue killed it, COMPLETED (or FAILED...) when it had ended by itself. Such a job is
+//! held before it could start again (its owner may release it), with the reason in its
+//! AdminComment.
+//!
+//! Every requeue is checked, whoever made it: the governor's own, and a running job the
+//! governor sees pending at its next snapshot (Slurm's preemption, an owner's requeue). While a
+//! job's check is unsettled, the governor does not lift its requeue delay
+//! ([`crate::requeue_delay`]); a check that accounting cannot settle in time leaves the job to
+//! Slurm's own delay. One sacct call every few seconds, only while checks are unsettled, on a
+//! thread of its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::parsable::{self, Shape};
+use crate::slurm_cli::SlurmCommand;
+use crate::squeue::parse_utc;
+
+const UPDATE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A requeue to check: did the run end by itself just before the requeue reached slurmctld?
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RequeueCheck {
+    id: u64,
+    /// How to name it to scontrol (an array task: `ARRAY_TASK`).
+    name: String,
+    /// The start of the run that was requeued.
+    start: i64,
+    at: Instant,
+}
+
+/// How long after a requeue its batch step is looked for in accounting (slurmdbd writes
+/// asynchronously), and for how long: well inside Slurm's requeue delay (the job may not start
+/// again for 121 s), so a held job never ran twice.
+const REQUEUE_CHECK_AFTER: Duration = Duration::from_secs(2);
+const REQUEUE_CHECK_FOR: Duration = Duration::from_secs(90);
+const REQUEUE_CHECK_EVERY: Duration = Duration::from_secs(3);
+const SACCT_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The requeues not yet settled, and the check under way.
+#[derive(Debug, Default)]
+pub struct Checks {
+    requeues: Vec<RequeueCheck>,
+    checked_at: Option<Instant>,
+    /// The check under way, if any.
+    running: Option<std::thread::JoinHandle<RequeueOutcome>>,
+    /// Requeues accounting did not settle within [`REQUEUE_CHECK_FOR`], or whose run's start
+    /// was unknown: their delay is Slurm's to end (kept as long as a delay can last).
+    unverified: BTreeMap<u64, Instant>,
+}
+
+/// What a poll of the checks found.
+#[derive(Debug, Default)]
+pub struct Polled {
+    /// Jobs held because their run had ended by itself.
+    pub held: Vec<u64>,
+    pub failures: Vec<String>,
+}
+
+impl Checks {
+    /// A requeue of job `id` (named `name` to scontrol) whose run started at `start`, made
+    /// now; one already checked is not added twice.
+    pub fn add(&mut self, id: u64, name: String, start: Option<i64>, now: Instant) {
+        if self.requeues.iter().any(|r| r.id == id) {
+            return;
+        }
+        match start {
+            Some(start) => self.requeues.push(RequeueCheck {
+                id,
+                name,
+                start,
+                at: now,
+            }),
+            None => {
+                self.unverified.insert(id, now);
+            }
+        }
+    }
+
+    /// The jobs whose requeue delay must stay: checks not settled, or never settled.
+    pub fn unsettled(&self) -> BTreeSet<u64> {
+        self.requeues
+            .iter()
+            .map(|r| r.id)
+            .chain(self.unverified.keys().copied())
+            .collect()
+    }
+
+    /// Take the previous check's answer if it has come, and start the next one when due.
+    pub fn poll(&mut self) -> Polled {
+        let mut polled = Polled::default();
+        if self
+            .running
+            .as_ref()
+            .is_some_and(std::thread::JoinHandle::is_finished)
+        {
+            if let Some(h) = self.running.take() {
+                match h.join() {
+                    Ok(outcome) => {
+                        self.requeues.retain(|r| !outcome.settled.contains(&r.id));
+                        polled.held = outcome.held;
+                        polled.failures = outcome.failures;
+                    }
+                    Err(_) => polled
+                        .failures
+                        .push("the requeue check stopped with an internal error".into()),
+                }
+            }
+        }
+        let unverified = &mut self.unverified;
+        self.requeues.retain(|r| {
+            let keep = r.at.elapsed() < REQUEUE_CHECK_FOR;
+            if !keep {
+                unverified.insert(r.id, r.at);
+            }
+            keep
+        });
+        self.unverified
+            .retain(|_, at| at.elapsed() < crate::requeue_delay::FORGET_AFTER);
+        let due: Vec<(u64, i64, String)> = self
+            .requeues
+            .iter()
+            .filter(|r| r.at.elapsed() >= REQUEUE_CHECK_AFTER)
+            .map(|r| (r.id, r.start, r.name.clone()))
+            .collect();
+        if due.is_empty()
+            || self.running.is_some()
+            || self
+                .checked_at
+                .is_some_and(|t| t.elapsed() < REQUEUE_CHECK_EVERY)
+        {
+            return polled;
+        }
+        self.checked_at = Some(Instant::now());
+        // sacct can take seconds on a busy slurmdbd: on a thread of its own, so that passes
+        // keep their cadence; its answer is taken at a later pass.
+        let spawned = std::thread::Builder::new()
+            .name("requeue-check".into())
+            .spawn(move || settle_requeues(&due));
+        match spawned {
+            Ok(h) => self.running = Some(h),
+            Err(e) => polled
+                .failures
+                .push(format!("cannot start the requeue check: {e}")),
+        }
+        polled
+    }
+}
+
+/// What one requeue check found.
+#[derive(Debug, Default)]
+struct RequeueOutcome {
+    /// Requeues whose run's end is known (no further check).
+    settled: Vec<u64>,
+    /// Jobs held because their run had ended by itself.
+    held: Vec<u64>,
+    failures: Vec<String>,
+}
+
+/// Read the requeued runs' batch steps with one sacct call and hold the jobs whose run had
+/// ended by itself (see [`Actuator::check_requeues`]).
+fn settle_requeues(due: &[(u64, i64, String)]) -> RequeueOutcome {
+    let mut outcome = RequeueOutcome::default();
+    let ids: Vec<String> = due.iter().map(|(id, _, _)| id.to_string()).collect();
+    let text = match SlurmCommand::new(
+        "sacct",
+        vec![
+            "-n".into(),
+            "-P".into(),
+            "-D".into(),
+            "-j".into(),
+            ids.join(","),
+            "-o".into(),
+            "JobIDRaw,State,Start,ExitCode".into(),
+        ],
+        SACCT_CHECK_TIMEOUT,
+    )
+    .run()
+    {
+        Ok(o) => o.stdout,
+        Err(e) => {
+            outcome.failures.push(format!("checking requeues: {e}"));
+            return outcome;
+        }
+    };
+    let mut finished = Vec::new();
+    let mut names = Vec::new();
+    for (id, start, name) in due {
+        match requeued_run_end(&text, *id, *start) {
+            Some(RunEnd::Killed) => outcome.settled.push(*id),
+            Some(RunEnd::ByItself) => {
+                outcome.settled.push(*id);
+                finished.push(*id);
+                names.push(name.as_str());
+            }
+            None => {}
+        }
+    }
+    if finished.is_empty() {
+        return outcome;
+    }
+    // By name: an array task's plain id may be its array's, which names every task.
+    let list = names.join(",");
+    match SlurmCommand::new(
+        "scontrol",
+        vec!["uhold".into(), list.clone()],
+        UPDATE_TIMEOUT,
+    )
+    .run()
+    {
+        Ok(_) => {
+            let _ = SlurmCommand::new(
+                "scontrol",
+                vec![
+                    "update".into(),
+                    format!("jobid={list}"),
+                    "AdminComment=teamshare: requeued as its run ended by itself; held so it does not run twice (scontrol release to run it again)".into(),
+                ],
+                UPDATE_TIMEOUT,
+            )
+            .run_unchecked();
+            outcome.held = finished;
+        }
+        Err(e) => outcome.failures.push(e.to_string()),
+    }
+    outcome
+}
+
+/// How a requeued run ended, from accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunEnd {
+    /// Its batch step was cancelled: the requeue killed it.
+    Killed,
+    /// Its batch step completed or failed on its own before the requeue.
+    ByItself,
+}
+
+/// The end of job `id`'s run that started at `start`, read from `sacct -n -P -D -o
+/// JobIDRaw,State,Start,ExitCode` (its batch step `id.batch` with that start); `None` while
+/// accounting does not have it yet.
+///
+/// A step killed by a signal (ExitCode `rc:sig` with a signal, or a shell's 128 + signal) was
+/// killed, whatever its state says: a requeue landing while the batch script is still starting
+/// has been seen to leave a step that is not CANCELLED (live f04: a violator requeued 1.4 s
+/// after it started was taken for a run that had ended by itself, and its owner's hold replaced
+/// teamshare's). Only a run that ended with its own exit status ended by itself.
+fn requeued_run_end(sacct: &str, id: u64, start: i64) -> Option<RunEnd> {
+    const SIGKILL: u32 = 9;
+    const SIGTERM: u32 = 15;
+    let step = format!("{id}.batch");
+    parsable::lines(sacct).find_map(|(_, l)| {
+        // ExitCode may be missing: the first three fields are enough to know the run.
+        let f: [&str; 3] = parsable::fields(l, Shape::Leading).ok()?;
+        if f[0].trim() != step || parse_utc(f[2]) != Some(start) {
+            return None;
+        }
+        let exit_code = parsable::fields::<4>(l, Shape::Leading).ok().map(|f| f[3]);
+        let (rc, signal) = exit_code
+            .and_then(|e| e.trim().split_once(':'))
+            .map(|(rc, sig)| (rc.parse::<u32>().ok(), sig.parse::<u32>().ok()))
+            .unwrap_or((None, None));
+        // Slurm also records a batch step its requeue killed with SIGTERM or SIGKILL as
+        // FAILED with the signal's number as its exit code (15:0, seen in the utilisation
+        // harness and issue 25, finding 16): a script that exits with 9 or 15 by itself in
+        // the very second of the requeue is far less likely than that.
+        let killed_by_signal = signal.is_some_and(|s| s != 0)
+            || rc.is_some_and(|r| r > 128 || r == SIGTERM || r == SIGKILL);
+        match f[1].split_whitespace().next().unwrap_or("") {
+            "CANCELLED" | "PREEMPTED" | "REQUEUED" => Some(RunEnd::Killed),
+            "COMPLETED" | "FAILED" | "OUT_OF_MEMORY" | "TIMEOUT" | "NODE_FAIL"
+                if killed_by_signal =>
+            {
+                Some(RunEnd::Killed)
+            }
+            "COMPLETED" | "FAILED" | "OUT_OF_MEMORY" | "TIMEOUT" | "NODE_FAIL" => {
+                Some(RunEnd::ByItself)
+            }
+            // RUNNING, PENDING...: not settled yet.
+            _ => None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requeue_is_unsettled_until_checked_and_one_without_a_start_stays_so() {
+        let mut c = Checks::default();
+        let now = Instant::now();
+        c.add(7, "7".into(), Some(100), now);
+        // Seen again (the governor's own, then at the next snapshot): one check.
+        c.add(7, "7".into(), Some(100), now);
+        c.add(8, "8_1".into(), None, now);
+        assert_eq!(c.requeues.len(), 1);
+        assert_eq!(c.unsettled(), BTreeSet::from([7, 8]));
+        // Too young to ask accounting: nothing started, nothing settled.
+        let polled = c.poll();
+        assert!(polled.held.is_empty() && polled.failures.is_empty());
+        assert!(c.running.is_none());
+        assert_eq!(c.unsettled(), BTreeSet::from([7, 8]));
+    }
+
+    #[test]
+    fn a_requeued_run_that_had_ended_by_itself_is_told_apart() {
+        // 03:15:04 UTC, the runs' start.
+        let start = 1_796_008_504;
+        let sacct = "\
+174|REQUEUED|2026-11-30T03:15:04|0:0
+174.batch|COMPLETED|2026-11-30T03:15:04|0:0
+174|PENDING|Unknown|0:0
+175|REQUEUED|2026-11-30T03:15:04|0:0
+175.batch|CANCELLED by 0|2026-11-30T03:15:04|0:15
+175|PENDING|Unknown|0:0
+176|REQUEUED|2026-11-30T03:15:04|0:0
+177.batch|FAILED|2026-11-30T03:15:04|2:0
+178.batch|FAILED|2026-11-30T03:15:04|0:9
+179.batch|FAILED|2026-11-30T03:15:04|143:0
+180.batch|FAILED|2026-11-30T03:15:04|15:0
+";
+        assert_eq!(requeued_run_end(sacct, 174, start), Some(RunEnd::ByItself));
+        assert_eq!(requeued_run_end(sacct, 175, start), Some(RunEnd::Killed));
+        // Failed with its own status; killed by a signal (directly, or through its shell).
+        assert_eq!(requeued_run_end(sacct, 177, start), Some(RunEnd::ByItself));
+        assert_eq!(requeued_run_end(sacct, 178, start), Some(RunEnd::Killed));
+        assert_eq!(requeued_run_end(sacct, 179, start), Some(RunEnd::Killed));
+        // The requeue's SIGTERM recorded as the step's exit code.
+        assert_eq!(requeued_run_end(sacct, 180, start), Some(RunEnd::Killed));
+        // Not in accounting yet; or another run of the job.
+        assert_eq!(requeued_run_end(sacct, 176, start), None);
+        assert_eq!(requeued_run_end(sacct, 174, start + 60), None);
+    }
+}

@@ -10,7 +10,10 @@
 //!   pass, and the file's modification time (nanoseconds; `generated_at` inside has whole
 //!   seconds only) is watched every 100 ms;
 //! - at the end: no job completed two runs (each job script appends its id to a marks file
-//!   only when its sleep finished: `sleep S && echo $SLURM_JOB_ID >> marks`), no job that
+//!   only when its sleep finished: `sleep S && echo $SLURM_JOB_ID >> marks`) unless its owner
+//!   asked for it (requeued it, or released the hold the governor put on a job whose run had
+//!   ended by itself just before a requeue; a failure names what sacct, the governor's log and
+//!   the user's actions say of the job), no job that
 //!   completed a run is queued again, and every run beyond a job's first in sacct is explained
 //!   by Slurm's own preemption (a PREEMPTED record), the governor's log naming the job, or the
 //!   user's own `scontrol requeue` of it.
@@ -234,8 +237,23 @@ struct Actions {
     /// Jobs (ids as the user named them: a job, an array or a heterogeneous job) that the user
     /// requeued: their extra runs are the user's doing.
     user_requeued: BTreeSet<u64>,
+    /// Jobs (as the user named them) that the user released: a job the governor held because
+    /// its run had ended by itself runs again when its owner releases it.
+    user_released: BTreeSet<u64>,
+    /// What the user did to each job (as named), for a failure's explanation.
+    touched: BTreeMap<u64, Vec<String>>,
     /// Every job id sbatch printed (the user's and root's).
     ids: Vec<u64>,
+}
+
+impl Actions {
+    /// Note what the user did to job `id` (the last few actions per job are kept).
+    fn touch(&mut self, id: u64, what: String) {
+        let list = self.touched.entry(id).or_default();
+        if list.len() < 12 {
+            list.push(what);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -515,8 +533,12 @@ fn adversary(
             74..=79 => {
                 if let Some(id) = target(&mut rng, &mine) {
                     let verb = *rng.pick(&["hold", "uhold", "release", "release", "release"]);
-                    let _ = c.run_as_user("scontrol", &[verb, &id.to_string()])?;
+                    let out = c.run_as_user("scontrol", &[verb, &id.to_string()])?;
                     a.holds += 1;
+                    if verb == "release" {
+                        a.user_released.insert(id);
+                    }
+                    a.touch(id, format!("{verb}: exit {}", out.status));
                 }
             }
             80..=83 => {
@@ -531,6 +553,7 @@ fn adversary(
                     // soak: tasks 1100 and 1101 of array 1098 requeued after they completed,
                     // scontrol exiting 1 for the array's pending tasks).
                     a.user_requeued.insert(id);
+                    a.touch(id, format!("{verb}: exit {}", out.status));
                 }
             }
             84..=91 => {
@@ -922,6 +945,7 @@ fn update(
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = c.run_as_user("scontrol", &refs)?;
     a.updates += 1;
+    a.touch(id, format!("{}: exit {}", refs[2..].join(" "), out.status));
     if out.status.success() {
         a.updates_accepted += 1;
     } else {
@@ -1219,6 +1243,39 @@ struct Record {
     ran: bool,
 }
 
+/// What the governor logs of a job it held because its run had ended by itself just before a
+/// requeue.
+const RUN_ENDED_HOLD: &str = "held by the governor: its run had ended by itself";
+
+/// A job that completed more than one run, with what sacct, the governor and the user say of
+/// it.
+fn ran_twice_facts(
+    id: u64,
+    base: u64,
+    n: u64,
+    jobs: &BTreeMap<u64, (u64, Vec<Record>)>,
+    log: &str,
+    a: &Actions,
+) -> String {
+    let runs = jobs.get(&id).map_or_else(String::new, |(_, records)| {
+        records
+            .iter()
+            .map(|r| format!("{} from {}", r.state, r.start))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
+    let governor: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&format!("job {id} ")))
+        .collect();
+    let user: Vec<&String> = [id, base]
+        .iter()
+        .filter_map(|j| a.touched.get(j))
+        .flatten()
+        .collect();
+    format!("job {id} completed {n} runs; sacct: {runs}; governor: {governor:?}; user: {user:?}")
+}
+
 /// Compare each job's runs in sacct with what explains them, and the marks.
 fn compare_runs(
     c: &Cluster,
@@ -1346,10 +1403,14 @@ fn compare_runs(
     e.completed_runs = marked.values().sum();
     for (id, n) in &marked {
         if *n > 1 {
-            if user_requeued(*id, base_of(*id)) {
+            let base = base_of(*id);
+            let released_after_hold = log.contains(&format!("job {id} {RUN_ENDED_HOLD}"))
+                && (a.user_released.contains(id) || a.user_released.contains(&base));
+            if user_requeued(*id, base) || released_after_hold {
                 e.ran_twice_user += 1;
             } else {
-                e.ran_twice.push(format!("job {id} completed {n} runs"));
+                e.ran_twice
+                    .push(ran_twice_facts(*id, base, *n, &jobs, &log, a));
             }
         }
     }
@@ -1416,7 +1477,7 @@ fn report(
     put("extra_runs_preempted", e.extra_preempted.to_string());
     put("extra_runs_governor", e.extra_governor.to_string());
     put("extra_runs_user_requeue", e.extra_user.to_string());
-    put("ran_twice_user_requeue", e.ran_twice_user.to_string());
+    put("ran_twice_by_owner", e.ran_twice_user.to_string());
     // What must be zero.
     let must: Vec<(&str, u64, Vec<String>)> = vec![
         (

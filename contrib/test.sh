@@ -94,6 +94,8 @@ for r in "${releases[@]}"; do
 done
 
 # One live suite: its output to target/live-REL.log, its exit code to target/live-REL.rc.
+# The store's crash test (issue25::k01: 200 kill -9 of the daemon) runs in the native suite
+# only: the store does not depend on Slurm's release, and the suites run side by side.
 run_suite() { # release port-offset
     local r=$1 offset=$2 log=target/live-$1.log
     local env=(LIVE_PORT_OFFSET="$offset" LIVE_LOGS="$REPO/target/live-logs-$r"
@@ -105,7 +107,7 @@ run_suite() { # release port-offset
     else
         env "${env[@]}" TEAMSHARE_PLUGIN="${build_dir[$r]}/libjob_submit_teamshare-test-panic.so" \
             TEAMSHARE_BUILD_DIR="${build_dir[$r]}" \
-            contrib/slurm-release.sh exec "$r" "$REPO/$live_bin" "${live_args[@]}" --skip packaging:: \
+            contrib/slurm-release.sh exec "$r" "$REPO/$live_bin" "${live_args[@]}" --skip packaging:: --skip issue25::k01 \
             >"$log" 2>&1
     fi
 }

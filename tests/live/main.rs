@@ -11,6 +11,7 @@ use teamshare_live_tests::{Cluster, Spec};
 
 mod accounting;
 mod adversarial;
+mod crash;
 mod governance;
 mod hostile;
 mod issue25;
@@ -40,6 +41,7 @@ fn main() -> std::process::ExitCode {
     scenarios.extend_from_slice(monitoring::SCENARIOS);
     scenarios.extend_from_slice(replay::SCENARIOS);
     scenarios.extend_from_slice(issue25::SCENARIOS);
+    scenarios.extend_from_slice(crash::SCENARIOS);
 
     // Each cluster is started by the first scenario that needs it (so a filtered run starts only
     // the clusters its scenarios use); if it cannot start, every scenario on it fails.

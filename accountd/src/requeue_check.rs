@@ -165,7 +165,7 @@ struct RequeueOutcome {
 }
 
 /// Read the requeued runs' batch steps with one sacct call and hold the jobs whose run had
-/// ended by itself (see [`Actuator::check_requeues`]).
+/// ended by itself (see the module's documentation).
 fn settle_requeues(due: &[(u64, i64, String)]) -> RequeueOutcome {
     let mut outcome = RequeueOutcome::default();
     let ids: Vec<String> = due.iter().map(|(id, _, _)| id.to_string()).collect();

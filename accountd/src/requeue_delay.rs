@@ -11,7 +11,7 @@
 //! old one was revoked (slurmd compares whole seconds), which any wait of more than a second
 //! after the requeue ensures. teamshare's: a run the governor requeued in the very
 //! milliseconds it ended by itself must be held before it could run twice, which the requeue
-//! check (`Actuator::check_requeues`) decides from accounting. So the governor sets such a
+//! check ([`crate::requeue_check`]) decides from accounting. So the governor sets such a
 //! job's begin time back to now ([`Tracker::due`]) when:
 //! - it saw the job run in an earlier snapshot and pending now, not held, not parked by
 //!   teamshare (a parked job's begin time is a year ahead), waiting on its begin time;

@@ -25,7 +25,7 @@ use crate::store::Store;
 // The squeue reader lives in its own module; its public names stay reachable from here.
 pub use crate::squeue::{
     address, expand_hostlist, grp_tres, parse_squeue, pending_reasons, read_squeue, squeue_command,
-    Addresses, GovernorHold, Unreadable,
+    whole_address, Addresses, GovernorHold, Leaders, SqueueRead, Unreadable,
 };
 use crate::squeue::{
     governor_holds, parse_utc, OUTSIDE_HOLD, SQUEUE_TIMEOUT, UNHOLD_LIFTS_WITHIN_SECS, UNTYPED_HOLD,
@@ -165,6 +165,8 @@ pub struct Reading {
     /// Records that could not be read (their jobs are kept as never in quota).
     pub unreadable: Vec<Unreadable>,
     pub addresses: Addresses,
+    /// Components of heterogeneous jobs acted on through their leader.
+    pub leaders: Leaders,
     /// Slurm calls it took (RPCs through libslurm, or client commands).
     pub slurm_calls: u64,
     /// Every partition Slurm has and its GPUs, whatever the nodes' state (libslurm's reader
@@ -295,12 +297,18 @@ fn reading(
     now: UnixSeconds,
 ) -> Reading {
     let node_gpus = capacity.per_node.values().copied().max().unwrap_or(0);
-    let (jobs, unreadable, addresses) = read_squeue(jobs_text, now, node_gpus);
+    let SqueueRead {
+        jobs,
+        unreadable,
+        addresses,
+        leaders,
+    } = read_squeue(jobs_text, now, node_gpus);
     Reading {
         capacity,
         jobs,
         unreadable,
         addresses,
+        leaders,
         slurm_calls,
         partitions: None,
         holds: governor_holds(jobs_text),
@@ -428,6 +436,7 @@ impl Governor {
             jobs,
             unreadable,
             addresses,
+            leaders,
             slurm_calls,
             partitions: slurm_partitions,
             holds,
@@ -482,6 +491,7 @@ impl Governor {
                 plan,
                 jobs,
                 addresses,
+                leaders,
                 unhold,
             };
             let spawned = std::thread::Builder::new()
@@ -643,6 +653,7 @@ struct Snapshot {
     plan: Plan,
     jobs: Vec<ClusterJob>,
     addresses: Addresses,
+    leaders: Leaders,
     /// Jobs the governor held whose reason is gone: released (and whether the requeue delay
     /// left by the requeue that came with the hold is lifted).
     unhold: Vec<(u64, bool)>,
@@ -694,6 +705,7 @@ impl Actuator {
             plan,
             jobs,
             addresses,
+            leaders,
             unhold,
         } = work;
         self.apply_limits(plan, report);
@@ -704,7 +716,7 @@ impl Actuator {
         report.priority_updates = apply_priorities(plan, jobs, addresses)?;
         report.released = release(plan, jobs, addresses)?;
         report.unheld = release_holds(unhold, addresses)?;
-        self.act_on_running(plan, jobs, addresses, report)?;
+        self.act_on_running(plan, jobs, addresses, leaders, report)?;
         // A job just requeued is pending now: what the plan says of it pending is not for it.
         let acted: std::collections::BTreeSet<u64> = report
             .displaced
@@ -722,7 +734,7 @@ impl Actuator {
             .collect();
         report.parked = park(plan, &jobs, addresses, &report.violations)?;
         let requeued_held: Vec<u64> = report.held.clone();
-        let held = hold_outside(plan, &jobs, addresses, &requeued_held)?;
+        let held = hold_outside(plan, &jobs, addresses, leaders, &requeued_held)?;
         report.held.extend(held);
         // Every job of the snapshot: one requeued just now was running in it.
         self.lift_requeue_delays(plan, &work.jobs, addresses, report)
@@ -832,6 +844,7 @@ impl Actuator {
         plan: &Plan,
         jobs: &[ClusterJob],
         addresses: &Addresses,
+        leaders: &Leaders,
         report: &mut PassReport,
     ) -> Result<(), GovernError> {
         let targets: Vec<(u64, Act)> = plan
@@ -864,14 +877,17 @@ impl Actuator {
             .filter_map(|(id, _)| address(addresses, *id))
             .collect();
         let now_running = still_running(&ids)?;
+        // A heterogeneous job goes whole, through its leader: once, whichever of its
+        // components the plan named.
+        let mut whole_done = std::collections::BTreeSet::new();
         for (id, act) in targets {
-            let Some(name) = address(addresses, id) else {
+            let Some(name) = whole_address(addresses, leaders, id) else {
                 report.skipped.push(id);
                 continue;
             };
             let current = now_running.get(&id);
             let same_run = matches!(current, Some((start, _)) if seen.get(&id) == Some(start));
-            if !same_run {
+            if !same_run || !whole_done.insert(name.clone()) {
                 report.skipped.push(id);
                 continue;
             }
@@ -969,6 +985,7 @@ fn hold_outside(
     plan: &Plan,
     jobs: &[ClusterJob],
     addresses: &Addresses,
+    leaders: &Leaders,
     requeued: &[u64],
 ) -> Result<Vec<u64>, GovernError> {
     let pending = |list: &[u64]| -> Vec<u64> {
@@ -982,10 +999,12 @@ fn hold_outside(
             .collect()
     };
     let hold = |ids: &[u64], why: &str| -> Result<bool, GovernError> {
-        let names: Vec<String> = ids
+        // A heterogeneous job is held whole, through its leader.
+        let names: std::collections::BTreeSet<String> = ids
             .iter()
-            .filter_map(|id| address(addresses, *id))
+            .filter_map(|id| whole_address(addresses, leaders, *id))
             .collect();
+        let names: Vec<String> = names.into_iter().collect();
         if names.is_empty() {
             return Ok(false);
         }

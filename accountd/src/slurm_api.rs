@@ -406,7 +406,14 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
     } else {
         "N/A".to_string()
     };
-    let fields: [String; 22] = [
+    // A heterogeneous job's component: its leader and offset, as squeue's HetJobID and
+    // HetJobOffset print them.
+    let (het_id, het_offset) = if j.het_job_id == 0 {
+        ("N/A".to_string(), "N/A".to_string())
+    } else {
+        (j.het_job_id.to_string(), j.het_job_offset.to_string())
+    };
+    let fields: [String; 24] = [
         j.job_id.to_string(),
         field(j.account),
         // SAFETY: libslurm's table of state names: a static string for any value.
@@ -447,6 +454,8 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
         } else {
             "OK".to_string()
         },
+        het_id,
+        het_offset,
         field(j.admin_comment),
     ];
     // squeue ends every field, the last one included, with the separator.

@@ -30,7 +30,7 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
             "PD,R,CG,S".into(),
             "-O".into(),
             format!(
-                "{SQUEUE_FIELDS_BEFORE_WHOLE_NODE}{}:|,admin_comment:|",
+                "{SQUEUE_FIELDS_BEFORE_WHOLE_NODE}{}:|,HetJobID:|,HetJobOffset:|,admin_comment:|",
                 slurm_sys::SQUEUE_WHOLE_NODE.0
             ),
         ],
@@ -41,15 +41,33 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
 /// The governor's squeue fields up to the one that tells a whole-node job (its name is the
 /// release's: [`slurm_sys::SQUEUE_WHOLE_NODE`]), which the AdminComment follows.
 const SQUEUE_FIELDS_BEFORE_WHOLE_NODE: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,tres-per-socket:|,Sockets:|,";
-/// The last field (AdminComment) is everything after the 21st separator: an administrator may
+/// The last field (AdminComment) is everything after the 23rd separator: an administrator may
 /// write `|` into it.
-const SQUEUE_FIELD_COUNT: usize = 22;
+const SQUEUE_FIELD_COUNT: usize = 24;
 /// `--gpus-per-socket` and `--sockets-per-node` (`*` when not given).
 const TRES_PER_SOCKET_FIELD: usize = 18;
 const SOCKETS_FIELD: usize = 19;
 /// Whether the job asked for whole nodes (`--exclusive`: it is given every GPU of each), as
 /// [`slurm_sys::SQUEUE_WHOLE_NODE`] spells it.
 const WHOLE_NODE_FIELD: usize = 20;
+/// A heterogeneous job's component: its leader's job id and its offset (`N/A` otherwise).
+const HET_JOB_ID_FIELD: usize = 21;
+const HET_JOB_OFFSET_FIELD: usize = 22;
+
+/// The components of heterogeneous jobs that stay jobs of their own in the plan (their
+/// components differ in team or GPU type), each with its leader's id: Slurm requeues, cancels
+/// and holds a heterogeneous job only whole, through its leader (`scontrol requeue` of
+/// another component fails: "Job not heterogeneous job leader", job_mgr.c, 22.05).
+pub type Leaders = BTreeMap<u64, u64>;
+
+/// The name under which job `id` is requeued, cancelled or held whole: its heterogeneous
+/// job's leader for a component of one ([`Leaders`]), else its [`address`].
+pub fn whole_address(addresses: &Addresses, leaders: &Leaders, id: u64) -> Option<String> {
+    match leaders.get(&id) {
+        Some(leader) => Some(leader.to_string()),
+        None => address(addresses, id),
+    }
+}
 
 /// How the governor names a job to scontrol and scancel. A plain id is not enough for job
 /// arrays: slurmctld applies an update, requeue or cancel of an array's own id to *every*
@@ -84,25 +102,37 @@ pub type Unreadable = MalformedLine;
 /// line that cannot be read is returned apart; a pending job whose GPU request cannot be read
 /// is kept with [`governance::UNREADABLE_GPUS`] (never in quota, never given an allowance).
 pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unreadable>) {
-    let (jobs, unreadable, _) = read_squeue(text, now, 0);
-    (jobs, unreadable)
+    let read = read_squeue(text, now, 0);
+    (read.jobs, read.unreadable)
+}
+
+/// What [`read_squeue`] read.
+#[derive(Debug, Default)]
+pub struct SqueueRead {
+    pub jobs: Vec<ClusterJob>,
+    pub unreadable: Vec<Unreadable>,
+    pub addresses: Addresses,
+    pub leaders: Leaders,
 }
 
 /// [`parse_squeue`], with how to name each job to Slurm ([`Addresses`]: only the jobs that
 /// are not named by their plain id).
 ///
+/// A heterogeneous job is judged as one job (issue 25, finding 11): its components, which
+/// Slurm starts, requeues and cancels together, are one job of the plan under its leader's id
+/// when they are of one team and one GPU type (`scontrol update` of the leader's id updates
+/// every component). Components of several teams or types stay jobs of their own, each counted
+/// in its team and type, and are acted on whole through their leader ([`Leaders`]).
+///
 /// `node_gpus` is the most GPUs a usable node has: a pending job that asked for whole nodes
 /// (`--exclusive`) is given every GPU of each, so it asks for at least that many per node
 /// (issue 25, finding 7).
-pub fn read_squeue(
-    text: &str,
-    now: UnixSeconds,
-    node_gpus: u32,
-) -> (Vec<ClusterJob>, Vec<Unreadable>, Addresses) {
+pub fn read_squeue(text: &str, now: UnixSeconds, node_gpus: u32) -> SqueueRead {
     let mut jobs: Vec<ClusterJob> = Vec::new();
     let mut unreadable = Vec::new();
     let mut pending_ids = std::collections::BTreeSet::new();
     let mut arrays = ArrayRecords::default();
+    let mut hets: BTreeMap<u64, Vec<(u32, usize)>> = BTreeMap::new();
     for (number, line) in parsable::lines(text) {
         let mut bad =
             |reason: &str| unreadable.push(MalformedLine::new("squeue", number, reason, line));
@@ -134,10 +164,77 @@ pub fn read_squeue(
             continue;
         }
         job.tasks = arrays.note(&f, id, phase, jobs.len(), &mut bad);
+        if let (Ok(leader), Ok(offset)) = (
+            f[HET_JOB_ID_FIELD].trim().parse::<u64>(),
+            f[HET_JOB_OFFSET_FIELD].trim().parse::<u32>(),
+        ) {
+            hets.entry(leader).or_default().push((offset, jobs.len()));
+        }
         jobs.push(job);
     }
     arrays.throttle(&mut jobs);
-    (jobs, unreadable, arrays.addresses)
+    let leaders = merge_het_jobs(&mut jobs, hets);
+    SqueueRead {
+        jobs,
+        unreadable,
+        addresses: arrays.addresses,
+        leaders,
+    }
+}
+
+/// Judge each heterogeneous job as one (see [`read_squeue`]): `hets` are the components of
+/// each leader id (offset, index in `jobs`). Components of one team and one GPU type become
+/// their leader's job; the others stay and are returned with their leader.
+fn merge_het_jobs(jobs: &mut Vec<ClusterJob>, hets: BTreeMap<u64, Vec<(u32, usize)>>) -> Leaders {
+    let mut leaders = Leaders::new();
+    let mut merged = std::collections::BTreeSet::new();
+    for (leader, mut parts) in hets {
+        parts.sort_unstable();
+        let Some(&(0, head)) = parts.first() else {
+            // The leader is not in this read (it ended a moment ago): act through it anyway.
+            leaders.extend(parts.iter().map(|(_, i)| (jobs[*i].id, leader)));
+            continue;
+        };
+        let rest: Vec<usize> = parts[1..].iter().map(|(_, i)| *i).collect();
+        let one_job = rest.iter().all(|i| {
+            jobs[*i].team == jobs[head].team
+                && jobs[*i].gpu_type == jobs[head].gpu_type
+                && jobs[*i].phase == jobs[head].phase
+        });
+        if !one_job {
+            leaders.extend(rest.iter().map(|i| (jobs[*i].id, leader)));
+            continue;
+        }
+        for i in rest {
+            let part = jobs[i].clone();
+            let whole = &mut jobs[head];
+            whole.gpus = if whole.gpus == governance::UNREADABLE_GPUS
+                || part.gpus == governance::UNREADABLE_GPUS
+            {
+                governance::UNREADABLE_GPUS
+            } else {
+                whole.gpus.saturating_add(part.gpus)
+            };
+            for node in part.nodes {
+                if !whole.nodes.contains(&node) {
+                    whole.nodes.push(node);
+                }
+            }
+            whole.node_count = whole.node_count.saturating_add(part.node_count);
+            whole.eligible &= part.eligible;
+            whole.completing |= part.completing;
+            merged.insert(i);
+        }
+    }
+    if !merged.is_empty() {
+        let mut index = 0;
+        jobs.retain(|_| {
+            let keep = !merged.contains(&index);
+            index += 1;
+            keep
+        });
+    }
+    leaders
 }
 
 /// The job of one squeue line (`tasks` 1: an array record's are counted by
@@ -513,13 +610,13 @@ mod tests {
     use super::*;
 
     const SQUEUE: &str = "\
-6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|
-10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|10|N/A|N/A|*|OK|
-11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|1-3|N/A|*|OK|
-11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|4-5|N/A|*|OK|
-12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|12|N/A|N/A|*|OK|
-13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|13|N/A|N/A|*|OK|
+6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|N/A|N/A|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|N/A|N/A|
+10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|10|N/A|N/A|*|OK|N/A|N/A|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|1-3|N/A|*|OK|N/A|N/A|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|4-5|N/A|*|OK|N/A|N/A|
+12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|12|N/A|N/A|*|OK|N/A|N/A|
+13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|13|N/A|N/A|*|OK|N/A|N/A|
 ";
 
     #[test]
@@ -572,7 +669,7 @@ mod tests {
                 "N/A"
             };
             format!(
-                "{id}|research|{state}|64000|2026-11-30T03:13:02|{start}|cpu=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|{array}|{task}|N/A|*|OK|\n"
+                "{id}|research|{state}|64000|2026-11-30T03:13:02|{start}|cpu=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|{array}|{task}|N/A|*|OK|N/A|N/A|\n"
             )
         };
         let text = [
@@ -587,7 +684,12 @@ mod tests {
             line("58", "RUNNING", "55", "6"),
         ]
         .concat();
-        let (jobs, unreadable, addresses) = read_squeue(&text, 1_796_008_620, 4);
+        let SqueueRead {
+            jobs,
+            unreadable,
+            addresses,
+            ..
+        } = read_squeue(&text, 1_796_008_620, 4);
         let tasks: BTreeMap<u64, (u32, bool)> =
             jobs.iter().map(|j| (j.id, (j.tasks, j.eligible))).collect();
         // 9 pending tasks, throttled to 3 at once with one running: 2 may start.
@@ -611,12 +713,12 @@ mod tests {
     #[test]
     fn finding2_no_line_a_user_can_write_fails_the_pass() {
         let text = "\
-6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|
-7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|7|N/A|N/A|*|OK|
-8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|8|N/A|N/A|*|OK|
+6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|N/A|N/A|
+7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|7|N/A|N/A|*|OK|N/A|N/A|
+8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|8|N/A|N/A|*|OK|N/A|N/A|
 1|2|3
 x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priority|1|n1|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|N/A|N/A|
 ";
         let (jobs, unreadable) = parse_squeue(text, 0);
         let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
@@ -637,10 +739,10 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // Slurm resets the reason to None when the governor updates a job's priority: the
         // eligible time decides (the begin time, N/A while a dependency is unmet).
         let text = "\
-20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|20|N/A|N/A|*|OK|
-21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|21|N/A|N/A|*|OK|
-22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|22|N/A|N/A|*|OK|
-23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|23|N/A|N/A|*|OK|
+20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|20|N/A|N/A|*|OK|N/A|N/A|
+21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|21|N/A|N/A|*|OK|N/A|N/A|
+22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|22|N/A|N/A|*|OK|N/A|N/A|
+23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|23|N/A|N/A|*|OK|N/A|N/A|
 ";
         let (jobs, _) = parse_squeue(text, 1_796_008_620);
         let eligible: Vec<bool> = jobs.iter().map(|j| j.eligible).collect();
@@ -654,12 +756,12 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     fn finding4_teamshare_holds_are_told_from_other_holds() {
         // now = 2026-11-30T03:16:40
         let text = "\
-30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|30|N/A|N/A|*|OK|teamshare: parked: its priority class may not borrow|
-31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|31|N/A|N/A|*|OK|teamshare: parked: a|b|c|
-32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|32|N/A|N/A|*|OK|
-33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|33|N/A|N/A|*|OK|maintenance: see the admins|
-34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|34|N/A|N/A|*|OK|teamshare: parked: stale mark|
-35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|35|N/A|N/A|*|OK|teamshare: parked: waits on a dependency|
+30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|30|N/A|N/A|*|OK|N/A|N/A|teamshare: parked: its priority class may not borrow|
+31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|31|N/A|N/A|*|OK|N/A|N/A|teamshare: parked: a|b|c|
+32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|32|N/A|N/A|*|OK|N/A|N/A|
+33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|33|N/A|N/A|*|OK|N/A|N/A|maintenance: see the admins|
+34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|34|N/A|N/A|*|OK|N/A|N/A|teamshare: parked: stale mark|
+35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|35|N/A|N/A|*|OK|N/A|N/A|teamshare: parked: waits on a dependency|
 ";
         let (jobs, unreadable) = parse_squeue(text, 1_796_008_600);
         assert!(unreadable.is_empty(), "{unreadable:?}");
@@ -677,12 +779,12 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // Lines as squeue prints them on the dev cluster with GPU_TYPES="h100 h100 a100":
         // the allocation of an untyped request names the type it got (job 2).
         let text = "\
-1|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|N/A|gres:gpu:h100:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|1|N/A|N/A|*|OK|
-2|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1|N/A|gres:gpu:1|N/A|1|1|None|1|n3|2026-11-30T03:16:00|2|N/A|N/A|*|OK|
-3|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|gres:gpu:h100:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|3|N/A|N/A|*|OK|
-4|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|4|N/A|N/A|*|OK|
-5|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:1,gres:gpu:a100:1|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|5|N/A|N/A|*|OK|
-6|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=2|N/A|gres:gpu:2|N/A|1|1|None|1|n3|2026-11-30T03:16:00|6|N/A|N/A|*|OK|
+1|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|N/A|gres:gpu:h100:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|1|N/A|N/A|*|OK|N/A|N/A|
+2|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1|N/A|gres:gpu:1|N/A|1|1|None|1|n3|2026-11-30T03:16:00|2|N/A|N/A|*|OK|N/A|N/A|
+3|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|gres:gpu:h100:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|3|N/A|N/A|*|OK|N/A|N/A|
+4|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|4|N/A|N/A|*|OK|N/A|N/A|
+5|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:1,gres:gpu:a100:1|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|5|N/A|N/A|*|OK|N/A|N/A|
+6|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=2|N/A|gres:gpu:2|N/A|1|1|None|1|n3|2026-11-30T03:16:00|6|N/A|N/A|*|OK|N/A|N/A|
 ";
         let (jobs, unreadable) = parse_squeue(text, 1_796_008_620);
         assert!(unreadable.is_empty(), "{unreadable:?}");
@@ -734,7 +836,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     /// reads it: 1 GPU x 2 sockets x 2 nodes.
     #[test]
     fn issue25_8_gpus_per_socket_are_counted() {
-        let line = "41|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|N/A|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|41|N/A|gres:gpu:1|2|OK|\n";
+        let line = "41|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|N/A|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|41|N/A|gres:gpu:1|2|OK|N/A|N/A|\n";
         let (jobs, unreadable) = parse_squeue(line, 1_796_008_620);
         assert!(unreadable.is_empty(), "{unreadable:?}");
         assert_eq!(jobs[0].gpus, 4);
@@ -750,7 +852,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     #[test]
     fn issue25_5_the_governors_own_holds_are_found() {
         let line = |id: u32, prio: u32, comment: &str| {
-            format!("{id}|research|PENDING|{prio}|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|{id}|N/A|N/A|*|OK|{comment}|\n")
+            format!("{id}|research|PENDING|{prio}|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|{id}|N/A|N/A|*|OK|N/A|N/A|{comment}|\n")
         };
         let text = [
             line(1, 0, &format!("{HOLD_MARK}{OUTSIDE_HOLD}")),
@@ -786,14 +888,52 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     /// running one is read from its allocation as before; `--exclusive=user` is not whole-node.
     #[test]
     fn issue25_7_a_pending_whole_node_job_asks_for_whole_nodes() {
-        let pending = "42|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|42|N/A|N/A|*|NO|\n";
-        let (jobs, unreadable, _) = read_squeue(pending, 1_796_008_620, 4);
+        let pending = "42|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|42|N/A|N/A|*|NO|N/A|N/A|\n";
+        let SqueueRead {
+            jobs, unreadable, ..
+        } = read_squeue(pending, 1_796_008_620, 4);
         assert!(unreadable.is_empty(), "{unreadable:?}");
         assert_eq!(jobs[0].gpus, 8);
-        let (jobs, _, _) = read_squeue(&pending.replace("|NO|", "|USER|"), 1_796_008_620, 4);
+        let jobs = read_squeue(&pending.replace("|NO|", "|USER|"), 1_796_008_620, 4).jobs;
         assert_eq!(jobs[0].gpus, 2);
-        let running = "43|agents|RUNNING|64000|2026-11-30T03:16:00|2026-11-30T03:16:00|cpu=2,gres/gpu=4|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|43|N/A|N/A|*|NO|\n";
-        let (jobs, _, _) = read_squeue(running, 1_796_008_620, 8);
+        let running = "43|agents|RUNNING|64000|2026-11-30T03:16:00|2026-11-30T03:16:00|cpu=2,gres/gpu=4|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|43|N/A|N/A|*|NO|N/A|N/A|\n";
+        let jobs = read_squeue(running, 1_796_008_620, 8).jobs;
         assert_eq!(jobs[0].gpus, 4);
+    }
+
+    /// Issue 25, finding 11: a heterogeneous job is judged as one job. Components of one team
+    /// and type are their leader's job (GPUs and nodes summed, named by the leader's id); those
+    /// of several teams stay apart, each counted in its team, and are acted on whole through
+    /// their leader.
+    #[test]
+    fn issue25_11_a_heterogeneous_job_is_one_job_acted_on_through_its_leader() {
+        let line = |id: u64, team: &str, gpus: u32, node: &str, leader: u64, offset: u32| {
+            format!("{id}|{team}|RUNNING|64000|2026-11-30T03:16:00|2026-11-30T03:16:00|cpu=1,gres/gpu={gpus}|N/A|gres:gpu:{gpus}|N/A|1|1|None|1|{node}|2026-11-30T03:16:00|{id}|N/A|N/A|*|OK|{leader}|{offset}|\n")
+        };
+        let text = [
+            line(6, "agents", 2, "n1", 6, 0),
+            line(7, "agents", 3, "n2", 6, 1),
+            line(8, "agents", 1, "n1", 0, 0).replace("|0|0|", "|N/A|N/A|"),
+            line(10, "agents", 1, "n1", 10, 0),
+            line(11, "research", 2, "n2", 10, 1),
+        ]
+        .concat();
+        let read = read_squeue(&text, 1_796_008_620, 4);
+        assert!(read.unreadable.is_empty(), "{:?}", read.unreadable);
+        let ids: Vec<u64> = read.jobs.iter().map(|j| j.id).collect();
+        assert_eq!(ids, [6, 8, 10, 11]);
+        let het = &read.jobs[0];
+        assert_eq!((het.gpus, het.node_count), (5, 2));
+        assert_eq!(het.nodes, ["n1", "n2"]);
+        // Two teams: apart, and requeued, cancelled or held through the leader.
+        assert_eq!(read.leaders, Leaders::from([(11, 10)]));
+        assert_eq!(
+            whole_address(&read.addresses, &read.leaders, 11).as_deref(),
+            Some("10")
+        );
+        assert_eq!(
+            whole_address(&read.addresses, &read.leaders, 8).as_deref(),
+            Some("8")
+        );
     }
 }

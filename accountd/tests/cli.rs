@@ -1070,7 +1070,7 @@ fn a_database_from_a_newer_accountd_is_refused() {
 /// Two nodes: 4 untyped GPUs and 4 h100.
 const SINFO_OUT: &str = "n1|gpu:4|idle\nn2|gpu:h100:4(S:0-1)|mix\n";
 /// training runs 5 GPUs (its quota is 4: one borrowed).
-const SQUEUE_OUT: &str = "6|training|RUNNING|64000|2024-05-01T10:00:00|2024-05-01T10:00:00|cpu=1,node=1,billing=1,gres/gpu=5|N/A|gres:gpu:5|N/A|1|1|None|1|n1|2024-05-01T10:00:00|6|N/A|N/A|*|OK|\n";
+const SQUEUE_OUT: &str = "6|training|RUNNING|64000|2024-05-01T10:00:00|2024-05-01T10:00:00|cpu=1,node=1,billing=1,gres/gpu=5|N/A|gres:gpu:5|N/A|1|1|None|1|n1|2024-05-01T10:00:00|6|N/A|N/A|*|OK|N/A|N/A|\n";
 
 /// A site for the daemon: state and spool beside the configuration, every Slurm command faked.
 fn daemon_site() -> Site {
@@ -1898,7 +1898,7 @@ fn squeue_lines_the_governor_cannot_read_are_counted_and_said_once() {
 fn status_reads_slurm_as_the_governor_does_and_says_what_it_lacks() {
     let site = daemon_site();
     // Beside training's 5 GPUs (1 borrowed), an agents job waits for a dependency.
-    let pending = "7|agents|PENDING|64000|2024-05-01T10:00:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Dependency|1||N/A|7|N/A|N/A|*|OK|\n";
+    let pending = "7|agents|PENDING|64000|2024-05-01T10:00:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Dependency|1||N/A|7|N/A|N/A|*|OK|N/A|N/A|\n";
     fs::write(site.path("squeue.out"), format!("{SQUEUE_OUT}{pending}")).unwrap();
 
     // No governor pass yet: no state, said, and everything Slurm tells still shown.

@@ -33,6 +33,10 @@ pub const SCENARIOS: &[Scenario] = &[
         "issue25::f15_governance_goes_on_when_the_state_file_cannot_be_written",
         state_not_written,
     ),
+    (
+        "issue25::f11_a_heterogeneous_job_is_requeued_whole_through_its_leader",
+        heterogeneous_over_ceiling,
+    ),
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -298,5 +302,76 @@ fn state_not_written(c: &Cluster) -> TestResult {
         c.wait_for("the state file written again", MINUTE, || {
             Ok((c.state_modified() != before).then_some(()))
         })
+    })
+}
+
+/// Finding 11: the governor judged a heterogeneous job's components as jobs of their own and
+/// requeued a component that is not the leader, which slurmctld refuses ("Job not
+/// heterogeneous job leader"). agents (quota 2, borrow limit 2) runs 2 in-quota jobs and then a
+/// two-component job (1 GPU each) on borrowed GPUs; its borrow limit lowered to 0, the governor
+/// brings it back under its ceiling of 2 (finding 6): the heterogeneous job is one job of 2
+/// GPUs, requeued whole through its leader, with no refusal in the governor's log. Only the
+/// governor acts here (Slurm never preempts for a lowered limit).
+fn heterogeneous_over_ceiling(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let quota = fill(c, "agents", 2, &[])?;
+        let script = c.dir.join("f11-het.sh");
+        std::fs::write(&script, "#!/bin/sh\nsleep 3600\n").map_err(|e| e.to_string())?;
+        let script = script.to_string_lossy().into_owned();
+        let part = ["-A", "agents", "-p", "gpu", "--gres=gpu:1"];
+        let mut args: Vec<&str> = part.to_vec();
+        args.push(":");
+        args.extend_from_slice(&part);
+        args.push(&script);
+        let leader = c.sbatch(&args)?;
+        let components = |c: &Cluster| -> Result<Vec<String>, String> {
+            let out = c.ok("squeue", &["-h", "-j", &leader, "-o", "%T"])?;
+            Ok(out.lines().map(|l| l.trim().to_string()).collect())
+        };
+        c.wait_for("both components to run", 2 * MINUTE, || {
+            let states = components(c)?;
+            Ok((states.len() == 2 && states.iter().all(|s| s == "RUNNING")).then_some(()))
+        })
+        .map_err(|e| format!("{e}\n{}", c.diagnosis()))?;
+        let log_before = c.governor_log().len();
+        let text = c.original_config().replacen(
+            "name = \"agents\"\nquota = 2\nborrow_limit = 2",
+            "name = \"agents\"\nquota = 2\nborrow_limit = 0",
+            1,
+        );
+        ensure(text != c.original_config(), || {
+            "the live configuration no longer has agents' borrow limit of 2".into()
+        })?;
+        c.reconfigure(&text)?;
+        c.wait_for("agents back at its ceiling of 2", MINUTE, || {
+            Ok((c.count("agents", "RUNNING")? == 2).then_some(()))
+        })
+        .map_err(|e| format!("{e}\n{}\n{}", c.diagnosis(), c.governor_log_tail(20)))?;
+        c.wait_governor_pass()?;
+        let states = components(c)?;
+        let log = c.governor_log();
+        let log = log.get(log_before..).unwrap_or("");
+        ensure(
+            states.len() == 2 && states.iter().all(|s| s == "PENDING"),
+            || {
+                format!("the heterogeneous job's components are {states:?}, expected both requeued\n{log}")
+            },
+        )?;
+        ensure(
+            quota
+                .iter()
+                .all(|id| c.job_state(id).ok().as_deref() == Some("RUNNING")),
+            || "an in-quota agents job was requeued".into(),
+        )?;
+        ensure(
+            !log.contains("heterogeneous job leader") && !log.contains("individual component"),
+            || format!("slurmctld refused an action on a component:\n{log}"),
+        )?;
+        ensure(
+            log.contains(&format!(
+                "job {leader} requeued by the governor: its team ran beyond"
+            )),
+            || format!("the governor's log does not name the leader {leader} as requeued:\n{log}"),
+        )
     })
 }

@@ -77,7 +77,8 @@ struct Params {
     report: Option<PathBuf>,
 }
 
-fn env_u64(name: &str) -> Result<Option<u64>, String> {
+/// A whole number from the environment (`None` when unset or empty).
+pub(crate) fn env_u64(name: &str) -> Result<Option<u64>, String> {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => v
             .trim()
@@ -119,10 +120,10 @@ impl Params {
 }
 
 /// xorshift64* (Vigna): tiny, seeded, good enough to pick actions.
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         // Never the all-zero state, which xorshift cannot leave.
         let s = seed ^ 0x9E37_79B9_7F4A_7C15;
         Rng(if s == 0 { 1 } else { s })
@@ -135,7 +136,7 @@ impl Rng {
         self.0 = x;
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
     fn range(&mut self, lo: u64, hi: u64) -> u64 {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use teamshare_live_tests::{ensure, Cluster, Scenario, TestResult};
 
+use crate::adversarial::{env_u64, Rng};
 use crate::governance::isolated;
 
 pub const SCENARIOS: &[Scenario] = &[(
@@ -27,29 +28,6 @@ const MINUTE: Duration = Duration::from_secs(60);
 /// samples).
 const NODE: &str = "crashnode";
 const SAMPLES_PER_BATCH: u64 = 4;
-
-/// A small deterministic generator (xorshift64*), seeded from CRASH_SEED or the clock.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
-    }
-}
-
-fn env_u64(name: &str) -> Result<Option<u64>, String> {
-    match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|e| format!("{name}={v}: {e}")),
-        _ => Ok(None),
-    }
-}
 
 fn crash_loop(c: &Cluster) -> TestResult {
     isolated(c, |c| {
@@ -87,7 +65,7 @@ fn kills(c: &Cluster) -> TestResult {
     let _ = std::fs::remove_dir_all(&spool);
     let since = c.ok("date", &["+%Y-%m-%dT%H:%M:%S"])?.trim().to_string();
     let stop = AtomicBool::new(false);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let (looped, beside) = std::thread::scope(|s| {
         let submitter = s.spawn(|| submit_while(c, &stop));
         let cli = s.spawn(|| cli_while(c, &db, &stop));

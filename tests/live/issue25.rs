@@ -146,19 +146,7 @@ fn removed_team_restored(c: &Cluster) -> TestResult {
 fn lowered_borrow_limit(c: &Cluster) -> TestResult {
     isolated(c, |c| {
         let ids = fill(c, "agents", 4, &[])?;
-        let text = c.original_config().replacen(
-            "name = \"agents\"\nquota = 2\nborrow_limit = 2",
-            "name = \"agents\"\nquota = 2\nborrow_limit = 0",
-            1,
-        );
-        ensure(text != c.original_config(), || {
-            "the live configuration no longer has agents' borrow limit of 2".into()
-        })?;
-        c.reconfigure(&text)?;
-        c.wait_for("agents back at its ceiling of 2", MINUTE, || {
-            Ok((c.count("agents", "RUNNING")? == 2).then_some(()))
-        })
-        .map_err(|e| format!("{e}\n{}\n{}", c.diagnosis(), c.governor_log_tail(20)))?;
+        agents_borrow_limit_to_zero(c)?;
         // Two passes more: nothing else goes.
         c.wait_governor_pass()?;
         c.wait_governor_pass()?;
@@ -181,6 +169,23 @@ fn lowered_borrow_limit(c: &Cluster) -> TestResult {
             format!("the governor's log names {over:?} beyond the ceiling, expected 2 of {ids:?}")
         })
     })
+}
+
+/// Lower agents' borrow limit from 2 to 0 (ceiling 2) and wait until agents runs 2 GPUs.
+fn agents_borrow_limit_to_zero(c: &Cluster) -> TestResult {
+    let text = c.original_config().replacen(
+        "name = \"agents\"\nquota = 2\nborrow_limit = 2",
+        "name = \"agents\"\nquota = 2\nborrow_limit = 0",
+        1,
+    );
+    ensure(text != c.original_config(), || {
+        "the live configuration no longer has agents' borrow limit of 2".into()
+    })?;
+    c.reconfigure(&text)?;
+    c.wait_for("agents back at its ceiling of 2", MINUTE, || {
+        Ok((c.count("agents", "RUNNING")? == 2).then_some(()))
+    })
+    .map_err(|e| format!("{e}\n{}\n{}", c.diagnosis(), c.governor_log_tail(20)))
 }
 
 /// Finding 7: `sbatch -p gpu --exclusive` with no team got every GPU of a node; a team's
@@ -334,19 +339,7 @@ fn heterogeneous_over_ceiling(c: &Cluster) -> TestResult {
         })
         .map_err(|e| format!("{e}\n{}", c.diagnosis()))?;
         let log_before = c.governor_log().len();
-        let text = c.original_config().replacen(
-            "name = \"agents\"\nquota = 2\nborrow_limit = 2",
-            "name = \"agents\"\nquota = 2\nborrow_limit = 0",
-            1,
-        );
-        ensure(text != c.original_config(), || {
-            "the live configuration no longer has agents' borrow limit of 2".into()
-        })?;
-        c.reconfigure(&text)?;
-        c.wait_for("agents back at its ceiling of 2", MINUTE, || {
-            Ok((c.count("agents", "RUNNING")? == 2).then_some(()))
-        })
-        .map_err(|e| format!("{e}\n{}\n{}", c.diagnosis(), c.governor_log_tail(20)))?;
+        agents_borrow_limit_to_zero(c)?;
         c.wait_governor_pass()?;
         let states = components(c)?;
         let log = c.governor_log();

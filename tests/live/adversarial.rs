@@ -15,8 +15,9 @@
 //!   ended by itself just before a requeue; a failure names what sacct, the governor's log and
 //!   the user's actions say of the job), no job that
 //!   completed a run is queued again, and every run beyond a job's first in sacct is explained
-//!   by Slurm's own preemption (a PREEMPTED record), the governor's log naming the job, or the
-//!   user's own `scontrol requeue` of it.
+//!   by Slurm's own preemption (a PREEMPTED record), the governor's log naming the job (or,
+//!   for a heterogeneous job's component, its leader, through which the governor acts), or
+//!   the user's own `scontrol requeue` of it.
 //!
 //! One implementation, two sizes. In the CI suite the actions last ADVERSARY_SECS (default 75 s)
 //! with ADVERSARY_SEED random (printed; set it to replay a run's choices). The soak
@@ -1334,6 +1335,9 @@ fn compare_runs(
     };
     // Job id -> (the id the user named: array or heterogeneous leader, records).
     let mut jobs: BTreeMap<u64, (u64, Vec<Record>)> = BTreeMap::new();
+    // Components of heterogeneous jobs (JobID `LEADER+OFFSET`): the governor acts on such a
+    // job whole, through its leader, and names the leader (docs/design/heterogeneous-jobs.md).
+    let mut het_components: BTreeSet<u64> = BTreeSet::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split('|').collect();
         if f.len() < 6 {
@@ -1350,6 +1354,9 @@ fn compare_runs(
             .next()
             .and_then(|b| b.parse::<u64>().ok())
             .unwrap_or(id);
+        if f[1].contains('+') {
+            het_components.insert(id);
+        }
         // A RESIZING record closes the part of a run before its size changed (a user may
         // shrink a running job's node count); the run goes on in the next record: not a run of
         // its own.
@@ -1364,7 +1371,9 @@ fn compare_runs(
         });
     }
     let log = c.governor_log();
-    let governor_names = |id: u64| log.contains(&format!("job {id} "));
+    let names = |id: u64| log.contains(&format!("job {id} "));
+    let governor_names =
+        |id: u64, base: u64| names(id) || (het_components.contains(&id) && names(base));
     let user_requeued =
         |id: u64, base: u64| a.user_requeued.contains(&id) || a.user_requeued.contains(&base);
     e.jobs_in_sacct = jobs.len() as u64;
@@ -1379,7 +1388,7 @@ fn compare_runs(
         for r in &runs[..runs.len() - 1] {
             if r.state == "PREEMPTED" {
                 e.extra_preempted += 1;
-            } else if governor_names(*id) {
+            } else if governor_names(*id, *base) {
                 e.extra_governor += 1;
             } else if user_requeued(*id, *base) {
                 e.extra_user += 1;

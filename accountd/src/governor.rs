@@ -92,6 +92,9 @@ pub struct PassReport {
     /// Jobs the governor requeued whose run had in fact ended by itself: held so that they do
     /// not run twice.
     pub requeue_held: Vec<u64>,
+    /// Requeued jobs whose requeue could not be checked in accounting: their delay is left to
+    /// Slurm ([`crate::requeue_check`]).
+    pub requeue_unverified: Vec<u64>,
     /// Non-preemptible jobs parked (held) because they do not fit their team's quota.
     pub parked: Vec<u64>,
     /// Parked jobs released because they now fit.
@@ -149,6 +152,7 @@ impl PassReport {
         self.skipped.extend(acted.skipped);
         self.failures.extend(acted.failures);
         self.requeue_held.extend(acted.requeue_held);
+        self.requeue_unverified.extend(acted.requeue_unverified);
         self.parked.extend(acted.parked);
         self.released.extend(acted.released);
         self.unheld.extend(acted.unheld);
@@ -680,6 +684,7 @@ impl Actuator {
         }
         let polled = self.checks.poll();
         report.requeue_held.extend(polled.held);
+        report.requeue_unverified.extend(polled.unverified);
         report.failures.extend(polled.failures);
         // The teams of the jobs requeued, as the plan read them (no one asks the database).
         for id in report

@@ -54,6 +54,8 @@ pub struct Checks {
     /// Requeues accounting did not settle within [`REQUEUE_CHECK_FOR`], or whose run's start
     /// was unknown: their delay is Slurm's to end (kept as long as a delay can last).
     unverified: BTreeMap<u64, Instant>,
+    /// Jobs that became unverified since the last poll (to be told once).
+    newly_unverified: Vec<u64>,
 }
 
 /// What a poll of the checks found.
@@ -61,6 +63,9 @@ pub struct Checks {
 pub struct Polled {
     /// Jobs held because their run had ended by itself.
     pub held: Vec<u64>,
+    /// Jobs whose requeue cannot be checked (its run's start unknown, or not in accounting
+    /// within [`REQUEUE_CHECK_FOR`]): Slurm's own requeue delay stays.
+    pub unverified: Vec<u64>,
     pub failures: Vec<String>,
 }
 
@@ -79,7 +84,9 @@ impl Checks {
                 at: now,
             }),
             None => {
-                self.unverified.insert(id, now);
+                if self.unverified.insert(id, now).is_none() {
+                    self.newly_unverified.push(id);
+                }
             }
         }
     }
@@ -114,14 +121,15 @@ impl Checks {
                 }
             }
         }
-        let unverified = &mut self.unverified;
+        let (unverified, newly) = (&mut self.unverified, &mut self.newly_unverified);
         self.requeues.retain(|r| {
             let keep = r.at.elapsed() < REQUEUE_CHECK_FOR;
-            if !keep {
-                unverified.insert(r.id, r.at);
+            if !keep && unverified.insert(r.id, r.at).is_none() {
+                newly.push(r.id);
             }
             keep
         });
+        polled.unverified = std::mem::take(&mut self.newly_unverified);
         self.unverified
             .retain(|_, at| at.elapsed() < crate::requeue_delay::FORGET_AFTER);
         let due: Vec<(u64, i64, String)> = self
@@ -307,6 +315,10 @@ mod tests {
         assert!(polled.held.is_empty() && polled.failures.is_empty());
         assert!(c.running.is_none());
         assert_eq!(c.unsettled(), BTreeSet::from([7, 8]));
+        // The one that cannot be checked is told once.
+        assert_eq!(polled.unverified, [8]);
+        c.add(8, "8_1".into(), None, now);
+        assert!(c.poll().unverified.is_empty());
     }
 
     #[test]

@@ -70,10 +70,21 @@ impl Tracker {
         self.requeued.retain(|id, at| {
             pending.contains(id) && now.saturating_duration_since(*at) < FORGET_AFTER
         });
+        // A completing job's start is not its run's: Slurm 24.11 and later show a preempted
+        // job's start moved to the preemption while it completes (seen live in p04). The start
+        // seen while it ran is kept; a job first seen completing has none known.
+        let previous = std::mem::take(&mut self.running);
         self.running = jobs
             .iter()
             .filter(|j| j.phase == Phase::Running)
-            .map(|j| (j.id, j.start))
+            .map(|j| {
+                let start = if j.completing {
+                    previous.get(&j.id).copied().flatten()
+                } else {
+                    j.start
+                };
+                (j.id, start)
+            })
             .collect();
         new
     }
@@ -209,6 +220,29 @@ mod tests {
         assert_eq!(t.observe(&jobs, t0), [(1, Some(100))]);
         // Told once.
         assert!(t.observe(&jobs, t0 + LIFT_AFTER).is_empty());
+    }
+
+    #[test]
+    fn a_completing_jobs_start_is_the_one_seen_while_it_ran() {
+        let t0 = Instant::now();
+        let pending = [
+            job(1, Phase::Pending, false, 1),
+            job(2, Phase::Pending, false, 1),
+        ];
+        // 1 runs, then completes its preemption with its start shown as the preemption's
+        // (Slurm 24.11+); 2 is first seen completing.
+        let mut t = Tracker::default();
+        let mut a = job(1, Phase::Running, true, 1);
+        a.start = Some(100);
+        let mut b = job(2, Phase::Running, true, 1);
+        b.start = Some(100);
+        b.completing = true;
+        t.observe(&[a.clone(), b.clone()], t0);
+        a.completing = true;
+        a.start = Some(104);
+        t.observe(&[a, b], t0);
+        // 1 keeps the start it ran with; 2's run's start is unknown.
+        assert_eq!(t.observe(&pending, t0), [(1, Some(100)), (2, None)]);
     }
 
     #[test]

@@ -67,8 +67,8 @@ pub(crate) fn log_pass(log: &DaemonLog, report: &PassReport) -> BTreeMap<(String
     };
     for id in &report.reclaimed {
         log.info(&format!(
-            "job {id} requeued by the governor: an in-quota job waited {} s without Slurm preempting for it",
-            teamshare_policy::governance::RECLAIM_FALLBACK_SECS
+            "job {id} requeued by the governor: an in-quota job waited over {} ms without Slurm preempting for it",
+            teamshare_policy::governance::RECLAIM_FALLBACK_MS
         ));
         *requeued.entry((team(id), Requeue::Reclaimed)).or_default() += 1;
     }

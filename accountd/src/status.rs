@@ -1029,6 +1029,7 @@ mod tests {
             jobs,
             fairshare: &BTreeMap::new(),
             now: NOW,
+            now_ms: NOW.saturating_mul(1_000),
             node_gpus: &cap.per_node,
             capacity_by_type: &cap.by_type,
             node_types: &cap.per_node_types,

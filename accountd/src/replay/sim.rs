@@ -32,9 +32,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
 use teamshare_config::{Config, IdleSharing};
-use teamshare_policy::governance::{
-    self, ClusterJob, GovernInput, PassInput, Phase, Planner, RECLAIM_FALLBACK_SECS,
-};
+use teamshare_policy::governance::{self, ClusterJob, GovernInput, PassInput, Phase, Planner};
 use teamshare_policy::priority::{self, encode, BORROW_BASE, VICTIM_BASE};
 use teamshare_policy::submit::{self, GpuAsk, SubmitRequest};
 
@@ -1132,6 +1130,7 @@ impl<'a> Sim<'a> {
                 capacity: view.0.values().sum(),
                 fairshare: &self.fairshare,
                 now: self.now,
+                now_ms: self.now.saturating_mul(1_000),
             });
             Decision {
                 priorities: pass.priorities,
@@ -1165,6 +1164,7 @@ impl<'a> Sim<'a> {
             jobs: &rows,
             fairshare: &self.fairshare,
             now: self.now,
+            now_ms: self.now.saturating_mul(1_000),
             node_gpus,
             capacity_by_type,
             node_types,
@@ -1308,9 +1308,9 @@ impl<'a> Sim<'a> {
             let Some(j) = by_id(id) else {
                 continue;
             };
-            let due = self.trace.jobs[j]
-                .submit
-                .saturating_add(RECLAIM_FALLBACK_SECS);
+            // The first whole second at which the fallback acts (the simulation's clock).
+            let due_ms = governance::reclaim_fallback_due_ms(self.trace.jobs[j].submit);
+            let due = due_ms.saturating_add(999) / 1_000;
             if due > now {
                 next = Some(next.map_or(due, |n| n.min(due)));
             }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use teamshare_config::Config;
 use teamshare_policy::governance::{
-    plan, ClusterJob, GovernInput, Phase, Plan, RECLAIM_FALLBACK_SECS,
+    plan, reclaim_fallback_due_ms, ClusterJob, GovernInput, Phase, Plan,
 };
 use teamshare_policy::priority::{self, encode};
 
@@ -184,6 +184,7 @@ fn case() -> impl Strategy<Value = Case> {
                 jobs: &jobs,
                 fairshare: &fairshare,
                 now: NOW,
+                now_ms: NOW.saturating_mul(1_000),
                 node_gpus: &BTreeMap::new(),
                 capacity_by_type: &BTreeMap::new(),
                 node_types: &BTreeMap::new(),
@@ -276,7 +277,7 @@ proptest! {
         }
         let fairshare = BTreeMap::new();
         let p = plan(&GovernInput {
-            config: &c.config, capacity: c.capacity, jobs: &c.jobs, fairshare: &fairshare, now: NOW,
+            config: &c.config, capacity: c.capacity, jobs: &c.jobs, fairshare: &fairshare, now: NOW, now_ms: NOW * 1_000,
             node_gpus: &BTreeMap::new(),
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
@@ -308,7 +309,7 @@ proptest! {
         let waiting: u32 = c.jobs.iter()
             .filter(|j| j.phase == Phase::Pending && j.eligible)
             .filter(|j| c.plan.priorities.get(&j.id).is_some_and(|p| in_quota(*p)))
-            .filter(|j| NOW - j.submit >= RECLAIM_FALLBACK_SECS)
+            .filter(|j| reclaim_fallback_due_ms(j.submit) <= NOW * 1_000)
             .map(|j| j.gpus)
             .sum();
         let needed = waiting.saturating_sub(free);

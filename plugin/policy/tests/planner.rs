@@ -367,6 +367,7 @@ proptest! {
                 jobs: &jobs,
                 fairshare: &fairshare,
                 now,
+                now_ms: now.saturating_mul(1_000),
                 node_gpus: &node_gpus,
                 capacity_by_type: &BTreeMap::new(),
                 node_types: &BTreeMap::new(),
@@ -375,6 +376,7 @@ proptest! {
                 capacity,
                 fairshare: &fairshare,
                 now,
+                now_ms: now.saturating_mul(1_000),
             });
             same_as_plan(&config, &planner, &jobs, &full, &pass)?;
             // Only what changed is handed back.

@@ -155,6 +155,7 @@ fn build((node_gpus, teams, runs, (team, gpus)): Drawn) -> Option<Case> {
         jobs: &jobs,
         fairshare: &BTreeMap::new(),
         now: NOW,
+        now_ms: NOW.saturating_mul(1_000),
         node_gpus: &nodes,
         capacity_by_type: &BTreeMap::new(),
         node_types: &BTreeMap::new(),

@@ -298,6 +298,7 @@ pub fn govern_input<'a>(
         jobs,
         fairshare,
         now: NOW,
+        now_ms: NOW.saturating_mul(1_000),
         node_gpus: &NO_PLACEMENT,
         capacity_by_type: &NO_TYPES,
         node_types: &NO_NODE_TYPES,

@@ -163,6 +163,9 @@ pub struct GovernInput<'a> {
     /// Fair-share factor per team (missing: 1.0).
     pub fairshare: &'a BTreeMap<String, f64>,
     pub now: i64,
+    /// The same instant in milliseconds (the reclaim fallback's wait,
+    /// [`RECLAIM_FALLBACK_MS`]); `now * 1000` where only seconds are known.
+    pub now_ms: i64,
     /// GPUs per usable node of the governed partitions (empty: placement unknown).
     pub node_gpus: &'a BTreeMap<String, u32>,
     /// C_k: GPUs of each type on usable nodes of the governed partitions (typed
@@ -260,7 +263,27 @@ pub const STATE_VERSION: u32 = 3;
 /// whose first victims sit on different nodes), or when several reclaiming jobs arrive
 /// together and one takes the GPUs another's preemption freed (Slurm was seen waiting 15 s
 /// before preempting again), the governor acts. Victims already completing count as freeing.
-pub const RECLAIM_FALLBACK_SECS: i64 = 1;
+///
+/// The wait is measured in milliseconds and counted for certain: Slurm's submit time is whole
+/// seconds, so from the end of the job's submit second ([`reclaim_fallback_due_ms`]); before,
+/// the whole-second difference let the governor requeue 0.17-0.54 s after a submission,
+/// possibly before Slurm's own preemption had its turn (issue 25, finding 18).
+pub const RECLAIM_FALLBACK_MS: i64 = 1_000;
+
+/// When (ms since the epoch) the reclaim fallback may act for a job submitted in second
+/// `submit`: [`RECLAIM_FALLBACK_MS`] after the latest instant it can have been submitted.
+pub fn reclaim_fallback_due_ms(submit: i64) -> i64 {
+    submit
+        .saturating_add(1)
+        .saturating_mul(1_000)
+        .saturating_add(RECLAIM_FALLBACK_MS)
+}
+
+/// Whether an in-quota job submitted in second `submit` has waited the fallback's delay for
+/// certain at `now_ms`.
+fn waited_for_fallback(now_ms: i64, submit: i64) -> bool {
+    now_ms >= reclaim_fallback_due_ms(submit)
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TeamState {
@@ -306,7 +329,7 @@ impl PublishedState {
     /// only (read in Slurm 22.05.8's preempt_qos.c), so a level above every victim would let
     /// Slurm pick the oldest-submitted borrowed job instead of rule 3's first victim (seen
     /// live: victim 8 planned, 5 preempted). Placement the prefix cannot satisfy is the
-    /// governor's fallback's job ([`RECLAIM_FALLBACK_SECS`]).
+    /// governor's fallback's job ([`RECLAIM_FALLBACK_MS`]).
     pub fn reclaim_level(&self, k: u32, now: i64) -> u32 {
         reclaim_level_in(&self.victims, k, now)
     }
@@ -351,7 +374,7 @@ pub struct Plan {
     /// Running jobs to requeue so a higher class of the same team can run.
     pub displace: Vec<u64>,
     /// Borrowed jobs to requeue for in-quota jobs Slurm has not started within
-    /// [`RECLAIM_FALLBACK_SECS`].
+    /// [`RECLAIM_FALLBACK_MS`].
     pub reclaim: Vec<u64>,
     /// Running non-preemptible jobs found beyond their team's quota (released from parking
     /// by their owner, or a quota lowered under them): requeued, then parked until they fit.
@@ -1468,7 +1491,7 @@ struct Reclaim<'a> {
     /// The level of the pending in-quota jobs: above exactly the victims they need.
     level: u32,
     /// Victims the governor requeues itself for in-quota jobs Slurm has not started within
-    /// [`RECLAIM_FALLBACK_SECS`].
+    /// [`RECLAIM_FALLBACK_MS`].
     requeue: Vec<u64>,
     /// The GPUs of the victims found, and the free GPUs the in-quota jobs leave (`None`
     /// where placement is unknown).
@@ -1488,7 +1511,7 @@ struct Reclaim<'a> {
 #[allow(clippy::too_many_arguments)]
 fn reclaim_phase<'a>(
     rules: &Rules<'_>,
-    now: i64,
+    (now, now_ms): (i64, i64),
     running: &Running<'a>,
     victims: Vec<Ranked<'a>>,
     pending: &Pending<'a>,
@@ -1518,7 +1541,13 @@ fn reclaim_phase<'a>(
             gpus.saturating_sub(free),
             now,
         );
-        let requeue = reclaim_by_count(now, &pending.in_quota, &victims, &pending.displace, free);
+        let requeue = reclaim_by_count(
+            (now, now_ms),
+            &pending.in_quota,
+            &victims,
+            &pending.displace,
+            free,
+        );
         return Reclaim {
             victims,
             level,
@@ -1531,7 +1560,7 @@ fn reclaim_phase<'a>(
     }
     let found = reclaim::by_placement(
         rules,
-        now,
+        (now, now_ms),
         running,
         &victims,
         &pending.in_quota,
@@ -1581,12 +1610,12 @@ fn placement_known(nodes: &LazyNodes<'_, '_>) -> bool {
 }
 
 /// Phase 4 without placement: borrowed jobs the governor requeues itself for in-quota jobs
-/// that still wait after [`RECLAIM_FALLBACK_SECS`] (Slurm normally preempts for them within
+/// that still wait after [`RECLAIM_FALLBACK_MS`] (Slurm normally preempts for them within
 /// a second), in reclaim order until the GPUs they need beyond the free ones are covered.
 /// Exempt victims, jobs already displaced and victims already ending (they free their GPUs
 /// without help, and count as free) are skipped.
 fn reclaim_by_count(
-    now: i64,
+    (now, now_ms): (i64, i64),
     in_quota: &[Entry<'_>],
     victims: &[Ranked<'_>],
     displace: &[u64],
@@ -1595,7 +1624,7 @@ fn reclaim_by_count(
     let mut waiting: Vec<&ClusterJob> = in_quota
         .iter()
         .map(|e| e.job)
-        .filter(|j| j.eligible && now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS)
+        .filter(|j| j.eligible && waited_for_fallback(now_ms, j.submit))
         .collect();
     if waiting.is_empty() {
         return Vec::new();
@@ -1800,6 +1829,7 @@ struct Pass<'a> {
     /// Fair-share factor per team (missing: 1.0).
     fairshare: &'a BTreeMap<String, f64>,
     now: i64,
+    now_ms: i64,
     nodes: PassNodes<'a>,
 }
 
@@ -2374,6 +2404,7 @@ fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         capacity: input.capacity,
         fairshare: input.fairshare,
         now: input.now,
+        now_ms: input.now_ms,
         nodes: PassNodes::Given(input.node_gpus),
     };
     let mut priorities = Priorities::default();
@@ -2492,7 +2523,15 @@ fn decide<'a>(
         room,
         holds,
     } = reclaim_phase(
-        rules, pass.now, &running, victims, &pending, &nodes, free, priorities, kept,
+        rules,
+        (pass.now, pass.now_ms),
+        &running,
+        victims,
+        &pending,
+        &nodes,
+        free,
+        priorities,
+        kept,
     );
     // Lending by placement: the idle GPUs the in-quota jobs leave, where the nodes are known.
     let room = match room {
@@ -2799,6 +2838,7 @@ fn plan_typed(input: &GovernInput<'_>) -> Plan {
             jobs: &pool_jobs[k.as_str()],
             fairshare: input.fairshare,
             now: input.now,
+            now_ms: input.now_ms,
             node_gpus: &node_gpus,
             capacity_by_type: &no_types,
             node_types: &no_node_types,
@@ -3156,6 +3196,7 @@ min_runtime_before_reclaim = "0s"
             jobs,
             fairshare: &fairshare,
             now: 1_000,
+            now_ms: 1_000 * 1_000,
             node_gpus: &BTreeMap::new(),
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
@@ -3270,12 +3311,30 @@ min_runtime_before_reclaim = "0s"
         let mut jobs: Vec<_> = (1..=8)
             .map(|i| running(i, "training", 100 + i as i64))
             .collect();
-        jobs.push(pending(20, "agents", 1_000 - RECLAIM_FALLBACK_SECS));
-        jobs.push(pending(21, "agents", 1_000));
+        jobs.push(pending(20, "agents", WAITED_AT_1000));
+        // Submitted in second 999: 0 to 1 s ago at now = 1,000, not past the delay for
+        // certain (a whole-second difference of 1 is not).
+        jobs.push(pending(21, "agents", 999));
         let p = plan_for(&c, &jobs, &[]);
         // Only the job waiting past the fallback delay, only one victim, the first in order.
         assert_eq!(p.reclaim, [8]);
         assert!(p.displace.is_empty());
+    }
+
+    /// The latest submit second whose wait is past [`RECLAIM_FALLBACK_MS`] for certain at
+    /// now = 1,000 s.
+    const WAITED_AT_1000: i64 = 998;
+
+    #[test]
+    fn the_fallback_wait_is_counted_in_milliseconds_from_the_end_of_the_submit_second() {
+        // Submitted in second 999 (at 999.0 to 999.999): the wait is certainly 1 s at
+        // 1,001.000, not before, whatever the whole-second difference says.
+        assert_eq!(reclaim_fallback_due_ms(999), 1_001_000);
+        assert!(!waited_for_fallback(1_000_000, 999));
+        assert!(!waited_for_fallback(1_000_999, 999));
+        assert!(waited_for_fallback(1_001_000, 999));
+        assert!(waited_for_fallback(1_000_000, WAITED_AT_1000));
+        assert!(!waited_for_fallback(i64::MIN, i64::MAX));
     }
 
     #[test]
@@ -3481,6 +3540,7 @@ min_runtime_before_reclaim = "0s"
                 jobs,
                 fairshare: &fairshare,
                 now: 1_000,
+                now_ms: 1_000 * 1_000,
                 node_gpus: nodes,
                 capacity_by_type: &BTreeMap::new(),
                 node_types: &BTreeMap::new(),
@@ -3578,6 +3638,7 @@ min_runtime_before_reclaim = "0s"
             jobs: &jobs,
             fairshare: &BTreeMap::new(),
             now: 1_000,
+            now_ms: 1_000 * 1_000,
             node_gpus: &nodes,
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
@@ -3680,6 +3741,7 @@ min_runtime_before_reclaim = "0s"
             jobs: &jobs,
             fairshare: &fairshare,
             now: 1_000,
+            now_ms: 1_000 * 1_000,
             node_gpus: &BTreeMap::new(),
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
@@ -3825,6 +3887,7 @@ min_runtime_before_reclaim = "0s"
                 jobs: &jobs,
                 fairshare: &fairshare,
                 now: 1_000,
+                now_ms: 1_000 * 1_000,
                 node_gpus: nodes,
                 capacity_by_type: &BTreeMap::new(),
                 node_types: &BTreeMap::new(),
@@ -3879,7 +3942,7 @@ min_runtime_before_reclaim = "0s"
                 j
             })
             .collect();
-        let mut three = pending(20, "training", 1_000 - RECLAIM_FALLBACK_SECS);
+        let mut three = pending(20, "training", WAITED_AT_1000);
         three.gpus = 3;
         jobs.push(three.clone());
         let nodes: BTreeMap<String, u32> = [("n1".to_string(), 4), ("n2".to_string(), 4)].into();
@@ -3891,6 +3954,7 @@ min_runtime_before_reclaim = "0s"
                 jobs,
                 fairshare: &fairshare,
                 now: 1_000,
+                now_ms: 1_000 * 1_000,
                 node_gpus: &nodes,
                 capacity_by_type: &BTreeMap::new(),
                 node_types: &BTreeMap::new(),
@@ -4032,6 +4096,7 @@ min_runtime_before_reclaim = "0s"
             jobs,
             fairshare: &BTreeMap::new(),
             now: 1_000,
+            now_ms: 1_000 * 1_000,
             node_gpus: &node_gpus,
             capacity_by_type: &by_type,
             node_types: &node_types,

@@ -47,6 +47,8 @@ pub struct PassInput<'a> {
     /// Fair-share factor per team (missing: 1.0).
     pub fairshare: &'a BTreeMap<String, f64>,
     pub now: i64,
+    /// The same instant in milliseconds (see [`GovernInput`](super::GovernInput)).
+    pub now_ms: i64,
 }
 
 /// What a [`Planner`] pass decided: [`Plan`](super::Plan)'s actions, with the priorities
@@ -390,6 +392,7 @@ impl<'c> Planner<'c> {
             capacity: input.capacity,
             fairshare: input.fairshare,
             now: input.now,
+            now_ms: input.now_ms,
             nodes: PassNodes::Kept(nodes),
         };
         written.clear();

@@ -20,13 +20,13 @@
 //! are exactly the running jobs of the QOS with a lower priority and which preempts only on
 //! the nodes the job then uses, can take no other job. What stays of each team they belong to
 //! is split again (its oldest fill its quota), and the governor requeues the victims itself
-//! for the jobs still waiting after [`RECLAIM_FALLBACK_SECS`] (docs/design/reclaim-by-placement.md).
+//! for the jobs still waiting after [`RECLAIM_FALLBACK_MS`](super::RECLAIM_FALLBACK_MS) (docs/design/reclaim-by-placement.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     priority, split_running, ClusterJob, Entry, List, NodeRoom, Ranked, Rules, Running, Sink,
-    TeamRunning, RECLAIM_FALLBACK_SECS,
+    TeamRunning,
 };
 
 /// The most shapes of several-node jobs [`Room`] remembers as fitting nowhere.
@@ -41,7 +41,7 @@ pub(super) struct Reclaimed<'a> {
     /// The victims with their team's place, each in-quota job's after those of the jobs
     /// served before it.
     pub victims: Vec<(Entry<'a>, usize)>,
-    /// Of them, those of the in-quota jobs that waited past [`RECLAIM_FALLBACK_SECS`]: the
+    /// Of them, those of the in-quota jobs that waited past [`RECLAIM_FALLBACK_MS`](super::RECLAIM_FALLBACK_MS): the
     /// governor requeues them itself.
     pub requeue: Vec<u64>,
     /// The GPUs the victims hold.
@@ -202,7 +202,7 @@ struct Search<'a> {
 /// victims make room for it (see the module's documentation).
 pub(super) fn by_placement<'a>(
     rules: &Rules<'_>,
-    now: i64,
+    (now, now_ms): (i64, i64),
     running: &Running<'a>,
     borrowed: &[Ranked<'a>],
     in_quota: &[Entry<'a>],
@@ -243,7 +243,7 @@ pub(super) fn by_placement<'a>(
                 }
             }
         };
-        let waited = j.eligible && now.saturating_sub(j.submit) >= RECLAIM_FALLBACK_SECS;
+        let waited = j.eligible && super::waited_for_fallback(now_ms, j.submit);
         let cands = search.cands.as_ref().map_or(&[][..], Vec::as_slice);
         for c in victims {
             let c = &cands[c];
@@ -673,6 +673,7 @@ min_runtime_before_reclaim = "0s"
             jobs,
             fairshare: &BTreeMap::new(),
             now: 1_000,
+            now_ms: 1_000 * 1_000,
             node_gpus: &nodes,
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),

@@ -2,7 +2,9 @@
 //! research 2 + 6): each scenario is named after the finding it proves fixed, and fails on
 //! the code before the fix.
 
-use std::time::Duration;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use teamshare_live_tests::{ensure, Cluster, Scenario, TestResult};
 
@@ -36,6 +38,10 @@ pub const SCENARIOS: &[Scenario] = &[
     (
         "issue25::f11_a_heterogeneous_job_is_requeued_whole_through_its_leader",
         heterogeneous_over_ceiling,
+    ),
+    (
+        "issue25::f18_slurmctld_back_within_and_after_state_max_age",
+        slurmctld_restarted,
     ),
 ];
 
@@ -366,5 +372,122 @@ fn heterogeneous_over_ceiling(c: &Cluster) -> TestResult {
             )),
             || format!("the governor's log does not name the leader {leader} as requeued:\n{log}"),
         )
+    })
+}
+
+/// Finding 18: slurmctld stopped and started again (docs/design/plugin-configuration-and-
+/// failure.md, "slurmctld down and back"). Back within `state_max_age` of the governor's last
+/// pass, the plugin's init finds the state current: the first submissions are judged by it,
+/// nothing is logged stale, and the governor (running all along, its passes failing while
+/// the controller is away) publishes again. Back after it, with no governor to publish, the
+/// state is stale: `on_stale_state` (fail-open) admits the job, logged once, and the
+/// governor's next pass makes it current again, logged once.
+fn slurmctld_restarted(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        // 20 s: room for a restart on a loaded machine inside the threshold.
+        let text = c
+            .original_config()
+            .replacen("state_max_age = \"5s\"", "state_max_age = \"20s\"", 1);
+        ensure(text != c.original_config(), || {
+            "the live configuration no longer has state_max_age = \"5s\"".into()
+        })?;
+        c.reconfigure(&text)?;
+        let count = |what: &str| c.slurmctld_log().matches(what).count();
+        let (stale, current) = (
+            "governance state is stale",
+            "governance state is current again",
+        );
+        let (stale_before, current_before) = (count(stale), count(current));
+        // Within: down about 2 s, the governor running.
+        let down = Instant::now();
+        restart_slurmctld(c, || std::thread::sleep(Duration::from_secs(2)))?;
+        let back = down.elapsed();
+        let ids = c.submit_sleeps("agents", 1, 30, &[])?;
+        c.wait_running("agents", 1, MINUTE)?;
+        ensure(count(stale) == stale_before, || {
+            format!("slurmctld back {back:.1?} after it stopped (state_max_age 20 s): the plugin took the state as stale")
+        })?;
+        let restarted = std::time::SystemTime::now();
+        c.wait_for("the governor to publish again", MINUTE, || {
+            Ok(c.state_modified().filter(|m| *m > restarted))
+        })?;
+        c.ok("scancel", &[&ids[0]])?;
+        // After: the governor stopped, slurmctld back once the state is older than 20 s.
+        c.stop_governor();
+        let last = c.state_modified().ok_or("no state file")?;
+        restart_slurmctld(c, || {
+            let age = last.elapsed().unwrap_or_default();
+            std::thread::sleep(Duration::from_secs(21).saturating_sub(age));
+        })?;
+        let late = c.submit_sleeps("agents", 1, 30, &[])?;
+        c.wait_running("agents", 1, MINUTE)?;
+        ensure(count(stale) == stale_before + 1, || {
+            format!(
+                "a state {:.1?} old (state_max_age 20 s) was logged stale {} times, not once",
+                last.elapsed().unwrap_or_default(),
+                count(stale) - stale_before
+            )
+        })?;
+        c.start_governor()?;
+        c.wait_governor_pass()?;
+        c.submit_sleeps("agents", 1, 30, &[])?;
+        c.wait_for("the plugin to find the state current again", MINUTE, || {
+            Ok((count(current) > current_before).then_some(()))
+        })?;
+        ensure(count(stale) == stale_before + 1, || {
+            "the state was logged stale again once the governor published".into()
+        })?;
+        c.ok("scancel", &[&late[0]]).map(|_| ())
+    })
+}
+
+/// Stop slurmctld as systemd would (SIGTERM), run `away` while it is down, and start it again
+/// as contrib/cluster/start.sh does; returns once it answers.
+fn restart_slurmctld(c: &Cluster, away: impl FnOnce()) -> TestResult {
+    let pid = c.slurmctld_pid().ok_or("no slurmctld pid")?;
+    c.ok("kill", &["-TERM", &pid.to_string()])?;
+    c.wait_for("slurmctld to stop", MINUTE, || {
+        Ok((!process_alive(pid)).then_some(()))
+    })?;
+    away();
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(c.dir.join("log/slurmctld.out"))
+        .map_err(|e| e.to_string())?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    // The environment start.sh gives its daemons: stop.sh stops only the processes that carry
+    // the cluster's marker.
+    let mut cmd = c.cmd("setsid");
+    let plugin = c.dir.join("plugins/job_submit_teamshare.so");
+    if plugin.exists() {
+        cmd.env("TEAMSHARE_PLUGIN", plugin);
+    }
+    let child = cmd
+        .args(["slurmctld", "-D"])
+        .env("TEAMSHARE_CLUSTER_DIR", &c.dir)
+        .env("TEAMSHARE_CONFIG", c.dir.join("etc/teamshare.toml"))
+        .current_dir(c.dir.join("run"))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("cannot start slurmctld: {e}"))?;
+    std::fs::write(c.dir.join("pids/slurmctld.pid"), child.id().to_string())
+        .map_err(|e| e.to_string())?;
+    c.wait_for("slurmctld to answer again", MINUTE, || {
+        let up = c
+            .run("scontrol", &["ping"])
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("is UP"));
+        Ok(up.then_some(()))
+    })
+}
+
+/// Whether process `pid` runs (a zombie, exited but not reaped, does not).
+fn process_alive(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat"));
+    stat.is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
     })
 }

@@ -531,7 +531,7 @@ fn govern(
             count_limits(live, &report);
         });
         shared.exporter.update_counters(|c| {
-            c.governor_run_ended_holds += u64::try_from(report.requeue_held.len()).unwrap_or(0);
+            count_holds(c, &report);
         });
         return;
     }
@@ -541,7 +541,7 @@ fn govern(
     shared.exporter.update_counters(|c| {
         c.governor_unreadable_jobs += u64::try_from(report.unreadable.len()).unwrap_or(u64::MAX);
         c.governor_state_write_failures += u64::from(report.state_write_failed);
-        c.governor_run_ended_holds += u64::try_from(report.requeue_held.len()).unwrap_or(0);
+        count_holds(c, &report);
     });
     shared.step_result(STEP_GOVERN, Ok(()));
     // What the pass read: the ingest thread records it, and runs no second sinfo.
@@ -558,6 +558,13 @@ fn govern(
     if capacity_changed {
         let _ = capacity_tx.send(sample);
     }
+}
+
+/// The holds against a second run a pass placed, and those it released as wrong.
+fn count_holds(c: &mut crate::metrics::Counters, report: &PassReport) {
+    let n = |v: &Vec<u64>| u64::try_from(v.len()).unwrap_or(u64::MAX);
+    c.governor_run_ended_holds += n(&report.requeue_held);
+    c.governor_wrong_holds_released += n(&report.wrong_holds_released);
 }
 
 /// The pass in the live metrics: its timing and Slurm calls, its actions', the capacity, the

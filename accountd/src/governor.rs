@@ -95,6 +95,9 @@ pub struct PassReport {
     /// Requeued jobs whose requeue could not be checked in accounting: their delay is left to
     /// Slurm ([`crate::requeue_check`]).
     pub requeue_unverified: Vec<u64>,
+    /// Jobs held against a second run whose run accounting later showed killed by the
+    /// requeue: their hold was wrong and is released.
+    pub wrong_holds_released: Vec<u64>,
     /// Non-preemptible jobs parked (held) because they do not fit their team's quota.
     pub parked: Vec<u64>,
     /// Parked jobs released because they now fit.
@@ -153,6 +156,7 @@ impl PassReport {
         self.failures.extend(acted.failures);
         self.requeue_held.extend(acted.requeue_held);
         self.requeue_unverified.extend(acted.requeue_unverified);
+        self.wrong_holds_released.extend(acted.wrong_holds_released);
         self.parked.extend(acted.parked);
         self.released.extend(acted.released);
         self.unheld.extend(acted.unheld);
@@ -445,23 +449,7 @@ impl Governor {
             partitions: slurm_partitions,
             holds,
         } = self.read(now)?;
-        // Holds whose reason is gone: the account is a team again, or types are not governed.
-        let unhold: Vec<(u64, bool)> = holds
-            .iter()
-            .filter(|h| {
-                if h.untyped {
-                    !self.config.is_typed()
-                } else {
-                    self.config.team(&h.account).is_some()
-                }
-            })
-            .map(|h| {
-                let lift = h
-                    .begin
-                    .is_some_and(|b| b > now && b <= now + UNHOLD_LIFTS_WITHIN_SECS);
-                (h.id, lift)
-            })
-            .collect();
+        let (unhold, run_ended_holds) = self.releasable_holds(&holds, now);
         let mut plan = governance::plan(&GovernInput {
             config: &self.config,
             capacity: cap.total,
@@ -498,6 +486,7 @@ impl Governor {
                 addresses,
                 leaders,
                 unhold,
+                run_ended_holds,
             };
             let spawned = std::thread::Builder::new()
                 .name("governor-act".into())
@@ -523,6 +512,34 @@ impl Governor {
     /// Read what a pass plans from ([`SlurmReader::read`]).
     pub fn read(&mut self, now: UnixSeconds) -> Result<Reading, GovernError> {
         self.reader.read(&self.config.cluster.partitions, now)
+    }
+
+    /// The governor's holds that may go, each with whether the requeue delay left by the
+    /// requeue that came with it is lifted: those whose reason is gone (the account is a team
+    /// again, or types are not governed), and apart, its holds against a second run (released
+    /// only where the requeue check found them wrong).
+    fn releasable_holds(&self, holds: &[GovernorHold], now: i64) -> (Vec<Unhold>, Vec<Unhold>) {
+        let lift = |h: &GovernorHold| {
+            h.begin
+                .is_some_and(|b| b > now && b <= now + UNHOLD_LIFTS_WITHIN_SECS)
+        };
+        let (run_ended, others): (Vec<&GovernorHold>, Vec<&GovernorHold>) =
+            holds.iter().partition(|h| h.run_ended);
+        let unhold = others
+            .into_iter()
+            .filter(|h| {
+                if h.untyped {
+                    !self.config.is_typed()
+                } else {
+                    self.config.team(&h.account).is_some()
+                }
+            })
+            .map(|h| (h.id, lift(h)))
+            .collect();
+        (
+            unhold,
+            run_ended.into_iter().map(|h| (h.id, lift(h))).collect(),
+        )
     }
 
     /// What a pass would read and plan, without publishing or acting (`accountd govern
@@ -654,6 +671,10 @@ pub fn run_loop<B>(
     }
 }
 
+/// A hold to release: the job, and whether the requeue delay left by the requeue that came
+/// with the hold is lifted.
+type Unhold = (u64, bool);
+
 /// What a pass read and planned, handed to the actuator.
 struct Snapshot {
     plan: Plan,
@@ -663,6 +684,9 @@ struct Snapshot {
     /// Jobs the governor held whose reason is gone: released (and whether the requeue delay
     /// left by the requeue that came with the hold is lifted).
     unhold: Vec<(u64, bool)>,
+    /// The governor's holds against a second run, likewise: released where the requeue check
+    /// has since found them wrong ([`crate::requeue_check::Checks::wrong_holds`]).
+    run_ended_holds: Vec<(u64, bool)>,
 }
 
 impl Actuator {
@@ -714,6 +738,7 @@ impl Actuator {
             addresses,
             leaders,
             unhold,
+            run_ended_holds,
         } = work;
         self.apply_limits(plan, report);
         // Priorities and releases before requeues: when a requeue frees GPUs, the job it
@@ -723,6 +748,14 @@ impl Actuator {
         report.priority_updates = apply_priorities(plan, jobs, addresses)?;
         report.released = release(plan, jobs, addresses)?;
         report.unheld = release_holds(unhold, addresses)?;
+        let wrong = self.checks.wrong_holds();
+        let wrong: Vec<(u64, bool)> = run_ended_holds
+            .iter()
+            .filter(|(id, _)| wrong.contains(id))
+            .copied()
+            .collect();
+        report.wrong_holds_released = release_holds(&wrong, addresses)?;
+        self.checks.released(&report.wrong_holds_released);
         self.act_on_running(plan, jobs, addresses, leaders, report)?;
         // A job just requeued is pending now: what the plan says of it pending is not for it.
         let acted: std::collections::BTreeSet<u64> = report

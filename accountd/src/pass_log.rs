@@ -93,6 +93,7 @@ pub(crate) fn log_pass(log: &DaemonLog, report: &PassReport) -> BTreeMap<(String
         (&report.unheld, "released by the governor: the reason it was held is gone (its account is a team again, or GPU types are no longer governed)"),
         (&report.lifted, "may start again: the governor lifted its requeue delay (its run was ended by a preemption or requeue)"),
         (&report.requeue_held, "held by the governor: its run had ended by itself just before a requeue (the governor's, or Slurm's preemption) reached slurmctld, so it must not run twice (its owner may release it)"),
+        (&report.wrong_holds_released, "released by the governor: accounting now records its run as killed by the requeue, so the hold placed against a second run was wrong"),
         (&report.requeue_unverified, "keeps Slurm's requeue delay: the governor could not tell from accounting whether its requeued run had ended by itself (the run's start unknown, or not recorded within 90 s)"),
     ] {
         for id in ids {

@@ -43,6 +43,12 @@ const REQUEUE_CHECK_AFTER: Duration = Duration::from_secs(2);
 const REQUEUE_CHECK_FOR: Duration = Duration::from_secs(90);
 const REQUEUE_CHECK_EVERY: Duration = Duration::from_secs(3);
 const SACCT_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// A job held because its run had ended by itself is looked at again in accounting this
+/// often, for this long: where a later record says the requeue killed the run after all (a
+/// record written during a slurmdbd outage, issue 25, finding 16), the hold was wrong and is
+/// released ([`Checks::wrong_holds`]).
+const HELD_RECHECK_EVERY: Duration = Duration::from_secs(30);
+const HELD_RECHECK_FOR: Duration = Duration::from_secs(600);
 
 /// The requeues not yet settled, and the check under way.
 #[derive(Debug, Default)]
@@ -56,6 +62,12 @@ pub struct Checks {
     unverified: BTreeMap<u64, Instant>,
     /// Jobs that became unverified since the last poll (to be told once).
     newly_unverified: Vec<u64>,
+    /// Jobs held because their run had ended by itself, looked at again for a while.
+    held: Vec<RequeueCheck>,
+    held_checked_at: Option<Instant>,
+    /// Holds accounting has since shown wrong: the governor releases them
+    /// ([`Checks::wrong_holds`]).
+    wrong: BTreeMap<u64, Instant>,
 }
 
 /// What a poll of the checks found.
@@ -100,6 +112,36 @@ impl Checks {
             .collect()
     }
 
+    /// Jobs held because their run had ended by itself that accounting has since shown were
+    /// killed by the requeue: their hold protects nothing and is released.
+    pub fn wrong_holds(&self) -> BTreeSet<u64> {
+        self.wrong.keys().copied().collect()
+    }
+
+    /// These wrong holds were released.
+    pub fn released(&mut self, ids: &[u64]) {
+        for id in ids {
+            self.wrong.remove(id);
+        }
+    }
+
+    /// Take in what a check found.
+    fn absorb(&mut self, outcome: RequeueOutcome, polled: &mut Polled, now: Instant) {
+        self.requeues.retain(|r| !outcome.settled.contains(&r.id));
+        for (id, start, name) in outcome.held_runs {
+            self.held.push(RequeueCheck {
+                id,
+                name,
+                start,
+                at: now,
+            });
+        }
+        self.held.retain(|r| !outcome.wrong.contains(&r.id));
+        self.wrong.extend(outcome.wrong.iter().map(|id| (*id, now)));
+        polled.held = outcome.held;
+        polled.failures = outcome.failures;
+    }
+
     /// Take the previous check's answer if it has come, and start the next one when due.
     pub fn poll(&mut self) -> Polled {
         let mut polled = Polled::default();
@@ -110,11 +152,7 @@ impl Checks {
         {
             if let Some(h) = self.running.take() {
                 match h.join() {
-                    Ok(outcome) => {
-                        self.requeues.retain(|r| !outcome.settled.contains(&r.id));
-                        polled.held = outcome.held;
-                        polled.failures = outcome.failures;
-                    }
+                    Ok(outcome) => self.absorb(outcome, &mut polled, Instant::now()),
                     Err(_) => polled
                         .failures
                         .push("the requeue check stopped with an internal error".into()),
@@ -130,6 +168,8 @@ impl Checks {
             keep
         });
         polled.unverified = std::mem::take(&mut self.newly_unverified);
+        self.held.retain(|r| r.at.elapsed() < HELD_RECHECK_FOR);
+        self.wrong.retain(|_, at| at.elapsed() < HELD_RECHECK_FOR);
         self.unverified
             .retain(|_, at| at.elapsed() < crate::requeue_delay::FORGET_AFTER);
         let due: Vec<(u64, i64, String)> = self
@@ -138,20 +178,36 @@ impl Checks {
             .filter(|r| r.at.elapsed() >= REQUEUE_CHECK_AFTER)
             .map(|r| (r.id, r.start, r.name.clone()))
             .collect();
-        if due.is_empty()
+        let recheck_due = !self.held.is_empty()
+            && self
+                .held_checked_at
+                .is_none_or(|t| t.elapsed() >= HELD_RECHECK_EVERY);
+        let recheck: Vec<(u64, i64, String)> = if recheck_due {
+            self.held
+                .iter()
+                .map(|r| (r.id, r.start, r.name.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if (due.is_empty() && recheck.is_empty())
             || self.running.is_some()
-            || self
-                .checked_at
-                .is_some_and(|t| t.elapsed() < REQUEUE_CHECK_EVERY)
+            || (recheck.is_empty()
+                && self
+                    .checked_at
+                    .is_some_and(|t| t.elapsed() < REQUEUE_CHECK_EVERY))
         {
             return polled;
         }
         self.checked_at = Some(Instant::now());
+        if !recheck.is_empty() {
+            self.held_checked_at = self.checked_at;
+        }
         // sacct can take seconds on a busy slurmdbd: on a thread of its own, so that passes
         // keep their cadence; its answer is taken at a later pass.
         let spawned = std::thread::Builder::new()
             .name("requeue-check".into())
-            .spawn(move || settle_requeues(&due));
+            .spawn(move || settle_requeues(&due, &recheck));
         match spawned {
             Ok(h) => self.running = Some(h),
             Err(e) => polled
@@ -169,14 +225,22 @@ struct RequeueOutcome {
     settled: Vec<u64>,
     /// Jobs held because their run had ended by itself.
     held: Vec<u64>,
+    /// Those jobs with their run's start and name, to be looked at again.
+    held_runs: Vec<(u64, i64, String)>,
+    /// Held jobs whose run accounting now says the requeue killed: the hold was wrong.
+    wrong: Vec<u64>,
     failures: Vec<String>,
 }
 
 /// Read the requeued runs' batch steps with one sacct call and hold the jobs whose run had
 /// ended by itself (see the module's documentation).
-fn settle_requeues(due: &[(u64, i64, String)]) -> RequeueOutcome {
+fn settle_requeues(due: &[(u64, i64, String)], recheck: &[(u64, i64, String)]) -> RequeueOutcome {
     let mut outcome = RequeueOutcome::default();
-    let ids: Vec<String> = due.iter().map(|(id, _, _)| id.to_string()).collect();
+    let ids: Vec<String> = due
+        .iter()
+        .chain(recheck)
+        .map(|(id, _, _)| id.to_string())
+        .collect();
     let text = match SlurmCommand::new(
         "sacct",
         vec![
@@ -198,6 +262,7 @@ fn settle_requeues(due: &[(u64, i64, String)]) -> RequeueOutcome {
             return outcome;
         }
     };
+    outcome.wrong = wrong_holds_in(&text, recheck);
     let mut finished = Vec::new();
     let mut names = Vec::new();
     for (id, start, name) in due {
@@ -205,7 +270,7 @@ fn settle_requeues(due: &[(u64, i64, String)]) -> RequeueOutcome {
             Some(RunEnd::Killed) => outcome.settled.push(*id),
             Some(RunEnd::ByItself) => {
                 outcome.settled.push(*id);
-                finished.push(*id);
+                finished.push((*id, *start, name.clone()));
                 names.push(name.as_str());
             }
             None => {}
@@ -229,16 +294,27 @@ fn settle_requeues(due: &[(u64, i64, String)]) -> RequeueOutcome {
                 vec![
                     "update".into(),
                     format!("jobid={list}"),
-                    "AdminComment=teamshare: requeued as its run ended by itself; held so it does not run twice (scontrol release to run it again)".into(),
+                    format!("AdminComment={}", crate::squeue::run_ended_hold_comment()),
                 ],
                 UPDATE_TIMEOUT,
             )
             .run_unchecked();
-            outcome.held = finished;
+            outcome.held = finished.iter().map(|(id, _, _)| *id).collect();
+            outcome.held_runs = finished;
         }
         Err(e) => outcome.failures.push(e.to_string()),
     }
     outcome
+}
+
+/// Of the held jobs `recheck` (id, run's start, name), those whose run `sacct` (as
+/// [`requeued_run_end`] reads it) now says the requeue killed.
+fn wrong_holds_in(sacct: &str, recheck: &[(u64, i64, String)]) -> Vec<u64> {
+    recheck
+        .iter()
+        .filter(|(id, start, _)| requeued_run_end(sacct, *id, *start) == Some(RunEnd::Killed))
+        .map(|(id, _, _)| *id)
+        .collect()
 }
 
 /// How a requeued run ended, from accounting.
@@ -349,5 +425,50 @@ mod tests {
         // Not in accounting yet; or another run of the job.
         assert_eq!(requeued_run_end(sacct, 176, start), None);
         assert_eq!(requeued_run_end(sacct, 174, start + 60), None);
+    }
+
+    /// Issue 25, finding 16: a job held against a second run is looked at again; where
+    /// accounting later records its run as killed by the requeue, the hold is wrong and is
+    /// handed to the governor to release, once.
+    #[test]
+    fn issue25_16_a_hold_accounting_later_shows_wrong_is_released() {
+        let start = 1_796_008_504;
+        let held = vec![
+            (174, start, "174".to_string()),
+            (175, start, "175".to_string()),
+        ];
+        // 174's run completed by itself (the hold is right); 175's was recorded FAILED at
+        // first and is now CANCELLED by the requeue (the hold was wrong).
+        let later = "\
+174.batch|COMPLETED|2026-11-30T03:15:04|0:0
+175.batch|CANCELLED by 0|2026-11-30T03:15:04|0:15
+";
+        assert_eq!(wrong_holds_in(later, &held), [175]);
+        // Not in accounting (or another run): nothing is called wrong.
+        assert!(wrong_holds_in("", &held).is_empty());
+        assert!(wrong_holds_in(later, &[(175, start + 60, "175".into())]).is_empty());
+
+        let mut c = Checks::default();
+        let now = Instant::now();
+        let mut polled = Polled::default();
+        let first = RequeueOutcome {
+            settled: vec![174, 175],
+            held: vec![174, 175],
+            held_runs: held.clone(),
+            ..RequeueOutcome::default()
+        };
+        c.absorb(first, &mut polled, now);
+        assert_eq!(polled.held, [174, 175]);
+        assert_eq!(c.held.len(), 2);
+        assert!(c.wrong_holds().is_empty());
+        let recheck = RequeueOutcome {
+            wrong: vec![175],
+            ..RequeueOutcome::default()
+        };
+        c.absorb(recheck, &mut Polled::default(), now);
+        assert_eq!(c.wrong_holds(), BTreeSet::from([175]));
+        assert_eq!(c.held.iter().map(|r| r.id).collect::<Vec<_>>(), [174]);
+        c.released(&[175]);
+        assert!(c.wrong_holds().is_empty());
     }
 }

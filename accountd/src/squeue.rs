@@ -555,6 +555,8 @@ pub struct GovernorHold {
     pub account: String,
     /// Untyped GPUs where GPUs were governed per type (else: an account outside every team).
     pub untyped: bool,
+    /// Held because its run had ended by itself as it was requeued (neither of the above).
+    pub run_ended: bool,
     /// Its begin time (squeue's EligibleTime), if any.
     pub begin: Option<UnixSeconds>,
 }
@@ -570,8 +572,17 @@ pub(crate) const OUTSIDE_HOLD: &str =
 /// Why it holds a job naming no GPU type in a typed configuration.
 pub(crate) const UNTYPED_HOLD: &str =
     "GPUs are governed per type; resubmit naming one type (--gres=gpu:<type>:N)";
+/// Why it holds a job whose run had ended by itself as it was requeued
+/// ([`crate::requeue_check`]).
+pub(crate) const RUN_ENDED_HOLD: &str =
+    "its run ended by itself as it was requeued; held so that it does not run twice (scontrol release runs it again)";
 /// The start of the AdminComment of a job the governor held.
 const HOLD_MARK: &str = "teamshare: held: ";
+
+/// The AdminComment of a job held because its run had ended by itself.
+pub(crate) fn run_ended_hold_comment() -> String {
+    format!("{HOLD_MARK}{RUN_ENDED_HOLD}")
+}
 
 /// The pending jobs whose AdminComment says the governor held them, and why.
 pub(crate) fn governor_holds(text: &str) -> Vec<GovernorHold> {
@@ -585,9 +596,10 @@ pub(crate) fn governor_holds(text: &str) -> Vec<GovernorHold> {
             continue;
         };
         let comment = f[ADMIN_COMMENT_FIELD].trim().trim_end_matches('|');
-        let untyped = match comment.strip_prefix(HOLD_MARK) {
-            Some(OUTSIDE_HOLD) => false,
-            Some(UNTYPED_HOLD) => true,
+        let (untyped, run_ended) = match comment.strip_prefix(HOLD_MARK) {
+            Some(OUTSIDE_HOLD) => (false, false),
+            Some(UNTYPED_HOLD) => (true, false),
+            Some(RUN_ENDED_HOLD) => (false, true),
             _ => continue,
         };
         if f[2].trim() != "PENDING" || f[3].trim() != "0" {
@@ -598,6 +610,7 @@ pub(crate) fn governor_holds(text: &str) -> Vec<GovernorHold> {
                 id,
                 account: f[1].trim().to_string(),
                 untyped,
+                run_ended,
                 begin: parse_utc(f[15]),
             });
         }
@@ -860,6 +873,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
             line(3, 0, ""),
             line(4, 0, "teamshare: held: something an administrator wrote"),
             line(5, 100, &format!("{HOLD_MARK}{OUTSIDE_HOLD}")),
+            line(6, 0, &run_ended_hold_comment()),
         ]
         .concat();
         let holds = governor_holds(&text);
@@ -871,12 +885,22 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
                     id: 1,
                     account: "research".into(),
                     untyped: false,
+                    run_ended: false,
                     begin,
                 },
                 GovernorHold {
                     id: 2,
                     account: "research".into(),
                     untyped: true,
+                    run_ended: false,
+                    begin,
+                },
+                // Issue 25, finding 16: a hold against a second run, released where wrong.
+                GovernorHold {
+                    id: 6,
+                    account: "research".into(),
+                    untyped: false,
+                    run_ended: true,
                     begin,
                 },
             ]

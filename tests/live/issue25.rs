@@ -385,9 +385,9 @@ fn heterogeneous_over_ceiling(c: &Cluster) -> TestResult {
 fn slurmctld_restarted(c: &Cluster) -> TestResult {
     isolated(c, |c| {
         // 20 s: room for a restart on a loaded machine inside the threshold.
-        let text = c
-            .original_config()
-            .replacen("state_max_age = \"5s\"", "state_max_age = \"20s\"", 1);
+        let text =
+            c.original_config()
+                .replacen("state_max_age = \"5s\"", "state_max_age = \"20s\"", 1);
         ensure(text != c.original_config(), || {
             "the live configuration no longer has state_max_age = \"5s\"".into()
         })?;

@@ -16,6 +16,9 @@ pub struct Counters {
     /// by itself (so that it does not run twice): each waits for its owner's release (issue
     /// 25, finding 16).
     pub governor_run_ended_holds: u64,
+    /// Of those, the holds released because accounting later recorded the run as killed by
+    /// the requeue (the hold was wrong; issue 25, finding 16).
+    pub governor_wrong_holds_released: u64,
 }
 
 /// The exposition of `counters` (always present: a counter at 0 says "none yet").
@@ -48,6 +51,15 @@ pub fn render_counters(counters: &Counters) -> String {
         })
         .and_then(|f| {
             f.sample(&[], counters.governor_run_ended_holds as f64);
+            e.family(
+                "teamshare_governor_wrong_holds_released_total",
+                Kind::Counter,
+                "Jobs held against a second run that the governor released because accounting later recorded their run as killed by the requeue (the hold was wrong).",
+                &[],
+            )
+        })
+        .and_then(|f| {
+            f.sample(&[], counters.governor_wrong_holds_released as f64);
             e.text()
         });
     finish(built)
@@ -63,8 +75,13 @@ mod tests {
     fn issue25_16_run_ended_holds_are_counted() {
         let text = render_counters(&Counters {
             governor_run_ended_holds: 2,
+            governor_wrong_holds_released: 1,
             ..Counters::default()
         });
+        assert!(
+            text.contains("teamshare_governor_wrong_holds_released_total 1\n"),
+            "{text}"
+        );
         assert!(
             text.contains("# TYPE teamshare_governor_run_ended_holds_total counter\n"),
             "{text}"

@@ -634,7 +634,7 @@ fn gpu_count(rng: &mut Rng) -> String {
 fn gpu_form(rng: &mut Rng) -> Vec<String> {
     let n = gpu_count(rng);
     let types = ["h100", "a100", "default", "tesla", "gpu"];
-    match rng.below(16) {
+    match rng.below(18) {
         0 | 1 => vec![],
         2..=5 => vec![format!("--gres=gpu:{n}")],
         6 | 7 => vec![format!("--gpus={n}")],
@@ -667,6 +667,16 @@ fn gpu_form(rng: &mut Rng) -> Vec<String> {
             format!("--gres=gpu:{n}"),
             format!("--cpus-per-gpu={}", rng.range(1, 4)),
         ],
+        // Issue 25, finding 8: GPUs per socket, with or without a socket count.
+        15 => {
+            let mut v = vec![format!("--gpus-per-socket={n}")];
+            if rng.chance(70) {
+                v.push(format!("--sockets-per-node={}", rng.range(1, 2)));
+            }
+            v
+        }
+        // Issue 25, finding 7: a whole node without naming GPUs.
+        16 => vec!["--exclusive".into()],
         _ => vec![
             format!("--gres=gpu:{n}"),
             format!("--nodes={}", rng.range(1, 3)),

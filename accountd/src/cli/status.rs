@@ -7,7 +7,7 @@ use clap::Args;
 use teamshare_config::Config;
 
 use accountd::period;
-use accountd::status::{self, StatusInput};
+use accountd::status::{self, job, StatusInput};
 
 use super::args::StatusFormat;
 use super::{print, UsageError};
@@ -17,6 +17,14 @@ pub(super) struct StatusArgs {
     /// Only this team [default: every team]
     #[arg(long, value_name = "TEAM")]
     team: Option<String>,
+    /// One job: why it waits, whether teamshare holds it [default: every team]
+    #[arg(long, value_name = "JOBID", conflicts_with = "team")]
+    job: Option<u64>,
+    /// With --job: how teamshare judges `scontrol update JobId=<JOBID> FIELD=VALUE ...`, the
+    /// words as given to scontrol (on Slurm 22.05 a refused update shows only Slurm's error
+    /// text; this gives teamshare's reason)
+    #[arg(long, value_name = "FIELD=VALUE", num_args = 1.., requires = "job")]
+    update: Vec<String>,
     /// Output format
     #[arg(long, value_enum, default_value_t = StatusFormat::Table)]
     format: StatusFormat,
@@ -40,6 +48,7 @@ pub(super) fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode
         .context("cannot read Slurm's jobs and nodes")?;
     let state_file = &config.accountd.state_file;
     let state = status::read_state(state_file);
+    let uid = caller_uid();
     let input = StatusInput {
         config,
         state_file,
@@ -49,9 +58,11 @@ pub(super) fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode
         reasons: &reasons,
         now,
         // Slurm's PrivateData hides nothing from root.
-        view_may_be_partial: std::fs::metadata("/proc/self")
-            .map_or(true, |m| std::os::unix::fs::MetadataExt::uid(&m) != 0),
+        view_may_be_partial: uid != Some(0),
     };
+    if let Some(id) = args.job {
+        return one_job(config, args, &input, &reading.holds, id, uid);
+    }
     let Some(status) = status::status(&input, args.team.as_deref()) else {
         return Err(UsageError("--team names no team of the configuration".into()).into());
     };
@@ -59,6 +70,52 @@ pub(super) fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode
         StatusFormat::Table => print(&status::render_table(&status, &chrono::Local)),
         StatusFormat::Json => {
             let mut text = serde_json::to_string_pretty(&status).context("status as JSON")?;
+            text.push('\n');
+            print(&text)
+        }
+    }
+}
+
+/// The uid this runs as (the owner of /proc/self), `None` when unknown.
+fn caller_uid() -> Option<u32> {
+    std::fs::metadata("/proc/self")
+        .ok()
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+}
+
+/// `--job J [--update ...]`: the job, and the plugin's judgement of the update.
+fn one_job(
+    config: &Config,
+    args: &StatusArgs,
+    input: &StatusInput<'_>,
+    holds: &[accountd::squeue::GovernorHold],
+    id: u64,
+    uid: Option<u32>,
+) -> anyhow::Result<ExitCode> {
+    let shown = job::job_status(input, holds, id);
+    let judged = if args.update.is_empty() {
+        None
+    } else {
+        // Unknown: judged as a user would be (an operator's update passes nearly always).
+        let update = job::parse_update(&args.update, uid.unwrap_or(u32::MAX))
+            .map_err(|e| UsageError(format!("--update: {e}")))?;
+        if let Some(named) = update.job.as_deref().filter(|j| *j != id.to_string()) {
+            return Err(UsageError(format!("--update names JobId={named}, --job {id}")).into());
+        }
+        let state = input.state.as_ref().ok().copied();
+        Some(job::judge_update(
+            config,
+            &args.update,
+            &update,
+            state,
+            input.now,
+        ))
+    };
+    match args.format {
+        StatusFormat::Table => print(&job::render(shown.as_ref(), id, judged.as_ref())),
+        StatusFormat::Json => {
+            let value = serde_json::json!({ "job": id, "status": shown, "update": judged });
+            let mut text = serde_json::to_string_pretty(&value).context("status as JSON")?;
             text.push('\n');
             print(&text)
         }

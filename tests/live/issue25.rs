@@ -43,6 +43,10 @@ pub const SCENARIOS: &[Scenario] = &[
         "issue25::f18_slurmctld_back_within_and_after_state_max_age",
         slurmctld_restarted,
     ),
+    (
+        "issue25::f13_a_refused_update_is_explained_by_accountd_status",
+        refused_update_explained,
+    ),
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -443,7 +447,7 @@ fn slurmctld_restarted(c: &Cluster) -> TestResult {
 
 /// Stop slurmctld as systemd would (SIGTERM), run `away` while it is down, and start it again
 /// as contrib/cluster/start.sh does; returns once it answers.
-fn restart_slurmctld(c: &Cluster, away: impl FnOnce()) -> TestResult {
+pub(crate) fn restart_slurmctld(c: &Cluster, away: impl FnOnce()) -> TestResult {
     let pid = c.slurmctld_pid().ok_or("no slurmctld pid")?;
     c.ok("kill", &["-TERM", &pid.to_string()])?;
     c.wait_for("slurmctld to stop", MINUTE, || {
@@ -484,10 +488,86 @@ fn restart_slurmctld(c: &Cluster, away: impl FnOnce()) -> TestResult {
 }
 
 /// Whether process `pid` runs (a zombie, exited but not reaped, does not).
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     let stat = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat"));
     stat.is_ok_and(|s| {
         s.rsplit_once(')')
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Finding 13: on 22.05 a refused `scontrol update` shows the user only the error code's text
+/// ("Invalid account or account/partition combination specified"). `accountd status --job J
+/// --update <the same words>`, run by the user, gives teamshare's reason: the plugin's own
+/// message (in slurmctld's log on 22.05, on the user's terminal from 23.02 on), and says why
+/// the job waits.
+fn refused_update_explained(c: &Cluster) -> TestResult {
+    let id = c.held_gpu_job_as_user("agents")?;
+    let result = explain_refusal(c, &id);
+    let _ = c.run("scancel", &[&id]);
+    result
+}
+
+fn explain_refusal(c: &Cluster, id: &str) -> TestResult {
+    const MOVE: &str = "Account=research";
+    let out = c.run_as_user("scontrol", &["update", &format!("jobid={id}"), MOVE])?;
+    let said = c.modify_refusal(&out)?;
+    eprintln!("scontrol update jobid={id} {MOVE} (as the user): {said}");
+    let json =
+        c.accountd_as_user(&["status", "--job", id, "--update", MOVE, "--format", "json"])?;
+    let text = String::from_utf8_lossy(&json.stdout);
+    ensure(json.status.success(), || {
+        format!(
+            "accountd status --job as the user: {} {}",
+            json.status,
+            String::from_utf8_lossy(&json.stderr)
+        )
+    })?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("not JSON ({e}): {text}"))?;
+    let reason = v["update"]["reason"].as_str().unwrap_or_default();
+    ensure(
+        reason.contains("needs the whole GPU request") && said.contains(reason),
+        || format!("accountd's reason {reason:?} is not the plugin's: {said:?}\n{v}"),
+    )?;
+    ensure(v["update"]["judged_with_state"] == true, || format!("{v}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if c.slurm_release()? < (23, 2) {
+        // What the user's terminal shows on 22.05: Slurm's text alone.
+        ensure(!stderr.contains("teamshare"), || {
+            format!("scontrol said {stderr:?}")
+        })?;
+    }
+    ensure(
+        v["status"]["account"] == "agents" && v["status"]["state"] == "pending",
+        || format!("{v}"),
+    )?;
+    let table = c.accountd_as_user(&["status", "--job", id])?;
+    let table = String::from_utf8_lossy(&table.stdout);
+    eprintln!(
+        "accountd status --job {id} (as {}):\n{table}",
+        teamshare_live_tests::PLAIN_USER
+    );
+    ensure(
+        table.starts_with(&format!("job {id}: team agents, pending, 1 GPU(s)\n"))
+            && table.contains("  waits: Slurm: JobHeldUser\n"),
+        || format!("accountd status --job {id}:\n{table}"),
+    )?;
+    // An update teamshare does not judge: accepted by both.
+    let time = c.accountd_as_user(&["status", "--job", id, "--update", "TimeLimit=5"])?;
+    let time = String::from_utf8_lossy(&time.stdout);
+    ensure(
+        time.contains("teamshare accepts it") && time.contains("left to Slurm: TimeLimit"),
+        || format!("TimeLimit=5:\n{time}"),
+    )?;
+    let out = c.run_as_user(
+        "scontrol",
+        &["update", &format!("jobid={id}"), "TimeLimit=5"],
+    )?;
+    ensure(out.status.success(), || {
+        format!(
+            "scontrol update TimeLimit=5: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     })
 }

@@ -401,9 +401,24 @@ impl Cluster {
         Ok(body.to_string())
     }
 
+    /// Where the governor publishes its state: the `state_file` of the teamshare.toml in force
+    /// (a scenario may move it), beside that file when relative.
+    pub fn state_path(&self) -> PathBuf {
+        let etc = self.dir.join("etc");
+        let text = std::fs::read_to_string(etc.join("teamshare.toml")).unwrap_or_default();
+        let named = text.lines().find_map(|l| {
+            let value = l
+                .trim()
+                .strip_prefix("state_file = \"")?
+                .strip_suffix('"')?;
+            Some(value.to_string())
+        });
+        etc.join(named.unwrap_or_else(|| "state.json".into()))
+    }
+
     /// The governor's published state.
     pub fn state(&self) -> Result<serde_json::Value, String> {
-        let text = std::fs::read_to_string(self.dir.join("etc/state.json"))
+        let text = std::fs::read_to_string(self.state_path())
             .map_err(|e| format!("no governance state: {e}"))?;
         serde_json::from_str(&text).map_err(|e| format!("state is not JSON: {e}"))
     }
@@ -507,6 +522,16 @@ impl Cluster {
             .args(args)
             .output()
             .map_err(|e| format!("cannot run accountd: {e}"))
+    }
+
+    /// `accountd --config <the cluster's> args` as the unprivileged test user.
+    pub fn accountd_as_user(&self, args: &[&str]) -> Result<Output, String> {
+        let accountd = self.accountd.to_string_lossy().into_owned();
+        let config = self.dir.join("etc/teamshare.toml");
+        let config = config.to_string_lossy();
+        let mut full: Vec<&str> = vec![&accountd, "--config", &config];
+        full.extend_from_slice(args);
+        self.run_as_user(full[0], &full[1..])
     }
 
     /// Jobs of `team` in squeue state `state` (RUNNING, PENDING), with their start times.
@@ -847,10 +872,10 @@ impl Cluster {
     }
 
     /// When the governor last published its state: the governor rewrites (renames over)
-    /// DIR/etc/state.json on every pass, so its modification time is the time of the last
-    /// pass, to the nanosecond (`generated_at` inside has whole seconds only).
+    /// its state file ([`Cluster::state_path`]) on every pass, so its modification time is the
+    /// time of the last pass, to the nanosecond (`generated_at` inside has whole seconds only).
     pub fn state_modified(&self) -> Option<std::time::SystemTime> {
-        std::fs::metadata(self.dir.join("etc/state.json"))
+        std::fs::metadata(self.state_path())
             .and_then(|m| m.modified())
             .ok()
     }

@@ -33,6 +33,12 @@ pub struct Capacity {
     pub per_node_types: BTreeMap<String, BTreeMap<String, u32>>,
     /// Nodes left out, with their state (down, drained...).
     pub unusable_nodes: Vec<(String, String)>,
+    /// GPUs of nodes left out only because slurmctld has not heard from them (not responding,
+    /// or its state unknown: just after slurmctld restarted, before each slurmd registers), in
+    /// all and per type. Neither down nor drained, they still count for what a job could
+    /// ever get (DESIGN §4 rule 7).
+    pub unsettled_total: u32,
+    pub unsettled_by_type: BTreeMap<String, u32>,
 }
 
 /// The sinfo invocation: one line per node and partition, `name|gres|compact state`.
@@ -69,6 +75,14 @@ pub fn is_usable(state: &str) -> bool {
     ]
     .iter()
     .any(|bad| base.starts_with(bad))
+}
+
+/// Whether a node in compact state `state` is unusable only because slurmctld has not heard
+/// from it: not responding (`*`) in an otherwise usable state, or unknown (`unk`).
+pub fn is_unsettled(state: &str) -> bool {
+    let s = state.trim().to_ascii_lowercase();
+    let base = s.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    base.starts_with("unk") || (s.ends_with('*') && is_usable(base))
 }
 
 /// `%G` of sinfo (`gpu:h100:4(S:0-1),shard:8`, `gpu:2`, `(null)`) in the one GRES parser's
@@ -108,6 +122,14 @@ pub fn parse_sinfo(text: &str) -> Result<Capacity, CapacityError> {
         if !is_usable(state) {
             cap.unusable_nodes
                 .push((name.to_string(), state.to_string()));
+            if is_unsettled(state) {
+                let gpus = node_gpus(gres).map_err(|e| malformed(e.to_string()))?;
+                cap.unsettled_total = cap.unsettled_total.saturating_add(saturate(gpus.total));
+                for (t, n) in gpus.by_type {
+                    let e = cap.unsettled_by_type.entry(t).or_insert(0);
+                    *e = e.saturating_add(saturate(n));
+                }
+            }
             continue;
         }
         let gpus = node_gpus(gres).map_err(|e| malformed(e.to_string()))?;
@@ -147,6 +169,27 @@ mod tests {
         ] {
             assert!(!is_usable(bad), "{bad}");
         }
+        // Not heard from (just after slurmctld restarted): neither down nor drained.
+        for unsettled in ["idle*", "mix*", "alloc*", "unk", "unk*", "UNK*"] {
+            assert!(is_unsettled(unsettled), "{unsettled}");
+        }
+        for settled in [
+            "idle", "down*", "drain*", "drng*", "fail*", "maint*", "idle$", "futr",
+        ] {
+            assert!(!is_unsettled(settled), "{settled}");
+        }
+    }
+
+    #[test]
+    fn nodes_not_heard_from_are_unsettled_not_capacity() {
+        let cap =
+            parse_sinfo("n1|gpu:h100:4|idle*\nn2|gpu:a100:4|unk*\nn3|gpu:4|down*\nn4|gpu:2|mix\n")
+                .unwrap();
+        assert_eq!((cap.total, cap.unsettled_total), (2, 8));
+        assert_eq!(
+            cap.unsettled_by_type,
+            BTreeMap::from([("a100".to_string(), 4), ("h100".to_string(), 4)])
+        );
     }
 
     #[test]

@@ -451,6 +451,8 @@ impl Governor {
         plan.state.read_at_ms = read_at_ms;
         plan.state.slurm_partitions = slurm_partitions;
         (plan.state.node_gpus, plan.state.node_gpus_by_type) = largest_nodes(&cap);
+        plan.state.unsettled_gpus = cap.unsettled_total;
+        plan.state.unsettled_gpus_by_type = cap.unsettled_by_type.clone();
         // The plan's actions never wait on the state file: a full disk or a read-only
         // directory leaves the plugin on its last state (stale after state_max_age), while
         // limits, priorities and reclaims go on (issue 25, finding 15).
@@ -701,6 +703,8 @@ mod tests {
             slurm_partitions: None,
             node_gpus: 0,
             node_gpus_by_type: BTreeMap::new(),
+            unsettled_gpus: 0,
+            unsettled_gpus_by_type: BTreeMap::new(),
         };
         write_state(&path, &state).unwrap();
         let back = PublishedState::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();

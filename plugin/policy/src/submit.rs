@@ -633,7 +633,10 @@ pub(crate) fn screen_request<'c>(
 }
 
 /// The refusal of a request for more GPUs than the governed partitions have: of its type in a
-/// typed configuration, else in all and of each type it names.
+/// typed configuration, else in all and of each type it names. What a job could ever get is
+/// the usable capacity plus the GPUs of nodes slurmctld has yet to hear from
+/// ([`PublishedState::unsettled_gpus`]: just after a restart of slurmctld every node is such a
+/// node, and no job may be refused for it); down and drained nodes do not count.
 pub(crate) fn larger_than_cluster(
     config: &Config,
     state: &PublishedState,
@@ -649,21 +652,32 @@ pub(crate) fn larger_than_cluster(
             ),
         )
     };
+    let unsettled = |k: &str| state.unsettled_gpus_by_type.get(k).copied().unwrap_or(0);
     if let Some(k) = gpu_type {
-        let capacity = state.pools.get(k).map_or(0, |p| p.capacity);
+        let capacity = state
+            .pools
+            .get(k)
+            .map_or(0, |p| p.capacity)
+            .saturating_add(unsettled(k));
         return (gpus.total > u64::from(capacity))
             .then(|| refuse(capacity, &format!("{k} "), gpus.total));
     }
-    if gpus.total > u64::from(state.capacity) {
-        return Some(refuse(state.capacity, "", gpus.total));
+    let total = state.capacity.saturating_add(state.unsettled_gpus);
+    if gpus.total > u64::from(total) {
+        return Some(refuse(total, "", gpus.total));
     }
     // A type the partitions do not have (their GPUs untyped, or of other types) can never be
     // given; judged only where the state knows the types.
-    if state.capacity_by_type.is_empty() && state.capacity > 0 {
+    if state.capacity_by_type.is_empty() && state.unsettled_gpus_by_type.is_empty() && total > 0 {
         return None;
     }
     gpus.by_type.iter().find_map(|(k, &n)| {
-        let capacity = state.capacity_by_type.get(k).copied().unwrap_or(0);
+        let capacity = state
+            .capacity_by_type
+            .get(k)
+            .copied()
+            .unwrap_or(0)
+            .saturating_add(unsettled(k));
         (n > u64::from(capacity)).then(|| refuse(capacity, &format!("{k} "), n))
     })
 }
@@ -909,6 +923,8 @@ mod tests {
             slurm_partitions: None,
             node_gpus: 0,
             node_gpus_by_type: BTreeMap::new(),
+            unsettled_gpus: 0,
+            unsettled_gpus_by_type: BTreeMap::new(),
         }
     }
 
@@ -1380,6 +1396,61 @@ borrow_limit = { h100 = 1 }
             },
         );
         s
+    }
+
+    /// Issue 25's fault test: just after slurmctld restarted, no node had registered yet and
+    /// the governor published a capacity of 0; every GPU job was refused as larger than the
+    /// cluster. Nodes slurmctld has yet to hear from count for what a job could ever get;
+    /// down and drained ones (not in the figure) still do not.
+    #[test]
+    fn nodes_not_heard_from_yet_count_for_what_a_job_could_get() {
+        let c = config();
+        let mut state = idle_state();
+        (state.capacity, state.free_gpus, state.unsettled_gpus) = (0, 0, 8);
+        let admitted = Admitted::default();
+        let verdict_in = |state: &PublishedState, gpus: &str| {
+            super::check_submit(
+                &c,
+                &req(Some("research"), per_node(gpus, None)),
+                StateView::Fresh {
+                    state,
+                    admitted: &admitted,
+                    now: 100,
+                },
+            )
+        };
+        let verdict = |gpus: &str| verdict_in(&state, gpus);
+        assert!(verdict("gres:gpu:1").admission().is_some());
+        assert!(verdict("gres:gpu:8").admission().is_some());
+        let (kind, msg) = refusal(verdict("gres:gpu:9"));
+        assert_eq!(kind, RejectKind::LargerThanCluster);
+        assert!(msg.contains("have 8 usable GPUs"), "{msg}");
+        // Without them (what the governor published before): refused.
+        let before = PublishedState {
+            unsettled_gpus: 0,
+            ..state.clone()
+        };
+        assert_eq!(
+            refusal(verdict_in(&before, "gres:gpu:1")).0,
+            RejectKind::LargerThanCluster
+        );
+        // Typed: per type.
+        let t = teamshare_config::parse(TYPED, "t.toml").unwrap();
+        let mut typed = typed_state();
+        for p in typed.pools.values_mut() {
+            p.capacity = 0;
+        }
+        typed.unsettled_gpus_by_type = BTreeMap::from([("a100".to_string(), 4)]);
+        let v = super::check_submit(
+            &t,
+            &req(Some("agents"), per_node("gres:gpu:a100:1", None)),
+            StateView::Fresh {
+                state: &typed,
+                admitted: &admitted,
+                now: 100,
+            },
+        );
+        assert!(v.admission().is_some(), "{v:?}");
     }
 
     fn typed_verdict(config: &Config, account: &str, spec: &str, admitted: &Admitted) -> Verdict {

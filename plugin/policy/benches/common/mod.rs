@@ -136,6 +136,8 @@ pub fn state() -> PublishedState {
         slurm_partitions: None,
         node_gpus: 0,
         node_gpus_by_type: BTreeMap::new(),
+        unsettled_gpus: 0,
+        unsettled_gpus_by_type: BTreeMap::new(),
     }
 }
 

@@ -226,6 +226,18 @@ pub struct PublishedState {
     pub node_gpus: u32,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_gpus_by_type: BTreeMap<String, u32>,
+    /// GPUs of governed nodes out of `capacity` only because slurmctld has not heard from them
+    /// (not responding, state unknown: just after slurmctld restarted), in all and per type:
+    /// neither down nor drained, they count for what a job could ever get (DESIGN §4 rule 7),
+    /// not for what may be lent.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unsettled_gpus: u32,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unsettled_gpus_by_type: BTreeMap<String, u32>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One GPU type's share of the state: what the plugin needs to judge a job asking for that
@@ -2612,6 +2624,8 @@ fn new_state(
         slurm_partitions: None,
         node_gpus: 0,
         node_gpus_by_type: BTreeMap::new(),
+        unsettled_gpus: 0,
+        unsettled_gpus_by_type: BTreeMap::new(),
     }
 }
 
@@ -4015,6 +4029,8 @@ min_runtime_before_reclaim = "0s"
             slurm_partitions: None,
             node_gpus: 0,
             node_gpus_by_type: BTreeMap::new(),
+            unsettled_gpus: 0,
+            unsettled_gpus_by_type: BTreeMap::new(),
         };
         for (rank, exempt_until) in [(0usize, 50i64), (1, 0), (2, 0)] {
             s.victims.push(Victim {

@@ -257,9 +257,9 @@ fn cli_while(c: &Cluster, db: &Path, stop: &AtomicBool) -> (u64, Vec<String>) {
 }
 
 /// The runs of the jobs `ids` in a database: (JobIDRaw, start, end, state, GPUs, account).
-type Runs = BTreeSet<(i64, i64, Option<i64>, String, i64, String)>;
+pub(crate) type Runs = BTreeSet<(i64, i64, Option<i64>, String, i64, String)>;
 
-fn runs_of(db: &Path, ids: &[String]) -> Result<Runs, String> {
+pub(crate) fn runs_of(db: &Path, ids: &[String]) -> Result<Runs, String> {
     let wanted: BTreeSet<i64> = ids.iter().filter_map(|i| i.parse().ok()).collect();
     let conn = rusqlite::Connection::open(db).map_err(|e| e.to_string())?;
     conn.busy_timeout(Duration::from_secs(30))

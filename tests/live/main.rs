@@ -12,6 +12,7 @@ use teamshare_live_tests::{Cluster, Spec};
 mod accounting;
 mod adversarial;
 mod crash;
+mod faults;
 mod governance;
 mod hostile;
 mod issue25;
@@ -42,6 +43,7 @@ fn main() -> std::process::ExitCode {
     scenarios.extend_from_slice(replay::SCENARIOS);
     scenarios.extend_from_slice(issue25::SCENARIOS);
     scenarios.extend_from_slice(crash::SCENARIOS);
+    scenarios.extend_from_slice(faults::SCENARIOS);
 
     // Each cluster is started by the first scenario that needs it (so a filtered run starts only
     // the clusters its scenarios use); if it cannot start, every scenario on it fails.

@@ -47,6 +47,10 @@ pub const SCENARIOS: &[Scenario] = &[
         "issue25::f13_a_refused_update_is_explained_by_accountd_status",
         refused_update_explained,
     ),
+    (
+        "issue25::f03_idle_metrics_connections_cannot_slow_governance",
+        metrics_flood,
+    ),
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -570,4 +574,109 @@ fn explain_refusal(c: &Cluster, id: &str) -> TestResult {
             String::from_utf8_lossy(&out.stderr)
         )
     })
+}
+
+/// Finding 3: 2 x 1,100 idle connections to /metrics from an unprivileged local user filled the
+/// daemon's descriptors; libslurm, sacct and the state write failed and the plugin saw a state
+/// 8.5 s old. Now: three of the user's processes hold 1,000 connections each for 20 s while
+/// training borrows and agents reclaims its quota. The daemon keeps few descriptors, publishes
+/// on every pass (no gap over 2 s: one missed pass at most), and the reclaim happens.
+fn metrics_flood(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let pid = c.governor_pid().ok_or("no governor")?;
+        let fds_before = open_fds(pid);
+        let (host, port) = c.metrics_addr().rsplit_once(':').ok_or("metrics address")?;
+        // bash opens the sockets (/dev/tcp) and holds them: a plain user's 1,024 descriptors
+        // allow about 1,000 per process.
+        let script = format!(
+            "for i in $(seq 1000); do exec {{fd}}<>/dev/tcp/{host}/{port} || break; done; sleep 20"
+        );
+        let mut floods = Vec::new();
+        for _ in 0..3 {
+            floods.push(c.spawn_as_user("bash", &["-c", &script])?);
+        }
+        // The flood is real: each process (runuser and its bash) holds its sockets.
+        let opened = c.wait_for("the user's 3,000 connections", MINUTE, || {
+            let held: Vec<usize> = floods.iter().map(|f| tree_fds(f.id())).collect();
+            Ok(held.iter().all(|n| *n >= 1000).then_some(held))
+        });
+        let r = opened.and_then(|held| {
+            eprintln!("f03: the user's processes hold {held:?} descriptors");
+            under_flood(c, pid)
+        });
+        for f in &mut floods {
+            let _ = f.kill();
+            let _ = f.wait();
+        }
+        let (most_fds, max_gap) = r?;
+        eprintln!(
+            "f03: under 3,000 idle connections the daemon held at most {most_fds} descriptors \
+             ({fds_before} before), its longest gap between publications {max_gap:.2?}"
+        );
+        ensure(most_fds < fds_before + 100, || {
+            format!("the daemon held {most_fds} descriptors under the flood ({fds_before} before)")
+        })?;
+        ensure(max_gap <= Duration::from_secs(2), || {
+            format!("a gap of {max_gap:?} between two publications of the state")
+        })?;
+        // Served again once the flood is gone.
+        c.wait_for("/metrics answering", MINUTE, || {
+            Ok(c.metrics().ok().map(|_| ()))
+        })
+    })
+}
+
+/// While the flood lasts (20 s): training fills the cluster, agents takes its quota back; the
+/// state's publications and the daemon's descriptors are watched every 100 ms.
+fn under_flood(c: &Cluster, pid: u32) -> Result<(usize, Duration), String> {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let watcher = s.spawn(|| {
+            let (mut most, mut max_gap) = (0usize, Duration::ZERO);
+            let (mut last, mut since) = (c.state_modified(), Instant::now());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(open_fds(pid));
+                let now = c.state_modified();
+                if now != last {
+                    max_gap = max_gap.max(since.elapsed());
+                    (last, since) = (now, Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (most, max_gap.max(since.elapsed()))
+        });
+        let started = Instant::now();
+        let acted = (|| {
+            std::thread::sleep(Duration::from_secs(2));
+            c.submit_sleeps("training", 8, 3600, &[])?;
+            c.wait_running("training", 8, MINUTE)?;
+            c.submit_sleeps("agents", 2, 3600, &[])?;
+            c.wait_running("agents", 2, MINUTE)?;
+            // The rest of the flood's 20 s.
+            std::thread::sleep(Duration::from_secs(18).saturating_sub(started.elapsed()));
+            Ok::<(), String>(())
+        })();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let watched = watcher
+            .join()
+            .map_err(|_| "the watcher panicked".to_string())?;
+        acted.map(|()| watched)
+    })
+}
+
+/// Descriptors process `pid` holds.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Descriptors process `pid` and its children hold.
+fn tree_fds(pid: u32) -> usize {
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<u32>().ok())
+        .map(tree_fds)
+        .sum::<usize>()
+        + open_fds(pid)
 }

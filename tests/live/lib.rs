@@ -356,6 +356,12 @@ impl Cluster {
         )
     }
 
+    /// The pid of the governor (`accountd run`) the cluster started, if it runs.
+    pub fn governor_pid(&self) -> Option<u32> {
+        let g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
+        g.as_ref().map(Child::id)
+    }
+
     pub fn stop_governor(&self) {
         let child = self
             .governor

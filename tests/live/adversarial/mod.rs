@@ -4,8 +4,13 @@
 //! happen (DESIGN §4 rule 1, §7):
 //!
 //! - sampled every 0.5 s (squeue, one RPC, so one consistent view): no team's running GPUs
-//!   above quota + borrow limit; no running GPU job of a non-team account in the governed
+//!   above quota + borrow limit for longer than [`MAX_OVERSHOOT`] (shorter runs above it are
+//!   counted and shown); no running GPU job of a non-team account in the governed
 //!   partition; slurmctld alive, answering, and never restarted (its pid file);
+//! - with them, a careless administrator edits teamshare.toml at random and a local user
+//!   floods /metrics ([`admin`]): what it changes is allowed for [`admin::GRACE`], invalid
+//!   edits change nothing, no job is left held for a reason that is gone, and no run is
+//!   missing from the daemon's database;
 //! - the governor never misses more than one pass: it rewrites DIR/etc/state.json on every
 //!   pass, and the file's modification time (nanoseconds; `generated_at` inside has whole
 //!   seconds only) is watched every 100 ms;
@@ -37,6 +42,8 @@ use teamshare_live_tests::{Cluster, Scenario, TestResult, PLAIN_USER};
 
 use crate::governance::isolated;
 
+mod admin;
+
 pub const SCENARIOS: &[Scenario] = &[(
     "adversarial::a01_hostile_member_cannot_break_governance",
     hostile_member,
@@ -57,6 +64,14 @@ const OUTSIDE: &str = "advoutside";
 /// missed pass adds two intervals: 500 ms + 500 ms of lateness + 1,000 ms = 2 s. A longer gap
 /// means more than one pass went missing. Gaps over 1 s are counted too (pass_gaps_over_1s).
 const MAX_PASS_GAP: Duration = Duration::from_millis(2000);
+
+/// How long a team may stay above its ceiling. Slurm's GrpTRES keeps a team within the limit
+/// the governor last set, and the governor requeues what runs beyond the ceiling on its next
+/// pass (500 ms); under churn of limits (the administrator's edits, lending that moves every
+/// second) Slurm was seen to start a job one GPU beyond the limit, which the governor requeued
+/// within a second. A run above the ceiling that outlasts this is a violation; shorter ones are
+/// counted and shown (overshoot_samples).
+const MAX_OVERSHOOT: Duration = Duration::from_secs(3);
 
 /// How often the sampler looks at the running jobs.
 const SAMPLE_EVERY: Duration = Duration::from_millis(500);
@@ -264,7 +279,14 @@ struct Sampled {
     late: u64,
     squeue_failures: u64,
     squeue_max: Duration,
+    /// Runs above a team's ceiling that lasted over [`MAX_OVERSHOOT`] (one per run).
     ceiling_violations: u64,
+    /// Samples above a ceiling at all, the longest run, and a few of them.
+    overshoot_samples: u64,
+    overshoot_longest: Duration,
+    overshoot_examples: Vec<String>,
+    /// Teams whose current run above the ceiling was counted as a violation.
+    violating: BTreeSet<String>,
     outside_gpu: u64,
     examples: Vec<String>,
     slurmctld_down: u64,
@@ -300,6 +322,11 @@ struct Ending {
     governor_requeues: u64,
     /// sacct records still open a minute after the queue emptied (runaway jobs).
     sacct_open: Vec<String>,
+    /// Jobs the governor still held, once the original configuration was back, for a reason
+    /// that was gone.
+    stranded: Vec<String>,
+    /// Runs a one-shot ingest finds that the daemon's database lacks.
+    runs_lost: Vec<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -398,18 +425,30 @@ fn run(c: &Cluster, params: &Params, teams: &[Team]) -> TestResult {
     let since = c.ok("date", &["+%Y-%m-%dT%H:%M:%S"])?.trim().to_string();
     let log_start = c.governor_log().len();
     let stop = AtomicBool::new(false);
+    let stop_admin = AtomicBool::new(false);
+    let history = admin::History::new(teams_from_config(c.original_config())?);
+    let neighbour = std::sync::Mutex::new(admin::Admin::default());
     let started = Instant::now();
     let mut children: Vec<Child> = Vec::new();
 
-    let (actions, sampled, passes, quiet) = std::thread::scope(|s| {
-        let sampler = s.spawn(|| sample(c, teams, &stop));
+    let (actions, sampled, passes, quiet, edits) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| sample(c, &history, &stop));
         let watcher = s.spawn(|| watch_passes(c, &stop));
+        let editor = s.spawn(|| admin::administrator(c, params.seed, &history, &stop_admin));
+        let noisy = s.spawn(|| admin::neighbour(c, &stop_admin, &neighbour));
         let actions = adversary(c, params, teams, &script, &mut children);
         let actions_secs = started.elapsed().as_secs_f64();
+        // The administrator puts the original file back (in force when it returns).
+        stop_admin.store(true, Ordering::SeqCst);
+        let edits = editor
+            .join()
+            .unwrap_or_else(|_| Err("the administrator panicked".into()));
+        let _ = noisy.join();
         // A quiet moment with the samplers still on: two governor passes that saw the end.
-        let quiet = c
-            .wait_governor_pass()
-            .and_then(|_| queued_again_candidates(c, &marks));
+        let quiet = c.wait_governor_pass().and_then(|_| {
+            let again = queued_again_candidates(c, &marks)?;
+            Ok((again, admin::stranded_holds(c)?))
+        });
         stop.store(true, Ordering::SeqCst);
         let sampled = sampler.join().unwrap_or_else(|_| Sampled {
             examples: vec!["the sampler panicked".into()],
@@ -424,7 +463,7 @@ fn run(c: &Cluster, params: &Params, teams: &[Team]) -> TestResult {
             "a01: actions for {actions_secs:.1} s, the quiet check until {:.1} s",
             started.elapsed().as_secs_f64()
         );
-        (actions, sampled, passes, quiet)
+        (actions, sampled, passes, quiet, edits)
     });
 
     // Everything the test made ends, whatever happened above.
@@ -434,9 +473,14 @@ fn run(c: &Cluster, params: &Params, teams: &[Team]) -> TestResult {
         started.elapsed().as_secs_f64()
     );
     let actions = actions?;
-    let quiet = quiet?;
+    let (quiet, stranded) = quiet?;
+    let mut edits = edits?;
+    let flood = neighbour.into_inner().unwrap_or_else(|p| p.into_inner());
+    (edits.floods, edits.flood_failures) = (flood.floods, flood.flood_failures);
     cleaned?;
     let mut ending = compare_runs(c, &since, &actions, &marks, &quiet)?;
+    ending.stranded = stranded;
+    ending.runs_lost = admin::runs_lost(c, &since, &actions.ids)?;
     eprintln!(
         "a01: sacct compared at {:.1} s",
         started.elapsed().as_secs_f64()
@@ -453,7 +497,7 @@ fn run(c: &Cluster, params: &Params, teams: &[Team]) -> TestResult {
         .map(str::to_string)
         .collect();
     let total = started.elapsed();
-    report(params, &actions, &sampled, &passes, &ending, total)
+    report(params, &actions, &sampled, &passes, &ending, &edits, total)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1047,8 +1091,10 @@ fn gpus_of(tres: &str) -> u64 {
         .sum()
 }
 
-fn sample(c: &Cluster, teams: &[Team], stop: &AtomicBool) -> Sampled {
+fn sample(c: &Cluster, history: &admin::History, stop: &AtomicBool) -> Sampled {
     let mut s = Sampled::default();
+    // Team -> the first sample of its current run above its ceiling.
+    let mut over_since: BTreeMap<String, Instant> = BTreeMap::new();
     let mut pid = c.slurmctld_pid();
     let mut next = Instant::now();
     let example = |s: &mut Sampled, what: String| {
@@ -1075,6 +1121,8 @@ fn sample(c: &Cluster, teams: &[Team], stop: &AtomicBool) -> Sampled {
         s.squeue_max = s.squeue_max.max(t0.elapsed());
         match out {
             Ok(out) if out.status.success() => {
+                // The ceilings in force, or lowered within the governor's stated time.
+                let teams = &history.window(Instant::now());
                 let text = String::from_utf8_lossy(&out.stdout);
                 let mut per_team: BTreeMap<&str, u64> = BTreeMap::new();
                 let mut outside = Vec::new();
@@ -1098,19 +1146,32 @@ fn sample(c: &Cluster, teams: &[Team], stop: &AtomicBool) -> Sampled {
                     let peak = s.peak.entry(t.name.clone()).or_default();
                     *peak = (*peak).max(used);
                     borrowing |= used > t.quota;
-                    if used > t.ceiling {
-                        s.ceiling_violations += 1;
-                        example(
-                            &mut s,
-                            format!(
-                                "team {} ran {used} GPUs, ceiling {}; squeue:\n{}",
-                                t.name,
-                                t.ceiling,
-                                text.trim_end()
-                            ),
-                        );
+                    if used <= t.ceiling {
+                        over_since.remove(&t.name);
+                        continue;
+                    }
+                    s.overshoot_samples += 1;
+                    let since = *over_since.entry(t.name.clone()).or_insert(t0);
+                    s.overshoot_longest = s.overshoot_longest.max(t0 - since);
+                    let what = format!(
+                        "team {} ran {used} GPUs, ceiling {} (above it for {:.1?}); squeue:\n{}",
+                        t.name,
+                        t.ceiling,
+                        t0 - since,
+                        text.trim_end()
+                    );
+                    if t0 - since > MAX_OVERSHOOT {
+                        // Once per episode.
+                        if !s.violating.contains(&t.name) {
+                            s.violating.insert(t.name.clone());
+                            s.ceiling_violations += 1;
+                            example(&mut s, what);
+                        }
+                    } else if s.overshoot_examples.len() < 3 {
+                        s.overshoot_examples.push(what);
                     }
                 }
+                s.violating.retain(|team| over_since.contains_key(team));
                 if borrowing {
                     s.borrowing_samples += 1;
                 }
@@ -1449,6 +1510,7 @@ fn report(
     s: &Sampled,
     p: &Passes,
     e: &Ending,
+    admin: &admin::Admin,
     total: Duration,
 ) -> TestResult {
     let refused: u64 = a.refusals.values().sum();
@@ -1474,6 +1536,14 @@ fn report(
     put("late_samples", s.late.to_string());
     put("squeue_max_ms", s.squeue_max.as_millis().to_string());
     put("samples_with_borrowing", s.borrowing_samples.to_string());
+    put("overshoot_samples", s.overshoot_samples.to_string());
+    put(
+        "overshoot_longest_ms",
+        s.overshoot_longest.as_millis().to_string(),
+    );
+    for (i, what) in s.overshoot_examples.iter().enumerate() {
+        eprintln!("a01: above a ceiling, briefly ({i}): {what}");
+    }
     for (team, peak) in &s.peak {
         put(&format!("peak_gpus_{team}"), peak.to_string());
     }
@@ -1498,6 +1568,15 @@ fn report(
     put("extra_runs_governor", e.extra_governor.to_string());
     put("extra_runs_user_requeue", e.extra_user.to_string());
     put("ran_twice_by_owner", e.ran_twice_user.to_string());
+    put("admin_edits_valid", admin.valid.to_string());
+    put("admin_edits_invalid", admin.invalid.to_string());
+    for (kind, n) in &admin.edits {
+        put(&format!("admin_edit_{kind}"), n.to_string());
+    }
+    put("admin_refusals_plugin", admin.refused_by_plugin.to_string());
+    put("admin_refusals_daemon", admin.refused_by_daemon.to_string());
+    put("metrics_floods", admin.floods.to_string());
+    put("metrics_flood_failures", admin.flood_failures.to_string());
     // What must be zero.
     let must: Vec<(&str, u64, Vec<String>)> = vec![
         (
@@ -1537,6 +1616,26 @@ fn report(
             "cross_user_accepted",
             a.cross_user_accepted.len() as u64,
             a.cross_user_accepted.clone(),
+        ),
+        (
+            "invalid_edits_not_refused",
+            admin
+                .invalid
+                .saturating_sub(admin.refused_by_plugin.min(admin.refused_by_daemon)),
+            vec![format!(
+                "{} invalid edits; refused (last good kept) by the plugin {}, by the daemon {}",
+                admin.invalid, admin.refused_by_plugin, admin.refused_by_daemon
+            )],
+        ),
+        (
+            "jobs_stranded_by_a_hold",
+            e.stranded.len() as u64,
+            e.stranded.clone(),
+        ),
+        (
+            "runs_lost_from_the_database",
+            e.runs_lost.len() as u64,
+            e.runs_lost.clone(),
         ),
     ];
     for (k, v, _) in &must {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak: the adversarial live scenario (tests/live/adversarial.rs,
+# Soak: the adversarial live scenario (tests/live/adversarial/,
 # adversarial::a01_hostile_member_cannot_break_governance) at 10,000 submissions instead of the
 # CI suite's 75 s. An unprivileged member of every team submits and modifies at random while
 # root's team jobs come and go and `accountd run` governs every 500 ms; the scenario samples
@@ -81,9 +81,12 @@ echo "refusals by reason:"
 sed -n 's/^refusal: \(.*\)=\([0-9]*\)$/  \2  \1/p' "$REPORT" | sort -rn
 for k in ceiling_violations outside_team_gpu_samples jobs_ran_twice queued_again \
     unexplained_extra_runs slurmctld_restarts slurmctld_down_samples slurmctld_unanswered_samples \
-    missed_passes govern_failures cross_user_accepted; do
+    missed_passes govern_failures cross_user_accepted invalid_edits_not_refused \
+    jobs_stranded_by_a_hold runs_lost_from_the_database; do
     printf '  %-30s %s\n' "$k" "$(fig "$k")"
 done
+echo "  administrator: $(fig admin_edits_valid) valid and $(fig admin_edits_invalid) invalid edits; $(fig metrics_floods) /metrics floods"
+echo "  above a ceiling under $(fig overshoot_longest_ms) ms: $(fig overshoot_samples) samples"
 echo "  max pass gap $(fig max_pass_gap_ms) ms; load $LOAD_BEFORE -> $LOAD_AFTER; exit $RC"
 
 if [[ ${NO_DOC:-0} != 1 ]]; then
@@ -98,11 +101,13 @@ for line in open(report):
     else:
         fig[key] = value
 g = lambda k: fig.get(k, "?")
-row = "| {} | `{}` | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} ms | {} s | {} → {} | {} |".format(
+row = "| {} | `{}` | {} | {} | {} | {} | {} ({}) | {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} ms | {} s | {} → {} | {} |".format(
     datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), commit, g("seed"), g("submissions"),
-    g("accepted"), g("refused"), g("updates"), g("updates_accepted"), g("ceiling_violations"),
-    g("jobs_ran_twice"), g("slurmctld_restarts"), g("queued_again"),
-    g("unexplained_extra_runs"), g("max_pass_gap_ms"), elapsed, load_before, load_after,
+    g("accepted"), g("refused"), g("updates"), g("updates_accepted"),
+    g("admin_edits_valid"), g("admin_edits_invalid"), g("metrics_floods"),
+    g("ceiling_violations"), g("jobs_ran_twice"), g("slurmctld_restarts"), g("queued_again"),
+    g("unexplained_extra_runs"), g("runs_lost_from_the_database"), g("jobs_stranded_by_a_hold"),
+    g("max_pass_gap_ms"), elapsed, load_before, load_after,
     "pass" if rc == "0" else "**FAIL**")
 text = open(doc).read()
 end = "<!-- soak-runs:end -->"

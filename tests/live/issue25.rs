@@ -51,6 +51,10 @@ pub const SCENARIOS: &[Scenario] = &[
         "issue25::f03_idle_metrics_connections_cannot_slow_governance",
         metrics_flood,
     ),
+    (
+        "issue25::x02_a_heterogeneous_job_naming_no_such_partition_is_refused_whole",
+        het_missing_partition,
+    ),
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -679,4 +683,55 @@ fn tree_fds(pid: u32) -> usize {
         .map(tree_fds)
         .sum::<usize>()
         + open_fds(pid)
+}
+
+/// Issue 25's soak: slurmctld 22.05.8 deadlocked (every RPC thread waiting) when it cancelled
+/// the components it had created of a heterogeneous job whose later component named a
+/// partition it does not have, while an squeue packed that job. teamshare sees every component
+/// before Slurm creates any: such a job is refused whole, with the partitions Slurm has, and no
+/// job of it is ever created. A CPU-only one too: the deadlock does not ask what a job holds.
+fn het_missing_partition(c: &Cluster) -> TestResult {
+    c.wait_governor_pass()?;
+    let log_before = c.slurmctld_log().len();
+    let script = c.dir.join("x02-het.sh");
+    std::fs::write(&script, "#!/bin/sh\ntrue\n").map_err(|e| e.to_string())?;
+    let script = script.to_string_lossy().into_owned();
+    for (first, second) in [
+        (
+            ["-A", "agents", "-p", "gpu", "--gres=gpu:1"],
+            ["-A", "agents", "-p", "nosuch", "--gres=gpu:1"],
+        ),
+        (
+            ["-A", "agents", "-p", "gpu", "-n1"],
+            ["-A", "agents", "-p", "gpu,nosuch", "-n1"],
+        ),
+    ] {
+        let before = c.ok("squeue", &["-h", "-o", "%i"])?;
+        let mut args: Vec<&str> = first.to_vec();
+        args.push(":");
+        args.extend_from_slice(&second);
+        args.push(&script);
+        let err = match c.sbatch(&args) {
+            Ok(id) => {
+                return Err(format!(
+                    "heterogeneous job {id} naming partition nosuch was accepted"
+                ))
+            }
+            Err(e) => e,
+        };
+        ensure(
+            err.contains("teamshare: partition nosuch does not exist (partitions: ")
+                && err.contains("a heterogeneous job naming it is refused whole"),
+            || format!("sbatch {args:?} was not refused by teamshare: {err}"),
+        )?;
+        let after = c.ok("squeue", &["-h", "-o", "%i"])?;
+        ensure(before == after, || {
+            format!("the refused job left jobs behind: before {before:?}, after {after:?}")
+        })?;
+    }
+    let log = c.slurmctld_log();
+    let since = log.get(log_before..).unwrap_or("");
+    ensure(!since.contains("Cancelling aborted hetjob submit"), || {
+        "slurmctld created and cancelled a component".into()
+    })
 }

@@ -9,7 +9,8 @@ use slurm_sys::slurm_err_t as err;
 use slurm_sys::{job_desc_msg_t, NO_VAL, NO_VAL16};
 use teamshare_policy::inputs::judge_state;
 use teamshare_policy::submit::{
-    apply_ntasks_per_gpu, apply_whole_nodes, Admission, HetJobTally, StateView,
+    apply_ntasks_per_gpu, apply_whole_nodes, het_component_partition, Admission, HetJobTally,
+    StateView,
 };
 use teamshare_policy::{
     check_modify, check_submit, check_without_config, GpuAsk, ModifyRequest, RejectKind,
@@ -121,8 +122,19 @@ pub unsafe fn job_submit(
     let governor = state::governor();
     let now = unix_now();
     let staleness = judge_state(governor.as_deref(), &config, now);
-    let verdict = match governor.as_deref() {
-        Some(gs) if staleness.is_current() => {
+    let het_offset = (desc.het_job_offset != NO_VAL).then_some(desc.het_job_offset);
+    // A component naming a partition Slurm does not have: refused before Slurm creates any
+    // component (slurmctld 22.05's cancel of the components it created can deadlock).
+    let unknown_partition = match (het_offset, governor.as_deref()) {
+        (Some(_), Some(gs)) if staleness.is_current() => gs
+            .slurm_partitions
+            .as_ref()
+            .and_then(|o| het_component_partition(request.partition.as_deref(), o)),
+        _ => None,
+    };
+    let verdict = match (unknown_partition, governor.as_deref()) {
+        (Some(r), _) => Verdict::Reject(r),
+        (None, Some(gs)) if staleness.is_current() => {
             state::note_staleness(&staleness);
             state::with_admitted(gs, |admitted| {
                 let v = check_submit(
@@ -154,7 +166,6 @@ pub unsafe fn job_submit(
 
     // The components of a heterogeneous job come one call each, in order, in one RPC on one
     // thread: their sum per team is checked against the team's ceiling.
-    let het_offset = (desc.het_job_offset != NO_VAL).then_some(desc.het_job_offset);
     let verdict = match verdict {
         Verdict::Accept(admission) => {
             match HET_JOB.with(|t| t.borrow_mut().add(&config, het_offset, &admission)) {
@@ -327,6 +338,7 @@ fn error_code(kind: RejectKind) -> c_int {
         // job_modify: 22.05 shows only the code's text, so the code carries the gist there.
         RejectKind::QosChange | RejectKind::PriorityChange => err::ESLURM_ACCESS_DENIED,
         RejectKind::IncompleteUpdate => err::ESLURM_INVALID_GRES,
+        RejectKind::UnknownPartition => err::ESLURM_INVALID_PARTITION_NAME,
     }) as c_int
 }
 

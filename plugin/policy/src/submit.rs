@@ -70,6 +70,9 @@ pub enum RejectKind {
     /// `scontrol update` of what decides a job's GPUs, team or partition, without the whole
     /// GPU request teamshare needs to judge the job as it will be.
     IncompleteUpdate,
+    /// A component of a heterogeneous job names a partition Slurm does not have
+    /// ([`het_component_partition`]).
+    UnknownPartition,
 }
 
 impl RejectKind {
@@ -91,6 +94,7 @@ impl RejectKind {
             RejectKind::QosChange => "qos_change",
             RejectKind::PriorityChange => "priority_change",
             RejectKind::IncompleteUpdate => "incomplete_update",
+            RejectKind::UnknownPartition => "unknown_partition",
         }
     }
 }
@@ -420,6 +424,39 @@ pub fn apply_whole_nodes(ask: &mut GpuAsk, node_gpus: u32, by_type: &BTreeMap<St
         Some(k) => format!("gres:gpu:{k}:{per_node}"),
         None => format!("gres:gpu:{per_node}"),
     });
+}
+
+/// A component of a heterogeneous job that names a partition Slurm does not have (`offered`:
+/// every partition, from the governor's state), refused.
+///
+/// Found by issue 25's soak: slurmctld 22.05.8 deadlocked when it cancelled the components it
+/// had already created of a heterogeneous job whose later component named no such partition.
+/// Its cancel runs over the job's component list and takes the association lock for each
+/// component, while an squeue packing that same job holds the association lock and asks for
+/// the component list: every RPC thread then waited for ever. slurmctld calls job_submit for
+/// every component before it creates any, so a refusal here refuses the whole job before that
+/// path. Other reasons a later component can fail after the first is created stay Slurm's.
+pub fn het_component_partition(
+    partition: Option<&str>,
+    offered: &crate::offered::Offered,
+) -> Option<Rejection> {
+    let unknown: Vec<&str> = partition?
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && !offered.contains_key(*p))
+        .collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    let known: Vec<&str> = offered.keys().map(String::as_str).collect();
+    Some(Rejection {
+        kind: RejectKind::UnknownPartition,
+        message: format!(
+            "teamshare: partition {} does not exist (partitions: {}); a heterogeneous job naming it is refused whole",
+            unknown.join(","),
+            known.join(",")
+        ),
+    })
 }
 
 /// Whether `qos` names teamshare's internal QOS. Slurm matches QOS names case-insensitively
@@ -1396,6 +1433,33 @@ borrow_limit = { h100 = 1 }
             },
         );
         s
+    }
+
+    /// Issue 25's soak: a heterogeneous job whose component names a partition Slurm does not
+    /// have is refused (whole) before slurmctld creates any component.
+    #[test]
+    fn a_heterogeneous_component_naming_no_such_partition_is_refused() {
+        let offered: crate::offered::Offered = [("gpu", 8), ("cpu", 0)]
+            .into_iter()
+            .map(|(p, g)| {
+                (
+                    p.to_string(),
+                    crate::offered::PartitionGpus {
+                        gpus: g,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(het_component_partition(None, &offered), None);
+        assert_eq!(het_component_partition(Some("gpu"), &offered), None);
+        assert_eq!(het_component_partition(Some("cpu, gpu"), &offered), None);
+        let r = het_component_partition(Some("gpu,nosuch"), &offered).unwrap();
+        assert_eq!(r.kind, RejectKind::UnknownPartition);
+        assert_eq!(
+            r.message,
+            "teamshare: partition nosuch does not exist (partitions: cpu,gpu); a heterogeneous job naming it is refused whole"
+        );
     }
 
     /// Issue 25's fault test: just after slurmctld restarted, no node had registered yet and

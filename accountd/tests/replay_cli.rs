@@ -173,3 +173,46 @@ fn the_capacity_curve_replays_each_step_and_the_output_is_the_same_every_time() 
         assert_eq!(a.stdout, b.stdout, "{format} differs between two runs");
     }
 }
+
+#[test]
+fn a_team_map_naming_teams_the_configuration_lacks_is_refused_with_their_names() {
+    let dir = setup(false);
+    // User 2's jobs go to "trainng" (a typo) and user 3's to "ops": neither is a team.
+    fs::write(
+        dir.path().join("team-map.txt"),
+        "user 1 = agents\nuser 2 = trainng\ndefault = ops\ngpus_per_node = 4\n",
+    )
+    .unwrap();
+    let mut trace = swf(false);
+    trace += &job(5, 6000, 0, 60, 1, 3);
+    fs::write(dir.path().join("trace.swf"), trace).unwrap();
+    let out = run(dir.path(), &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("2 teams") && stderr.contains("ops, trainng"),
+        "{}",
+        text(&out)
+    );
+    assert!(out.stdout.is_empty(), "{}", text(&out));
+    // A candidate file without one of the map's teams is refused the same way, by name.
+    fs::write(
+        dir.path().join("team-map.txt"),
+        "user 1 = agents\nuser 2 = training\ngpus_per_node = 4\n",
+    )
+    .unwrap();
+    let narrow = CONFIG.replace("name = \"training\"", "name = \"research\"");
+    fs::write(dir.path().join("narrow.toml"), narrow).unwrap();
+    let narrow_path = dir.path().join("narrow.toml");
+    let out = run(
+        dir.path(),
+        &["--candidate", narrow_path.to_str().unwrap(), "--skip-calibration"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("narrow.toml") && stderr.contains(": training"),
+        "{}",
+        text(&out)
+    );
+}

@@ -259,6 +259,9 @@ pub(super) fn run(
         explicit_period: args.since.is_some() || args.until.is_some(),
     };
     let (trace, read) = load_trace(&request, config)?;
+    if args.team_map.is_some() {
+        refuse_unknown_teams(&trace, config_path, config, &candidates)?;
+    }
     let (since, until) = (trace.since, trace.until);
     let tolerance = Tolerance {
         pct: args.tolerance_pct,
@@ -528,6 +531,32 @@ fn candidates(
         out.push(candidate);
     }
     Ok(out)
+}
+
+/// A team map whose teams a configuration lacks: every job of those teams would be rejected
+/// by every candidate built on it, and the replay would say nothing useful about them.
+fn refuse_unknown_teams(
+    trace: &Trace,
+    config_path: &Path,
+    config: &Config,
+    candidates: &[Candidate],
+) -> Result<(), UsageError> {
+    let files = candidates
+        .iter()
+        .filter_map(|c| Some((c.path.as_deref()?, c.config.as_ref()?)));
+    for (path, cfg) in std::iter::once((config_path, config)).chain(files) {
+        let missing = replay_model::teams_not_configured(trace, cfg);
+        if !missing.is_empty() {
+            return Err(UsageError(format!(
+                "the team map gives jobs to {} team{} that {} does not have: {} (map them to teams of teamshare.toml, or add the teams)",
+                missing.len(),
+                if missing.len() == 1 { "" } else { "s" },
+                path.display(),
+                missing.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// What the figures rest on, said under them.

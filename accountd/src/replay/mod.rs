@@ -253,3 +253,18 @@ pub fn siloed(config: &teamshare_config::Config) -> teamshare_config::Config {
     }
     c
 }
+
+/// The teams `trace`'s jobs belong to that `config` does not have, sorted, each once. The
+/// plugin refuses every job of such a team, so a team map that names one would replay a
+/// candidate that rejects all of that team's work: the caller refuses the input instead.
+pub fn teams_not_configured(trace: &Trace, config: &teamshare_config::Config) -> Vec<String> {
+    let mut missing: Vec<String> = trace
+        .jobs
+        .iter()
+        .filter(|j| config.team(&j.team).is_none())
+        .map(|j| j.team.clone())
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    missing
+}

@@ -206,7 +206,11 @@ fn a_team_map_naming_teams_the_configuration_lacks_is_refused_with_their_names()
     let narrow_path = dir.path().join("narrow.toml");
     let out = run(
         dir.path(),
-        &["--candidate", narrow_path.to_str().unwrap(), "--skip-calibration"],
+        &[
+            "--candidate",
+            narrow_path.to_str().unwrap(),
+            "--skip-calibration",
+        ],
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -215,4 +219,36 @@ fn a_team_map_naming_teams_the_configuration_lacks_is_refused_with_their_names()
         "{}",
         text(&out)
     );
+}
+
+#[test]
+fn an_unknown_wait_is_left_out_of_the_waits_and_its_run_still_counts() {
+    let dir = setup(false);
+    // Job 3 (training, 4 GPUs, 300 s) with a wait of -1: the history does not say when it
+    // started. It is not "never started": its run counts, its wait is in no figure.
+    let trace = swf(false).replace(&job(3, 100, 0, 300, 4, 2), &job(3, 100, -1, 300, 4, 2));
+    assert!(trace.contains("3 100 -1 300"), "{trace}");
+    fs::write(dir.path().join("trace.swf"), trace).unwrap();
+    let out = run(dir.path(), &["--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Calibration compares like with like: job 3 is out of both sides, so it fits.
+    assert_eq!(json["calibration"]["fits"], true, "{}", text(&out));
+    let training = json["columns"][0]["figures"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["team"] == "training")
+        .cloned()
+        .unwrap();
+    // As today: job 4's wait (0 s) alone; job 3 counted as unknown.
+    assert_eq!(training["wait"]["jobs"], 1, "{training}");
+    assert_eq!(training["wait"]["censored"], 0, "{training}");
+    assert_eq!(training["wait"]["p95_secs"], 0, "{training}");
+    assert_eq!(training["wait_unknown"], 1, "{training}");
+    // GPU-hours: job 3's 4 GPUs x 300 s + job 4's 1 GPU x 60 s = 1,260 GPU-s = 0.35 GPU-h.
+    let hours = training["allocated_gpu_hours"].as_f64().unwrap();
+    assert!((hours - 0.35).abs() < 1e-9, "{hours}");
+    let notes = json["notes"].to_string();
+    assert!(notes.contains("1 jobs have no recorded wait"), "{notes}");
 }

@@ -294,7 +294,8 @@ pub(super) fn run(
                 "the current settings",
             );
             let observed = figures(&trace, &replay_model::observed(&trace), settings);
-            let simulated = figures(&trace, &outcome, settings);
+            let like_history = replay_model::without_unknown_waits(&trace, &outcome);
+            let simulated = figures(&trace, &like_history, settings);
             cached = Some((path.clone(), outcome));
             Some(calibrate::calibrate(
                 &trace, &observed, &simulated, tolerance,
@@ -579,6 +580,16 @@ fn notes(args: &ReplayArgs, trace: &Trace) -> Vec<String> {
             }
         ),
     ];
+    let unknown = trace.jobs.iter().filter(|j| j.observed.wait_unknown);
+    let (waits, runs) = unknown.fold((0, 0), |(w, r), j| {
+        (w + 1, r + usize::from(j.observed.runs.is_empty()))
+    });
+    if waits > 0 {
+        notes.push(format!(
+            "{waits} jobs have no recorded wait (-1): their waits are left out of as-today and of the calibration, and their runs are placed at their submission{}",
+            if runs > 0 { format!("; {runs} of them have no recorded run time either, and no GPU-hours in as-today") } else { String::new() }
+        ));
+    }
     if let Some(n) = args.capacity {
         notes.push(format!(
             "constant capacity of {n} GPUs (--capacity), in nodes of {} GPUs, no drains",

@@ -232,7 +232,9 @@ pub fn hints(trace: &Trace) -> Vec<String> {
             drained.len()
         ));
     }
-    let pending = per_team(&|j| j.observed.runs.is_empty() && j.cancelled_pending_at.is_none());
+    let pending = per_team(&|j| {
+        j.observed.runs.is_empty() && j.cancelled_pending_at.is_none() && !j.observed.wait_unknown
+    });
     if !pending.is_empty() {
         out.push(format!(
             "{} jobs were still pending at the end of the period ({}): their waits are censored \

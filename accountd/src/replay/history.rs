@@ -236,6 +236,8 @@ fn started_job(
                 .runs
                 .iter()
                 .any(|r| first_word(&r.state) == "REQUEUE_HOLD"),
+            // Accounting records every start.
+            wait_unknown: false,
         },
     })
 }

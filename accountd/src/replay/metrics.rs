@@ -153,6 +153,8 @@ pub struct TeamFigures {
     pub rejected: u32,
     /// Cancelled by their owner while they waited.
     pub cancelled: u32,
+    /// Jobs whose wait the history does not record (an SWF wait of -1): in no wait figure.
+    pub wait_unknown: u32,
 }
 
 /// The figures of one outcome: per team by name, then [`CLUSTER`].
@@ -426,6 +428,7 @@ struct Tally {
     repeatedly: u32,
     rejected: u32,
     cancelled: u32,
+    wait_unknown: u32,
 }
 
 impl Tally {
@@ -445,6 +448,10 @@ impl Tally {
         self.cancelled += u32::from(o.cancelled);
         if o.rejected {
             self.rejected += 1;
+            return;
+        }
+        if o.wait_unknown {
+            self.wait_unknown += 1;
             return;
         }
         let start = o.first_start();
@@ -491,6 +498,7 @@ impl Tally {
             preempted_repeatedly: self.repeatedly,
             rejected: self.rejected,
             cancelled: self.cancelled,
+            wait_unknown: self.wait_unknown,
             ..TeamFigures::default()
         }
     }

@@ -66,6 +66,10 @@ pub struct Observed {
     /// Held by a user or an administrator at some point (calibration says so when waits do
     /// not fit).
     pub held: bool,
+    /// The history does not say how long it waited (an SWF wait of -1): its run, where the
+    /// run time is known, is placed at its submission so that its GPU-hours count, and its
+    /// wait is in no figure of the history's nor of the calibration's.
+    pub wait_unknown: bool,
 }
 
 /// A node of the simulated cluster.
@@ -173,6 +177,10 @@ pub struct JobOutcome {
     /// When its GPUs fitted its team's unused quota while it waited, the first instant they
     /// did (for time-to-start of in-quota jobs and owner reclaim latency).
     pub in_quota_since: Option<Secs>,
+    /// Its wait is not known ([`Observed::wait_unknown`]): counted in
+    /// [`metrics::TeamFigures::wait_unknown`], in no wait. Only "as today" and the
+    /// calibration's view of a simulation ([`without_unknown_waits`]) set it.
+    pub wait_unknown: bool,
 }
 
 impl JobOutcome {
@@ -228,6 +236,7 @@ pub fn observed(trace: &Trace) -> Outcome {
                 rejected: false,
                 lost_gpu_secs: lost,
                 in_quota_since: None,
+                wait_unknown: j.observed.wait_unknown,
             }
         })
         .collect();
@@ -267,4 +276,17 @@ pub fn teams_not_configured(trace: &Trace, config: &teamshare_config::Config) ->
     missing.sort_unstable();
     missing.dedup();
     missing
+}
+
+/// `outcome` with the waits the history does not know left out, as they are left out of
+/// "as today": what the calibration compares, like with like.
+pub fn without_unknown_waits(trace: &Trace, outcome: &Outcome) -> Outcome {
+    let mut o = outcome.clone();
+    for j in &mut o.jobs {
+        j.wait_unknown = trace
+            .jobs
+            .get(j.job)
+            .is_some_and(|t| t.observed.wait_unknown);
+    }
+    o
 }

@@ -41,7 +41,11 @@
 //! - time limit: the requested time, else the run time; at least the run time (a job that
 //!   overran its limit, which `AllowOveruse` logs hold, keeps its observed run; counted) and
 //!   at least 1 s. A job with neither is skipped and counted;
-//! - observed run: `[submit + wait, submit + wait + run)` when both are known;
+//! - observed run: `[submit + wait, submit + wait + run)` when both are known. A wait of -1
+//!   is unknown, never a wait: the job's run (when its run time is known) is placed at its
+//!   submission so that its GPU-hours count, and the job is marked
+//!   ([`Observed::wait_unknown`], counted in [`SwfSummary::wait_unknown`]) so that its wait is
+//!   in neither the history's figures nor the calibration's;
 //! - cancelled: status 5 with a run time of 0 or unknown is a job cancelled before it
 //!   started: `cancelled_pending_at = submit + wait` (no observed run); when its wait is
 //!   unknown, nothing is known of it beyond its submission and it is skipped and counted.
@@ -429,6 +433,10 @@ pub struct SwfSummary {
     pub partial_records: usize,
     /// Jobs cancelled while they waited (`cancelled_pending_at` set).
     pub cancelled_pending: usize,
+    /// Jobs kept whose wait is unknown (-1; [`Observed::wait_unknown`]), and of them those
+    /// whose run time is unknown too (no observed run: their GPU-hours are not in "as today").
+    pub wait_unknown: usize,
+    pub run_unknown: usize,
     /// Jobs that ran longer than they asked for (their time limit is their run time).
     pub overran_limit: usize,
     /// Jobs whose time limit is their run time (requested time unknown).
@@ -620,6 +628,8 @@ pub fn load(
         cancelled_unknown: 0,
         partial_records: 0,
         cancelled_pending: 0,
+        wait_unknown: 0,
+        run_unknown: 0,
         overran_limit: 0,
         limit_from_run: 0,
         dependencies: 0,
@@ -714,9 +724,16 @@ pub fn load(
         if cancelled_before_start {
             cancelled_pending_at = r.wait.map(|w| submit + w);
             summary.cancelled_pending += 1;
-        } else if let (Some(w), Some(run)) = (r.wait, run) {
-            let start = submit + w;
+        } else if let Some(run) = run {
+            // A wait of -1 is unknown, not "never started": the run is placed at the
+            // submission so that its GPU-hours count, and its wait is in no figure.
+            let start = submit + r.wait.unwrap_or(0);
             observed.runs.push((start, Some(start + run)));
+        }
+        if !cancelled_before_start && r.wait.is_none() {
+            observed.wait_unknown = true;
+            summary.wait_unknown += 1;
+            summary.run_unknown += usize::from(run.is_none());
         }
         if gpus > capacity {
             summary.larger_than_cluster += 1;
@@ -1004,6 +1021,11 @@ gpus_per_proc = 1
         assert_eq!((j2.work, j2.time_limit), (3600, 3600));
         assert!(j2.observed.runs.is_empty());
         assert_eq!(j2.cancelled_pending_at, None);
+        assert!(
+            j2.observed.wait_unknown,
+            "a wait of -1 is unknown, not a wait"
+        );
+        assert_eq!((s.wait_unknown, s.run_unknown), (1, 1));
 
         // Job 3: cancelled after 300 s in the queue; its queue is the inference class.
         let j3 = &trace.jobs[2];

@@ -168,11 +168,11 @@ pub(super) struct TraceRequest {
 /// time limits): a day, Slurm's usual partition default.
 const DEFAULT_TIME_LIMIT: Secs = DAY;
 
-/// The history to replay, and a line saying what was read (and what was left out, why).
+/// The history to replay, and lines saying what was read (and what was left out, why).
 pub(super) fn load_trace(
     request: &TraceRequest,
     config: &Config,
-) -> anyhow::Result<(Trace, String)> {
+) -> anyhow::Result<(Trace, Vec<String>)> {
     let Period { since, until } = request.period;
     match &request.source {
         TraceSource::Database(db) => super::with_report_store(db, "ingest", |store| {
@@ -202,7 +202,7 @@ pub(super) fn load_trace(
                 ),
             }?;
             let line = format!("{}: {}", history.trace.source, history.summary);
-            Ok((history.trace, line))
+            Ok((history.trace, vec![line]))
         }),
         TraceSource::Swf { file, team_map } => {
             let map = swf::read_team_map(team_map)?;
@@ -214,11 +214,8 @@ pub(super) fn load_trace(
                 trace.since = since;
                 trace.until = until.max(since);
             }
-            let line = format!(
-                "{}: {} jobs in the file, of {} records ({} unmapped, {} malformed)",
-                trace.source, summary.jobs, summary.records, summary.unmapped, summary.malformed
-            );
-            Ok((trace, line))
+            let read = summary.notes(&trace.source);
+            Ok((trace, read))
         }
     }
 }
@@ -281,7 +278,7 @@ pub(super) fn run(
     };
     let figures_config = current.as_ref().map_or(config, |(_, c)| c);
     let mut notes = notes(args, &trace);
-    notes.insert(0, read);
+    notes.splice(0..0, read);
 
     // Calibration: the current settings against the history.
     let mut cached: Option<(PathBuf, Outcome)> = None;

@@ -19,7 +19,8 @@
 //! 5 cancelled; 2, 3 and 4 are partial executions of a checkpointed or swapped job), 12 user,
 //! 13 group, 14 executable, 15 queue, 16 partition, 17 preceding job, 18 think time. A job line
 //! that cannot be read (another field count, a field that is not a number, a value below -1,
-//! an unknown submit time, a job number seen before) is skipped and counted, and the first
+//! a time above [`MAX_SECS`] or a processor count above [`MAX_PROCS`], values no real machine
+//! logs, an unknown submit time, a job number seen before) is skipped and counted, and the first
 //! [`MALFORMED_LISTED`] are kept for the report ([`SwfSummary::malformed`]). A file of which
 //! no job line can be read is an error ([`SwfError::NoJobs`]): it is not SWF.
 //!
@@ -586,6 +587,9 @@ pub const MAX_SECS: i64 = 50 * 366 * 86_400;
 /// ever built.
 pub const MAX_PROCS: i64 = 100_000_000;
 
+/// The latest `UnixStartTime` read: 2200-01-01 UTC.
+const LAST_START: i64 = 7_258_118_400;
+
 /// Values no real cluster has are refused, with the field's name and the bound.
 fn check_bounds(v: &[Option<i64>; 18]) -> Result<(), String> {
     const TIMES: [usize; 5] = [1, 2, 3, 8, 17];
@@ -664,6 +668,13 @@ pub fn load(
     }
     let get = |k: &str| numeric.get(k).map(|(v, _)| *v);
     header.unix_start_time = get("UnixStartTime");
+    if let Some(t) = header.unix_start_time.filter(|t| *t > LAST_START) {
+        return Err(SwfError::Header {
+            line: numeric.get("UnixStartTime").map_or(0, |(_, l)| *l),
+            reason: format!("UnixStartTime {t} is after the year 2200"),
+            hint: "it is the epoch second of the log's time 0; fix or remove it".to_string(),
+        });
+    }
     header.max_procs = get("MaxProcs").and_then(|v| u64::try_from(v).ok());
     header.max_nodes = get("MaxNodes").and_then(|v| u64::try_from(v).ok());
     let base = header.unix_start_time.unwrap_or(0);

@@ -314,3 +314,67 @@ fn cluster_nodes_take_the_remainder() {
     let g: Vec<u32> = c.nodes.iter().map(|n| n.gpus).collect();
     assert_eq!(g, [4, 4, 2]);
 }
+
+#[test]
+fn values_no_cluster_has_are_refused_by_line_and_every_skip_is_counted_under_its_reason() {
+    let huge = "1000000000000000000";
+    let text = format!(
+        "{SWF}\
+         11 {huge} 0 10 1 -1 -1 1 10 -1 1 1 1 -1 1 -1 -1 -1\n\
+         12 400 0 {huge} 1 -1 -1 1 10 -1 1 1 1 -1 1 -1 -1 -1\n\
+         13 400 0 10 {huge} -1 -1 1 10 -1 1 1 1 -1 1 -1 -1 -1\n\
+         -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1 -1\n"
+    );
+    let (trace, s) = load(&text, &map(), None).unwrap();
+    // The excerpt's 5 jobs (its job 5 was cancelled at an unknown time), none of the four
+    // lines; the period is the excerpt's, not 1.16e13 days.
+    assert_eq!(trace.jobs.len(), 5);
+    assert!(trace.until - trace.since < 86_400, "{}", trace.until);
+    assert_eq!(s.malformed, 4);
+    let reasons: Vec<String> = s.malformed_first.iter().map(|m| m.to_string()).collect();
+    assert!(
+        reasons[0].starts_with(&format!(
+            "SWF line 16: submit time {huge} s is more than 50 years"
+        )),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].starts_with("SWF line 17: run time"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[2].starts_with(&format!("SWF line 18: allocated processors {huge} is more")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[3].starts_with("SWF line 19: job number unknown"),
+        "{reasons:?}"
+    );
+    // The notes: every job line is in the jobs or under one reason (5 + 4 malformed + job 5
+    // cancelled at an unknown time = 10 lines), then the listed lines.
+    let notes = s.notes("SWF file t.swf");
+    assert_eq!(
+        notes[0],
+        "SWF file t.swf: 5 jobs of 10 job lines; skipped: 4 malformed, 1 cancelled at an unknown time"
+    );
+    assert_eq!(notes.len(), 1 + 4);
+    assert!(notes[1].starts_with("SWF line 16"), "{notes:?}");
+    // The largest values a real machine can log are kept.
+    let edge = format!(
+        "{SWF}14 400 0 {} 1 -1 -1 1 10 -1 1 1 1 -1 1 -1 -1 -1\n",
+        MAX_SECS
+    );
+    let (_, s) = load(&edge, &map(), None).unwrap();
+    assert_eq!(s.malformed, 0);
+    // The header's time 0 too.
+    let late = SWF.replace(
+        "UnixStartTime: 1700000000",
+        &format!("UnixStartTime: {huge}"),
+    );
+    let e = load(&late, &map(), None).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("line 4: UnixStartTime 1000000000000000000 is after the year 2200"),
+        "{e}"
+    );
+}

@@ -8,7 +8,8 @@
 //!   wait is *censored* (the job would have waited at least that long) and is counted as it is,
 //!   so a candidate that starves jobs shows it in the percentiles; [`Waits::censored`] says how
 //!   many there were. Rejected jobs (refused at submit by the candidate) never queued: they are
-//!   in no wait, only in [`TeamFigures::rejected`]. Per priority class too: the class is the
+//!   in no wait, only in [`TeamFigures::rejected`] with the GPU-hours they asked for, and a
+//!   candidate that refuses more of a team's jobs than the baseline makes it worse off. Per priority class too: the class is the
 //!   job's [`TraceJob::class`] where the configuration has that priority class, else
 //!   [`NO_CLASS`].
 //! - **Time to start of in-quota jobs**: for jobs whose GPUs fitted their team's unused quota
@@ -149,8 +150,10 @@ pub struct TeamFigures {
     pub lost_gpu_hours: f64,
     /// Jobs preempted more than once.
     pub preempted_repeatedly: u32,
-    /// Refused at submit by the candidate.
+    /// Refused at submit by the candidate, and the GPU-hours they asked for (GPUs x the run
+    /// time they needed): work the candidate never runs, in no wait.
     pub rejected: u32,
+    pub rejected_gpu_hours: f64,
     /// Cancelled by their owner while they waited.
     pub cancelled: u32,
     /// Jobs whose wait the history does not record (an SWF wait of -1): in no wait figure.
@@ -427,6 +430,7 @@ struct Tally {
     lost_gpu_secs: i64,
     repeatedly: u32,
     rejected: u32,
+    rejected_gpu_secs: i64,
     cancelled: u32,
     wait_unknown: u32,
 }
@@ -448,6 +452,7 @@ impl Tally {
         self.cancelled += u32::from(o.cancelled);
         if o.rejected {
             self.rejected += 1;
+            self.rejected_gpu_secs += i64::from(job.gpus) * job.work;
             return;
         }
         if o.wait_unknown {
@@ -497,6 +502,7 @@ impl Tally {
             lost_gpu_hours: self.lost_gpu_secs as f64 / SECONDS_PER_HOUR,
             preempted_repeatedly: self.repeatedly,
             rejected: self.rejected,
+            rejected_gpu_hours: self.rejected_gpu_secs as f64 / SECONDS_PER_HOUR,
             cancelled: self.cancelled,
             wait_unknown: self.wait_unknown,
             ..TeamFigures::default()
@@ -515,6 +521,10 @@ pub enum WorseMeasure {
     /// Its GPU-hours lost to preemptions grew by more than max([`WORSE_LOST_GPU_HOURS`],
     /// [`WORSE_LOST_PCT`] %).
     LostGpuHours,
+    /// The candidate refuses more of its jobs at submit (their work never runs, and they are
+    /// in no wait: without this a silo that refuses most of a team's jobs would read as
+    /// short waits).
+    Rejected,
 }
 
 /// A team worse off under a candidate than today, and why.
@@ -577,6 +587,18 @@ pub fn worse_off(today: &Figures, candidate: &Figures) -> Vec<WorseOff> {
                 reason: format!(
                     "{after:.1} GPU-hours lost to preemptions instead of {before:.1} ({} preemptions instead of {})",
                     c.preemptions, t.preemptions
+                ),
+            });
+        }
+        if c.rejected > t.rejected {
+            out.push(WorseOff {
+                team: c.team.clone(),
+                measure: WorseMeasure::Rejected,
+                today: f64::from(t.rejected),
+                candidate: f64::from(c.rejected),
+                reason: format!(
+                    "{} jobs ({:.1} GPU-hours) refused at submit instead of {}",
+                    c.rejected, c.rejected_gpu_hours, t.rejected
                 ),
             });
         }
@@ -786,6 +808,8 @@ preemptible = false
         assert_eq!(a.wait.jobs, 2);
         assert_eq!(a.wait.p95_secs, Some(0));
         assert_eq!(a.rejected, 1);
+        // Job 4's ask: 8 GPUs x its 1 h of work.
+        assert!(close(a.rejected_gpu_hours, 8.0));
         assert_eq!(t.wait.jobs, 2);
         assert_eq!(t.wait.censored, 1);
         assert_eq!((t.wait.p50_secs, t.wait.p95_secs), (Some(H), Some(2 * H)));
@@ -925,6 +949,20 @@ preemptible = false
             r.lost_gpu_hours += 0.99;
         });
         assert!(worse_off(&today, &small).is_empty());
+        // A candidate that refuses more of a team's jobs leaves them out of its waits, so
+        // its waits can only look better: the refusals themselves make the team worse off.
+        let refused = with(&today, "training", |r| {
+            r.rejected = 16;
+            r.rejected_gpu_hours = 32.0;
+            r.wait.p95_secs = Some(0);
+        });
+        let w = worse_off(&today, &refused);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].measure, WorseMeasure::Rejected);
+        assert_eq!(
+            w[0].reason,
+            "16 jobs (32.0 GPU-hours) refused at submit instead of 0"
+        );
     }
 
     #[test]

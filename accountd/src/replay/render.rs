@@ -232,6 +232,7 @@ pub struct CsvRow {
     pub lost_gpu_hours: String,
     pub preempted_repeatedly: u32,
     pub rejected: u32,
+    pub rejected_gpu_hours: String,
     pub cancelled: u32,
     /// The reasons the team is worse off than under the baseline, `; `-separated.
     pub worse_off: String,
@@ -277,6 +278,7 @@ pub fn render_csv(replay: &Replay) -> String {
                 lost_gpu_hours: h4(r.lost_gpu_hours),
                 preempted_repeatedly: r.preempted_repeatedly,
                 rejected: r.rejected,
+                rejected_gpu_hours: h4(r.rejected_gpu_hours),
                 cancelled: r.cancelled,
                 worse_off: reasons.join("; "),
             }
@@ -323,7 +325,7 @@ impl Line {
             },
             Line::Preemptions => "preemptions".into(),
             Line::Lost => "lost GPU-h".into(),
-            Line::RejectedCancelled => "rejected / cancelled".into(),
+            Line::RejectedCancelled => "rejected (GPU-h) / cancelled".into(),
         }
     }
 
@@ -333,6 +335,7 @@ impl Line {
             Line::Wait(95) => Some(WorseMeasure::P95Wait),
             Line::Share => Some(WorseMeasure::AllocatedGpuHours),
             Line::Lost => Some(WorseMeasure::LostGpuHours),
+            Line::RejectedCancelled => Some(WorseMeasure::Rejected),
             _ => None,
         }
     }
@@ -360,7 +363,10 @@ impl Line {
                 .map_or("-".into(), |c| format!("{:.2}", c.total)),
             Line::Preemptions => r.preemptions.to_string(),
             Line::Lost => format!("{:.1}", r.lost_gpu_hours),
-            Line::RejectedCancelled => format!("{} / {}", r.rejected, r.cancelled),
+            Line::RejectedCancelled => format!(
+                "{} ({:.1}) / {}",
+                r.rejected, r.rejected_gpu_hours, r.cancelled
+            ),
         }
     }
 }

@@ -150,6 +150,43 @@ fn the_capacity_curve_replays_each_step_and_the_output_is_the_same_every_time() 
     let gpus: Vec<u64> = points.iter().map(|p| p["gpus"].as_u64().unwrap()).collect();
     // siloed and teamshare.toml, at 8 GPUs and at 4.
     assert_eq!(gpus, [8, 8, 4, 4], "{}", text(&first));
+    // At 4 GPUs the quotas (4 + 4) do not fit: each is scaled to 2, and the point says so.
+    let quotas: Vec<&str> = points
+        .iter()
+        .map(|p| p["quotas"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        quotas,
+        [
+            "as configured",
+            "as configured",
+            "scaled to 4 of 8 GPUs",
+            "scaled to 4 of 8 GPUs"
+        ]
+    );
+    // Kept as written, those points are no valid configuration: not replayed, and listed.
+    let mut keep = args.to_vec();
+    keep.extend(["--curve-quotas", "keep"]);
+    let out = run(dir.path(), &keep);
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gpus: Vec<u64> = json["curve"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["gpus"].as_u64().unwrap())
+        .collect();
+    assert_eq!(gpus, [8, 8], "{}", text(&out));
+    let skipped = json["curve"]["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 2, "{}", text(&out));
+    assert!(
+        skipped[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the sum of quotas (8 GPUs) is above the governed capacity (4 GPUs)"),
+        "{}",
+        text(&out)
+    );
     let again = run(dir.path(), &args);
     assert_eq!(
         first.stdout, again.stdout,

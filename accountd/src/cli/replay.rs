@@ -14,7 +14,9 @@ use accountd::period::{self, Period};
 use accountd::replay::calibrate::{self, Tolerance};
 use accountd::replay::metrics::{self, figures, worse_off};
 use accountd::replay::render::{self, Column, Curve, CurvePoint, Replay, AS_TODAY, SILOED};
-use accountd::replay::{self as replay_model, history, sim, swf, Outcome, Secs, SimParams, Trace};
+use accountd::replay::{
+    self as replay_model, curve as replay_curve, history, sim, swf, Outcome, Secs, SimParams, Trace,
+};
 
 use super::args::{nonempty_period, time_arg, FormatArg, Time};
 use super::{load_config, print, ExitStatus, UsageError};
@@ -65,9 +67,14 @@ pub(super) struct ReplayArgs {
     /// GPUs, i = 1..K)
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     capacity_curve: Option<u32>,
-    /// GPUs taken away at each step of the capacity curve [default: --gpus-per-node]
+    /// GPUs taken away at each step of the capacity curve [default: a node's, the trace's
+    /// most common node size]
     #[arg(long, value_name = "N", requires = "capacity_curve", value_parser = clap::value_parser!(u32).range(1..))]
     curve_step: Option<u32>,
+    /// What a smaller capacity of the curve does with quotas that no longer fit: `scale` them
+    /// down in proportion (lend limits with them), or `keep` them and leave that point out
+    #[arg(long, value_enum, value_name = "RULE", default_value_t = CurveQuotas::Scale)]
+    curve_quotas: CurveQuotas,
     /// Calibration: simulated waits may be off by this percentage of the observed...
     #[arg(long, value_name = "PCT", default_value_t = calibrate::DEFAULT_TOLERANCE_PCT, value_parser = parse_pct)]
     tolerance_pct: f64,
@@ -85,6 +92,21 @@ pub(super) struct ReplayArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = FormatArg::Table)]
     format: FormatArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CurveQuotas {
+    Scale,
+    Keep,
+}
+
+impl CurveQuotas {
+    fn rule(self) -> replay_curve::QuotaRule {
+        match self {
+            CurveQuotas::Scale => replay_curve::QuotaRule::Scale,
+            CurveQuotas::Keep => replay_curve::QuotaRule::Keep,
+        }
+    }
 }
 
 fn parse_secs(text: &str) -> Result<Secs, String> {
@@ -318,10 +340,10 @@ pub(super) fn run(
     // The candidates at the trace's capacity, then the capacity curve: every simulation is
     // independent of the others, so they run side by side; each result keeps its place.
     let full = total_gpus(&trace);
-    let step = args.curve_step.unwrap_or(args.gpus_per_node);
-    let curve_gpus: Vec<u32> = (1..=args.capacity_curve.unwrap_or(0))
-        .map_while(|i| full.checked_sub(i.saturating_mul(step)).filter(|g| *g > 0))
-        .collect();
+    let step = args
+        .curve_step
+        .unwrap_or_else(|| replay_curve::default_step(&trace));
+    let plan = curve_plan(&trace, &candidates, args, step);
     let mut runs: Vec<Run<'_>> = Vec::new();
     let mut column_runs: Vec<Option<usize>> = Vec::new();
     for c in &candidates {
@@ -344,18 +366,14 @@ pub(super) fn run(
             gpus: None,
         });
     }
-    let mut curve_runs: Vec<(usize, u32, usize)> = Vec::new(); // (candidate, GPUs, run)
-    for &gpus in &curve_gpus {
-        for (ci, c) in candidates.iter().enumerate() {
-            let Some(cfg) = &c.config else { continue };
-            curve_runs.push((ci, gpus, runs.len()));
-            runs.push(Run {
-                label: format!("{} at {gpus} GPUs", c.name),
-                config: cfg,
-                params: params_for(cfg),
-                gpus: Some(gpus),
-            });
-        }
+    let first_curve_run = runs.len();
+    for p in &plan.points {
+        runs.push(Run {
+            label: format!("{} at {} GPUs", candidates[p.candidate].name, p.gpus),
+            config: &p.config,
+            params: params_for(&p.config),
+            gpus: Some(p.gpus),
+        });
     }
     // One thread more than CPUs: runs differ in length, and with one per CPU the last one
     // ran alone while the other CPUs idled (the 10-point curve of the synthetic year on two
@@ -399,19 +417,21 @@ pub(super) fn run(
         let mut points = Vec::new();
         for (c, col) in candidates.iter().zip(&columns) {
             if c.config.is_some() {
-                points.push(CurvePoint::of(&c.name, full, &col.figures));
+                points.push(CurvePoint::of(&c.name, full, "as configured", &col.figures));
             }
         }
-        for (ci, gpus, r) in &curve_runs {
-            let figures = results[*r]
+        for (i, p) in plan.points.iter().enumerate() {
+            let figures = results[first_curve_run + i]
                 .take()
                 .expect("each run's figures are taken once");
-            points.push(CurvePoint::of(&candidates[*ci].name, *gpus, &figures));
+            let name = &candidates[p.candidate].name;
+            points.push(CurvePoint::of(name, p.gpus, &p.quotas, &figures));
         }
         let reference = columns
             .first()
             .and_then(|c| c.figures.cluster().wait.p95_secs);
-        Curve::new(full, step, reference, tolerance, points)
+        let rule = args.curve_quotas.rule();
+        Curve::new(full, step, reference, tolerance, points, rule, plan.skipped)
     });
 
     let replay = Replay {
@@ -590,7 +610,7 @@ fn notes(args: &ReplayArgs, trace: &Trace) -> Vec<String> {
     if let Some(n) = args.capacity {
         notes.push(format!(
             "constant capacity of {n} GPUs (--capacity), in nodes of {} GPUs, no drains",
-            args.gpus_per_node
+            replay_curve::default_step(trace)
         ));
     }
     notes.push(format!(
@@ -762,6 +782,51 @@ impl Progress {
     }
 }
 
+/// A capacity curve's points: each simulated candidate at each smaller capacity, with the
+/// configuration it is replayed under there, and the points that have none.
+struct CurvePlan {
+    points: Vec<CurvePlanPoint>,
+    skipped: Vec<replay_curve::SkippedPoint>,
+}
+
+struct CurvePlanPoint {
+    candidate: usize,
+    gpus: u32,
+    config: Config,
+    quotas: String,
+}
+
+fn curve_plan(trace: &Trace, candidates: &[Candidate], args: &ReplayArgs, step: u32) -> CurvePlan {
+    let full = total_gpus(trace);
+    let rule = args.curve_quotas.rule();
+    let mut plan = CurvePlan {
+        points: Vec::new(),
+        skipped: Vec::new(),
+    };
+    let gpus_at = (1..=args.capacity_curve.unwrap_or(0))
+        .map_while(|i| full.checked_sub(i.saturating_mul(step)).filter(|g| *g > 0));
+    for gpus in gpus_at {
+        let cluster = replay_curve::fewer_gpus(&trace.cluster, full - gpus);
+        for (ci, c) in candidates.iter().enumerate() {
+            let Some(cfg) = &c.config else { continue };
+            match replay_curve::config_at(cfg, &cluster, rule) {
+                Ok((config, quotas)) => plan.points.push(CurvePlanPoint {
+                    candidate: ci,
+                    gpus,
+                    config,
+                    quotas,
+                }),
+                Err(reason) => plan.skipped.push(replay_curve::SkippedPoint {
+                    candidate: c.name.clone(),
+                    gpus,
+                    reason,
+                }),
+            }
+        }
+    }
+    plan
+}
+
 fn total_gpus(trace: &Trace) -> u32 {
     trace
         .cluster
@@ -770,31 +835,15 @@ fn total_gpus(trace: &Trace) -> u32 {
         .fold(0u32, |s, n| s.saturating_add(n.gpus))
 }
 
-/// `trace` with `remove` GPUs fewer: taken from the nodes last by name first, whole nodes
-/// while they fit, then from one node's GPUs (its drains kept); a removed node's drains go.
+/// `trace` with `remove` GPUs fewer ([`replay_curve::fewer_gpus`]).
 fn without_gpus(trace: &Trace, remove: u32) -> Trace {
-    let mut t = trace.clone();
-    let mut order: Vec<usize> = (0..t.cluster.nodes.len()).collect();
-    order.sort_by(|a, b| t.cluster.nodes[*b].name.cmp(&t.cluster.nodes[*a].name));
-    let mut left = remove;
-    let mut gone = Vec::new();
-    for i in order {
-        if left == 0 {
-            break;
-        }
-        let node = &mut t.cluster.nodes[i];
-        if node.gpus <= left {
-            left -= node.gpus;
-            gone.push(node.name.clone());
-            node.gpus = 0;
-        } else {
-            node.gpus -= left;
-            left = 0;
-        }
+    Trace {
+        jobs: trace.jobs.clone(),
+        cluster: replay_curve::fewer_gpus(&trace.cluster, remove),
+        since: trace.since,
+        until: trace.until,
+        source: trace.source.clone(),
     }
-    t.cluster.nodes.retain(|n| n.gpus > 0);
-    t.cluster.drains.retain(|d| !gone.contains(&d.node));
-    t
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 
 pub mod calibrate;
+pub mod curve;
 pub mod history;
 pub mod metrics;
 pub mod render;

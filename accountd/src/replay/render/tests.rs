@@ -1,0 +1,179 @@
+//! The replay's table, CSV, JSON and HTML on a hand-built replay.
+
+use super::*;
+use crate::replay::calibrate::calibrate;
+use crate::replay::metrics::tests::{config, trace_and_outcome};
+use crate::replay::metrics::{figures, worse_off};
+
+fn replay_of(team_name: &str) -> Replay {
+    let (mut trace, outcome) = trace_and_outcome();
+    for j in &mut trace.jobs {
+        if j.team == "agents" {
+            j.team = team_name.to_string();
+        }
+    }
+    let mut c = config();
+    c.teams[0].name = team_name.to_string();
+    let today = figures(&trace, &outcome, &c);
+    let mut worse = outcome.clone();
+    // Under "siloed", job 1 of training waits 3 h more.
+    worse.jobs[1].runs[0].start += 3 * 3600;
+    worse.jobs[1].runs[0].end += 3 * 3600;
+    let siloed = figures(&trace, &worse, &c);
+    let w = worse_off(&today, &siloed);
+    let cal = calibrate(&trace, &today, &siloed, Tolerance::default());
+    let points = vec![
+        CurvePoint::of(SILOED, 4, "as configured", &siloed),
+        CurvePoint::of("new.toml", 4, "as configured", &today),
+        CurvePoint::of("new.toml", 2, "scaled to 2 of 4 GPUs", &today),
+    ];
+    let skipped = vec![SkippedPoint {
+        candidate: SILOED.into(),
+        gpus: 2,
+        reason: "the sum of quotas (4 GPUs) is above the governed capacity (2 GPUs)".into(),
+    }];
+    let curve = Curve::new(
+        4,
+        2,
+        today.cluster().wait.p95_secs,
+        Tolerance::default(),
+        points,
+        QuotaRule::Keep,
+        skipped,
+    );
+    Replay {
+        source: "test trace".into(),
+        since: trace.since,
+        until: trace.until,
+        columns: vec![
+            Column {
+                candidate: AS_TODAY.into(),
+                figures: today.clone(),
+                worse_off: Vec::new(),
+            },
+            Column {
+                candidate: SILOED.into(),
+                figures: siloed,
+                worse_off: w,
+            },
+            Column {
+                candidate: "new.toml".into(),
+                figures: today,
+                worse_off: Vec::new(),
+            },
+        ],
+        calibration: Some(cal),
+        curve: Some(curve),
+        notes: vec!["a job that never started needs its time limit".into()],
+    }
+}
+
+#[test]
+fn the_table_puts_candidates_side_by_side_and_flags_the_worse_off() {
+    let r = replay_of("agents");
+    let text = render(&r, Format::Table);
+    assert!(
+        text.starts_with(
+            "accountd replay of test trace, 2024-03-01T00:00:00Z to 2024-03-01T10:00:00Z\n"
+        ),
+        "{text}"
+    );
+    let header = text.lines().find(|l| l.starts_with("TEAM")).unwrap();
+    assert!(
+        header.contains("as-today") && header.contains("siloed") && header.contains("new.toml")
+    );
+    let p95 = text
+        .lines()
+        .skip_while(|l| !l.starts_with("training"))
+        .find(|l| l.contains("p95 wait") && !l.contains("wait inference"))
+        .unwrap();
+    // training's p95: 2 h today, 4 h under siloed (job 1 waits 4 h): flagged.
+    assert!(p95.contains("2h 00m") && p95.contains("4h 00m!"), "{p95}");
+    assert!(
+        text.contains(
+            "! training under siloed (against as-today): p95 wait 4h 00m instead of 2h 00m"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("calibration: the simulation of the current settings does NOT reproduce"));
+    assert!(text.contains("hint: "));
+    assert!(text.contains("capacity curve: 4 GPUs, then 2 fewer at each step"));
+    // new.toml keeps the p95 (2 h) at 2 GPUs; siloed's 4 h is beyond 2 h 30 m at once.
+    assert!(
+        text.contains("could lose 2 GPUs under candidate new.toml"),
+        "{text}"
+    );
+    assert!(
+        text.contains("could lose 0 GPUs under candidate siloed"),
+        "{text}"
+    );
+    assert!(text.contains("note: a job that never started"));
+    // The cluster's block comes after a rule.
+    let lines: Vec<&str> = text.lines().collect();
+    let c = lines.iter().position(|l| l.starts_with(CLUSTER)).unwrap();
+    assert!(lines[c - 1].starts_with("----"));
+    // Deterministic.
+    assert_eq!(text, render(&replay_of("agents"), Format::Table));
+}
+
+#[test]
+fn the_json_parses_back_with_stable_names() {
+    let r = replay_of("agents");
+    let text = render(&r, Format::Json);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["columns"][0]["candidate"], "as-today");
+    assert_eq!(v["columns"][1]["worse_off"][0]["measure"], "p95_wait");
+    assert_eq!(v["columns"][0]["figures"]["rows"][2]["team"], CLUSTER);
+    assert_eq!(
+        v["columns"][0]["figures"]["rows"][1]["wait"]["p95_secs"],
+        7200
+    );
+    assert_eq!(v["calibration"]["fits"], false);
+    assert_eq!(v["curve"]["could_lose"][0]["candidate"], "siloed");
+}
+
+#[test]
+fn the_csv_has_its_header_and_a_line_per_candidate_and_row() {
+    let r = replay_of("agents");
+    let text = render(&r, Format::Csv);
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.starts_with(
+            "candidate,team,jobs,censored_waits,wait_mean_secs,wait_p50_secs,wait_p95_secs"
+        ),
+        "{header}"
+    );
+    assert!(header.ends_with(",worse_off"));
+    assert_eq!(lines.count(), 9);
+    assert!(text.contains("siloed,training,"));
+    assert!(text.contains("p95 wait 4h 00m instead of 2h 00m"));
+    let empty = Replay {
+        columns: Vec::new(),
+        ..r
+    };
+    assert_eq!(render(&empty, Format::Csv).lines().count(), 1);
+}
+
+#[test]
+fn the_page_escapes_every_name_and_loads_nothing() {
+    let r = replay_of("<b>");
+    let page = render_html(&r);
+    assert!(!page.contains("<b>"), "a name opened a tag");
+    assert!(page.contains("&lt;b&gt;"));
+    assert!(page.contains("<svg class=\"chart\""));
+    assert!(page.contains("<polyline"));
+    assert!(page.contains("default-src 'none'"));
+    for bad in ["<script", "<link", "<img", "src=\"http", "href=\"http"] {
+        assert!(!page.contains(bad), "{bad}");
+    }
+    assert!(page.ends_with("</html>\n"));
+}
+
+#[test]
+fn axis_bounds_are_round() {
+    assert_eq!(axis_max(0.0), 1.0);
+    assert_eq!(axis_max(3.2), 5.0);
+    assert_eq!(axis_max(12.0), 20.0);
+    assert_eq!(axis_max(100.0), 100.0);
+}

@@ -213,10 +213,14 @@ under each --candidate and prints, per team and for the cluster, side by side: q
 p50, p95, p99, and p95 per priority class), time to start of in-quota jobs, owner reclaim
 latency, GPU-hours in quota, borrowed, lent and idle, the share of the capacity allocated, cost,
 preemptions and the work they lost. Candidates: as-today (the history itself), siloed (each team
-capped at its quota, nothing lent) or a teamshare.toml; by default as-today, siloed and the
-configuration. The first candidate is the baseline: a team worse off under another (p95 wait
+capped at its quota, nothing lent), plain-slurm (one pool, first come first served, no quotas)
+or a teamshare.toml; by default the --current settings simulated, as-today, siloed and the
+configuration. The baseline is the first simulated candidate (by default the model of the
+settings the history ran under), so that every what-if compares simulated with simulated;
+as-today stands beside it as the calibration. A team worse off under another candidate (p95 wait
 longer by more than max(60 s, 10 %), allocated GPU-hours down by more than 5 %, GPU-hours lost
-to preemptions up by more than max(1, 10 %)) is flagged with `!` and the reason. Percentiles are nearest-rank; a job that never
+to preemptions up by more than max(1, 10 %), more of its jobs refused) is flagged with `!` and the
+reason. Percentiles are nearest-rank; a job that never
 started counts its wait up to its cancellation or the period's end.
 
 First the history is replayed under the settings it ran under (--current, default the
@@ -224,11 +228,12 @@ configuration) and compared with what happened: per team, p50 and p95 wait withi
 max(--tolerance-secs, --tolerance-pct) and allocated GPU-hours within 10 %. If it does not fit,
 only the calibration is printed, with hints drawn from the history (held jobs, late
 eligibility, drains, jobs pending at the end, runs beyond the capacity), and accountd exits 3;
---skip-calibration skips it. A plain-Slurm baseline (--current none) is not modelled: it needs
---skip-calibration.
+--skip-calibration skips it. For a site coming from plain Slurm, --current none calibrates and
+compares against the plain-slurm candidate.
 
 --capacity-curve K replays each simulated candidate with C - i x --curve-step GPUs (i = 1..K;
-the step defaults to --gpus-per-node) and says how many GPUs the cluster could lose under each
+the step defaults to the trace's most common node size; quotas that no longer fit are scaled
+down in proportion, or with --curve-quotas keep the point is left out and listed) and says how many GPUs the cluster could lose under each
 at equal p95 wait (the baseline's, within tolerance). The candidates and the curve's points are
 independent simulations, run side by side on --threads threads (default: the CPUs and one
 more); the output does not depend on it. On a terminal, progress goes to stderr.

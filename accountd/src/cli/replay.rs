@@ -13,7 +13,9 @@ use teamshare_config::{Config, ReclaimMode};
 use accountd::period::{self, Period};
 use accountd::replay::calibrate::{self, Tolerance};
 use accountd::replay::metrics::{self, figures, worse_off};
-use accountd::replay::render::{self, Column, Curve, CurvePoint, Replay, AS_TODAY, SILOED};
+use accountd::replay::render::{
+    self, Column, Curve, CurvePoint, Replay, AS_TODAY, PLAIN_SLURM, SILOED,
+};
 use accountd::replay::{
     self as replay_model, curve as replay_curve, history, sim, swf, Outcome, Secs, SimParams, Trace,
 };
@@ -39,13 +41,16 @@ pub(super) struct ReplayArgs {
     /// End of the period [default: now]
     #[arg(long, value_name = "TIME")]
     until: Option<Time>,
-    /// A candidate: `as-today` (the history itself), `siloed` (each team capped at its quota,
-    /// nothing lent) or a teamshare.toml; repeatable, the first is the baseline [default:
-    /// as-today, siloed and the configuration]
+    /// A candidate: `as-today` (the history itself, shown as the calibration), `siloed` (each
+    /// team capped at its quota, nothing lent), `plain-slurm` (one pool, first come first
+    /// served, no quotas) or a teamshare.toml; repeatable; the first simulated one is the
+    /// baseline [default: the --current settings simulated (plain-slurm for `--current
+    /// none`), as-today, siloed, and the configuration where it is not --current]
     #[arg(long = "candidate", value_name = "NAME")]
     candidates: Vec<String>,
-    /// The teamshare.toml the history ran under, replayed for the calibration; `none`: plain
-    /// Slurm, which is not modelled (needs --skip-calibration) [default: the configuration]
+    /// The teamshare.toml the history ran under, replayed for the calibration and the
+    /// baseline; `none`: plain Slurm (the `plain-slurm` candidate) [default: the
+    /// configuration]
     #[arg(long, value_name = "FILE|none")]
     current: Option<String>,
     /// A constant capacity of N GPUs (in nodes of --gpus-per-node) instead of the history's
@@ -142,6 +147,7 @@ fn parse_pct(text: &str) -> Result<f64, String> {
 enum CandidateArg {
     AsToday,
     Siloed,
+    PlainSlurm,
     File(PathBuf),
 }
 
@@ -150,6 +156,7 @@ impl CandidateArg {
         match text {
             AS_TODAY => CandidateArg::AsToday,
             SILOED => CandidateArg::Siloed,
+            PLAIN_SLURM => CandidateArg::PlainSlurm,
             path => CandidateArg::File(PathBuf::from(path)),
         }
     }
@@ -408,7 +415,7 @@ pub(super) fn run(
         });
     }
     if let Some((first, rest)) = columns.split_first_mut() {
-        for col in rest {
+        for col in rest.iter_mut().filter(|c| c.candidate != AS_TODAY) {
             col.worse_off = worse_off(&first.figures, &col.figures);
         }
     }
@@ -464,11 +471,10 @@ fn current_settings(
 ) -> anyhow::Result<Option<(PathBuf, Config)>> {
     match args.current.as_deref() {
         None => Ok(Some((config_path.to_path_buf(), config.clone()))),
-        Some("none") if args.skip_calibration => Ok(None),
-        Some("none") => Err(UsageError(
-            "--current none: a plain-Slurm baseline is not modelled, so the history cannot be calibrated against it: give --skip-calibration too".into(),
-        )
-        .into()),
+        Some("none") => Ok(Some((
+            PathBuf::from(PLAIN_SLURM),
+            replay_model::plain_slurm(config),
+        ))),
         Some(path) => {
             let path = PathBuf::from(path);
             let settings = load_config(&path)?;
@@ -484,16 +490,14 @@ fn candidates(
     args: &ReplayArgs,
 ) -> anyhow::Result<Vec<Candidate>> {
     let wanted: Vec<CandidateArg> = if args.candidates.is_empty() {
-        vec![
-            CandidateArg::AsToday,
-            CandidateArg::Siloed,
-            CandidateArg::File(config_path.to_path_buf()),
-        ]
+        default_candidates(config_path, args)
     } else {
-        args.candidates
-            .iter()
-            .map(|c| CandidateArg::parse(c))
-            .collect()
+        baseline_first(
+            args.candidates
+                .iter()
+                .map(|c| CandidateArg::parse(c))
+                .collect(),
+        )
     };
     let file_name = |p: &Path| {
         p.file_name().map_or_else(
@@ -513,6 +517,13 @@ fn candidates(
                 name: SILOED.into(),
                 config: Some(replay_model::siloed(config)),
                 path: None,
+            },
+            CandidateArg::PlainSlurm => Candidate {
+                name: PLAIN_SLURM.into(),
+                config: Some(replay_model::plain_slurm(config)),
+                // The name stands for the path `--current none` gives its calibration, so
+                // that the candidate reuses that simulation.
+                path: Some(PathBuf::from(PLAIN_SLURM)),
             },
             CandidateArg::File(path) => {
                 let cfg = if path == config_path {
@@ -549,6 +560,42 @@ fn candidates(
         out.push(candidate);
     }
     Ok(out)
+}
+
+/// Without `--candidate`: the baseline, the model of the settings the history ran under
+/// (`--current`, by default the configuration; plain Slurm for `--current none`), then the
+/// observed history beside it, siloed, and the configuration where it is not the baseline.
+fn default_candidates(config_path: &Path, args: &ReplayArgs) -> Vec<CandidateArg> {
+    let current = match args.current.as_deref() {
+        None => Some(config_path.to_path_buf()),
+        Some("none") => None,
+        Some(path) => Some(PathBuf::from(path)),
+    };
+    let mut out = vec![
+        current
+            .clone()
+            .map_or(CandidateArg::PlainSlurm, CandidateArg::File),
+        CandidateArg::AsToday,
+        CandidateArg::Siloed,
+    ];
+    if current.as_deref() != Some(config_path) {
+        out.push(CandidateArg::File(config_path.to_path_buf()));
+    }
+    out
+}
+
+/// The candidates given, with the first simulated one moved to the front where the observed
+/// history came first: what-ifs compare simulated with simulated, and the history is the
+/// calibration beside the baseline, never the yardstick.
+fn baseline_first(mut given: Vec<CandidateArg>) -> Vec<CandidateArg> {
+    if let Some(i) = given
+        .iter()
+        .position(|c| !matches!(c, CandidateArg::AsToday))
+    {
+        let first = given.remove(i);
+        given.insert(0, first);
+    }
+    given
 }
 
 /// A team map whose teams a configuration lacks: every job of those teams would be rejected
@@ -967,28 +1014,44 @@ mod tests {
     }
 
     #[test]
-    fn current_none_needs_skip_calibration() {
+    fn current_none_is_plain_slurm_and_the_baseline_comes_first() {
         let config = teamshare_config::parse(
             "[cluster]\nname = \"c\"\n[[team]]\nname = \"a\"\nquota = 1\n",
             "t.toml",
         )
         .unwrap();
         let a = parse(&["--current", "none"]).unwrap();
-        let err = current_settings(&config, Path::new("t.toml"), &a).unwrap_err();
-        assert_eq!(super::super::exit_code_for(&err), ExitStatus::Invalid);
-        assert!(err.to_string().contains("not modelled"), "{err}");
-        let a = parse(&["--current", "none", "--skip-calibration"]).unwrap();
-        assert!(current_settings(&config, Path::new("t.toml"), &a)
+        let (path, plain) = current_settings(&config, Path::new("t.toml"), &a)
             .unwrap()
-            .is_none());
-        // The defaults: as-today, siloed and the configuration by its file name.
+            .unwrap();
+        assert_eq!(path, Path::new(PLAIN_SLURM));
+        assert_eq!(
+            (plain.teams[0].quota.total, plain.teams[0].borrow_limit),
+            (0, None)
+        );
+        let names: Vec<String> = candidates(&config, Path::new("t.toml"), &a)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, [PLAIN_SLURM, "as-today", "siloed", "t.toml"]);
+        // Given candidates keep their order, but the history is never the baseline.
+        let given = parse(&["--candidate", "as-today", "--candidate", "siloed"]).unwrap();
+        let names: Vec<String> = candidates(&config, Path::new("t.toml"), &given)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["siloed", "as-today"]);
+        // The defaults: the configuration (the settings the history ran under) by its file
+        // name, as-today, siloed.
         let a = parse(&[]).unwrap();
         let names: Vec<String> = candidates(&config, Path::new("/etc/slurm/t.toml"), &a)
             .unwrap()
             .into_iter()
             .map(|c| c.name)
             .collect();
-        assert_eq!(names, ["as-today", "siloed", "t.toml"]);
+        assert_eq!(names, ["t.toml", "as-today", "siloed"]);
         let twice = parse(&["--candidate", "siloed", "--candidate", "siloed"]).unwrap();
         assert!(candidates(&config, Path::new("t.toml"), &twice).is_err());
     }

@@ -249,6 +249,26 @@ pub fn observed(trace: &Trace) -> Outcome {
     }
 }
 
+/// The "plain Slurm" candidate of a configuration: what the same cluster does without
+/// teamshare, one pool first come first served. Every team's quota is 0 with no borrow or
+/// lend limit (every GPU is the unowned pool's, lent to whoever waits longest:
+/// `idle_sharing = "fifo"`), and no priority class (no class outranks or displaces another):
+/// nothing is reserved, reclaimed or refused but what the cluster cannot hold.
+pub fn plain_slurm(config: &teamshare_config::Config) -> teamshare_config::Config {
+    let mut c = config.clone();
+    c.cluster.idle_sharing = teamshare_config::IdleSharing::Fifo;
+    c.priority_classes.clear();
+    c.governance.preempt_within_team = teamshare_config::WithinTeam::Never;
+    for t in &mut c.teams {
+        t.quota = teamshare_config::Quota::default();
+        t.borrow_limit = None;
+        t.borrow_by_type = None;
+        t.lend_limit = 0;
+        t.lend_by_type = None;
+    }
+    c
+}
+
 /// The "siloed" candidate of a configuration: every team capped at its quota (borrow limit
 /// 0, per type too), so nothing is lent.
 pub fn siloed(config: &teamshare_config::Config) -> teamshare_config::Config {

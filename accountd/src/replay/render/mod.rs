@@ -31,6 +31,8 @@ use super::Secs;
 pub const AS_TODAY: &str = "as-today";
 /// The name of the "siloed" candidate.
 pub const SILOED: &str = "siloed";
+/// The name of the "plain Slurm" candidate ([`super::plain_slurm`]).
+pub const PLAIN_SLURM: &str = "plain-slurm";
 
 /// Everything a replay prints.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -39,7 +41,9 @@ pub struct Replay {
     pub source: String,
     pub since: Secs,
     pub until: Secs,
-    /// The candidates, the baseline first.
+    /// The candidates, the baseline first: a simulated one (the settings the history ran
+    /// under where they are known), never the observed history, which is shown beside it as
+    /// the calibration.
     pub columns: Vec<Column>,
     /// None: skipped (`--skip-calibration`).
     pub calibration: Option<Calibration>,

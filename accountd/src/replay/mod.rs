@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 pub mod calibrate;
 pub mod curve;
 pub mod history;
+pub mod idle;
 pub mod metrics;
 pub mod render;
 pub mod sim;

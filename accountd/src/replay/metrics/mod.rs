@@ -158,6 +158,10 @@ pub struct TeamFigures {
     pub cancelled: u32,
     /// Jobs whose wait the history does not record (an SWF wait of -1): in no wait figure.
     pub wait_unknown: u32,
+    /// Admitted jobs that never started and were not cancelled (they waited to the end), and
+    /// the GPU-hours of work they needed: work that a percentile of censored waits hides.
+    pub never_started: u32,
+    pub never_started_gpu_hours: f64,
 }
 
 /// The figures of one outcome: per team by name, then [`CLUSTER`].
@@ -166,6 +170,9 @@ pub struct Figures {
     pub since: Secs,
     pub until: Secs,
     pub capacity_gpu_hours: f64,
+    /// GPU-hours idle while an admitted job that fits them by count waited
+    /// ([`super::idle`]).
+    pub idle_while_waiting_gpu_hours: f64,
     pub currency: Option<String>,
     pub rows: Vec<TeamFigures>,
 }
@@ -267,6 +274,9 @@ pub fn figures(trace: &Trace, outcome: &Outcome, config: &Config) -> Figures {
         since: trace.since,
         until: trace.until,
         capacity_gpu_hours: usage.capacity_gpu_seconds / SECONDS_PER_HOUR,
+        idle_while_waiting_gpu_hours: super::idle::idle_while_waiting_gpu_secs(trace, outcome)
+            as f64
+            / SECONDS_PER_HOUR,
         currency: usage
             .currency
             .clone()
@@ -433,6 +443,8 @@ struct Tally {
     rejected_gpu_secs: i64,
     cancelled: u32,
     wait_unknown: u32,
+    never_started: u32,
+    never_started_gpu_secs: i64,
 }
 
 impl Tally {
@@ -468,6 +480,10 @@ impl Tally {
                 .min(trace.until)
         });
         let censored = u32::from(start.is_none());
+        if start.is_none() && !o.cancelled {
+            self.never_started += 1;
+            self.never_started_gpu_secs += i64::from(job.gpus) * job.work;
+        }
         let wait = (waited_until - job.eligible).max(0);
         self.waits.push(wait);
         self.censored += censored;
@@ -505,6 +521,8 @@ impl Tally {
             rejected_gpu_hours: self.rejected_gpu_secs as f64 / SECONDS_PER_HOUR,
             cancelled: self.cancelled,
             wait_unknown: self.wait_unknown,
+            never_started: self.never_started,
+            never_started_gpu_hours: self.never_started_gpu_secs as f64 / SECONDS_PER_HOUR,
             ..TeamFigures::default()
         }
     }

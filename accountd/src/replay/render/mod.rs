@@ -257,6 +257,8 @@ pub struct CsvRow {
     pub rejected: u32,
     pub rejected_gpu_hours: String,
     pub cancelled: u32,
+    pub never_started: u32,
+    pub never_started_gpu_hours: String,
     /// The reasons the team is worse off than under the baseline, `; `-separated.
     pub worse_off: String,
 }
@@ -303,6 +305,8 @@ pub fn render_csv(replay: &Replay) -> String {
                 rejected: r.rejected,
                 rejected_gpu_hours: h4(r.rejected_gpu_hours),
                 cancelled: r.cancelled,
+                never_started: r.never_started,
+                never_started_gpu_hours: h4(r.never_started_gpu_hours),
                 worse_off: reasons.join("; "),
             }
         })
@@ -327,6 +331,7 @@ enum Line {
     Preemptions,
     Lost,
     RejectedCancelled,
+    NeverStarted,
 }
 
 impl Line {
@@ -349,6 +354,7 @@ impl Line {
             Line::Preemptions => "preemptions".into(),
             Line::Lost => "lost GPU-h".into(),
             Line::RejectedCancelled => "rejected (GPU-h) / cancelled".into(),
+            Line::NeverStarted => "never started (GPU-h)".into(),
         }
     }
 
@@ -390,6 +396,9 @@ impl Line {
                 "{} ({:.1}) / {}",
                 r.rejected, r.rejected_gpu_hours, r.cancelled
             ),
+            Line::NeverStarted => {
+                format!("{} ({:.1})", r.never_started, r.never_started_gpu_hours)
+            }
         }
     }
 }
@@ -440,7 +449,12 @@ fn main_table(replay: &Replay) -> (Vec<String>, Vec<Vec<String>>, Option<usize>)
         if with_cost {
             measures.push(Line::TotalCost);
         }
-        measures.extend([Line::Preemptions, Line::Lost, Line::RejectedCancelled]);
+        measures.extend([
+            Line::Preemptions,
+            Line::Lost,
+            Line::RejectedCancelled,
+            Line::NeverStarted,
+        ]);
         for (i, m) in measures.iter().enumerate() {
             let mut line = vec![
                 if i == 0 {
@@ -477,21 +491,34 @@ fn heading(replay: &Replay) -> String {
     )
 }
 
-/// The worse-off reasons, one line each: `! team under candidate: reason`.
+/// A candidate leaves GPUs idle beside admitted work when the GPU-hours idle while a job
+/// that fits them waited pass this share of the capacity's GPU-hours.
+pub const IDLE_WHILE_WAITING_PCT: f64 = 1.0;
+
+/// The worse-off reasons, one line each: `! team under candidate: reason`; then the
+/// candidates that leave GPUs idle while admitted jobs that fit them wait.
 fn reasons(replay: &Replay) -> Vec<String> {
     let baseline = replay.columns.first().map_or("", |c| c.candidate.as_str());
-    replay
-        .columns
-        .iter()
-        .flat_map(|c| {
-            c.worse_off.iter().map(move |w| {
-                format!(
-                    "! {} under {} (against {baseline}): {}",
-                    w.team, c.candidate, w.reason
-                )
-            })
+    let worse = replay.columns.iter().flat_map(|c| {
+        c.worse_off.iter().map(move |w| {
+            format!(
+                "! {} under {} (against {baseline}): {}",
+                w.team, c.candidate, w.reason
+            )
         })
-        .collect()
+    });
+    let idle = replay.columns.iter().filter_map(|c| {
+        let f = &c.figures;
+        let pct = 100.0 * f.idle_while_waiting_gpu_hours / f.capacity_gpu_hours.max(1e-9);
+        (pct > IDLE_WHILE_WAITING_PCT).then(|| {
+            let never = f.cluster();
+            format!(
+                "! {}: {:.1} GPU-hours ({pct:.1} % of the capacity) stood idle while admitted jobs that fit them waited; {} jobs ({:.1} GPU-hours of work) never started",
+                c.candidate, f.idle_while_waiting_gpu_hours, never.never_started, never.never_started_gpu_hours
+            )
+        })
+    });
+    worse.chain(idle).collect()
 }
 
 fn calibration_table(cal: &Calibration) -> (Vec<&'static str>, Vec<Vec<String>>) {

@@ -108,6 +108,18 @@ fn the_table_puts_candidates_side_by_side_and_flags_the_worse_off() {
         "{text}"
     );
     assert!(text.contains("note: a job that never started"));
+    // Training's job 3 (1 GPU, 1 h of work) waits from T0+8h to the end, never started,
+    // beside 4 idle GPUs: 4 x 2 h = 8 GPU-h of the 40, 20 %, flagged for every candidate.
+    let never = text
+        .lines()
+        .skip_while(|l| !l.starts_with("training"))
+        .find(|l| l.contains("never started (GPU-h)"))
+        .unwrap();
+    assert!(never.contains("1 (1.0)"), "{never}");
+    assert!(
+        text.contains("! new.toml: 8.0 GPU-hours (20.0 % of the capacity) stood idle while admitted jobs that fit them waited; 1 jobs (1.0 GPU-hours of work) never started"),
+        "{text}"
+    );
     // The cluster's block comes after a rule.
     let lines: Vec<&str> = text.lines().collect();
     let c = lines.iter().position(|l| l.starts_with(CLUSTER)).unwrap();

@@ -491,12 +491,22 @@ fn heading(replay: &Replay) -> String {
     )
 }
 
-/// A candidate leaves GPUs idle beside admitted work when the GPU-hours idle while a job
-/// that fits them waited pass this share of the capacity's GPU-hours.
-pub const IDLE_WHILE_WAITING_PCT: f64 = 1.0;
+/// A candidate is flagged for GPUs idle beside admitted work when the GPU-hours idle while a
+/// job that fits them (by count) waited are above the baseline's by more than this many
+/// points of the capacity's GPU-hours (a plain pool shows a few per cent by this measure:
+/// fragmentation and backfill drains)...
+pub const IDLE_WHILE_WAITING_POINTS: f64 = 1.0;
+/// ...or above this share of the capacity under any candidate, the baseline included.
+pub const IDLE_WHILE_WAITING_PCT: f64 = 10.0;
+
+/// The share of the capacity idle while admitted jobs that fit waited, in percent.
+fn idle_pct(f: &Figures) -> f64 {
+    100.0 * f.idle_while_waiting_gpu_hours / f.capacity_gpu_hours.max(1e-9)
+}
 
 /// The worse-off reasons, one line each: `! team under candidate: reason`; then the
-/// candidates that leave GPUs idle while admitted jobs that fit them wait.
+/// candidates that leave GPUs idle while admitted jobs that fit them wait (see
+/// [`IDLE_WHILE_WAITING_POINTS`]).
 fn reasons(replay: &Replay) -> Vec<String> {
     let baseline = replay.columns.first().map_or("", |c| c.candidate.as_str());
     let worse = replay.columns.iter().flat_map(|c| {
@@ -507,13 +517,16 @@ fn reasons(replay: &Replay) -> Vec<String> {
             )
         })
     });
-    let idle = replay.columns.iter().filter_map(|c| {
+    let base_pct = replay.columns.first().map_or(0.0, |c| idle_pct(&c.figures));
+    let idle = replay.columns.iter().filter_map(move |c| {
         let f = &c.figures;
-        let pct = 100.0 * f.idle_while_waiting_gpu_hours / f.capacity_gpu_hours.max(1e-9);
-        (pct > IDLE_WHILE_WAITING_PCT).then(|| {
+        let pct = idle_pct(f);
+        let flagged = pct > IDLE_WHILE_WAITING_PCT
+            || (c.candidate != baseline && pct - base_pct > IDLE_WHILE_WAITING_POINTS);
+        flagged.then(|| {
             let never = f.cluster();
             format!(
-                "! {}: {:.1} GPU-hours ({pct:.1} % of the capacity) stood idle while admitted jobs that fit them waited; {} jobs ({:.1} GPU-hours of work) never started",
+                "! {}: {:.1} GPU-hours ({pct:.1} % of the capacity; {baseline} {base_pct:.1} %) stood idle while admitted jobs that fit them waited; {} jobs ({:.1} GPU-hours of work) never started",
                 c.candidate, f.idle_while_waiting_gpu_hours, never.never_started, never.never_started_gpu_hours
             )
         })

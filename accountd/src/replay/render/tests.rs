@@ -117,7 +117,7 @@ fn the_table_puts_candidates_side_by_side_and_flags_the_worse_off() {
         .unwrap();
     assert!(never.contains("1 (1.0)"), "{never}");
     assert!(
-        text.contains("! new.toml: 8.0 GPU-hours (20.0 % of the capacity) stood idle while admitted jobs that fit them waited; 1 jobs (1.0 GPU-hours of work) never started"),
+        text.contains("! new.toml: 8.0 GPU-hours (20.0 % of the capacity; as-today 20.0 %) stood idle while admitted jobs that fit them waited; 1 jobs (1.0 GPU-hours of work) never started"),
         "{text}"
     );
     // The cluster's block comes after a rule.
@@ -188,4 +188,35 @@ fn axis_bounds_are_round() {
     assert_eq!(axis_max(3.2), 5.0);
     assert_eq!(axis_max(12.0), 20.0);
     assert_eq!(axis_max(100.0), 100.0);
+}
+
+#[test]
+fn idle_beside_waiting_work_is_flagged_against_the_baseline_or_when_gross() {
+    // Capacity 40 GPU-h. Baseline (as-today here) at 2.0 GPU-h = 5 %: not flagged (a plain
+    // pool's fragmentation). siloed at 2.3 GPU-h = 5.75 %, 0.75 points more: not flagged.
+    // new.toml at 2.5 GPU-h = 6.25 %, 1.25 points more: flagged.
+    let mut r = replay_of("agents");
+    for (c, idle) in r.columns.iter_mut().zip([2.0, 2.3, 2.5]) {
+        c.figures.idle_while_waiting_gpu_hours = idle;
+    }
+    let flagged: Vec<String> = reasons(&r)
+        .into_iter()
+        .filter(|l| l.contains("stood idle"))
+        .collect();
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert!(
+        flagged[0].starts_with("! new.toml: 2.5 GPU-hours (6.2 % of the capacity; as-today 5.0 %)"),
+        "{flagged:?}"
+    );
+    // Above 10 % every candidate is flagged, the baseline too.
+    r.columns[0].figures.idle_while_waiting_gpu_hours = 4.4;
+    let flagged = reasons(&r)
+        .into_iter()
+        .filter(|l| l.contains("stood idle"))
+        .count();
+    assert_eq!(
+        flagged,
+        1 + 0 + 0,
+        "the baseline at 11 %; the others are now below it"
+    );
 }

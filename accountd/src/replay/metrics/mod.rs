@@ -138,6 +138,11 @@ pub struct TeamFigures {
     /// Other teams' borrowed hours on this team's idle quota (the cluster: every borrowed hour,
     /// the unallocated capacity's included).
     pub lent_gpu_hours: f64,
+    /// The cluster's row only: the borrowed hours that ran on the capacity no quota owns
+    /// (C - sum of Q): every borrowed hour less what the teams lent.
+    pub unowned_lent_gpu_hours: f64,
+    /// GPU-hours of waiting: each job's GPUs times its wait (censored waits as counted).
+    pub queued_gpu_hours: f64,
     /// Quota neither used nor lent: quota - in quota - lent, at least 0.
     pub idle_quota_gpu_hours: f64,
     /// Allocated GPU-hours over the capacity's, in percent (None without capacity).
@@ -258,6 +263,8 @@ pub fn figures(trace: &Trace, outcome: &Outcome, config: &Config) -> Figures {
     c.in_quota_gpu_hours = teams.iter().map(|t| t.in_quota_gpu_hours).sum();
     c.borrowed_gpu_hours = teams.iter().map(|t| t.borrowed_gpu_hours).sum();
     c.lent_gpu_hours = c.borrowed_gpu_hours;
+    let teams_lent: f64 = teams.iter().map(|t| t.lent_gpu_hours).sum();
+    c.unowned_lent_gpu_hours = (c.borrowed_gpu_hours - teams_lent).max(0.0);
     c.idle_quota_gpu_hours = teams.iter().map(|t| t.idle_quota_gpu_hours).sum();
     c.allocated_share_pct = share(c.allocated_gpu_hours, &usage);
     c.cost = usage.capacity_cost.map(|capacity| {
@@ -445,6 +452,7 @@ struct Tally {
     wait_unknown: u32,
     never_started: u32,
     never_started_gpu_secs: i64,
+    queued_gpu_secs: i64,
 }
 
 impl Tally {
@@ -485,6 +493,7 @@ impl Tally {
             self.never_started_gpu_secs += i64::from(job.gpus) * job.work;
         }
         let wait = (waited_until - job.eligible).max(0);
+        self.queued_gpu_secs += wait * i64::from(job.gpus);
         self.waits.push(wait);
         self.censored += censored;
         let c = self.by_class.entry(class.to_string()).or_default();
@@ -523,6 +532,7 @@ impl Tally {
             wait_unknown: self.wait_unknown,
             never_started: self.never_started,
             never_started_gpu_hours: self.never_started_gpu_secs as f64 / SECONDS_PER_HOUR,
+            queued_gpu_hours: self.queued_gpu_secs as f64 / SECONDS_PER_HOUR,
             ..TeamFigures::default()
         }
     }

@@ -217,6 +217,14 @@ fn figures_of_a_hand_built_outcome() {
     assert!(close(c.allocated_share_pct.unwrap(), 55.0));
     assert!(close(a.allocated_share_pct.unwrap(), 35.0));
     assert!(close(c.lent_gpu_hours, 2.0));
+    // Every borrowed hour ran on training's idle quota: the unowned pool (4 - 2 - 2 = 0
+    // GPUs) lent none.
+    assert!(close(c.unowned_lent_gpu_hours, 0.0));
+    // Queued GPU-hours: training's job 1, 2 GPUs x 1 h, and job 3, 1 GPU x 2 h (censored);
+    // agents' jobs started at once.
+    assert!(close(t.queued_gpu_hours, 4.0));
+    assert!(close(a.queued_gpu_hours, 0.0));
+    assert!(close(c.queued_gpu_hours, 4.0));
 
     let ac = a.cost.as_ref().unwrap();
     assert!(close(ac.allocated, 140.0));

@@ -259,6 +259,8 @@ pub struct CsvRow {
     pub cancelled: u32,
     pub never_started: u32,
     pub never_started_gpu_hours: String,
+    pub queued_gpu_hours: String,
+    pub unowned_lent_gpu_hours: String,
     /// The reasons the team is worse off than under the baseline, `; `-separated.
     pub worse_off: String,
 }
@@ -307,6 +309,8 @@ pub fn render_csv(replay: &Replay) -> String {
                 cancelled: r.cancelled,
                 never_started: r.never_started,
                 never_started_gpu_hours: h4(r.never_started_gpu_hours),
+                queued_gpu_hours: h4(r.queued_gpu_hours),
+                unowned_lent_gpu_hours: h4(r.unowned_lent_gpu_hours),
                 worse_off: reasons.join("; "),
             }
         })
@@ -332,6 +336,8 @@ enum Line {
     Lost,
     RejectedCancelled,
     NeverStarted,
+    Queued,
+    UnownedLent,
 }
 
 impl Line {
@@ -355,6 +361,8 @@ impl Line {
             Line::Lost => "lost GPU-h".into(),
             Line::RejectedCancelled => "rejected (GPU-h) / cancelled".into(),
             Line::NeverStarted => "never started (GPU-h)".into(),
+            Line::Queued => "queued GPU-h".into(),
+            Line::UnownedLent => "lent by unowned GPU-h".into(),
         }
     }
 
@@ -399,6 +407,8 @@ impl Line {
             Line::NeverStarted => {
                 format!("{} ({:.1})", r.never_started, r.never_started_gpu_hours)
             }
+            Line::Queued => format!("{:.1}", r.queued_gpu_hours),
+            Line::UnownedLent => format!("{:.1}", r.unowned_lent_gpu_hours),
         }
     }
 }
@@ -438,14 +448,17 @@ fn main_table(replay: &Replay) -> (Vec<String>, Vec<Vec<String>>, Option<usize>)
             measures.extend(classes.into_iter().map(|c| Line::ClassP95(c.clone())));
         }
         measures.extend([
+            Line::Queued,
             Line::InQuotaStartP95,
             Line::ReclaimP95,
             Line::InQuota,
             Line::Borrowed,
             Line::Lent,
-            Line::IdleQuota,
-            Line::Share,
         ]);
+        if team == CLUSTER {
+            measures.push(Line::UnownedLent);
+        }
+        measures.extend([Line::IdleQuota, Line::Share]);
         if with_cost {
             measures.push(Line::TotalCost);
         }
@@ -609,9 +622,12 @@ pub fn render_table(replay: &Replay) -> String {
             first.candidate
         );
     }
-    out.push('\n');
-    let (header, lines, rule) = main_table(replay);
-    out.push_str(&table::render(&header, &lines, 2, rule));
+    // No candidate (the calibration failed): no table, not an empty header.
+    if !replay.columns.is_empty() {
+        out.push('\n');
+        let (header, lines, rule) = main_table(replay);
+        out.push_str(&table::render(&header, &lines, 2, rule));
+    }
     let reasons = reasons(replay);
     if !reasons.is_empty() {
         out.push('\n');
@@ -702,8 +718,10 @@ pub fn render_html(replay: &Replay) -> String {
         );
     }
     out.push_str("<section>\n");
-    let (header, lines, rule) = main_table(replay);
-    html_table(&mut out, &header, &lines, 2, rule);
+    if !replay.columns.is_empty() {
+        let (header, lines, rule) = main_table(replay);
+        html_table(&mut out, &header, &lines, 2, rule);
+    }
     let reasons = reasons(replay);
     if !reasons.is_empty() {
         out.push_str("<ul>\n");

@@ -220,3 +220,15 @@ fn idle_beside_waiting_work_is_flagged_against_the_baseline_or_when_gross() {
         "the baseline at 11 %; the others are now below it"
     );
 }
+
+#[test]
+fn a_replay_without_candidates_prints_no_empty_table() {
+    // The calibration failed: only its own table is printed.
+    let mut r = replay_of("agents");
+    r.columns.clear();
+    let text = render(&r, Format::Table);
+    let headers = text.lines().filter(|l| l.starts_with("TEAM")).count();
+    assert_eq!(headers, 1, "{text}");
+    assert!(text.contains("OBSERVED"), "{text}");
+    assert!(!render_html(&r).contains("<th>MEASURE</th></tr></thead><tbody></tbody>"));
+}

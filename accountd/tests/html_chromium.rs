@@ -292,3 +292,116 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
         bytes.len()
     );
 }
+
+/// 500 teams of one GPU of quota each, two one-GPU jobs each, on 500 GPUs; team `t000`'s two
+/// jobs take 4 GPUs, which siloed refuses (more than its quota): that team leads the page.
+fn replay_of_500_teams(dir: &Path) -> String {
+    let mut config = String::from("[cluster]\nname = \"wide\"\npartitions = [\"gpu\"]\n");
+    let mut map = String::from("gpus_per_node = 8\n");
+    let mut swf = String::from("; UnixStartTime: 1735689600\n; MaxProcs: 500\n");
+    for t in 0..500 {
+        config += &format!("\n[[team]]\nname = \"t{t:03}\"\nquota = 1\n");
+        map += &format!("user {} = t{t:03}\n", t + 1);
+        let g = if t == 0 { 4 } else { 1 };
+        for k in 0..2 {
+            let n = t * 2 + k + 1;
+            swf += &format!(
+                "{n} {} -1 600 {g} -1 -1 {g} 1200 -1 1 {} 1 -1 1 -1 -1 -1\n",
+                k * 700,
+                t + 1
+            );
+        }
+    }
+    fs::write(dir.join("teamshare.toml"), config).unwrap();
+    fs::write(dir.join("map.txt"), map).unwrap();
+    fs::write(dir.join("t.swf"), swf).unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(dir.join("teamshare.toml"))
+        .args(["replay", "--skip-calibration", "--format", "html", "--swf"])
+        .arg(dir.join("t.swf"))
+        .arg("--team-map")
+        .arg(dir.join("map.txt"))
+        .args(["--candidate", "teamshare.toml", "--candidate", "siloed"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn a_replay_of_500_teams_leads_with_the_cluster_and_what_changes_and_stays_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = replay_of_500_teams(dir.path());
+    let art = artifacts();
+    let html = art.join("replay-500-teams.html");
+    fs::write(&html, &page).unwrap();
+    // The source: the cluster and 12 teams open, the other 488 folded; one bar label per
+    // group shown (13), and the team siloed refuses all of says so under its bars.
+    assert!(page.contains("<details><summary>488 more teams, changing least</summary>"));
+    let before = &page[..page.find("<details>").unwrap()];
+    assert!(
+        before.matches("<tr").count() < 13 * 25,
+        "{}",
+        before.matches("<tr").count()
+    );
+    assert!(
+        page.contains("t000 (all refused: siloed)"),
+        "t000 leads: siloed refuses its jobs"
+    );
+
+    // As Chromium lays it out: the folded teams are not printed, the page stays short.
+    let profile = dir.path().join("chromium-profile");
+    let pdf = dir.path().join("page.pdf");
+    let url = format!("file://{}", html.display());
+    let o = chromium(
+        &profile,
+        &[
+            "--no-pdf-header-footer".to_string(),
+            format!("--print-to-pdf={}", pdf.display()),
+            url,
+        ],
+    );
+    assert!(
+        pdf.exists(),
+        "no PDF: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let info = Command::new("pdfinfo").arg(&pdf).output().expect("pdfinfo");
+    let info = String::from_utf8_lossy(&info.stdout).into_owned();
+    let pages: u32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("Pages:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!((1..=20).contains(&pages), "{pages} pages:\n{info}");
+    let text = Command::new("pdftotext")
+        .args(["-layout"])
+        .arg(&pdf)
+        .arg("-")
+        .output()
+        .expect("pdftotext");
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    fs::write(art.join("replay-500-teams.txt"), &text).unwrap();
+    assert!(text.contains("488 more teams"), "{text}");
+    assert!(text.contains("(cluster)"), "{text}");
+    let cluster = text.find("(cluster)").unwrap();
+    let t000 = text.find("t000").unwrap();
+    assert!(cluster < t000, "the cluster's block comes first");
+    // The first folded team is not printed (its name may be a bar's label: the text's
+    // table rows start with the name).
+    let folded = &page[page.find("<details>").unwrap()..];
+    let at = folded.find("<td class=\"text\">t").unwrap() + "<td class=\"text\">".len();
+    let name = &folded[at..at + 4];
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{name} "))),
+        "the folded team {name} was printed:\n{text}"
+    );
+}

@@ -19,7 +19,6 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::period::format_rfc3339;
-use crate::report::html::{escape, page_head, PALETTE};
 use crate::report::{csv_text, table, Format};
 
 use super::calibrate::{Calibration, Tolerance};
@@ -413,13 +412,32 @@ impl Line {
     }
 }
 
-/// The main table's header and lines, and the line before which the cluster's block starts.
+/// The main table's header and lines, and the line before which the cluster's block starts:
+/// every team in the baseline's order, then the cluster.
 fn main_table(replay: &Replay) -> (Vec<String>, Vec<Vec<String>>, Option<usize>) {
-    let mut header = vec!["TEAM".to_string(), "MEASURE".to_string()];
-    header.extend(replay.columns.iter().map(|c| c.candidate.clone()));
+    let header = main_header(replay);
     let Some(first) = replay.columns.first() else {
         return (header, Vec::new(), None);
     };
+    let mut lines = Vec::new();
+    let mut rule = None;
+    for row in &first.figures.rows {
+        if row.team == CLUSTER {
+            rule = Some(lines.len());
+        }
+        lines.extend(team_lines(replay, &row.team));
+    }
+    (header, lines, rule)
+}
+
+fn main_header(replay: &Replay) -> Vec<String> {
+    let mut header = vec!["TEAM".to_string(), "MEASURE".to_string()];
+    header.extend(replay.columns.iter().map(|c| c.candidate.clone()));
+    header
+}
+
+/// The main table's lines of one row (a team, or [`CLUSTER`]), every candidate side by side.
+fn team_lines(replay: &Replay, team: &str) -> Vec<Vec<String>> {
     let currency = replay
         .columns
         .iter()
@@ -428,47 +446,43 @@ fn main_table(replay: &Replay) -> (Vec<String>, Vec<Vec<String>>, Option<usize>)
         .columns
         .iter()
         .any(|c| c.figures.cluster().cost.is_some());
-    let mut lines = Vec::new();
-    let mut rule = None;
-    for row in &first.figures.rows {
-        let team = row.team.as_str();
-        if team == CLUSTER {
-            rule = Some(lines.len());
-        }
-        let mut classes: Vec<&String> = replay
-            .columns
-            .iter()
-            .filter_map(|c| c.figures.row(team))
-            .flat_map(|r| r.wait_by_class.keys())
-            .collect();
-        classes.sort_unstable();
-        classes.dedup();
-        let mut measures = vec![Line::Jobs, Line::Wait(50), Line::Wait(95), Line::Wait(99)];
-        if classes.len() > 1 {
-            measures.extend(classes.into_iter().map(|c| Line::ClassP95(c.clone())));
-        }
-        measures.extend([
-            Line::Queued,
-            Line::InQuotaStartP95,
-            Line::ReclaimP95,
-            Line::InQuota,
-            Line::Borrowed,
-            Line::Lent,
-        ]);
-        if team == CLUSTER {
-            measures.push(Line::UnownedLent);
-        }
-        measures.extend([Line::IdleQuota, Line::Share]);
-        if with_cost {
-            measures.push(Line::TotalCost);
-        }
-        measures.extend([
-            Line::Preemptions,
-            Line::Lost,
-            Line::RejectedCancelled,
-            Line::NeverStarted,
-        ]);
-        for (i, m) in measures.iter().enumerate() {
+    let mut classes: Vec<&String> = replay
+        .columns
+        .iter()
+        .filter_map(|c| c.figures.row(team))
+        .flat_map(|r| r.wait_by_class.keys())
+        .collect();
+    classes.sort_unstable();
+    classes.dedup();
+    let mut measures = vec![Line::Jobs, Line::Wait(50), Line::Wait(95), Line::Wait(99)];
+    if classes.len() > 1 {
+        measures.extend(classes.into_iter().map(|c| Line::ClassP95(c.clone())));
+    }
+    measures.extend([
+        Line::Queued,
+        Line::InQuotaStartP95,
+        Line::ReclaimP95,
+        Line::InQuota,
+        Line::Borrowed,
+        Line::Lent,
+    ]);
+    if team == CLUSTER {
+        measures.push(Line::UnownedLent);
+    }
+    measures.extend([Line::IdleQuota, Line::Share]);
+    if with_cost {
+        measures.push(Line::TotalCost);
+    }
+    measures.extend([
+        Line::Preemptions,
+        Line::Lost,
+        Line::RejectedCancelled,
+        Line::NeverStarted,
+    ]);
+    measures
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
             let mut line = vec![
                 if i == 0 {
                     team.to_string()
@@ -488,10 +502,42 @@ fn main_table(replay: &Replay) -> (Vec<String>, Vec<Vec<String>>, Option<usize>)
                 }
                 line.push(cell);
             }
-            lines.push(line);
-        }
-    }
-    (header, lines, rule)
+            line
+        })
+        .collect()
+}
+
+/// The teams (not the cluster) in the order a page leads with them: the most worse-off
+/// reasons under any candidate first, then the largest change of p95 wait against the
+/// baseline, then by name.
+fn teams_by_change(replay: &Replay) -> Vec<&str> {
+    let Some(first) = replay.columns.first() else {
+        return Vec::new();
+    };
+    let mut teams: Vec<(usize, i64, &str)> = first
+        .figures
+        .teams()
+        .iter()
+        .map(|r| {
+            let flags = replay
+                .columns
+                .iter()
+                .flat_map(|c| &c.worse_off)
+                .filter(|w| w.team == r.team)
+                .count();
+            let base = r.wait.p95_secs.unwrap_or(0);
+            let change = replay
+                .columns
+                .iter()
+                .filter_map(|c| c.figures.row(&r.team)?.wait.p95_secs)
+                .map(|p| (p - base).abs())
+                .max()
+                .unwrap_or(0);
+            (flags, change, r.team.as_str())
+        })
+        .collect();
+    teams.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(b.2)));
+    teams.into_iter().map(|(_, _, t)| t).collect()
 }
 
 /// The heading line of every format that has one.
@@ -671,334 +717,8 @@ pub fn render_table(replay: &Replay) -> String {
     out
 }
 
-/// An HTML table of `header` and `lines` (the first `left` columns are text), a rule (a `tbody`
-/// break) before line `rule`.
-fn html_table<H: AsRef<str>>(
-    out: &mut String,
-    header: &[H],
-    lines: &[Vec<String>],
-    left: usize,
-    rule: Option<usize>,
-) {
-    out.push_str("<table>\n<thead><tr>");
-    for (i, h) in header.iter().enumerate() {
-        let class = if i < left { " class=\"text\"" } else { "" };
-        let _ = write!(out, "<th scope=\"col\"{class}>{}</th>", escape(h.as_ref()));
-    }
-    out.push_str("</tr></thead>\n<tbody>\n");
-    for (k, line) in lines.iter().enumerate() {
-        if rule == Some(k) {
-            out.push_str("</tbody>\n<tfoot>\n");
-        }
-        out.push_str("<tr>");
-        for (i, cell) in line.iter().enumerate() {
-            let class = if i < left { " class=\"text\"" } else { "" };
-            let _ = write!(out, "<td{class}>{}</td>", escape(cell));
-        }
-        out.push_str("</tr>\n");
-    }
-    out.push_str(if rule.is_some() {
-        "</tfoot>\n</table>\n"
-    } else {
-        "</tbody>\n</table>\n"
-    });
-}
-
-/// The HTML page.
-pub fn render_html(replay: &Replay) -> String {
-    let mut out = String::new();
-    let title = heading(replay);
-    page_head(&mut out, &title);
-    let _ = writeln!(out, "<body>\n<h1>{}</h1>", escape(&title));
-    if let Some(first) = replay.columns.first() {
-        let _ = writeln!(
-            out,
-            "<p class=\"rules\">baseline: {}; <strong>!</strong>: worse off than under it</p>",
-            escape(&first.candidate)
-        );
-    }
-    out.push_str("<section>\n");
-    if !replay.columns.is_empty() {
-        let (header, lines, rule) = main_table(replay);
-        html_table(&mut out, &header, &lines, 2, rule);
-    }
-    let reasons = reasons(replay);
-    if !reasons.is_empty() {
-        out.push_str("<ul>\n");
-        for r in reasons {
-            let _ = writeln!(out, "<li>{}</li>", escape(&r));
-        }
-        out.push_str("</ul>\n");
-    }
-    out.push_str("</section>\n");
-
-    // Each team's p95 wait per candidate.
-    let names: Vec<String> = replay.columns.iter().map(|c| c.candidate.clone()).collect();
-    let groups: Vec<(String, Vec<Option<f64>>)> = replay
-        .columns
-        .first()
-        .map(|f| {
-            f.figures
-                .rows
-                .iter()
-                .map(|r| {
-                    let values = replay
-                        .columns
-                        .iter()
-                        .map(|c| {
-                            c.figures
-                                .row(&r.team)
-                                .and_then(|x| x.wait.p95_secs)
-                                .map(|s| s as f64 / 3600.0)
-                        })
-                        .collect();
-                    (r.team.clone(), values)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    out.push_str("<section>\n<h2>p95 queue wait per team and candidate (hours)</h2>\n");
-    bars_svg(
-        &mut out,
-        "p95 queue wait per team and candidate",
-        &groups,
-        &names,
-    );
-    out.push_str("</section>\n");
-
-    out.push_str("<section>\n");
-    match &replay.calibration {
-        Some(cal) => {
-            let _ = writeln!(out, "<h2>Calibration</h2>\n<p>{}</p>", escape(&calibration_verdict(cal)));
-            let (h, l) = calibration_table(cal);
-            html_table(&mut out, &h, &l, 2, None);
-            if !cal.hints.is_empty() {
-                out.push_str("<ul>\n");
-                for hint in &cal.hints {
-                    let _ = writeln!(out, "<li>{}</li>", escape(hint));
-                }
-                out.push_str("</ul>\n");
-            }
-        }
-        None => out.push_str("<h2>Calibration</h2>\n<p>skipped (--skip-calibration): the simulation was not checked against the history</p>\n"),
-    }
-    out.push_str("</section>\n");
-
-    if let Some(curve) = &replay.curve {
-        let mut order: Vec<String> = Vec::new();
-        for p in &curve.points {
-            if !order.contains(&p.candidate) {
-                order.push(p.candidate.clone());
-            }
-        }
-        let mut xs: Vec<u32> = curve.points.iter().map(|p| p.gpus).collect();
-        xs.sort_unstable();
-        xs.dedup();
-        let series =
-            |pick: &dyn Fn(&CurvePoint) -> Option<f64>| -> Vec<(String, Vec<Option<f64>>)> {
-                order
-                    .iter()
-                    .map(|c| {
-                        let ys = xs
-                            .iter()
-                            .map(|x| {
-                                curve
-                                    .points
-                                    .iter()
-                                    .find(|p| p.candidate == *c && p.gpus == *x)
-                                    .and_then(pick)
-                            })
-                            .collect();
-                        (c.clone(), ys)
-                    })
-                    .collect()
-            };
-        let xf: Vec<f64> = xs.iter().map(|&x| f64::from(x)).collect();
-        out.push_str("<section>\n<h2>Capacity curve</h2>\n");
-        let (h, l) = curve_table(curve);
-        html_table(&mut out, &h, &l, 2, None);
-        out.push_str("<ul>\n");
-        for s in curve.sentences() {
-            let _ = writeln!(out, "<li>{}</li>", escape(&s));
-        }
-        out.push_str("</ul>\n<h3>cluster p95 wait (hours) against capacity (GPUs)</h3>\n");
-        lines_svg(
-            &mut out,
-            "cluster p95 wait against capacity",
-            &xf,
-            &series(&|p| p.cluster_p95_secs.map(|s| s as f64 / 3600.0)),
-        );
-        out.push_str("<h3>preemptions against capacity (GPUs)</h3>\n");
-        lines_svg(
-            &mut out,
-            "preemptions against capacity",
-            &xf,
-            &series(&|p| Some(f64::from(p.preemptions))),
-        );
-        out.push_str("</section>\n");
-    }
-    if !replay.notes.is_empty() {
-        out.push_str("<section>\n<pre class=\"notes\">");
-        for n in &replay.notes {
-            let _ = writeln!(out, "{}", escape(n));
-        }
-        out.push_str("</pre>\n</section>\n");
-    }
-    let _ = write!(
-        out,
-        "<footer><p>accountd {}: replay</p></footer>\n</body>\n</html>\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    out
-}
-
-const W: f64 = 960.0;
-const HGT: f64 = 300.0;
-const LEFT: f64 = 56.0;
-const BOTTOM: f64 = 40.0;
-const TOP: f64 = 12.0;
-
-/// A round upper bound of the axis for `max`.
-fn axis_max(max: f64) -> f64 {
-    if max <= 0.0 || !max.is_finite() {
-        return 1.0;
-    }
-    let mag = 10f64.powf(max.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|&v| v >= max)
-        .unwrap_or(10.0 * mag)
-}
-
-fn svg_open(out: &mut String, title: &str, top: f64) {
-    let _ = writeln!(
-        out,
-        "<figure><svg class=\"chart\" viewBox=\"0 0 {W} {HGT}\" role=\"img\" xmlns=\"http://www.w3.org/2000/svg\"><title>{}</title>",
-        escape(title)
-    );
-    // The y axis: 0, half, top.
-    for k in 0..=2 {
-        let v = top * f64::from(k) / 2.0;
-        let y = HGT - BOTTOM - (HGT - BOTTOM - TOP) * f64::from(k) / 2.0;
-        let _ = writeln!(
-            out,
-            "<line x1=\"{LEFT}\" y1=\"{y:.2}\" x2=\"{W}\" y2=\"{y:.2}\" stroke=\"#e3e3e3\"/><text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"end\">{}</text>",
-            LEFT - 4.0,
-            y + 4.0,
-            (v * 1000.0).round() / 1000.0
-        );
-    }
-}
-
-fn legend(out: &mut String, names: &[String]) {
-    out.push_str("</svg><ul class=\"legend\">");
-    for (i, n) in names.iter().enumerate() {
-        let _ = write!(
-            out,
-            "<li><svg class=\"swatch\" width=\"10\" height=\"10\"><rect width=\"10\" height=\"10\" fill=\"{}\"/></svg>{}</li>",
-            PALETTE[i % PALETTE.len()],
-            escape(n)
-        );
-    }
-    out.push_str("</ul></figure>\n");
-}
-
-/// Grouped bars: per group (x), one bar per series; a missing value draws no bar.
-fn bars_svg(
-    out: &mut String,
-    title: &str,
-    groups: &[(String, Vec<Option<f64>>)],
-    names: &[String],
-) {
-    let max = groups
-        .iter()
-        .flat_map(|g| g.1.iter().flatten())
-        .fold(0.0f64, |a, &b| a.max(b));
-    let top = axis_max(max);
-    svg_open(out, title, top);
-    let band = (W - LEFT) / groups.len().max(1) as f64;
-    let bar = band * 0.8 / names.len().max(1) as f64;
-    let plot = HGT - BOTTOM - TOP;
-    for (g, (label, values)) in groups.iter().enumerate() {
-        let x0 = LEFT + band * g as f64 + band * 0.1;
-        for (i, v) in values.iter().enumerate() {
-            let Some(v) = v else { continue };
-            let h = plot * v / top;
-            let _ = writeln!(
-                out,
-                "<rect x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"{}\"><title>{}: {}: {:.2} h</title></rect>",
-                x0 + bar * i as f64,
-                HGT - BOTTOM - h,
-                bar,
-                h,
-                PALETTE[i % PALETTE.len()],
-                escape(label),
-                escape(names.get(i).map_or("", String::as_str)),
-                v
-            );
-        }
-        let _ = writeln!(
-            out,
-            "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{}</text>",
-            LEFT + band * (g as f64 + 0.5),
-            HGT - BOTTOM + 16.0,
-            escape(label)
-        );
-    }
-    legend(out, names);
-}
-
-/// Lines: per series, its values at `xs` joined (a missing value breaks nothing: it is left
-/// out); x grows to the right.
-fn lines_svg(out: &mut String, title: &str, xs: &[f64], series: &[(String, Vec<Option<f64>>)]) {
-    let max = series
-        .iter()
-        .flat_map(|s| s.1.iter().flatten())
-        .fold(0.0f64, |a, &b| a.max(b));
-    let top = axis_max(max);
-    svg_open(out, title, top);
-    let (lo, hi) = (
-        xs.first().copied().unwrap_or(0.0),
-        xs.last().copied().unwrap_or(1.0),
-    );
-    let span = (hi - lo).max(1.0);
-    let plot = HGT - BOTTOM - TOP;
-    let xpos = |x: f64| LEFT + 12.0 + (W - LEFT - 24.0) * (x - lo) / span;
-    for &x in xs {
-        let _ = writeln!(
-            out,
-            "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{x}</text>",
-            xpos(x),
-            HGT - BOTTOM + 16.0
-        );
-    }
-    let names: Vec<String> = series.iter().map(|s| s.0.clone()).collect();
-    for (i, (name, ys)) in series.iter().enumerate() {
-        let color = PALETTE[i % PALETTE.len()];
-        let points: Vec<String> = xs
-            .iter()
-            .zip(ys)
-            .filter_map(|(x, y)| {
-                y.map(|y| format!("{:.2},{:.2}", xpos(*x), HGT - BOTTOM - plot * y / top))
-            })
-            .collect();
-        let _ = writeln!(
-            out,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"><title>{}</title></polyline>",
-            points.join(" "),
-            escape(name)
-        );
-        for p in &points {
-            let (x, y) = p.split_once(',').unwrap_or(("0", "0"));
-            let _ = writeln!(
-                out,
-                "<circle cx=\"{x}\" cy=\"{y}\" r=\"3\" fill=\"{color}\"/>"
-            );
-        }
-    }
-    legend(out, &names);
-}
+mod html;
+pub use html::render_html;
 
 #[cfg(test)]
 mod tests;

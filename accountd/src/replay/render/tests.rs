@@ -1,5 +1,6 @@
 //! The replay's table, CSV, JSON and HTML on a hand-built replay.
 
+use super::html::axis_max;
 use super::*;
 use crate::replay::calibrate::calibrate;
 use crate::replay::metrics::tests::{config, trace_and_outcome};
@@ -208,17 +209,14 @@ fn idle_beside_waiting_work_is_flagged_against_the_baseline_or_when_gross() {
         flagged[0].starts_with("! new.toml: 2.5 GPU-hours (6.2 % of the capacity; as-today 5.0 %)"),
         "{flagged:?}"
     );
-    // Above 10 % every candidate is flagged, the baseline too.
+    // Above 10 % a candidate is flagged, the baseline too.
     r.columns[0].figures.idle_while_waiting_gpu_hours = 4.4;
     let flagged = reasons(&r)
         .into_iter()
         .filter(|l| l.contains("stood idle"))
         .count();
-    assert_eq!(
-        flagged,
-        1 + 0 + 0,
-        "the baseline at 11 %; the others are now below it"
-    );
+    // The baseline at 11 %; the others, below it, are not.
+    assert_eq!(flagged, 1);
 }
 
 #[test]

@@ -553,6 +553,9 @@ pub enum WorseMeasure {
     /// in no wait: without this a silo that refuses most of a team's jobs would read as
     /// short waits).
     Rejected,
+    /// More of its admitted jobs never start (they wait to the end: their censored waits can
+    /// hide in a percentile).
+    NeverStarted,
 }
 
 /// A team worse off under a candidate than today, and why.
@@ -627,6 +630,18 @@ pub fn worse_off(today: &Figures, candidate: &Figures) -> Vec<WorseOff> {
                 reason: format!(
                     "{} jobs ({:.1} GPU-hours) refused at submit instead of {}",
                     c.rejected, c.rejected_gpu_hours, t.rejected
+                ),
+            });
+        }
+        if c.never_started > t.never_started {
+            out.push(WorseOff {
+                team: c.team.clone(),
+                measure: WorseMeasure::NeverStarted,
+                today: f64::from(t.never_started),
+                candidate: f64::from(c.never_started),
+                reason: format!(
+                    "{} admitted jobs ({:.1} GPU-hours of work) never started instead of {}",
+                    c.never_started, c.never_started_gpu_hours, t.never_started
                 ),
             });
         }

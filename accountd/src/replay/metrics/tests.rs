@@ -342,6 +342,20 @@ fn worse_off_by_wait_allocated_hours_and_lost_work() {
         w[0].reason,
         "16 jobs (32.0 GPU-hours) refused at submit instead of 0"
     );
+    // Admitted jobs that never start: training's job 3 already never starts (1); one more is
+    // worse off.
+    assert_eq!(today.row("training").unwrap().never_started, 1);
+    let starved = with(&today, "training", |r| {
+        r.never_started = 2;
+        r.never_started_gpu_hours = 9.5;
+    });
+    let w = worse_off(&today, &starved);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].measure, WorseMeasure::NeverStarted);
+    assert_eq!(
+        w[0].reason,
+        "2 admitted jobs (9.5 GPU-hours of work) never started instead of 1"
+    );
 }
 
 #[test]

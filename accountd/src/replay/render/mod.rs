@@ -372,6 +372,7 @@ impl Line {
             Line::Share => Some(WorseMeasure::AllocatedGpuHours),
             Line::Lost => Some(WorseMeasure::LostGpuHours),
             Line::RejectedCancelled => Some(WorseMeasure::Rejected),
+            Line::NeverStarted => Some(WorseMeasure::NeverStarted),
             _ => None,
         }
     }
@@ -584,8 +585,13 @@ fn reasons(replay: &Replay) -> Vec<String> {
             || (c.candidate != baseline && pct - base_pct > IDLE_WHILE_WAITING_POINTS);
         flagged.then(|| {
             let never = f.cluster();
+            let against = if c.candidate == baseline {
+                String::new()
+            } else {
+                format!("; {baseline} {base_pct:.1} %")
+            };
             format!(
-                "! {}: {:.1} GPU-hours ({pct:.1} % of the capacity; {baseline} {base_pct:.1} %) stood idle while admitted jobs that fit them waited; {} jobs ({:.1} GPU-hours of work) never started",
+                "! {}: {:.1} GPU-hours ({pct:.1} % of the capacity{against}) stood idle while admitted jobs that fit them waited; {} jobs ({:.1} GPU-hours of work) never started",
                 c.candidate, f.idle_while_waiting_gpu_hours, never.never_started, never.never_started_gpu_hours
             )
         })

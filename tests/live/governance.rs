@@ -141,7 +141,10 @@ fn guarantee(c: &Cluster) -> TestResult {
         let long = c.submit_sleeps("training", 4, LONG, &[])?;
         c.wait_running("training", 8, 2 * MINUTE)?;
         c.wait_completed_in_sacct(&short, 2 * MINUTE)?;
-        let starts_before = c.jobs("training", "RUNNING")?;
+        // squeue lists jobs in priority order, which the governor's plan moves: compare the
+        // sets, by job id.
+        let mut starts_before = c.jobs("training", "RUNNING")?;
+        starts_before.sort();
         fill(c, "agents", 4, &[])?;
         wait_victims(c, 2)?;
         for (_, victim_team) in victims(c)? {
@@ -152,7 +155,8 @@ fn guarantee(c: &Cluster) -> TestResult {
         c.submit_sleeps("research", 2, LONG, &[])?;
         c.wait_running("research", 2, MINUTE)?;
         c.wait_running("agents", 2, MINUTE)?;
-        let starts_after = c.jobs("training", "RUNNING")?;
+        let mut starts_after = c.jobs("training", "RUNNING")?;
+        starts_after.sort();
         ensure(starts_after == starts_before, || {
             format!("training's jobs changed: {starts_before:?} -> {starts_after:?}")
         })?;

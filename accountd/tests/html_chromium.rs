@@ -121,6 +121,33 @@ fn chromium(profile: &Path, args: &[String]) -> Output {
     run_with_deadline(&mut cmd, Duration::from_secs(120))
 }
 
+/// `html` printed by Chromium to `pdf` (a profile under `dir`), and the PDF's text as
+/// pdftotext lays it out.
+fn print_pdf(dir: &Path, html: &Path, pdf: &Path) -> String {
+    let profile = dir.join("chromium-profile");
+    let o = chromium(
+        &profile,
+        &[
+            "--no-pdf-header-footer".to_string(),
+            format!("--print-to-pdf={}", pdf.display()),
+            format!("file://{}", html.display()),
+        ],
+    );
+    assert!(
+        pdf.exists(),
+        "chromium printed no PDF: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = Command::new("pdftotext")
+        .args(["-layout"])
+        .arg(pdf)
+        .arg("-")
+        .output()
+        .expect("pdftotext (poppler-utils, contrib/install-deps.sh)");
+    assert!(text.status.success());
+    String::from_utf8_lossy(&text.stdout).into_owned()
+}
+
 #[test]
 fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
     let dir = tempfile::tempdir().unwrap();
@@ -172,27 +199,7 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
     let profile = dir.path().join("chromium-profile");
     let pdf = dir.path().join("page.pdf");
     let url = format!("file://{}", html.display());
-    let o = chromium(
-        &profile,
-        &[
-            "--no-pdf-header-footer".to_string(),
-            format!("--print-to-pdf={}", pdf.display()),
-            url.clone(),
-        ],
-    );
-    assert!(
-        pdf.exists(),
-        "chromium printed no PDF: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let text = Command::new("pdftotext")
-        .args(["-layout"])
-        .arg(&pdf)
-        .arg("-")
-        .output()
-        .expect("pdftotext (poppler-utils, contrib/install-deps.sh)");
-    assert!(text.status.success());
-    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    let text = print_pdf(dir.path(), &html, &pdf);
     fs::write(art.join("html-report.txt"), &text).unwrap();
     for wanted in [
         "GPU usage on htmlcluster",
@@ -356,22 +363,8 @@ fn a_replay_of_500_teams_leads_with_the_cluster_and_what_changes_and_stays_reada
     );
 
     // As Chromium lays it out: the folded teams are not printed, the page stays short.
-    let profile = dir.path().join("chromium-profile");
     let pdf = dir.path().join("page.pdf");
-    let url = format!("file://{}", html.display());
-    let o = chromium(
-        &profile,
-        &[
-            "--no-pdf-header-footer".to_string(),
-            format!("--print-to-pdf={}", pdf.display()),
-            url,
-        ],
-    );
-    assert!(
-        pdf.exists(),
-        "no PDF: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = print_pdf(dir.path(), &html, &pdf);
     let info = Command::new("pdfinfo").arg(&pdf).output().expect("pdfinfo");
     let info = String::from_utf8_lossy(&info.stdout).into_owned();
     let pages: u32 = info
@@ -380,13 +373,6 @@ fn a_replay_of_500_teams_leads_with_the_cluster_and_what_changes_and_stays_reada
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
     assert!((1..=20).contains(&pages), "{pages} pages:\n{info}");
-    let text = Command::new("pdftotext")
-        .args(["-layout"])
-        .arg(&pdf)
-        .arg("-")
-        .output()
-        .expect("pdftotext");
-    let text = String::from_utf8_lossy(&text.stdout).into_owned();
     fs::write(art.join("replay-500-teams.txt"), &text).unwrap();
     assert!(text.contains("488 more teams"), "{text}");
     assert!(text.contains("(cluster)"), "{text}");

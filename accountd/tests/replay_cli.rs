@@ -83,6 +83,17 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// The row of `team` in column `col` of a replay's JSON.
+fn row_of(json: &serde_json::Value, col: usize, team: &str) -> serde_json::Value {
+    json["columns"][col]["figures"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["team"] == team)
+        .cloned()
+        .unwrap()
+}
+
 #[test]
 fn the_settings_that_made_the_history_fit_it_and_the_what_ifs_follow() {
     let dir = setup(false);
@@ -102,15 +113,7 @@ fn the_settings_that_made_the_history_fit_it_and_the_what_ifs_follow() {
     assert_eq!(json["columns"][1]["worse_off"].as_array().unwrap().len(), 0);
     // Siloed, agents' second job waits for its first (600 s); shared, it borrowed and was
     // reclaimed at 100 by training: one preemption, 100 s x 4 GPUs lost.
-    let row = |col: usize, team: &str| {
-        json["columns"][col]["figures"]["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["team"] == team)
-            .cloned()
-            .unwrap()
-    };
+    let row = |col: usize, team: &str| row_of(&json, col, team);
     assert_eq!(row(2, "agents")["wait"]["p95_secs"], 600);
     assert_eq!(row(0, "agents")["preemptions"], 1);
     let lost = row(0, "agents")["lost_gpu_hours"].as_f64().unwrap();
@@ -274,13 +277,7 @@ fn an_unknown_wait_is_left_out_of_the_waits_and_its_run_still_counts() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // Calibration compares like with like: job 3 is out of both sides, so it fits.
     assert_eq!(json["calibration"]["fits"], true, "{}", text(&out));
-    let training = json["columns"][1]["figures"]["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["team"] == "training")
-        .cloned()
-        .unwrap();
+    let training = row_of(&json, 1, "training");
     // As today: job 4's wait (0 s) alone; job 3 counted as unknown.
     assert_eq!(training["wait"]["jobs"], 1, "{training}");
     assert_eq!(training["wait"]["censored"], 0, "{training}");
@@ -318,15 +315,7 @@ fn a_site_coming_from_plain_slurm_is_compared_with_plain_slurm_simulated() {
         names,
         ["plain-slurm", "as-today", "siloed", "teamshare.toml"]
     );
-    let row = |col: usize, team: &str| {
-        json["columns"][col]["figures"]["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["team"] == team)
-            .cloned()
-            .unwrap()
-    };
+    let row = |col: usize, team: &str| row_of(&json, col, team);
     // One pool, first come first served: agents' two 4-GPU jobs take all 8 GPUs at 0 and
     // run their 600 s; training's job, submitted at 100, waits for them (500 s). Nothing is
     // preempted and nothing refused.

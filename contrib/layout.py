@@ -36,7 +36,7 @@ LAYERS = {
         ["model"],
         ["store", "sample"],
         # What is computed from the store and from Slurm.
-        ["report", "replay", "ingest", "pass_log", "governor", "slurm_setup"],
+        ["report", "replay", "ingest", "governor", "slurm_setup"],
         ["status", "metrics", "config_watch"],
         # The daemon and the command line, on top.
         ["daemon"],

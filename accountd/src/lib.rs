@@ -39,7 +39,6 @@ pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod parsable;
-mod pass_log;
 pub mod period;
 pub mod replay;
 pub mod report;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::daemon::DaemonLog;
+use super::DaemonLog;
 use crate::governor::PassReport;
 
 /// The team of a requeued job the plan did not read (never expected: the plan names only jobs

@@ -48,11 +48,12 @@ use crate::config_watch::{self, ConfigWatch, Reload};
 use crate::governor::{self, Cadence, GovernError, Governor, PassReport, SlurmReader};
 use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
-use crate::pass_log::{count_limits, count_requeued, log_pass, Requeue};
+mod pass_log;
 use crate::period;
 use crate::sample::collect;
 use crate::slurm_cli::slurm_name;
 use crate::store::{self, CapacitySample, Store};
+use pass_log::{count_limits, count_requeued, log_pass, Requeue};
 use teamshare_config::format_duration;
 
 /// The steps, as they are named in the log.

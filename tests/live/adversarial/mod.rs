@@ -1261,15 +1261,17 @@ fn queued_again_candidates(
     // A run that ended by itself in the milliseconds before a governor requeue reached
     // slurmctld is requeued all the same (Slurm still had it RUNNING); the governor finds that
     // in accounting and holds the job before Slurm's requeue delay would start it again. Such
-    // a job is not "queued again" once it is held that way (and the governor said so); give
-    // the governor up to 30 s to find it.
+    // a job is not "queued again" once it is held that way (and the governor said so). The
+    // governor looks for the run in accounting for up to 90 s after the requeue (slurmdbd
+    // writes asynchronously, and lags when three suites share two cores), while Slurm's 121 s
+    // requeue delay keeps the job from starting: give it that long and a pass more.
     let held_by_governor = |c: &Cluster, id: u64, reason: &str| {
         reason == "JobHeldUser"
             && c.governor_log().contains(&format!(
                 "job {id} held by the governor: its run had ended by itself"
             ))
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(95);
     loop {
         let left: Vec<(u64, String, String)> = candidates(c)?
             .into_iter()
@@ -1496,9 +1498,23 @@ fn compare_runs(
         }
     }
     for (id, st) in queued {
-        if !user_requeued(*id, base_of(*id)) {
-            e.queued_again
-                .push(format!("job {id} completed a run and is {st} again"));
+        let base = base_of(*id);
+        if !user_requeued(*id, base) {
+            // The whole story, so that a rare failure can be understood from CI's output
+            // alone: the runs in sacct, what the governor and the user did to it, and
+            // slurmctld's lines about it.
+            let n = marked.get(id).copied().unwrap_or(0);
+            let (named, last) = (format!("JobId={id} "), format!("JobId={id}"));
+            let ctld_log = c.slurmctld_log();
+            let lines: Vec<&str> = ctld_log
+                .lines()
+                .filter(|l| l.contains(&named) || l.ends_with(&last))
+                .collect();
+            let ctld = &lines[lines.len().saturating_sub(20)..];
+            e.queued_again.push(format!(
+                "job {id} completed a run and is {st} again: {}; slurmctld: {ctld:?}",
+                ran_twice_facts(*id, base, n, &jobs, &log, a)
+            ));
         }
     }
     Ok(e)

@@ -2,7 +2,9 @@
 """The house's rules, checked: room imports, file sizes (issue 28).
 
   contrib/layout.py check          every rule below; exit 1 with the reasons when one fails
-  contrib/layout.py dot            the room drawing of each crate in Graphviz's DOT (stdout)
+  contrib/layout.py draw           the room drawing of each crate as text: layers top-down, each
+                                   room with the rooms it imports (docs/design/accountd-layout.md)
+  contrib/layout.py dot            the same in Graphviz's DOT (stdout)
   contrib/layout.py sizes          the non-test line count of every file over 800
 
 Rooms. A crate's room is a top-level module of its library (`governor.rs` and `governor/` are
@@ -30,13 +32,14 @@ LAYERS = {
     "accountd": ("accountd/src", "accountd", [
         # Foundations: no knowledge of teamshare's concepts beyond types and text.
         ["logging", "period", "parsable", "slurm_cli"],
-        # Slurm's records and the samples, read and typed.
+        # Slurm's records, read and typed.
         ["slurm_api", "squeue", "sacct", "capacity", "requeue_delay", "requeue_check"],
-        # The pure arithmetic, and the store that keeps records.
-        ["model"],
-        ["store", "sample"],
-        # What is computed from the store and from Slurm.
-        ["report", "replay", "ingest", "governor", "slurm_setup"],
+        # The governor acts on Slurm and knows no SQL; the model is the pure arithmetic.
+        ["governor", "model"],
+        # The store keeps the records; every SQL statement is its.
+        ["store"],
+        # What is computed from the store (and from Slurm), and what fills it.
+        ["sample", "report", "replay", "ingest", "slurm_setup"],
         ["status", "metrics", "config_watch"],
         # The daemon and the command line, on top.
         ["daemon"],
@@ -251,8 +254,24 @@ def dot():
     print("}")
 
 
+def draw():
+    for crate in LAYERS:
+        src, layers, rooms, edges = graph(crate)
+        print(f"{crate} ({src}), top layer first; `room -> what it imports`")
+        for i in reversed(range(len(layers))):
+            print(f"  layer {i}")
+            for r in layers[i]:
+                if r in rooms:
+                    out = sorted(t for (f, t) in edges if f == r)
+                    print(f"    {r:14} -> {', '.join(out) if out else '(nothing)'}")
+        print()
+
+
 def main(argv):
     what = argv[1] if len(argv) > 1 else "check"
+    if what == "draw":
+        draw()
+        return 0
     if what == "dot":
         dot()
         return 0

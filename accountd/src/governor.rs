@@ -20,7 +20,6 @@ use crate::capacity;
 use crate::parsable::{self, Shape};
 use crate::period::{self, UnixSeconds};
 use crate::slurm_cli::{slurm_name, SlurmCommand, SlurmCommandError};
-use crate::store::Store;
 
 // The squeue reader lives in its own module; its public names stay reachable from here.
 pub use crate::squeue::{
@@ -40,8 +39,15 @@ const UPDATE_TIMEOUT: Duration = Duration::from_secs(20);
 const PRIORITY_BUDGET: Duration = Duration::from_millis(250);
 /// Jobs per scontrol call where a list may be long (borrowers' bands, parking).
 const UPDATE_CHUNK: usize = 64;
-/// Fair-share factors move slowly: recompute them from the database this often.
+/// Fair-share factors move slowly: ask the source for them this often.
 const FAIRSHARE_REFRESH: Duration = Duration::from_secs(30);
+
+/// Where a pass's fair-share factors come from: the usage accountd has ingested, computed by
+/// the side of the daemon that owns the database ([`crate::daemon::fairshare_from_store`]),
+/// asked at most every [`FAIRSHARE_REFRESH`]. `Ok(None)`: nothing to compute from yet (the
+/// factors in use stay); `Err`: why they could not be computed (the factors in use stay too).
+pub type FairshareSource =
+    Box<dyn FnMut(&Config, UnixSeconds) -> Result<Option<BTreeMap<String, f64>>, String> + Send>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GovernError {
@@ -329,7 +335,7 @@ fn reading(
 pub struct Governor {
     config: Config,
     reader: SlurmReader,
-    database: Option<PathBuf>,
+    fairshare_source: Option<FairshareSource>,
     fairshare: BTreeMap<String, f64>,
     fairshare_at: Option<Instant>,
     /// What acts on Slurm for a plan, while it is idle.
@@ -346,20 +352,26 @@ pub struct Governor {
 
 impl Governor {
     /// A governor reading Slurm through libslurm (see [`Governor::with_reader`]).
-    pub fn new(config: Config, database: Option<PathBuf>) -> Governor {
+    pub fn new(config: Config, fairshare_source: Option<FairshareSource>) -> Governor {
         Governor::with_reader(
             config,
-            database,
+            fairshare_source,
             SlurmReader::Libslurm(crate::slurm_api::Session::new()),
         )
     }
 
-    pub fn with_reader(config: Config, database: Option<PathBuf>, reader: SlurmReader) -> Governor {
+    /// A governor reading Slurm through `reader`, its fair-share factors from
+    /// `fairshare_source` (none: every team's factor is unknown, as with an empty database).
+    pub fn with_reader(
+        config: Config,
+        fairshare_source: Option<FairshareSource>,
+        reader: SlurmReader,
+    ) -> Governor {
         Governor {
             reader,
             actuator: Some(Actuator::new(config.clone())),
             config,
-            database,
+            fairshare_source,
             fairshare: BTreeMap::new(),
             fairshare_at: None,
             acting: None,
@@ -372,8 +384,9 @@ impl Governor {
         &self.config.accountd.state_file
     }
 
-    /// Fair-share factors from the usage accountd has ingested (decayed by the half-life).
-    /// An error is returned for the pass's report; the previous factors stay in use.
+    /// Fair-share factors from the source (the usage accountd has ingested, decayed by the
+    /// half-life). An error is returned for the pass's report; the previous factors stay in
+    /// use.
     fn refresh_fairshare(&mut self, now: UnixSeconds) -> Result<(), String> {
         if self
             .fairshare_at
@@ -382,24 +395,14 @@ impl Governor {
             return Ok(());
         }
         self.fairshare_at = Some(Instant::now());
-        let Some(db) = &self.database else {
+        let Some(source) = &mut self.fairshare_source else {
             return Ok(());
         };
-        if !db.exists() {
-            return Ok(());
-        }
-        // The same computation as `accountd report fairshare` (DESIGN 5): usage in the governed
-        // partitions, each GPU-second weighed by its type's rate, decayed over ten half-lives.
-        // Read-only: the daemon's ingest is the database's only writer.
-        let params =
-            crate::report::FairshareParams::from_config(&self.config, now, None, Vec::new());
-        let report = match Store::open_read_only(db)
-            .and_then(|s| crate::report::fairshare_report(&s, &params))
-        {
-            Ok(r) => r,
+        match source(&self.config, now) {
+            Ok(Some(factors)) => self.fairshare = factors,
+            Ok(None) => {}
             Err(e) => return Err(format!("fair-share not refreshed: {e}")),
-        };
-        self.fairshare = report.factors();
+        }
         Ok(())
     }
 

@@ -31,7 +31,8 @@ pub(super) fn run(
     args: &GovernArgs,
 ) -> anyhow::Result<ExitCode> {
     let reader = accountd::governor::SlurmReader::from_env().map_err(UsageError)?;
-    let mut governor = accountd::governor::Governor::with_reader(config, Some(database), reader);
+    let fairshare = accountd::daemon::fairshare_from_store(database);
+    let mut governor = accountd::governor::Governor::with_reader(config, Some(fairshare), reader);
     if args.dry_run {
         return govern_dry_run(&mut governor);
     }

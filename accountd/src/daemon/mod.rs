@@ -48,11 +48,13 @@ use crate::config_watch::{self, ConfigWatch, Reload};
 use crate::governor::{self, Cadence, GovernError, Governor, PassReport, SlurmReader};
 use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
+mod fairshare;
 mod pass_log;
 use crate::period;
 use crate::sample::collect;
 use crate::slurm_cli::slurm_name;
 use crate::store::{self, CapacitySample, Store};
+pub use fairshare::fairshare_from_store;
 use pass_log::{count_limits, count_requeued, log_pass, Requeue};
 use teamshare_config::format_duration;
 
@@ -483,12 +485,13 @@ fn start_metrics(shared: &Arc<Shared>) -> Option<MetricsServer> {
 
 fn govern_loop(shared: &Shared, capacity_tx: &Sender<CapacitySample>) {
     let (mut generation, config) = shared.config();
-    let database = Some(shared.opts.database.clone());
+    let database = shared.opts.database.clone();
     let new_governor = |config: &Config| {
         // Checked when the daemon starts (a bad value is a usage error); libslurm otherwise.
         let reader = SlurmReader::from_env()
             .unwrap_or_else(|_| SlurmReader::Libslurm(crate::slurm_api::Session::new()));
-        Governor::with_reader(config.clone(), database.clone(), reader)
+        let fairshare = fairshare_from_store(database.clone());
+        Governor::with_reader(config.clone(), Some(fairshare), reader)
     };
     let cadence = Cadence {
         interval: shared.opts.govern_interval,

@@ -384,6 +384,27 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
     {
         return;
     }
+    // SAFETY: `j` is a record of a live `job_info_msg_t` (this function's contract).
+    let fields = unsafe { job_fields(j) };
+    // squeue ends every field, the last one included, with the separator.
+    for f in &fields {
+        out.push_str(&clean(f));
+        out.push('|');
+    }
+    out.push('\n');
+}
+
+/// The fields of job `j`'s line, in the order of the governor's squeue format.
+///
+/// # Safety
+/// `j` is a record of a live `job_info_msg_t`.
+unsafe fn job_fields(j: &sys::slurm_job_info_t) -> [String; 24] {
+    // The string fields of `j`, read only through this: each is NULL or a NUL-terminated
+    // string owned by the live message (this function's contract).
+    let field = |p: *mut c_char| {
+        // SAFETY: `p` is one of `j`'s string fields, as above.
+        unsafe { text(p) }
+    };
     let or_na = |s: String| if s.is_empty() { "N/A".to_string() } else { s };
     let is_array = !j.array_task_str.is_null() || j.array_task_id != sys::NO_VAL;
     let task = if !j.array_task_str.is_null() {
@@ -413,7 +434,7 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
     } else {
         (j.het_job_id.to_string(), j.het_job_offset.to_string())
     };
-    let fields: [String; 24] = [
+    [
         j.job_id.to_string(),
         field(j.account),
         // SAFETY: libslurm's table of state names: a static string for any value.
@@ -457,13 +478,7 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
         het_id,
         het_offset,
         field(j.admin_comment),
-    ];
-    // squeue ends every field, the last one included, with the separator.
-    for f in &fields {
-        out.push_str(&clean(f));
-        out.push('|');
-    }
-    out.push('\n');
+    ]
 }
 
 /// A field on one line (squeue prints what Slurm holds; a newline would split a record).

@@ -48,34 +48,7 @@ pub(super) fn run(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow
         }
         Err(e) => return Err(e).context("cannot read Slurm's associations"),
     };
-    // Per-type limits need slurmdbd to know each type's TRES, which only slurm.conf's
-    // AccountingStorageTRES can make it do.
-    if config.is_typed() {
-        let known = slurm_setup::show_tres().run().map(|o| o.stdout);
-        let missing = match &known {
-            Ok(text) => slurm_setup::missing_tres(config, text),
-            Err(_) => Vec::new(),
-        };
-        if !missing.is_empty() || known.is_err() {
-            let all: Vec<String> = config
-                .governed_types()
-                .into_iter()
-                .map(|k| format!("gres/gpu:{k}"))
-                .collect();
-            let why = match known {
-                Err(e) => format!("cannot list Slurm's TRES ({e})"),
-                Ok(_) => format!("Slurm does not account {}", missing.join(", ")),
-            };
-            let text = format!(
-                "{why}: GPUs are governed per type, so slurm.conf must contain AccountingStorageTRES=gres/gpu,{} (and gres.conf a Type= for each node's GPUs); restart slurmctld, then run setup-slurm again",
-                all.join(",")
-            );
-            if !args.dry_run {
-                anyhow::bail!(text);
-            }
-            say_err!("accountd: warning: {text}");
-        }
-    }
+    check_typed_tres(config, args.dry_run)?;
     let changes = slurm_setup::plan(&want, &args.users, &current);
     // A reader that goes away stops the printing, never the changes.
     let mut out = Stdout::new();
@@ -95,9 +68,54 @@ pub(super) fn run(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow
             Applied::AlreadyThere => out.line(&format!("{change}: already there"))?,
         }
     }
-    // The governed jobs' QOS, and the teams' access to it (idempotent).
+    setup_qos(config, cluster, args.dry_run, &mut out)?;
+    Ok(ExitStatus::Success.into())
+}
+
+/// Per-type limits need slurmdbd to know each type's TRES, which only slurm.conf's
+/// AccountingStorageTRES can make it do: in a typed configuration, an error where Slurm does not
+/// account a governed type (a warning with `dry_run`).
+fn check_typed_tres(config: &Config, dry_run: bool) -> anyhow::Result<()> {
+    if !config.is_typed() {
+        return Ok(());
+    }
+    let known = slurm_setup::show_tres().run().map(|o| o.stdout);
+    let missing = match &known {
+        Ok(text) => slurm_setup::missing_tres(config, text),
+        Err(_) => Vec::new(),
+    };
+    if !missing.is_empty() || known.is_err() {
+        let all: Vec<String> = config
+            .governed_types()
+            .into_iter()
+            .map(|k| format!("gres/gpu:{k}"))
+            .collect();
+        let why = match known {
+            Err(e) => format!("cannot list Slurm's TRES ({e})"),
+            Ok(_) => format!("Slurm does not account {}", missing.join(", ")),
+        };
+        let text = format!(
+            "{why}: GPUs are governed per type, so slurm.conf must contain AccountingStorageTRES=gres/gpu,{} (and gres.conf a Type= for each node's GPUs); restart slurmctld, then run setup-slurm again",
+            all.join(",")
+        );
+        if !dry_run {
+            anyhow::bail!(text);
+        }
+        say_err!("accountd: warning: {text}");
+    }
+    Ok(())
+}
+
+/// The governed jobs' QOS, and the teams' access to it (idempotent); with `dry_run`, the
+/// commands printed.
+fn setup_qos(
+    config: &Config,
+    cluster: &str,
+    dry_run: bool,
+    out: &mut Stdout,
+) -> anyhow::Result<()> {
     for cmd in slurm_setup::qos_commands(config, cluster) {
-        if args.dry_run {
+        if dry_run {
             out.line(&cmd.display())?;
             continue;
         }
@@ -111,7 +129,7 @@ pub(super) fn run(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow
             anyhow::bail!("{} failed: {}", cmd.display(), said.trim());
         }
     }
-    if !args.dry_run {
+    if !dry_run {
         out.line(&format!(
             "QOS {} ready (PreemptMode within,{}, GraceTime {} s, PreemptExemptTime {} s) for every team",
             teamshare_policy::priority::INTERNAL_QOS,
@@ -123,5 +141,5 @@ pub(super) fn run(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow
             config.governance.min_runtime_before_reclaim.as_secs()
         ))?;
     }
-    Ok(ExitStatus::Success.into())
+    Ok(())
 }

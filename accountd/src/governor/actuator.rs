@@ -236,23 +236,7 @@ impl Actuator {
         leaders: &Leaders,
         report: &mut PassReport,
     ) -> Result<(), GovernError> {
-        let targets: Vec<(u64, Act)> = plan
-            .displace
-            .iter()
-            .map(|id| (*id, Act::Displace))
-            .chain(plan.reclaim.iter().map(|id| (*id, Act::Reclaim)))
-            .chain(plan.violations.iter().map(|id| (*id, Act::Violation)))
-            .chain(plan.over_ceiling.iter().map(|id| (*id, Act::OverCeiling)))
-            .chain(
-                plan.outside
-                    .iter()
-                    .filter(|id| {
-                        jobs.iter()
-                            .any(|j| j.id == **id && j.phase == governance::Phase::Running)
-                    })
-                    .map(|id| (*id, Act::Outside)),
-            )
-            .collect();
+        let targets = running_targets(plan, jobs);
         if targets.is_empty() {
             return Ok(());
         }
@@ -333,6 +317,28 @@ enum Act {
     Violation,
     OverCeiling,
     Outside,
+}
+
+/// The running jobs the plan names, with why, in the order they are acted on: displaced,
+/// reclaimed, violations, over the ceiling, then those outside the governed partitions (these
+/// only while running).
+fn running_targets(plan: &Plan, jobs: &[ClusterJob]) -> Vec<(u64, Act)> {
+    plan.displace
+        .iter()
+        .map(|id| (*id, Act::Displace))
+        .chain(plan.reclaim.iter().map(|id| (*id, Act::Reclaim)))
+        .chain(plan.violations.iter().map(|id| (*id, Act::Violation)))
+        .chain(plan.over_ceiling.iter().map(|id| (*id, Act::OverCeiling)))
+        .chain(
+            plan.outside
+                .iter()
+                .filter(|id| {
+                    jobs.iter()
+                        .any(|j| j.id == **id && j.phase == governance::Phase::Running)
+                })
+                .map(|id| (*id, Act::Outside)),
+        )
+        .collect()
 }
 
 /// The jobs among `ids` that are running now, with their start time and whether they are

@@ -94,11 +94,23 @@ where
     out.push_str("</header>\n");
     table_section(&mut out, report, &series, by_type, tz);
 
+    usage_section(&mut out, &series, days, &dates);
+    cost_section(&mut out, report, &series, days, &dates);
+    let _ = writeln!(
+        out,
+        "<footer><p>accountd {}: report teams; the charts' days are those of report teams --by-day</p></footer>\n</body>\n</html>",
+        env!("CARGO_PKG_VERSION")
+    );
+    out
+}
+
+/// The section of the chart of GPU-hours per day.
+fn usage_section(out: &mut String, series: &[Series<'_>], days: &[UsageReport], dates: &[String]) {
     out.push_str("<section id=\"usage\">\n<h2>GPU-hours per day</h2>\n");
     if days.is_empty() {
         out.push_str("<p>No day of the period is counted yet.</p>\n");
     } else {
-        let segments = usage_segments(&series, days);
+        let segments = usage_segments(series, days);
         let chart = Chart {
             id: "usage",
             title: "GPU-hours per day and team: in quota and borrowed above the axis, lent below it"
@@ -110,14 +122,23 @@ where
             ),
             axis: "GPU-hours (lent below the axis)".to_string(),
             below_as_positive: true,
-            dates: &dates,
-            series: &series,
+            dates,
+            series,
             segments: &segments,
         };
-        chart.render(&mut out);
+        chart.render(out);
     }
     out.push_str("</section>\n");
+}
 
+/// The section of the chart of the cost per day; without rates, a line that says there is none.
+fn cost_section(
+    out: &mut String,
+    report: &UsageReport,
+    series: &[Series<'_>],
+    days: &[UsageReport],
+    dates: &[String],
+) {
     if report.capacity_cost.is_some() {
         let currency = report
             .currency
@@ -132,7 +153,7 @@ where
         if days.is_empty() {
             out.push_str("<p>No day of the period is counted yet.</p>\n");
         } else {
-            let segments = cost_segments(&series, days);
+            let segments = cost_segments(series, days);
             let chart = Chart {
                 id: "cost",
                 title: format!("Total cost per day and row{currency}"),
@@ -143,11 +164,11 @@ where
                 ),
                 axis: format!("cost{currency}"),
                 below_as_positive: false,
-                dates: &dates,
-                series: &series,
+                dates,
+                series,
                 segments: &segments,
             };
-            chart.render(&mut out);
+            chart.render(out);
         }
         out.push_str("</section>\n");
     } else {
@@ -155,12 +176,6 @@ where
             "<section id=\"cost\">\n<h2>Cost per day</h2>\n<p>No rates are configured ([gpu_types]): no cost.</p>\n</section>\n",
         );
     }
-    let _ = writeln!(
-        out,
-        "<footer><p>accountd {}: report teams; the charts' days are those of report teams --by-day</p></footer>\n</body>\n</html>",
-        env!("CARGO_PKG_VERSION")
-    );
-    out
 }
 
 /// Everything up to `<body>`: the title, a policy that forbids every load, the style.

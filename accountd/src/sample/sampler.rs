@@ -184,18 +184,7 @@ pub fn run(
     let shared = SharedJobs::default();
     let mut quiet = Quiet::default();
     if let Some(view) = view {
-        let mut lookup = JobLookup::new(view, &settings.node);
-        refresh(&mut lookup, &shared, &mut quiet);
-        if !settings.once {
-            let (shared, refresh_every) = (shared.clone(), settings.job_refresh);
-            thread::spawn(move || {
-                let mut quiet = Quiet::default();
-                loop {
-                    thread::sleep(refresh_every);
-                    refresh(&mut lookup, &shared, &mut quiet);
-                }
-            });
-        }
+        start_job_lookup(view, settings, &shared, &mut quiet);
     }
 
     let mut pending: Vec<Vec<Sample>> = Vec::new();
@@ -226,33 +215,68 @@ pub fn run(
             &readings,
             &shared.get(),
         ));
-        while let Some(batch) = pending.first() {
-            match spool.write_batch(batch) {
-                Ok(_) => {
-                    pending.remove(0);
-                    quiet.say("spool", String::new());
-                }
-                Err(e) if settings.once => return Err(e.into()),
-                Err(e) => {
-                    if pending.len() > MAX_PENDING {
-                        pending.remove(0);
-                        log(&format!(
-                            "error: {e}; more than {MAX_PENDING} batches waiting, the oldest is dropped"
-                        ));
-                    } else {
-                        quiet.say(
-                            "spool",
-                            format!("warning: {e}; the samples are kept in memory and written at the next tick"),
-                        );
-                    }
-                    break;
-                }
-            }
-        }
+        write_pending(&mut spool, &mut pending, settings.once, &mut quiet)?;
         if settings.once {
             return Ok(());
         }
     }
+}
+
+/// The first job lookup now; then, unless `once`, a thread that refreshes `shared` every
+/// `job_refresh`.
+fn start_job_lookup(
+    view: Box<dyn SlurmView>,
+    settings: &SamplerSettings,
+    shared: &SharedJobs,
+    quiet: &mut Quiet,
+) {
+    let mut lookup = JobLookup::new(view, &settings.node);
+    refresh(&mut lookup, shared, quiet);
+    if !settings.once {
+        let (shared, refresh_every) = (shared.clone(), settings.job_refresh);
+        thread::spawn(move || {
+            let mut quiet = Quiet::default();
+            loop {
+                thread::sleep(refresh_every);
+                refresh(&mut lookup, &shared, &mut quiet);
+            }
+        });
+    }
+}
+
+/// Write the pending batches to the spool, oldest first, until one fails: with `once` that is an
+/// error; otherwise the batches are kept for the next tick (the oldest dropped beyond
+/// [`MAX_PENDING`]).
+fn write_pending(
+    spool: &mut NodeSpool,
+    pending: &mut Vec<Vec<Sample>>,
+    once: bool,
+    quiet: &mut Quiet,
+) -> Result<(), SamplerError> {
+    while let Some(batch) = pending.first() {
+        match spool.write_batch(batch) {
+            Ok(_) => {
+                pending.remove(0);
+                quiet.say("spool", String::new());
+            }
+            Err(e) if once => return Err(e.into()),
+            Err(e) => {
+                if pending.len() > MAX_PENDING {
+                    pending.remove(0);
+                    log(&format!(
+                        "error: {e}; more than {MAX_PENDING} batches waiting, the oldest is dropped"
+                    ));
+                } else {
+                    quiet.say(
+                        "spool",
+                        format!("warning: {e}; the samples are kept in memory and written at the next tick"),
+                    );
+                }
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -218,51 +218,12 @@ pub fn status(input: &StatusInput<'_>, team: Option<&str>) -> Option<Status> {
 
     let in_use = jobs.running_total();
     let by_type = if typed {
-        let mut types: Vec<&str> = config.governed_types().into_iter().collect();
-        types.extend(input.capacity.by_type.keys().map(String::as_str));
-        types.sort_unstable();
-        types.dedup();
-        types
-            .into_iter()
-            .map(|k| {
-                let capacity = input.capacity.by_type.get(k).copied().unwrap_or(0);
-                let used = jobs.running_of_type(k);
-                (
-                    k.to_string(),
-                    Gpus {
-                        capacity,
-                        in_use: used,
-                        free: capacity.saturating_sub(used),
-                    },
-                )
-            })
-            .collect()
+        gpus_by_type(input, &jobs)
     } else {
         BTreeMap::new()
     };
 
-    let mut other_accounts: BTreeMap<&str, OtherAccount> = BTreeMap::new();
-    for j in input.jobs.iter().filter(|j| config.team(&j.team).is_none()) {
-        let row = other_accounts
-            .entry(j.team.as_str())
-            .or_insert_with(|| OtherAccount {
-                account: j.team.clone(),
-                in_use: 0,
-                waiting_jobs: 0,
-                waiting_gpus: 0,
-            });
-        match j.phase {
-            Phase::Running => row.in_use = row.in_use.saturating_add(j.gpus),
-            Phase::Pending => {
-                row.waiting_jobs = row.waiting_jobs.saturating_add(j.tasks.max(1));
-                row.waiting_gpus = row.waiting_gpus.saturating_add(pending_gpus(j));
-            }
-        }
-    }
-    let other_accounts = other_accounts
-        .into_values()
-        .filter(|a| a.in_use > 0 || a.waiting_gpus > 0)
-        .collect();
+    let other_accounts = other_accounts(input);
 
     let state_status = state_status(input);
     let mut status = Status {
@@ -288,6 +249,58 @@ pub fn status(input: &StatusInput<'_>, team: Option<&str>) -> Option<Status> {
         fill_in_from_state(&mut status, state);
     }
     Some(status)
+}
+
+/// A typed configuration's GPUs per type: every governed type and every type with capacity, by
+/// name.
+fn gpus_by_type(input: &StatusInput<'_>, jobs: &JobsByPool<'_>) -> BTreeMap<String, Gpus> {
+    let mut types: Vec<&str> = input.config.governed_types().into_iter().collect();
+    types.extend(input.capacity.by_type.keys().map(String::as_str));
+    types.sort_unstable();
+    types.dedup();
+    types
+        .into_iter()
+        .map(|k| {
+            let capacity = input.capacity.by_type.get(k).copied().unwrap_or(0);
+            let used = jobs.running_of_type(k);
+            (
+                k.to_string(),
+                Gpus {
+                    capacity,
+                    in_use: used,
+                    free: capacity.saturating_sub(used),
+                },
+            )
+        })
+        .collect()
+}
+
+/// The accounts that are not teams of the configuration, by name, those with GPUs in use or
+/// waiting only.
+fn other_accounts(input: &StatusInput<'_>) -> Vec<OtherAccount> {
+    let config = input.config;
+    let mut other_accounts: BTreeMap<&str, OtherAccount> = BTreeMap::new();
+    for j in input.jobs.iter().filter(|j| config.team(&j.team).is_none()) {
+        let row = other_accounts
+            .entry(j.team.as_str())
+            .or_insert_with(|| OtherAccount {
+                account: j.team.clone(),
+                in_use: 0,
+                waiting_jobs: 0,
+                waiting_gpus: 0,
+            });
+        match j.phase {
+            Phase::Running => row.in_use = row.in_use.saturating_add(j.gpus),
+            Phase::Pending => {
+                row.waiting_jobs = row.waiting_jobs.saturating_add(j.tasks.max(1));
+                row.waiting_gpus = row.waiting_gpus.saturating_add(pending_gpus(j));
+            }
+        }
+    }
+    other_accounts
+        .into_values()
+        .filter(|a| a.in_use > 0 || a.waiting_gpus > 0)
+        .collect()
 }
 
 /// Where the governor's current state shows more GPUs in use than the jobs this reader could

@@ -170,80 +170,15 @@ pub fn parse(
                 epoch = number(t, "epoch").map_err(err)?;
             }
             "gpu" => {
-                let Some(minor) = w.get(1) else {
-                    return Err(err("expected `gpu <minor> uuid=GPU-...`".into()));
-                };
-                let minor: u32 = number(minor, "minor number").map_err(err)?;
-                let mut gpu = Gpu {
-                    minor,
-                    uuid: String::new(),
-                    name: "Fake GPU".into(),
-                    memory_mib: 81_920,
-                    fails: BTreeSet::new(),
-                    steps: Vec::new(),
-                    processes: Vec::new(),
-                };
-                for attr in &w[2..] {
-                    let Some((key, value)) = attr.split_once('=') else {
-                        return Err(err(format!("`{attr}` is not key=value")));
-                    };
-                    match key {
-                        "uuid" => gpu.uuid = value.to_string(),
-                        "name" => gpu.name = value.to_string(),
-                        "memory" => gpu.memory_mib = number(value, "memory").map_err(err)?,
-                        "fail" => {
-                            for call in value.split(',').filter(|c| !c.is_empty()) {
-                                let c = Call::parse(call).ok_or_else(|| {
-                                    err(format!("unknown call `{call}` in fail= (uuid, minor, name, utilization, memory, processes)"))
-                                })?;
-                                gpu.fails.insert(c);
-                            }
-                        }
-                        _ => return Err(err(format!("unknown gpu attribute `{key}`"))),
-                    }
-                }
-                if gpu.uuid.is_empty() {
-                    return Err(err(format!("gpu {minor} has no uuid=")));
-                }
-                if gpus.iter().any(|g| g.minor == minor) {
-                    return Err(err(format!("gpu {minor} is listed twice")));
-                }
-                if gpus.iter().any(|g| g.uuid == gpu.uuid) {
-                    return Err(err(format!("uuid {} is listed twice", gpu.uuid)));
-                }
+                let gpu = gpu_line(&w, &gpus).map_err(err)?;
                 gpus.push(gpu);
             }
             "util" => {
-                if !(4..=6).contains(&w.len()) {
-                    return Err(err(
-                        "expected `util <minor> <from> <gpu %> [<memory used MiB> [<memory %>]]`"
-                            .into(),
-                    ));
-                }
-                let minor: u32 = number(&w[1], "minor number").map_err(err)?;
-                let step = Step {
-                    from: 0.0,
-                    gpu_percent: percent(&w[3], "gpu utilisation").map_err(err)?,
-                    mem_used_mib: match w.get(4) {
-                        Some(m) => number(m, "memory used").map_err(err)?,
-                        None => 0,
-                    },
-                    mem_percent: match w.get(5) {
-                        Some(m) => percent(m, "memory utilisation").map_err(err)?,
-                        None => 0,
-                    },
-                };
-                utils.push((line, minor, w[2].clone(), step));
+                let (minor, from, step) = util_line(&w).map_err(err)?;
+                utils.push((line, minor, from, step));
             }
             "proc" => {
-                let [_, minor, pid, mem] = w.as_slice() else {
-                    return Err(err("expected `proc <minor> <pid> <memory used MiB>`".into()));
-                };
-                let minor: u32 = number(minor, "minor number").map_err(err)?;
-                let process = Process {
-                    pid: number(pid, "pid").map_err(err)?,
-                    mem_used_mib: number(mem, "memory used").map_err(err)?,
-                };
+                let (minor, process) = proc_line(&w).map_err(err)?;
                 procs.push((line, minor, process));
             }
             other => {
@@ -253,6 +188,106 @@ pub fn parse(
             }
         }
     }
+    place_steps(&mut gpus, utils, epoch)?;
+    place_processes(&mut gpus, procs)?;
+    for gpu in &mut gpus {
+        // Stable: equal times keep file order, and step_at takes the last.
+        gpu.steps.sort_by(|a, b| a.from.total_cmp(&b.from));
+    }
+    if let Some(keep) = devices {
+        gpus.retain(|g| keep.contains(&g.minor));
+    }
+    Ok(Script { gpus })
+}
+
+/// A `gpu` line's GPU (`w`: its words), checked against the GPUs listed before it.
+fn gpu_line(w: &[String], gpus: &[Gpu]) -> Result<Gpu, String> {
+    let Some(minor) = w.get(1) else {
+        return Err("expected `gpu <minor> uuid=GPU-...`".into());
+    };
+    let minor: u32 = number(minor, "minor number")?;
+    let mut gpu = Gpu {
+        minor,
+        uuid: String::new(),
+        name: "Fake GPU".into(),
+        memory_mib: 81_920,
+        fails: BTreeSet::new(),
+        steps: Vec::new(),
+        processes: Vec::new(),
+    };
+    for attr in &w[2..] {
+        let Some((key, value)) = attr.split_once('=') else {
+            return Err(format!("`{attr}` is not key=value"));
+        };
+        match key {
+            "uuid" => gpu.uuid = value.to_string(),
+            "name" => gpu.name = value.to_string(),
+            "memory" => gpu.memory_mib = number(value, "memory")?,
+            "fail" => {
+                for call in value.split(',').filter(|c| !c.is_empty()) {
+                    let c = Call::parse(call).ok_or_else(|| {
+                        format!("unknown call `{call}` in fail= (uuid, minor, name, utilization, memory, processes)")
+                    })?;
+                    gpu.fails.insert(c);
+                }
+            }
+            _ => return Err(format!("unknown gpu attribute `{key}`")),
+        }
+    }
+    if gpu.uuid.is_empty() {
+        return Err(format!("gpu {minor} has no uuid="));
+    }
+    if gpus.iter().any(|g| g.minor == minor) {
+        return Err(format!("gpu {minor} is listed twice"));
+    }
+    if gpus.iter().any(|g| g.uuid == gpu.uuid) {
+        return Err(format!("uuid {} is listed twice", gpu.uuid));
+    }
+    Ok(gpu)
+}
+
+/// A `util` line's minor number, time as written, and step (its time still unresolved).
+fn util_line(w: &[String]) -> Result<(u32, String, Step), String> {
+    if !(4..=6).contains(&w.len()) {
+        return Err(
+            "expected `util <minor> <from> <gpu %> [<memory used MiB> [<memory %>]]`".into(),
+        );
+    }
+    let minor: u32 = number(&w[1], "minor number")?;
+    let step = Step {
+        from: 0.0,
+        gpu_percent: percent(&w[3], "gpu utilisation")?,
+        mem_used_mib: match w.get(4) {
+            Some(m) => number(m, "memory used")?,
+            None => 0,
+        },
+        mem_percent: match w.get(5) {
+            Some(m) => percent(m, "memory utilisation")?,
+            None => 0,
+        },
+    };
+    Ok((minor, w[2].clone(), step))
+}
+
+/// A `proc` line's minor number and process.
+fn proc_line(w: &[String]) -> Result<(u32, Process), String> {
+    let [_, minor, pid, mem] = w else {
+        return Err("expected `proc <minor> <pid> <memory used MiB>`".into());
+    };
+    let minor: u32 = number(minor, "minor number")?;
+    let process = Process {
+        pid: number(pid, "pid")?,
+        mem_used_mib: number(mem, "memory used")?,
+    };
+    Ok((minor, process))
+}
+
+/// Resolve each `util` line's time against `epoch` and give the step to its GPU.
+fn place_steps(
+    gpus: &mut [Gpu],
+    utils: Vec<(usize, u32, String, Step)>,
+    epoch: f64,
+) -> Result<(), ScriptError> {
     for (line, minor, from, mut step) in utils {
         let err = |message: String| ScriptError { line, message };
         step.from = match from.strip_prefix('+') {
@@ -271,6 +306,11 @@ pub fn parse(
         }
         gpu.steps.push(step);
     }
+    Ok(())
+}
+
+/// Give each `proc` line's process to its GPU.
+fn place_processes(gpus: &mut [Gpu], procs: Vec<(usize, u32, Process)>) -> Result<(), ScriptError> {
     for (line, minor, process) in procs {
         let gpu = gpus
             .iter_mut()
@@ -281,14 +321,7 @@ pub fn parse(
             })?;
         gpu.processes.push(process);
     }
-    for gpu in &mut gpus {
-        // Stable: equal times keep file order, and step_at takes the last.
-        gpu.steps.sort_by(|a, b| a.from.total_cmp(&b.from));
-    }
-    if let Some(keep) = devices {
-        gpus.retain(|g| keep.contains(&g.minor));
-    }
-    Ok(Script { gpus })
+    Ok(())
 }
 
 /// Read a `FAKE_NVML_DEVICES` value: minor numbers separated by commas.

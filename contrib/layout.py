@@ -32,8 +32,9 @@ LAYERS = {
     "accountd": ("accountd/src", "accountd", [
         # Foundations: no knowledge of teamshare's concepts beyond types and text.
         ["logging", "period", "parsable", "slurm_cli"],
-        # Slurm's records, read and typed.
-        ["slurm_api", "squeue", "sacct", "capacity", "requeue_delay", "requeue_check"],
+        # Slurm's records, read and typed, and the GPU samples' record.
+        ["slurm_api", "squeue", "sacct", "capacity", "requeue_delay", "requeue_check",
+         "gpu_sample"],
         # The governor acts on Slurm and knows no SQL; the model is the pure arithmetic.
         ["governor", "model"],
         # The store keeps the records; every SQL statement is its.

@@ -34,6 +34,7 @@ pub mod capacity;
 pub mod config_watch;
 pub mod daemon;
 pub mod governor;
+pub mod gpu_sample;
 pub mod ingest;
 pub mod logging;
 pub mod metrics;

@@ -247,7 +247,7 @@ impl Session {
                 let name = text(part.name);
                 if partitions.is_empty() || partitions.contains(&name) {
                     let list = text(part.nodes);
-                    wanted.extend(crate::governor::expand_hostlist(&list).unwrap_or_default());
+                    wanted.extend(crate::squeue::expand_hostlist(&list).unwrap_or_default());
                 }
             }
             let wanted: std::collections::BTreeSet<String> = wanted.into_iter().collect();
@@ -344,7 +344,7 @@ unsafe fn offered_by(p: &sys::partition_info_msg_t, n: &sys::node_info_msg_t) ->
         // SAFETY: the strings of a live record.
         let (name, list) = unsafe { (text(part.name), text(part.nodes)) };
         let mut sum = PartitionGpus::default();
-        for node in crate::governor::expand_hostlist(&list).unwrap_or_default() {
+        for node in crate::squeue::expand_hostlist(&list).unwrap_or_default() {
             if let Some(g) = gpus.get(&node) {
                 sum.gpus = sum.gpus.saturating_add(g.gpus);
                 for (t, k) in &g.by_type {

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 /// How the numbers of a report's rows are written. Each report has one row type, generic over
 /// this, whose fields are its CSV columns and its JSON keys, in order (the teams report's JSON
-/// nests each row's GPU types, which its CSV gives lines of their own: `teams::TeamsCsvLine`).
+/// nests each row's GPU types, which its CSV gives lines of their own: `teams::export::TeamsCsvLine`).
 /// JSON ([`JsonNumbers`]) carries the numbers as they are, CSV ([`CsvNumbers`]) as text with the
 /// digits the report has always given them.
 pub(crate) trait Numbers {

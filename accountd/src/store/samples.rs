@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::Store;
+use crate::gpu_sample::Sample;
 use crate::period::{Period, UnixSeconds};
-use crate::sample::Sample;
 
 const HOUR_MS: i64 = 3_600_000;
 

@@ -16,10 +16,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use teamshare_config::Config;
 
-use super::{
-    decide, ClusterJob, Entry, Lists, NodeSet, Pass, PassNodes, PendingKey, Phase, Queues, Rules,
-    RunningKey, Sink, Table, Tail, TeamRunning,
-};
+use super::nodes::{NodeSet, PassNodes};
+use super::pool::{decide, Pass};
+use super::queues::{Entry, Lists, Queues, Sink, Table, Tail};
+use super::rules::{PendingKey, Rules, RunningKey};
+use super::running::TeamRunning;
+use super::{ClusterJob, Phase};
 
 /// Where a job is filed among the lists the phases walk.
 #[derive(Clone, Copy)]
@@ -99,12 +101,12 @@ pub struct Planner<'c> {
     /// Per team: ranked pending jobs of a non-preemptible class not parked (see [`Queues`]).
     unparked: Vec<BTreeSet<usize>>,
     /// Per team: ranked pending jobs that can start, by (class value, GPUs, nodes).
-    alike: Vec<Vec<(super::Alike, u32)>>,
+    alike: Vec<Vec<(super::rules::Alike, u32)>>,
     /// Per team: the same jobs by the GPUs they ask for, in the team's order (see
     /// [`Queues`]).
-    sized: Vec<super::Sized>,
+    sized: Vec<super::queues::Sized>,
     /// Per team: those of them that may borrow (preemptible and eligible), in order.
-    askable: Vec<BTreeSet<(super::PendingKey, usize)>>,
+    askable: Vec<BTreeSet<(PendingKey, usize)>>,
     /// What the tails' priorities depend on, to hand back only those that may have changed:
     /// the jobs inserted or changed since the last pass, those each team's last pass walked
     /// (before its tail), and the band each team's tail had.
@@ -429,7 +431,7 @@ impl<'c> Planner<'c> {
         let outside = no_team
             .iter()
             .filter_map(|s| entry(*s))
-            .filter(|e| super::is_outside(e))
+            .filter(|e| super::queues::is_outside(e))
             .map(|e| e.id)
             .collect();
         PassPlan {
@@ -482,7 +484,7 @@ static NO_JOB: ClusterJob = ClusterJob {
     tasks: 0,
 };
 
-/// Priorities written per slot, as [`Priorities`](super::Priorities) does per job id; a
+/// Priorities written per slot, as [`Priorities`](super::priorities::Priorities) does per job id; a
 /// tail's only for the jobs whose priority there may differ from the one last given.
 struct SlotSink<'a, 'c> {
     next: &'a mut [Option<u32>],

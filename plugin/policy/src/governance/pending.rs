@@ -3,14 +3,14 @@
 
 use std::collections::BTreeSet;
 
-use super::displace::lower_classes_to_displace;
+use super::displace::{lower_classes_to_displace, Lower};
 use super::nodes::{LazyNodes, NodeRoom};
 use super::pool::Pass;
 use super::queues::{Entry, Queues, Tail};
 use super::rules::{Alike, Rules};
 use super::running::Running;
 use super::sharing::{share_idle_capacity, Holds};
-use super::TeamState;
+use super::{ClusterJob, TeamState};
 
 /// Phase 3's walk over one team's queue: what the jobs still ahead that can start might do.
 /// While none of them fits what is left of the quota, and none might displace a lower class
@@ -133,124 +133,190 @@ fn sort_pending<'a>(
     nodes: &LazyNodes<'_, '_>,
     borrow_first: &BTreeSet<u64>,
 ) -> Pending<'a> {
-    let teams = rules.config.teams.len();
-    let mut out = Pending {
-        in_quota: Vec::new(),
-        displacing: Vec::new(),
-        borrowers: vec![Vec::new(); teams],
-        waiting: Vec::new(),
-        tails: Vec::with_capacity(teams),
-        tail_smallest: Vec::with_capacity(teams),
-        displace: Vec::new(),
-        room: vec![0; teams],
-        team_states: Vec::with_capacity(teams),
+    let mut out = Pending::new(rules.config.teams.len());
+    let mut done = Displaced {
+        targeted: BTreeSet::new(),
+        placed: None,
     };
-    let mut targeted: BTreeSet<u64> = BTreeSet::new();
-    // Free GPUs per node as the displacing jobs are placed, one after the other (read on
-    // the first displacement).
-    let mut placed: Option<NodeRoom<'_>> = None;
     for (t, team) in rules.config.teams.iter().enumerate() {
-        // Attempts that displaced nobody (they change nothing), by what their answer depends
-        // on (team, class value, GPUs, nodes, room left): a long queue of alike jobs asks
-        // once until a displacement changes the answer. Only the team's own are asked about
-        // during its walk.
-        let mut cannot_displace: Vec<(usize, u32, u32, u32, u32)> = Vec::new();
-        // The team's displaceable jobs, per class value, until a displacement changes them.
-        let mut lower_known = Vec::new();
         let pending = queues.pending(t);
-        // The lowest preemptible class among the team's protected jobs: a job of no higher
-        // class has nothing to displace (answered without a walk over them).
-        let lowest_displaceable = running.lowest_displaceable[t];
         let used = running.usage[t];
-        let mut room = team.quota.total.saturating_sub(used);
-        let mut pending_in_quota = 0u32;
-        let borrowers = &mut out.borrowers[t];
-        let mut tail_from = pending.len();
-        let mut ahead = Ahead::new(&queues.alike[t]);
-        let answered = |memo: &[(usize, u32, u32, u32, u32)], a: Alike, room: u32| {
-            memo.contains(&(t, a.0, a.1, a.2, room))
+        let mut walk = TeamWalk {
+            team: t,
+            lowest_displaceable: running.lowest_displaceable[t],
+            room: team.quota.total.saturating_sub(used),
+            pending_in_quota: 0,
+            cannot_displace: Vec::new(),
+            lower_known: Vec::new(),
+            ahead: Ahead::new(&queues.alike[t]),
         };
+        let mut tail_from = pending.len();
         for (i, j) in pending.iter().enumerate() {
-            // No job from here on fits the quota left, and none may displace: its class is
-            // no higher than the lowest displaceable, or an attempt alike was answered no
-            // this pass. The rest is the tail.
-            if ahead.smallest().is_none_or(|g| g > room) {
-                let tail = match lowest_displaceable.filter(|_| rules.within) {
-                    Some(v) => ahead.undecided(v, |a| answered(&cannot_displace, a, room)) == 0,
-                    None => true,
-                };
-                if tail {
-                    tail_from = i;
-                    break;
-                }
+            if walk.at_tail(rules) {
+                tail_from = i;
+                break;
             }
             if !j.startable() {
                 out.waiting.push(j);
                 continue;
             }
             let alike = rules.alike(&j);
-            ahead.walk(
-                alike,
-                lowest_displaceable.is_some_and(|v| v < alike.0)
-                    && !answered(&cannot_displace, alike, room),
-            );
-            if j.gpus <= room {
-                room -= j.gpus;
-                pending_in_quota += j.gpus;
+            walk.walk_past(alike);
+            if j.gpus <= walk.room {
+                walk.room -= j.gpus;
+                walk.pending_in_quota += j.gpus;
                 out.in_quota.push(j);
-                ahead.forget();
+                walk.ahead.forget();
                 continue;
             }
             if rules.within
-                && lowest_displaceable.is_some_and(|v| v < rules.value(&j))
+                && walk
+                    .lowest_displaceable
+                    .is_some_and(|v| v < rules.value(&j))
                 && !borrow_first.contains(&j.id)
             {
-                let attempt = (t, rules.value(&j), j.gpus, j.node_count, room);
-                if !cannot_displace.contains(&attempt) {
-                    let found = lower_classes_to_displace(
-                        rules,
-                        running,
-                        t,
-                        &j,
-                        room,
-                        &targeted,
-                        placed.get_or_insert_with(|| nodes.get().clone()),
-                        &mut lower_known,
-                    );
-                    if let Some((chosen, freed)) = found {
-                        room = freed - j.gpus;
-                        targeted.extend(chosen.iter().copied());
-                        out.displace.extend(chosen);
-                        out.displacing.push(j);
-                        cannot_displace.clear();
-                        lower_known.clear();
-                        ahead.forget();
-                        continue;
-                    }
-                    // A failed attempt changed nothing: alike jobs would fail alike.
-                    cannot_displace.push(attempt);
-                    ahead.answered(alike);
+                if let Some(chosen) = walk.displace(rules, running, &j, alike, nodes, &mut done) {
+                    out.displace.extend(chosen);
+                    out.displacing.push(j);
+                    continue;
                 }
             }
-            borrowers.push(j);
+            out.borrowers[t].push(j);
         }
         out.tails.push(pending.tail(tail_from));
         out.tail_smallest.push(if tail_from < pending.len() {
-            ahead.smallest()
+            walk.ahead.smallest()
         } else {
             None
         });
-        out.room[t] = room;
+        out.room[t] = walk.room;
         out.team_states.push(TeamState {
             running_gpus: used,
-            pending_in_quota_gpus: pending_in_quota,
+            pending_in_quota_gpus: walk.pending_in_quota,
             gpu_limit: 0,
         });
     }
     out
 }
 
+/// What phase 3's displacements have done so far, over the teams walked.
+struct Displaced<'n> {
+    /// The running jobs chosen to be displaced.
+    targeted: BTreeSet<u64>,
+    /// Free GPUs per node as the displacing jobs are placed, one after the other (read on
+    /// the first displacement).
+    placed: Option<NodeRoom<'n>>,
+}
+
+/// Phase 3's walk over one team's queue, as it goes.
+struct TeamWalk<'a, 'q> {
+    /// The team's place in the configuration.
+    team: usize,
+    /// The lowest preemptible class among the team's protected jobs: a job of no higher
+    /// class has nothing to displace (answered without a walk over them).
+    lowest_displaceable: Option<u32>,
+    /// What is left of the team's quota.
+    room: u32,
+    pending_in_quota: u32,
+    /// Attempts that displaced nobody (they change nothing), by what their answer depends
+    /// on (team, class value, GPUs, nodes, room left): a long queue of alike jobs asks
+    /// once until a displacement changes the answer. Only the team's own are asked about
+    /// during its walk.
+    cannot_displace: Vec<(usize, u32, u32, u32, u32)>,
+    /// The team's displaceable jobs, per class value, until a displacement changes them.
+    lower_known: Vec<((usize, u32), Lower<'a>)>,
+    ahead: Ahead<'q>,
+}
+
+impl<'a> TeamWalk<'a, '_> {
+    /// Whether an attempt for a job alike `a` was answered no with the room left now.
+    fn answered(&self, a: Alike) -> bool {
+        answered(&self.cannot_displace, self.team, a, self.room)
+    }
+
+    /// No job from here on fits the quota left, and none may displace: its class is no
+    /// higher than the lowest displaceable, or an attempt alike was answered no this pass.
+    /// The rest is the tail.
+    fn at_tail(&mut self, rules: &Rules<'_>) -> bool {
+        if self.ahead.smallest().is_some_and(|g| g <= self.room) {
+            return false;
+        }
+        match self.lowest_displaceable.filter(|_| rules.within) {
+            Some(v) => {
+                let (memo, team, room) = (&self.cannot_displace, self.team, self.room);
+                self.ahead.undecided(v, |a| answered(memo, team, a, room)) == 0
+            }
+            None => true,
+        }
+    }
+
+    /// A job alike `a` that can start is walked past.
+    fn walk_past(&mut self, a: Alike) {
+        let open = self.lowest_displaceable.is_some_and(|v| v < a.0) && !self.answered(a);
+        self.ahead.walk(a, open);
+    }
+
+    /// `j` (alike `a`), which does not fit the room left, displaces lower classes of the team
+    /// if it can: the jobs to requeue for it, `None` when it cannot (or an attempt alike was
+    /// answered no).
+    fn displace<'n>(
+        &mut self,
+        rules: &Rules<'_>,
+        running: &Running<'a>,
+        j: &ClusterJob,
+        a: Alike,
+        nodes: &LazyNodes<'n, '_>,
+        done: &mut Displaced<'n>,
+    ) -> Option<Vec<u64>> {
+        let attempt = (self.team, rules.value(j), j.gpus, j.node_count, self.room);
+        if self.cannot_displace.contains(&attempt) {
+            return None;
+        }
+        let found = lower_classes_to_displace(
+            rules,
+            running,
+            self.team,
+            j,
+            self.room,
+            &done.targeted,
+            done.placed.get_or_insert_with(|| nodes.get().clone()),
+            &mut self.lower_known,
+        );
+        let Some((chosen, freed)) = found else {
+            // A failed attempt changed nothing: alike jobs would fail alike.
+            self.cannot_displace.push(attempt);
+            self.ahead.answered(a);
+            return None;
+        };
+        self.room = freed - j.gpus;
+        done.targeted.extend(chosen.iter().copied());
+        self.cannot_displace.clear();
+        self.lower_known.clear();
+        self.ahead.forget();
+        Some(chosen)
+    }
+}
+
+/// Whether `memo` holds team `t`'s attempt for a job alike `a` with `room` left.
+fn answered(memo: &[(usize, u32, u32, u32, u32)], t: usize, a: Alike, room: u32) -> bool {
+    memo.contains(&(t, a.0, a.1, a.2, room))
+}
+
 impl<'a> Pending<'a> {
+    fn new(teams: usize) -> Pending<'a> {
+        Pending {
+            in_quota: Vec::new(),
+            displacing: Vec::new(),
+            borrowers: vec![Vec::new(); teams],
+            waiting: Vec::new(),
+            tails: Vec::with_capacity(teams),
+            tail_smallest: Vec::with_capacity(teams),
+            displace: Vec::new(),
+            room: vec![0; teams],
+            team_states: Vec::with_capacity(teams),
+        }
+    }
+
     /// Team `t`'s borrowers in its own order: those walked, then the tail's startable jobs.
     pub(super) fn borrowers_of(&self, t: usize) -> impl Iterator<Item = Entry<'a>> + '_ {
         self.borrowers[t]

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use teamshare_config::Config;
 
 use super::nodes::{NodeSet, PassNodes};
-use super::pool::{decide, Pass};
+use super::pool::{decide, Decided, Pass};
 use super::queues::{Entry, Lists, Queues, Sink, Table, Tail};
 use super::rules::{PendingKey, Rules, RunningKey};
 use super::running::TeamRunning;
@@ -416,26 +416,46 @@ impl<'c> Planner<'c> {
         // A borrower lent to this pass has a priority its tail's band does not say.
         touched.extend(d.granted.iter().copied());
 
-        let mut changed = Vec::new();
-        for &slot in written.iter() {
-            let Some(p) = next[slot].take() else {
-                continue; // written twice
-            };
-            if given[slot] != Some(p) {
-                given[slot] = Some(p);
-                if let Some(e) = entry(slot) {
-                    changed.push((e.id, p));
-                }
-            }
-        }
+        let changed = changed_priorities(written, next, given, jobs);
         let outside = no_team
             .iter()
             .filter_map(|s| entry(*s))
             .filter(|e| super::queues::is_outside(e))
             .map(|e| e.id)
             .collect();
+        PassPlan::new(d, changed, outside, input.now)
+    }
+}
+
+/// The priorities a pass wrote (`written`, `next`) that differ from those last given, by job
+/// id: they become the ones given.
+fn changed_priorities(
+    written: &[usize],
+    next: &mut [Option<u32>],
+    given: &mut [Option<u32>],
+    jobs: &[Option<Held>],
+) -> Vec<(u64, u32)> {
+    let mut changed = Vec::new();
+    for &slot in written {
+        let Some(p) = next[slot].take() else {
+            continue; // written twice
+        };
+        if given[slot] != Some(p) {
+            given[slot] = Some(p);
+            if let Some(h) = jobs[slot].as_ref() {
+                changed.push((h.job.id, p));
+            }
+        }
+    }
+    changed
+}
+
+impl PassPlan {
+    /// What the phases decided in a pass at `now`, with the priorities that changed and the
+    /// jobs outside every team.
+    fn new(d: Decided<'_>, priorities: Vec<(u64, u32)>, outside: Vec<u64>, now: i64) -> PassPlan {
         PassPlan {
-            priorities: changed,
+            priorities,
             gpu_limits: d.gpu_limits,
             displace: d.displace,
             reclaim: d.reclaim,
@@ -449,7 +469,7 @@ impl<'c> Planner<'c> {
                 .victims
                 .iter()
                 .map(|v| v.exempt_until)
-                .filter(|t| *t > input.now)
+                .filter(|t| *t > now)
                 .min(),
         }
     }

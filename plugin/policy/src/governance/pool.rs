@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use super::limits::team_gpu_limits;
 use super::nodes::{LazyNodes, PassNodes};
 use super::parking::jobs_to_park;
-use super::pending::sort_pending_borrow_first;
+use super::pending::{sort_pending_borrow_first, Pending};
 use super::priorities::{
     prioritise_borrowers, prioritise_fitting, prioritise_granted, prioritise_tails,
     prioritise_waiting, Priorities,
 };
-use super::queues::{Entry, Queues, Sink};
+use super::queues::{Entry, Queues, Sink, Tail};
 use super::reclaim;
 use super::reclaim_phase::{placement_known, reclaim_phase, Reclaim};
 use super::rules::Rules;
@@ -212,14 +212,7 @@ pub(super) fn decide<'a>(
         priorities,
         kept,
     );
-    // Lending by placement: the idle GPUs the in-quota jobs leave, where the nodes are known.
-    let room = match room {
-        Some(room) => Some(room),
-        None if pending.has_any_borrowers() => {
-            placement_known(&nodes).then(|| reclaim::Room::new(nodes.get()))
-        }
-        None => None,
-    };
+    let room = lending_room(room, &pending, &nodes);
     let release = prioritise_fitting(rules, in_quota_level, &pending, priorities);
     let park = jobs_to_park(rules, queues, &pending);
     let shares = share_idle_capacity(rules, pass, queues, &running, &pending, room, &holds);
@@ -231,12 +224,7 @@ pub(super) fn decide<'a>(
     // Ceilings.
     let mut team_states = pending.team_states;
     let gpu_limits = team_gpu_limits(config, &running, &shares.allowance, &mut team_states);
-    let walked = pending
-        .tails
-        .iter()
-        .enumerate()
-        .map(|(t, tail)| queues.pending(t).len() - tail.len())
-        .collect();
+    let walked = walked(queues, &pending.tails);
     let mut in_quota = pending.in_quota;
     in_quota.extend(pending.displacing);
     Decided {
@@ -259,6 +247,31 @@ pub(super) fn decide<'a>(
         allowance: shares.allowance,
         lends: shares.lends,
     }
+}
+
+/// Lending by placement: the idle GPUs the in-quota jobs leave (`room`, where reclaim placed
+/// them), or the nodes' free GPUs where it did not and the nodes are known.
+fn lending_room(
+    room: Option<reclaim::Room>,
+    pending: &Pending<'_>,
+    nodes: &LazyNodes<'_, '_>,
+) -> Option<reclaim::Room> {
+    match room {
+        Some(room) => Some(room),
+        None if pending.has_any_borrowers() => {
+            placement_known(nodes).then(|| reclaim::Room::new(nodes.get()))
+        }
+        None => None,
+    }
+}
+
+/// Per team, how many of its queued jobs the pass walked one by one (the rest is its tail).
+fn walked(queues: &Queues<'_>, tails: &[Tail<'_>]) -> Vec<usize> {
+    tails
+        .iter()
+        .enumerate()
+        .map(|(t, tail)| queues.pending(t).len() - tail.len())
+        .collect()
 }
 
 /// The GPUs teams' running jobs hold in all.

@@ -31,20 +31,7 @@ fn main() {
         ));
     }
     let release = release_of(&include_dir.join("slurm/slurm_version.h"));
-    // What the dependents build for (DEP_SLURM_* in their build scripts, the way nginx-sys
-    // tells ngx-rust which nginx it found): the version number and the cfgs that name what
-    // differs between releases. This table is the one place that knows those differences.
-    println!("cargo:version_number={:#08x}", release.number);
-    println!("cargo:release={}.{:02}", release.major, release.minor);
-    let cfgs = release_cfgs(&release);
-    println!("cargo:cfgs={}", cfgs.join(","));
-    println!("cargo:all_cfgs={}", ALL_CFGS.join(","));
-    for cfg in ALL_CFGS {
-        println!("cargo::rustc-check-cfg=cfg({cfg})");
-    }
-    for cfg in &cfgs {
-        println!("cargo:rustc-cfg={cfg}");
-    }
+    announce(&release);
     for h in [
         "slurm/slurm.h",
         "slurm/slurm_errno.h",
@@ -53,6 +40,30 @@ fn main() {
         println!("cargo:rerun-if-changed={}", include_dir.join(h).display());
     }
 
+    let bindings = generate(&include_dir);
+    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo"));
+    write(&bindings, &out.join("bindings.rs"));
+}
+
+/// What the dependents build for (DEP_SLURM_* in their build scripts, the way nginx-sys tells
+/// ngx-rust which nginx it found): the version number and the cfgs that name what differs
+/// between releases. This table is the one place that knows those differences.
+fn announce(release: &Release) {
+    println!("cargo:version_number={:#08x}", release.number);
+    println!("cargo:release={}.{:02}", release.major, release.minor);
+    let cfgs = release_cfgs(release);
+    println!("cargo:cfgs={}", cfgs.join(","));
+    println!("cargo:all_cfgs={}", ALL_CFGS.join(","));
+    for cfg in ALL_CFGS {
+        println!("cargo::rustc-check-cfg=cfg({cfg})");
+    }
+    for cfg in &cfgs {
+        println!("cargo:rustc-cfg={cfg}");
+    }
+}
+
+/// The bindings to the headers under `include_dir`, or the end of the build with the reason.
+fn generate(include_dir: &Path) -> bindgen::Bindings {
     let bindings = bindgen::Builder::default()
         .header("wrapper.h")
         .clang_arg(format!("-I{}", include_dir.display()))
@@ -90,16 +101,14 @@ fn main() {
         .generate_comments(false)
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
         .generate();
-    let bindings = match bindings {
+    match bindings {
         Ok(b) => b,
         Err(e) => fail(&format!(
             "bindgen could not read the Slurm headers ({e}).\n\
              bindgen needs libclang: `apt-get install clang libclang-dev` (Debian/Ubuntu), \
              or set LIBCLANG_PATH."
         )),
-    };
-    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR is set by cargo"));
-    write(&bindings, &out.join("bindings.rs"));
+    }
 }
 
 /// The release of slurm_version.h, or the end of the build with the reason.

@@ -7,6 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use slurm_sys::slurm_err_t as err;
 use slurm_sys::{job_desc_msg_t, NO_VAL, NO_VAL16};
+use teamshare_config::Config;
 use teamshare_policy::inputs::judge_state;
 use teamshare_policy::submit::{
     apply_ntasks_per_gpu, apply_whole_nodes, het_component_partition, Admission, HetJobTally,
@@ -91,18 +92,7 @@ pub unsafe fn job_submit(
     // SAFETY: non-null, and slurmctld keeps it valid (under its locks) for this call.
     let desc = unsafe { &*job_desc };
     // SAFETY: as above; the strings are NUL-terminated C strings or NULL.
-    let mut request = unsafe { copy_request(desc, submit_uid) };
-    apply_ntasks_per_gpu(&mut request.gpus, u16_given(desc.ntasks_per_tres));
-    // `--exclusive`: every GPU of each node (the largest node the governor last saw).
-    #[allow(clippy::useless_conversion)] // the JOB_SHARED_* constants' type varies by release
-    if u32::from(desc.shared) == u32::from(slurm_sys::JOB_SHARED_NONE) {
-        let seen = state::governor();
-        let empty = std::collections::BTreeMap::new();
-        let (n, by_type) = seen
-            .as_deref()
-            .map_or((0, &empty), |s| (s.node_gpus, &s.node_gpus_by_type));
-        apply_whole_nodes(&mut request.gpus, n, by_type);
-    }
+    let request = unsafe { read_request(desc, submit_uid) };
 
     #[cfg(feature = "test-panic")]
     {
@@ -119,10 +109,49 @@ pub unsafe fn job_submit(
         };
     };
 
+    let het_offset = (desc.het_job_offset != NO_VAL).then_some(desc.het_job_offset);
+    let verdict = judge_submit(&config, &request, het_offset);
+    let verdict = tally_het_job(&config, het_offset, verdict);
+    match verdict {
+        Verdict::Accept(admission) => {
+            // SAFETY: `job_desc` is valid and exclusively ours for this call (slurmctld holds
+            // its locks); strings written are Slurm-allocated.
+            unsafe { apply(job_desc, &admission) };
+            SUCCESS
+        }
+        Verdict::Reject(r) => refuse(submit_uid, &request.account, &r, err_msg),
+    }
+}
+
+/// The request as the policy reads it: copied out of `desc`, with `--ntasks-per-gpu` and
+/// `--exclusive` applied.
+///
+/// # Safety
+/// `desc`'s strings are NUL-terminated C strings or NULL.
+unsafe fn read_request(desc: &job_desc_msg_t, submit_uid: u32) -> SubmitRequest {
+    // SAFETY: per this function's contract.
+    let mut request = unsafe { copy_request(desc, submit_uid) };
+    apply_ntasks_per_gpu(&mut request.gpus, u16_given(desc.ntasks_per_tres));
+    // `--exclusive`: every GPU of each node (the largest node the governor last saw).
+    #[allow(clippy::useless_conversion)] // the JOB_SHARED_* constants' type varies by release
+    if u32::from(desc.shared) == u32::from(slurm_sys::JOB_SHARED_NONE) {
+        let seen = state::governor();
+        let empty = std::collections::BTreeMap::new();
+        let (n, by_type) = seen
+            .as_deref()
+            .map_or((0, &empty), |s| (s.node_gpus, &s.node_gpus_by_type));
+        apply_whole_nodes(&mut request.gpus, n, by_type);
+    }
+    request
+}
+
+/// The verdict on a request under `config`: a component of a heterogeneous job (`het_offset`)
+/// naming a partition Slurm does not have is refused; any other request is judged against the
+/// governor's state where it is current, else as `on_stale_state` says.
+fn judge_submit(config: &Config, request: &SubmitRequest, het_offset: Option<u32>) -> Verdict {
     let governor = state::governor();
     let now = unix_now();
-    let staleness = judge_state(governor.as_deref(), &config, now);
-    let het_offset = (desc.het_job_offset != NO_VAL).then_some(desc.het_job_offset);
+    let staleness = judge_state(governor.as_deref(), config, now);
     // A component naming a partition Slurm does not have: refused before Slurm creates any
     // component (slurmctld 22.05's cancel of the components it created can deadlock).
     let unknown_partition = match (het_offset, governor.as_deref()) {
@@ -132,14 +161,14 @@ pub unsafe fn job_submit(
             .and_then(|o| het_component_partition(request.partition.as_deref(), o)),
         _ => None,
     };
-    let verdict = match (unknown_partition, governor.as_deref()) {
+    match (unknown_partition, governor.as_deref()) {
         (Some(r), _) => Verdict::Reject(r),
         (None, Some(gs)) if staleness.is_current() => {
             state::note_staleness(&staleness);
             state::with_admitted(gs, |admitted| {
                 let v = check_submit(
-                    &config,
-                    &request,
+                    config,
+                    request,
                     StateView::Fresh {
                         state: gs,
                         admitted,
@@ -153,7 +182,7 @@ pub unsafe fn job_submit(
             })
         }
         _ => {
-            let v = check_submit(&config, &request, StateView::Stale);
+            let v = check_submit(config, request, StateView::Stale);
             // Logged when it matters: a governed job decided without current state.
             if v.admission().is_some_and(|a| a.team.is_some())
                 || matches!(&v, Verdict::Reject(r) if r.kind == RejectKind::StaleState)
@@ -162,13 +191,15 @@ pub unsafe fn job_submit(
             }
             v
         }
-    };
+    }
+}
 
-    // The components of a heterogeneous job come one call each, in order, in one RPC on one
-    // thread: their sum per team is checked against the team's ceiling.
-    let verdict = match verdict {
+/// The components of a heterogeneous job come one call each, in order, in one RPC on one
+/// thread: their sum per team is checked against the team's ceiling.
+fn tally_het_job(config: &Config, het_offset: Option<u32>, verdict: Verdict) -> Verdict {
+    match verdict {
         Verdict::Accept(admission) => {
-            match HET_JOB.with(|t| t.borrow_mut().add(&config, het_offset, &admission)) {
+            match HET_JOB.with(|t| t.borrow_mut().add(config, het_offset, &admission)) {
                 Some(r) => Verdict::Reject(r),
                 None => Verdict::Accept(admission),
             }
@@ -178,16 +209,6 @@ pub unsafe fn job_submit(
             HET_JOB.with(|t| *t.borrow_mut() = HetJobTally::default());
             other
         }
-    };
-
-    match verdict {
-        Verdict::Accept(admission) => {
-            // SAFETY: `job_desc` is valid and exclusively ours for this call (slurmctld holds
-            // its locks); strings written are Slurm-allocated.
-            unsafe { apply(job_desc, &admission) };
-            SUCCESS
-        }
-        Verdict::Reject(r) => refuse(submit_uid, &request.account, &r, err_msg),
     }
 }
 

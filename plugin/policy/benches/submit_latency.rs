@@ -16,6 +16,7 @@ mod common;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use teamshare_config::Config;
 use teamshare_policy::governance;
 use teamshare_policy::submit::{check_submit, StateView, Verdict};
 
@@ -53,6 +54,12 @@ fn main() {
         }
     }
     let config = common::config();
+    time_check_submit(&config, calls);
+    time_plan(&config);
+}
+
+/// `check_submit`, call by call, for each request kind (and the timer's own cost).
+fn time_check_submit(config: &Config, calls: usize) {
     let state = common::state();
     let admitted = common::admitted();
 
@@ -72,7 +79,7 @@ fn main() {
     for (name, req) in common::requests() {
         let run = || {
             check_submit(
-                black_box(&config),
+                black_box(config),
                 black_box(&req),
                 StateView::Fresh {
                     state: black_box(&state),
@@ -100,14 +107,16 @@ fn main() {
         }
         summary(name, ns, "ns");
     }
+}
 
-    // The governor's pass: plan + state JSON.
+/// The governor's pass, pass by pass: plan + state JSON.
+fn time_plan(config: &Config) {
     let jobs = common::cluster_jobs();
     let fairshare = common::fairshare();
     let passes = 300;
     for _ in 0..20 {
         black_box(governance::plan(&common::govern_input(
-            &config, &jobs, &fairshare,
+            config, &jobs, &fairshare,
         )));
     }
     let mut plan_ns = Vec::with_capacity(passes);
@@ -115,7 +124,7 @@ fn main() {
     let mut victims = 0;
     for _ in 0..passes {
         let t = Instant::now();
-        let p = governance::plan(&common::govern_input(&config, &jobs, &fairshare));
+        let p = governance::plan(&common::govern_input(config, &jobs, &fairshare));
         let d = t.elapsed();
         let t2 = Instant::now();
         let json = p.state.to_json();

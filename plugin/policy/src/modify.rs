@@ -66,28 +66,8 @@ pub fn check_modify(
 ) -> Verdict {
     let operator = req.submit_uid == 0;
     if !operator {
-        if let Some(q) = &req.qos {
-            let what = if q.is_empty() {
-                "clear".to_string()
-            } else {
-                format!("change it to {q}")
-            };
-            return reject(
-                RejectKind::QosChange,
-                format!(
-                    "teamshare: a job's QOS is set by teamshare, so you cannot {what}; the priority class is chosen at submit with --qos=<class> (resubmit to change it)"
-                ),
-            );
-        }
-        if let Some(p) = req.priority {
-            if p != HOLD_PRIORITY && p != RELEASE_PRIORITY {
-                return reject(
-                    RejectKind::PriorityChange,
-                    format!(
-                        "teamshare: a job's priority is set by teamshare, so you cannot set it to {p}; hold and release still work"
-                    ),
-                );
-            }
+        if let Some(refused) = teamshares_own(req) {
+            return refused;
         }
     }
 
@@ -139,6 +119,44 @@ pub fn check_modify(
         );
     }
 
+    judge_as_submitted(config, req, ask, state)
+}
+
+/// A user's change to what teamshare sets is refused: the QOS, and the priority (but hold and
+/// release).
+fn teamshares_own(req: &ModifyRequest) -> Option<Verdict> {
+    if let Some(q) = &req.qos {
+        let what = if q.is_empty() {
+            "clear".to_string()
+        } else {
+            format!("change it to {q}")
+        };
+        return Some(reject(
+            RejectKind::QosChange,
+            format!(
+                "teamshare: a job's QOS is set by teamshare, so you cannot {what}; the priority class is chosen at submit with --qos=<class> (resubmit to change it)"
+            ),
+        ));
+    }
+    match req.priority {
+        Some(p) if p != HOLD_PRIORITY && p != RELEASE_PRIORITY => Some(reject(
+            RejectKind::PriorityChange,
+            format!(
+                "teamshare: a job's priority is set by teamshare, so you cannot set it to {p}; hold and release still work"
+            ),
+        )),
+        _ => None,
+    }
+}
+
+/// An update that restates the whole GPU request (`ask`, with `--ntasks-per-gpu` applied),
+/// judged like a submission.
+fn judge_as_submitted(
+    config: &Config,
+    req: &ModifyRequest,
+    ask: GpuAsk,
+    state: Option<&PublishedState>,
+) -> Verdict {
     let as_submitted = SubmitRequest {
         account: req.account.clone(),
         partition: req.partition.clone(),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::governance::{self, PublishedState};
+use crate::governance::{self, PublishedState, TeamState, Victim};
 use crate::gres::{gpu_count, GpuCount, GresError, MAX_GPUS_PER_JOB};
 use crate::priority::{self, INTERNAL_QOS};
 use teamshare_config::{Config, OnStaleState, Team};
@@ -646,11 +646,21 @@ pub(crate) fn screen_request<'c>(
         return Err(r);
     }
 
-    // The priority class comes in as --qos=<class>; an empty QOS is no class.
-    let class = match req.qos.as_deref().filter(|q| !q.is_empty()) {
-        None => 0,
+    let class = class_of(config, req.qos.as_deref())?;
+    Ok(Screened::Governed {
+        gpus,
+        team,
+        class,
+        gpu_type,
+    })
+}
+
+/// The priority class, which comes in as `--qos=<class>`; an empty QOS is no class (index 0).
+fn class_of(config: &Config, qos: Option<&str>) -> Result<u8, Rejection> {
+    match qos.filter(|q| !q.is_empty()) {
+        None => Ok(0),
         // Only an operator gets this far with it.
-        Some(q) if is_internal_qos(q) => 0,
+        Some(q) if is_internal_qos(q) => Ok(0),
         Some(q) => governance::class_index(config, q).ok_or_else(|| {
             reject(
                 RejectKind::UnknownClass,
@@ -659,14 +669,8 @@ pub(crate) fn screen_request<'c>(
                     class_names(config)
                 ),
             )
-        })?,
-    };
-    Ok(Screened::Governed {
-        gpus,
-        team,
-        class,
-        gpu_type,
-    })
+        }),
+    }
 }
 
 /// The refusal of a request for more GPUs than the governed partitions have: of its type in a
@@ -770,24 +774,7 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
             now,
         } => (state, admitted, now),
         StateView::Stale => {
-            return match config.governance.on_stale_state {
-                OnStaleState::FailOpen => Verdict::Accept(Admission {
-                    gpus: gpus.total,
-                    team: Some(team.name.clone()),
-                    gpu_type,
-                    qos: Some(INTERNAL_QOS),
-                    // Queued as a borrower: without current state it may not preempt anyone.
-                    priority: Some(priority::encode(priority::BORROW_BASE, class)),
-                    in_quota: false,
-                    in_quota_gpus: 0,
-                    // Nor may a non-preemptible job start where it might be borrowing.
-                    park_secs: (!preemptible).then_some(governance::PARK_SECS),
-                }),
-                OnStaleState::FailClosed => Verdict::Reject(Rejection {
-                    kind: RejectKind::StaleState,
-                    message: "teamshare: team usage is not current (the accountd governor is not running), so GPU jobs are refused for now; try again shortly or ask the administrator".to_string(),
-                }),
-            };
+            return on_stale_state(config, gpus.total, team, class, gpu_type, preemptible);
         }
     };
 
@@ -797,7 +784,83 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
 
     // The pool the job is judged in: its type's, or all GPUs.
     let pool = gpu_type.as_deref().unwrap_or("");
-    let (teams, victims, reclaim) = match gpu_type.as_deref() {
+    let (teams, victims, reclaim) = pool_state(state, gpu_type.as_deref());
+    let quota = match gpu_type.as_deref() {
+        Some(k) => team.quota_of(k),
+        None => team.quota.total,
+    };
+    let (running, pending) = teams
+        .get(&team.name)
+        .map(|t| (t.running_gpus, t.pending_in_quota_gpus))
+        .unwrap_or((0, 0));
+    let room = quota.saturating_sub(
+        running
+            .saturating_add(pending)
+            .saturating_add(admitted.team(pool, &team.name)),
+    );
+    // An array's tasks each ask for `gpus`: as many as may run at once and fit the room are
+    // in quota (the record is ranked in quota when one is; the team's limit keeps the others
+    // to what it may borrow).
+    let tasks = array_tasks(req);
+    let fitting = room.checked_div(gpus32).map_or(tasks, |n| tasks.min(n));
+    let in_quota = fitting > 0;
+    let in_quota_gpus = fitting.saturating_mul(gpus32);
+    let level = if in_quota {
+        let k = reclaim.needed(admitted.pool(pool).saturating_add(in_quota_gpus));
+        governance::reclaim_level_in(victims, k, now)
+    } else {
+        // The governor ranks borrowers on its next pass.
+        priority::BORROW_BASE
+    };
+    Verdict::Accept(Admission {
+        gpus: gpus.total,
+        team: Some(team.name.clone()),
+        gpu_type,
+        qos: Some(INTERNAL_QOS),
+        priority: Some(priority::encode(level, class)),
+        in_quota,
+        in_quota_gpus,
+        park_secs: (!preemptible && !in_quota).then_some(governance::PARK_SECS),
+    })
+}
+
+/// The verdict on a governed job while the governor's state is not current
+/// (`on_stale_state`).
+fn on_stale_state(
+    config: &Config,
+    gpus: u64,
+    team: &Team,
+    class: u8,
+    gpu_type: Option<String>,
+    preemptible: bool,
+) -> Verdict {
+    match config.governance.on_stale_state {
+        OnStaleState::FailOpen => Verdict::Accept(Admission {
+            gpus,
+            team: Some(team.name.clone()),
+            gpu_type,
+            qos: Some(INTERNAL_QOS),
+            // Queued as a borrower: without current state it may not preempt anyone.
+            priority: Some(priority::encode(priority::BORROW_BASE, class)),
+            in_quota: false,
+            in_quota_gpus: 0,
+            // Nor may a non-preemptible job start where it might be borrowing.
+            park_secs: (!preemptible).then_some(governance::PARK_SECS),
+        }),
+        OnStaleState::FailClosed => Verdict::Reject(Rejection {
+            kind: RejectKind::StaleState,
+            message: "teamshare: team usage is not current (the accountd governor is not running), so GPU jobs are refused for now; try again shortly or ask the administrator".to_string(),
+        }),
+    }
+}
+
+/// The pool a job of `gpu_type` is judged in (its type's, or all GPUs): its teams' state, its
+/// victims in reclaim order, and what its pending in-quota jobs take.
+fn pool_state<'s>(
+    state: &'s PublishedState,
+    gpu_type: Option<&str>,
+) -> (&'s BTreeMap<String, TeamState>, &'s [Victim], Reclaiming) {
+    match gpu_type {
         Some(k) => match state.pools.get(k) {
             Some(p) => (
                 &p.teams,
@@ -821,50 +884,18 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
                 state.spare_gpus,
             ),
         ),
-    };
-    let quota = match gpu_type.as_deref() {
-        Some(k) => team.quota_of(k),
-        None => team.quota.total,
-    };
-    let (running, pending) = teams
-        .get(&team.name)
-        .map(|t| (t.running_gpus, t.pending_in_quota_gpus))
-        .unwrap_or((0, 0));
-    let room = quota.saturating_sub(
-        running
-            .saturating_add(pending)
-            .saturating_add(admitted.team(pool, &team.name)),
-    );
-    // An array's tasks each ask for `gpus`: as many as may run at once and fit the room are
-    // in quota (the record is ranked in quota when one is; the team's limit keeps the others
-    // to what it may borrow). An index the parser cannot read is Slurm's to refuse: one task.
-    let tasks = req
-        .array
+    }
+}
+
+/// The tasks of a job array that may run at once (1 for a job); an index the parser cannot
+/// read is Slurm's to refuse: one task.
+fn array_tasks(req: &SubmitRequest) -> u32 {
+    req.array
         .as_deref()
         .and_then(crate::array::parse_tasks)
         .map_or(1, |t| {
             u32::try_from(t.concurrent()).unwrap_or(u32::MAX).max(1)
-        });
-    let fitting = room.checked_div(gpus32).map_or(tasks, |n| tasks.min(n));
-    let in_quota = fitting > 0;
-    let in_quota_gpus = fitting.saturating_mul(gpus32);
-    let level = if in_quota {
-        let k = reclaim.needed(admitted.pool(pool).saturating_add(in_quota_gpus));
-        governance::reclaim_level_in(victims, k, now)
-    } else {
-        // The governor ranks borrowers on its next pass.
-        priority::BORROW_BASE
-    };
-    Verdict::Accept(Admission {
-        gpus: gpus.total,
-        team: Some(team.name.clone()),
-        gpu_type,
-        qos: Some(INTERNAL_QOS),
-        priority: Some(priority::encode(level, class)),
-        in_quota,
-        in_quota_gpus,
-        park_secs: (!preemptible && !in_quota).then_some(governance::PARK_SECS),
-    })
+        })
 }
 
 /// What the published state says of the GPUs pending in-quota jobs take: how a new in-quota

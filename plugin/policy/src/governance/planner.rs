@@ -16,10 +16,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use teamshare_config::Config;
 
-use super::{
-    decide, ClusterJob, Entry, Lists, NodeSet, Pass, PassNodes, PendingKey, Phase, Queues, Rules,
-    RunningKey, Sink, Table, Tail, TeamRunning,
-};
+use super::nodes::{NodeSet, PassNodes};
+use super::pool::{decide, Decided, Pass};
+use super::queues::{Entry, Lists, Queues, Sink, Table, Tail};
+use super::rules::{PendingKey, Rules, RunningKey};
+use super::running::TeamRunning;
+use super::{ClusterJob, Phase};
 
 /// Where a job is filed among the lists the phases walk.
 #[derive(Clone, Copy)]
@@ -99,12 +101,12 @@ pub struct Planner<'c> {
     /// Per team: ranked pending jobs of a non-preemptible class not parked (see [`Queues`]).
     unparked: Vec<BTreeSet<usize>>,
     /// Per team: ranked pending jobs that can start, by (class value, GPUs, nodes).
-    alike: Vec<Vec<(super::Alike, u32)>>,
+    alike: Vec<Vec<(super::rules::Alike, u32)>>,
     /// Per team: the same jobs by the GPUs they ask for, in the team's order (see
     /// [`Queues`]).
-    sized: Vec<super::Sized>,
+    sized: Vec<super::queues::Sized>,
     /// Per team: those of them that may borrow (preemptible and eligible), in order.
-    askable: Vec<BTreeSet<(super::PendingKey, usize)>>,
+    askable: Vec<BTreeSet<(PendingKey, usize)>>,
     /// What the tails' priorities depend on, to hand back only those that may have changed:
     /// the jobs inserted or changed since the last pass, those each team's last pass walked
     /// (before its tail), and the band each team's tail had.
@@ -414,26 +416,46 @@ impl<'c> Planner<'c> {
         // A borrower lent to this pass has a priority its tail's band does not say.
         touched.extend(d.granted.iter().copied());
 
-        let mut changed = Vec::new();
-        for &slot in written.iter() {
-            let Some(p) = next[slot].take() else {
-                continue; // written twice
-            };
-            if given[slot] != Some(p) {
-                given[slot] = Some(p);
-                if let Some(e) = entry(slot) {
-                    changed.push((e.id, p));
-                }
-            }
-        }
+        let changed = changed_priorities(written, next, given, jobs);
         let outside = no_team
             .iter()
             .filter_map(|s| entry(*s))
-            .filter(|e| super::is_outside(e))
+            .filter(|e| super::queues::is_outside(e))
             .map(|e| e.id)
             .collect();
+        PassPlan::new(d, changed, outside, input.now)
+    }
+}
+
+/// The priorities a pass wrote (`written`, `next`) that differ from those last given, by job
+/// id: they become the ones given.
+fn changed_priorities(
+    written: &[usize],
+    next: &mut [Option<u32>],
+    given: &mut [Option<u32>],
+    jobs: &[Option<Held>],
+) -> Vec<(u64, u32)> {
+    let mut changed = Vec::new();
+    for &slot in written {
+        let Some(p) = next[slot].take() else {
+            continue; // written twice
+        };
+        if given[slot] != Some(p) {
+            given[slot] = Some(p);
+            if let Some(h) = jobs[slot].as_ref() {
+                changed.push((h.job.id, p));
+            }
+        }
+    }
+    changed
+}
+
+impl PassPlan {
+    /// What the phases decided in a pass at `now`, with the priorities that changed and the
+    /// jobs outside every team.
+    fn new(d: Decided<'_>, priorities: Vec<(u64, u32)>, outside: Vec<u64>, now: i64) -> PassPlan {
         PassPlan {
-            priorities: changed,
+            priorities,
             gpu_limits: d.gpu_limits,
             displace: d.displace,
             reclaim: d.reclaim,
@@ -447,7 +469,7 @@ impl<'c> Planner<'c> {
                 .victims
                 .iter()
                 .map(|v| v.exempt_until)
-                .filter(|t| *t > input.now)
+                .filter(|t| *t > now)
                 .min(),
         }
     }
@@ -482,7 +504,7 @@ static NO_JOB: ClusterJob = ClusterJob {
     tasks: 0,
 };
 
-/// Priorities written per slot, as [`Priorities`](super::Priorities) does per job id; a
+/// Priorities written per slot, as [`Priorities`](super::priorities::Priorities) does per job id; a
 /// tail's only for the jobs whose priority there may differ from the one last given.
 struct SlotSink<'a, 'c> {
     next: &'a mut [Option<u32>],

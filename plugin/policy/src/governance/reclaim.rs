@@ -24,10 +24,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{
-    priority, split_running, ClusterJob, Entry, List, NodeRoom, Ranked, Rules, Running, Sink,
-    TeamRunning,
-};
+use super::nodes::NodeRoom;
+use super::queues::{Entry, List, Sink};
+use super::rules::Rules;
+use super::running::{split_running, Running, TeamRunning};
+use super::victims::{rank_victims, victim_order, Ranked};
+use super::{priority, ClusterJob};
 
 /// The most shapes of several-node jobs [`Room`] remembers as fitting nowhere.
 const NO_FIT_WIDE_MAX: usize = 16;
@@ -509,7 +511,7 @@ fn candidates<'a>(
             ));
         }
     }
-    keyed.sort_by(|(oa, a), (ob, b)| super::victim_order(rules, (&a.job, *oa), (&b.job, *ob)));
+    keyed.sort_by(|(oa, a), (ob, b)| victim_order(rules, (&a.job, *oa), (&b.job, *ob)));
     keyed.into_iter().map(|(_, c)| c).collect()
 }
 
@@ -563,12 +565,12 @@ pub(super) fn ranked<'a>(
             k[t] = None;
         }
     }
-    rest.sort_by(|a, b| super::victim_order(rules, (&a.0, a.1), (&b.0, b.1)));
+    rest.sort_by(|a, b| victim_order(rules, (&a.0, a.1), (&b.0, b.1)));
     let order = found
         .iter()
         .map(|(e, _)| *e)
         .chain(rest.into_iter().map(|(e, _)| e));
-    super::rank_victims(rules, order, now, priorities)
+    rank_victims(rules, order, now, priorities)
 }
 
 /// The level of the pending in-quota jobs once victims were found for them: just above them.

@@ -1,0 +1,78 @@
+//! Phase 2 (DESIGN §4 rule 3): the running borrowed jobs in reclaim order, each with its
+//! level.
+
+use super::queues::{Entry, Sink};
+use super::rules::Rules;
+use super::{ClusterJob, Victim};
+use crate::priority::{self, encode};
+
+/// A running borrowed job in reclaim order, with its level.
+#[derive(Clone, Copy)]
+pub(super) struct Ranked<'a> {
+    pub job: Entry<'a>,
+    level: u32,
+    /// Slurm's PreemptExemptTime protects it until then.
+    pub exempt_until: i64,
+}
+
+impl Ranked<'_> {
+    /// The victim as the published state shows it.
+    pub(super) fn victim(&self) -> Victim {
+        Victim {
+            job_id: self.job.id,
+            team: self.job.team.clone(),
+            gpus: self.job.gpus,
+            level: self.level,
+            exempt_until: self.exempt_until,
+            gpu_type: self.job.gpu_type.clone(),
+        }
+    }
+}
+
+/// Phase 2: reclaim order (most over quota for its weight, lowest class, most recently
+/// started) and each victim's level.
+pub(super) fn order_victims<'a>(
+    rules: &Rules<'_>,
+    mut victims: Vec<(Entry<'a>, f64)>,
+    now: i64,
+    priorities: &mut dyn Sink,
+) -> Vec<Ranked<'a>> {
+    victims.sort_by(|a, b| victim_order(rules, (&a.0, a.1), (&b.0, b.1)));
+    rank_victims(rules, victims.into_iter().map(|(j, _)| j), now, priorities)
+}
+
+/// Rule 3's victim order between two running jobs, each with how far its team is over its
+/// quota for its weight: the team most over first, then the lowest class, then the most
+/// recently started (then the highest id).
+pub(super) fn victim_order(
+    rules: &Rules<'_>,
+    (a, oa): (&ClusterJob, f64),
+    (b, ob): (&ClusterJob, f64),
+) -> std::cmp::Ordering {
+    ob.partial_cmp(&oa)
+        .unwrap_or(std::cmp::Ordering::Equal)
+        .then(rules.value(a).cmp(&rules.value(b)))
+        .then(b.start.cmp(&a.start))
+        .then(b.id.cmp(&a.id))
+}
+
+/// Victims in reclaim order given their levels, the first the lowest.
+pub(super) fn rank_victims<'a>(
+    rules: &Rules<'_>,
+    victims: impl Iterator<Item = Entry<'a>>,
+    now: i64,
+    priorities: &mut dyn Sink,
+) -> Vec<Ranked<'a>> {
+    victims
+        .enumerate()
+        .map(|(rank, j)| {
+            let level = priority::victim_level(rank);
+            priorities.set(j, encode(level, rules.class_idx(&j)));
+            Ranked {
+                job: j,
+                level,
+                exempt_until: j.start.unwrap_or(now).saturating_add(rules.exempt_secs),
+            }
+        })
+        .collect()
+}

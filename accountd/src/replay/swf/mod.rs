@@ -24,7 +24,7 @@
 //! [`MALFORMED_LISTED`] are kept for the report ([`SwfSummary::malformed`]). A file of which
 //! no job line can be read is an error ([`SwfError::NoJobs`]): it is not SWF.
 //!
-//! # From an SWF job to a [`TraceJob`]
+//! # From an SWF job to a [`TraceJob`](super::TraceJob)
 //!
 //! - team: its user's mapping, else its group's, else the map's default; a job with none is
 //!   skipped and counted ([`SwfSummary::unmapped`]), as is every job when nothing maps
@@ -45,8 +45,9 @@
 //! - observed run: `[submit + wait, submit + wait + run)` when both are known. A wait of -1
 //!   is unknown, never a wait: the job's run (when its run time is known) is placed at its
 //!   submission so that its GPU-hours count, and the job is marked
-//!   ([`Observed::wait_unknown`], counted in [`SwfSummary::wait_unknown`]) so that its wait is
-//!   in neither the history's figures nor the calibration's;
+//!   ([`Observed::wait_unknown`](super::Observed::wait_unknown), counted in
+//!   [`SwfSummary::wait_unknown`]) so that its wait is in neither the history's figures nor
+//!   the calibration's;
 //! - cancelled: status 5 with a run time of 0 or unknown is a job cancelled before it
 //!   started: `cancelled_pending_at = submit + wait` (no observed run); when its wait is
 //!   unknown, nothing is known of it beyond its submission and it is skipped and counted.
@@ -463,8 +464,9 @@ pub struct SwfSummary {
     pub partial_records: usize,
     /// Jobs cancelled while they waited (`cancelled_pending_at` set).
     pub cancelled_pending: usize,
-    /// Jobs kept whose wait is unknown (-1; [`Observed::wait_unknown`]), and of them those
-    /// whose run time is unknown too (no observed run: their GPU-hours are not in "as today").
+    /// Jobs kept whose wait is unknown (-1;
+    /// [`Observed::wait_unknown`](super::Observed::wait_unknown)), and of them those whose run
+    /// time is unknown too (no observed run: their GPU-hours are not in "as today").
     pub wait_unknown: usize,
     pub run_unknown: usize,
     /// Jobs that ran longer than they asked for (their time limit is their run time).

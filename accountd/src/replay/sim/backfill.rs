@@ -97,7 +97,7 @@ impl Sim<'_> {
     }
 
     /// Whether team `t`'s limit leaves room for its smallest queued job.
-    pub(super) fn open(&self, queue: &SchedQueue, t: usize) -> bool {
+    fn open(&self, queue: &SchedQueue, t: usize) -> bool {
         let Some((&smallest, _)) = queue.sizes.get(t).and_then(|s| s.first_key_value()) else {
             return false;
         };
@@ -111,7 +111,7 @@ impl Sim<'_> {
     ///
     /// Returns whether it started a job, and whether its outcome was the time's alone: no
     /// job it looked at might preempt (their grace and the victims' exemptions run out).
-    pub(super) fn walk(&mut self, queue: &SchedQueue) -> (bool, bool) {
+    fn walk(&mut self, queue: &SchedQueue) -> (bool, bool) {
         let lowest_preemptible = self.running_prio.first().map(|(p, _)| *p);
         let mut w = Walk {
             reserved: 0,

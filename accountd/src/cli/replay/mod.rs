@@ -1,11 +1,11 @@
 //! `accountd replay`: a period of job history replayed under candidate configurations, the
 //! figures per team side by side (`accountd::replay`).
 
+mod batch;
+
 use std::collections::BTreeMap;
-use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 use clap::Args;
 use teamshare_config::{Config, ReclaimMode};
@@ -17,11 +17,14 @@ use accountd::replay::render::{
     self, Column, Curve, CurvePoint, Replay, AS_TODAY, PLAIN_SLURM, SILOED,
 };
 use accountd::replay::{
-    self as replay_model, curve as replay_curve, history, sim, swf, Outcome, Secs, SimParams, Trace,
+    self as replay_model, curve as replay_curve, history, swf, Outcome, Secs, SimParams, Trace,
 };
 
 use super::args::{nonempty_period, time_arg, FormatArg, Time};
 use super::{load_config, print, ExitStatus, UsageError};
+#[cfg(test)]
+use batch::without_gpus;
+use batch::{curve_plan, simulate, simulate_all, total_gpus, CurvePlan, CurvePlanPoint, Run};
 
 /// The period replayed when `--since` is not given: this many days before `--until`.
 const DEFAULT_DAYS: i64 = 30;
@@ -255,11 +258,7 @@ pub(super) fn run(
     database: PathBuf,
     args: &ReplayArgs,
 ) -> anyhow::Result<ExitCode> {
-    let now = period::now();
-    let until = time_arg(args.until.as_ref(), now, "--until")?.unwrap_or(now);
-    let since =
-        time_arg(args.since.as_ref(), now, "--since")?.unwrap_or(until - DEFAULT_DAYS * DAY);
-    let Period { since, until } = nonempty_period(since, until)?;
+    let Period { since, until } = requested_period(args)?;
     // Every configuration is read before the long work starts.
     let current = current_settings(config, config_path, args)?;
     let candidates = candidates(config, config_path, args)?;
@@ -269,21 +268,7 @@ pub(super) fn run(
         )
         .into());
     }
-    let source = match (&args.swf, &args.team_map) {
-        (Some(file), Some(team_map)) => TraceSource::Swf {
-            file: file.clone(),
-            team_map: team_map.clone(),
-        },
-        _ => TraceSource::Database(database),
-    };
-    let request = TraceRequest {
-        source,
-        period: Period { since, until },
-        cluster: accountd::slurm_cli::slurm_name(&config.cluster.name),
-        gpus_per_node: args.gpus_per_node,
-        capacity: args.capacity,
-        explicit_period: args.since.is_some() || args.until.is_some(),
-    };
+    let request = trace_request(config, database, args, Period { since, until });
     let (trace, read) = load_trace(&request, config)?;
     if args.team_map.is_some() {
         refuse_unknown_teams(&trace, config_path, config, &candidates)?;
@@ -294,54 +279,21 @@ pub(super) fn run(
         secs: args.tolerance_secs,
     };
     let checkpoint: BTreeMap<String, Secs> = args.checkpoints.iter().cloned().collect();
-    let params_for = |c: &Config| SimParams {
-        requeue_delay: args.requeue_delay.unwrap_or(
-            if c.governance.reclaim_mode == ReclaimMode::Cancel {
-                0
-            } else {
-                accountd::requeue_delay::GOVERNED_DELAY_SECS
-            },
-        ),
-        checkpoint: checkpoint.clone(),
-        ..SimParams::default()
-    };
+    let params_for = |c: &Config| sim_params(args, &checkpoint, c);
     let figures_config = current.as_ref().map_or(config, |(_, c)| c);
     let mut notes = notes(args, &trace);
     notes.splice(0..0, read);
 
     // Calibration: the current settings against the history.
-    let mut cached: Option<(PathBuf, Outcome)> = None;
-    let calibration = match (&current, args.skip_calibration) {
-        (Some((path, settings)), false) => {
-            let outcome = simulate(
-                &trace,
-                settings,
-                &params_for(settings),
-                "the current settings",
-            );
-            let observed = figures(&trace, &replay_model::observed(&trace), settings);
-            let like_history = replay_model::without_unknown_waits(&trace, &outcome);
-            let simulated = figures(&trace, &like_history, settings);
-            cached = Some((path.clone(), outcome));
-            Some(calibrate::calibrate(
-                &trace, &observed, &simulated, tolerance,
-            ))
-        }
-        _ => None,
-    };
+    let (calibration, cached) = calibration(
+        &trace,
+        current.as_ref(),
+        args.skip_calibration,
+        tolerance,
+        &params_for,
+    );
     if let Some(cal) = calibration.as_ref().filter(|c| !c.fits) {
-        notes.push("the what-ifs are not printed: the model does not fit the history (give --skip-calibration to print them anyway)".into());
-        let replay = Replay {
-            source: trace.source.clone(),
-            since,
-            until,
-            columns: Vec::new(),
-            calibration: Some(cal.clone()),
-            curve: None,
-            notes,
-        };
-        output(&replay, args.format)?;
-        return Ok(ExitStatus::ModelMisfit.into());
+        return misfit(&trace, cal, notes, args.format);
     }
 
     // The candidates at the trace's capacity, then the capacity curve: every simulation is
@@ -351,89 +303,28 @@ pub(super) fn run(
         .curve_step
         .unwrap_or_else(|| replay_curve::default_step(&trace));
     let plan = curve_plan(&trace, &candidates, args, step);
-    let mut runs: Vec<Run<'_>> = Vec::new();
-    let mut column_runs: Vec<Option<usize>> = Vec::new();
-    for c in &candidates {
-        let Some(cfg) = &c.config else {
-            column_runs.push(None);
-            continue;
-        };
-        let reused = cached
-            .as_ref()
-            .is_some_and(|(p, _)| c.path.as_deref() == Some(p.as_path()));
-        if reused {
-            column_runs.push(None);
-            continue;
-        }
-        column_runs.push(Some(runs.len()));
-        runs.push(Run {
-            label: c.name.clone(),
-            config: cfg,
-            params: params_for(cfg),
-            gpus: None,
-        });
-    }
-    let first_curve_run = runs.len();
-    for p in &plan.points {
-        runs.push(Run {
-            label: format!("{} at {} GPUs", candidates[p.candidate].name, p.gpus),
-            config: &p.config,
-            params: params_for(&p.config),
-            gpus: Some(p.gpus),
-        });
-    }
-    // One thread more than CPUs: runs differ in length, and with one per CPU the last one
-    // ran alone while the other CPUs idled (the 10-point curve of the synthetic year on two
-    // CPUs: 59.7 s on 2 threads, 55.8 s on 3; docs/design/replay.md).
-    let threads = args.threads.map_or_else(
-        || std::thread::available_parallelism().map_or(1, usize::from) + 1,
-        |n| n as usize,
-    );
-    let mut results: Vec<Option<metrics::Figures>> = simulate_all(&trace, &runs, threads)
+    let (runs, column_runs) = runs(&candidates, cached.as_ref(), &plan, &params_for);
+    let first_curve_run = runs.len() - plan.points.len();
+    let mut results: Vec<Option<metrics::Figures>> = simulate_all(&trace, &runs, threads(args))
         .into_iter()
         .map(Some)
         .collect();
-
-    let mut columns: Vec<Column> = Vec::new();
-    for (c, run) in candidates.iter().zip(&column_runs) {
-        let figures = match (&c.config, run) {
-            (None, _) => figures(&trace, &replay_model::observed(&trace), figures_config),
-            (Some(_), Some(r)) => results[*r]
-                .take()
-                .expect("each run's figures are taken once"),
-            (Some(cfg), None) => {
-                let (_, outcome) = cached
-                    .as_ref()
-                    .expect("a candidate not run reuses the calibration's");
-                figures(&trace, outcome, cfg)
-            }
-        };
-        columns.push(Column {
-            candidate: c.name.clone(),
-            figures,
-            worse_off: Vec::new(),
-        });
-    }
-    if let Some((first, rest)) = columns.split_first_mut() {
-        for col in rest.iter_mut().filter(|c| c.candidate != AS_TODAY) {
-            col.worse_off = worse_off(&first.figures, &col.figures);
-        }
-    }
-
+    let columns = columns(
+        &trace,
+        &candidates,
+        &column_runs,
+        &mut results,
+        cached.as_ref(),
+        figures_config,
+    );
     let curve = args.capacity_curve.map(|_| {
-        let mut points = Vec::new();
-        for (c, col) in candidates.iter().zip(&columns) {
-            if c.config.is_some() {
-                points.push(CurvePoint::of(&c.name, full, "as configured", &col.figures));
-            }
-        }
-        for (i, p) in plan.points.iter().enumerate() {
-            let figures = results[first_curve_run + i]
-                .take()
-                .expect("each run's figures are taken once");
-            let name = &candidates[p.candidate].name;
-            points.push(CurvePoint::of(name, p.gpus, &p.quotas, &figures));
-        }
+        let points = curve_points(
+            &candidates,
+            &columns,
+            &plan.points,
+            &mut results[first_curve_run..],
+            full,
+        );
         let reference = columns
             .first()
             .and_then(|c| c.figures.cluster().wait.p95_secs);
@@ -451,6 +342,219 @@ pub(super) fn run(
         notes,
     };
     output(&replay, args.format)
+}
+
+/// Only the calibration, when the model does not fit the history (exit 3).
+fn misfit(
+    trace: &Trace,
+    cal: &calibrate::Calibration,
+    mut notes: Vec<String>,
+    format: FormatArg,
+) -> anyhow::Result<ExitCode> {
+    notes.push("the what-ifs are not printed: the model does not fit the history (give --skip-calibration to print them anyway)".into());
+    let replay = Replay {
+        source: trace.source.clone(),
+        since: trace.since,
+        until: trace.until,
+        columns: Vec::new(),
+        calibration: Some(cal.clone()),
+        curve: None,
+        notes,
+    };
+    output(&replay, format)?;
+    Ok(ExitStatus::ModelMisfit.into())
+}
+
+/// The period `--since` and `--until` ask for (by default the 30 days up to now).
+fn requested_period(args: &ReplayArgs) -> anyhow::Result<Period> {
+    let now = period::now();
+    let until = time_arg(args.until.as_ref(), now, "--until")?.unwrap_or(now);
+    let since =
+        time_arg(args.since.as_ref(), now, "--since")?.unwrap_or(until - DEFAULT_DAYS * DAY);
+    nonempty_period(since, until)
+}
+
+/// What [`load_trace`] is asked for: the SWF file with its team map, else the database's
+/// history of `period`.
+fn trace_request(
+    config: &Config,
+    database: PathBuf,
+    args: &ReplayArgs,
+    period: Period,
+) -> TraceRequest {
+    let source = match (&args.swf, &args.team_map) {
+        (Some(file), Some(team_map)) => TraceSource::Swf {
+            file: file.clone(),
+            team_map: team_map.clone(),
+        },
+        _ => TraceSource::Database(database),
+    };
+    TraceRequest {
+        source,
+        period,
+        cluster: accountd::slurm_cli::slurm_name(&config.cluster.name),
+        gpus_per_node: args.gpus_per_node,
+        capacity: args.capacity,
+        explicit_period: args.since.is_some() || args.until.is_some(),
+    }
+}
+
+/// A simulation's parameters under configuration `c`.
+fn sim_params(args: &ReplayArgs, checkpoint: &BTreeMap<String, Secs>, c: &Config) -> SimParams {
+    SimParams {
+        requeue_delay: args.requeue_delay.unwrap_or(
+            if c.governance.reclaim_mode == ReclaimMode::Cancel {
+                0
+            } else {
+                accountd::requeue_delay::GOVERNED_DELAY_SECS
+            },
+        ),
+        checkpoint: checkpoint.clone(),
+        ..SimParams::default()
+    }
+}
+
+/// The calibration of the current settings against the history (none when skipped or
+/// without them), and the simulation it made, with the settings' file, for reuse.
+fn calibration(
+    trace: &Trace,
+    current: Option<&(PathBuf, Config)>,
+    skip: bool,
+    tolerance: Tolerance,
+    params_for: &dyn Fn(&Config) -> SimParams,
+) -> (Option<calibrate::Calibration>, Option<(PathBuf, Outcome)>) {
+    match (current, skip) {
+        (Some((path, settings)), false) => {
+            let outcome = simulate(
+                trace,
+                settings,
+                &params_for(settings),
+                "the current settings",
+            );
+            let observed = figures(trace, &replay_model::observed(trace), settings);
+            let like_history = replay_model::without_unknown_waits(trace, &outcome);
+            let simulated = figures(trace, &like_history, settings);
+            let cached = Some((path.clone(), outcome));
+            (
+                Some(calibrate::calibrate(
+                    trace, &observed, &simulated, tolerance,
+                )),
+                cached,
+            )
+        }
+        _ => (None, None),
+    }
+}
+
+/// The simulations to run: each simulated candidate not reusing the calibration's, then the
+/// capacity curve's points; and per candidate, its place among them.
+fn runs<'c>(
+    candidates: &'c [Candidate],
+    cached: Option<&(PathBuf, Outcome)>,
+    plan: &'c CurvePlan,
+    params_for: &dyn Fn(&Config) -> SimParams,
+) -> (Vec<Run<'c>>, Vec<Option<usize>>) {
+    let mut runs: Vec<Run<'_>> = Vec::new();
+    let mut column_runs: Vec<Option<usize>> = Vec::new();
+    for c in candidates {
+        let Some(cfg) = &c.config else {
+            column_runs.push(None);
+            continue;
+        };
+        let reused = cached.is_some_and(|(p, _)| c.path.as_deref() == Some(p.as_path()));
+        if reused {
+            column_runs.push(None);
+            continue;
+        }
+        column_runs.push(Some(runs.len()));
+        runs.push(Run {
+            label: c.name.clone(),
+            config: cfg,
+            params: params_for(cfg),
+            gpus: None,
+        });
+    }
+    for p in &plan.points {
+        runs.push(Run {
+            label: format!("{} at {} GPUs", candidates[p.candidate].name, p.gpus),
+            config: &p.config,
+            params: params_for(&p.config),
+            gpus: Some(p.gpus),
+        });
+    }
+    (runs, column_runs)
+}
+
+/// How many threads the simulations run on (`--threads`).
+fn threads(args: &ReplayArgs) -> usize {
+    // One thread more than CPUs: runs differ in length, and with one per CPU the last one
+    // ran alone while the other CPUs idled (the 10-point curve of the synthetic year on two
+    // CPUs: 59.7 s on 2 threads, 55.8 s on 3; docs/design/replay.md).
+    args.threads.map_or_else(
+        || std::thread::available_parallelism().map_or(1, usize::from) + 1,
+        |n| n as usize,
+    )
+}
+
+/// The candidates' columns: the history's figures for as-today, each simulated one's from its
+/// run (or the calibration's), and who is worse off than under the first.
+fn columns(
+    trace: &Trace,
+    candidates: &[Candidate],
+    column_runs: &[Option<usize>],
+    results: &mut [Option<metrics::Figures>],
+    cached: Option<&(PathBuf, Outcome)>,
+    figures_config: &Config,
+) -> Vec<Column> {
+    let mut columns: Vec<Column> = Vec::new();
+    for (c, run) in candidates.iter().zip(column_runs) {
+        let figures = match (&c.config, run) {
+            (None, _) => figures(trace, &replay_model::observed(trace), figures_config),
+            (Some(_), Some(r)) => results[*r]
+                .take()
+                .expect("each run's figures are taken once"),
+            (Some(cfg), None) => {
+                let (_, outcome) = cached.expect("a candidate not run reuses the calibration's");
+                figures(trace, outcome, cfg)
+            }
+        };
+        columns.push(Column {
+            candidate: c.name.clone(),
+            figures,
+            worse_off: Vec::new(),
+        });
+    }
+    if let Some((first, rest)) = columns.split_first_mut() {
+        for col in rest.iter_mut().filter(|c| c.candidate != AS_TODAY) {
+            col.worse_off = worse_off(&first.figures, &col.figures);
+        }
+    }
+    columns
+}
+
+/// The capacity curve's points: each simulated candidate as configured, then each point of
+/// the plan with the figures of its run (`results`, the curve's runs in the plan's order).
+fn curve_points(
+    candidates: &[Candidate],
+    columns: &[Column],
+    plan: &[CurvePlanPoint],
+    results: &mut [Option<metrics::Figures>],
+    full: u32,
+) -> Vec<CurvePoint> {
+    let mut points = Vec::new();
+    for (c, col) in candidates.iter().zip(columns) {
+        if c.config.is_some() {
+            points.push(CurvePoint::of(&c.name, full, "as configured", &col.figures));
+        }
+    }
+    for (i, p) in plan.iter().enumerate() {
+        let figures = results[i]
+            .take()
+            .expect("each run's figures are taken once");
+        let name = &candidates[p.candidate].name;
+        points.push(CurvePoint::of(name, p.gpus, &p.quotas, &figures));
+    }
+    points
 }
 
 fn output(replay: &Replay, format: FormatArg) -> anyhow::Result<ExitCode> {
@@ -667,230 +771,6 @@ fn notes(args: &ReplayArgs, trace: &Trace) -> Vec<String> {
         trace.cluster.nodes.len()
     ));
     notes
-}
-
-/// Replay `trace` under `config` alone (the calibration), the progress on a terminal.
-fn simulate(trace: &Trace, config: &Config, params: &SimParams, label: &str) -> Outcome {
-    let board = Progress::new(trace, vec![label.to_string()], 1);
-    let outcome = sim::simulate(trace, config, params, &mut |t| board.report(0, t));
-    board.clear();
-    outcome
-}
-
-/// One simulation of a batch: a candidate at the trace's capacity or (`gpus`) at a point of
-/// the capacity curve.
-struct Run<'c> {
-    label: String,
-    config: &'c Config,
-    params: SimParams,
-    gpus: Option<u32>,
-}
-
-/// Every run's figures, in the order of `runs`, computed on up to `threads` threads (each
-/// run is one simulation, deterministic on its own: the figures are the same however many
-/// threads there are). A curve point's smaller trace is made by the thread that replays it,
-/// so that no more of them exist at once than there are threads.
-fn simulate_all(trace: &Trace, runs: &[Run<'_>], threads: usize) -> Vec<metrics::Figures> {
-    let full = total_gpus(trace);
-    let board = Progress::new(
-        trace,
-        runs.iter().map(|r| r.label.clone()).collect(),
-        threads.clamp(1, runs.len().max(1)),
-    );
-    let one = |i: usize| {
-        let run = &runs[i];
-        let smaller = run
-            .gpus
-            .map(|g| without_gpus(trace, full.saturating_sub(g)));
-        let t = smaller.as_ref().unwrap_or(trace);
-        let outcome = sim::simulate(t, run.config, &run.params, &mut |at| board.report(i, at));
-        board.done(i);
-        figures(t, &outcome, run.config)
-    };
-    let workers = threads.clamp(1, runs.len().max(1));
-    let out: Vec<metrics::Figures> = if workers == 1 {
-        (0..runs.len()).map(one).collect()
-    } else {
-        // The runs most likely to take longest first (the fewest GPUs: the longest queues),
-        // so that no thread is left with a long one at the end.
-        let mut order: Vec<usize> = (0..runs.len()).collect();
-        order.sort_by_key(|&i| runs[i].gpus.unwrap_or(u32::MAX));
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let slots: Vec<std::sync::Mutex<Option<metrics::Figures>>> =
-            runs.iter().map(|_| std::sync::Mutex::new(None)).collect();
-        std::thread::scope(|scope| {
-            for _ in 0..workers {
-                scope.spawn(|| loop {
-                    let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(&i) = order.get(n) else {
-                        break;
-                    };
-                    let figures = one(i);
-                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(figures);
-                });
-            }
-        });
-        slots
-            .into_iter()
-            .map(|s| {
-                s.into_inner()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .expect("every run was replayed")
-            })
-            .collect()
-    };
-    board.clear();
-    out
-}
-
-/// The progress of one or more replays on a terminal's stderr, redrawn in place at most every
-/// 200 ms: `replaying siloed: 43 % (day 157 of 365)`, or for a batch `replaying 11 runs on 2
-/// threads: 3 done, 41 % in all`. Nothing when stderr is not a terminal.
-struct Progress {
-    tty: bool,
-    since: Secs,
-    span: Secs,
-    labels: Vec<String>,
-    threads: usize,
-    state: std::sync::Mutex<ProgressState>,
-}
-
-struct ProgressState {
-    /// Per run: how far it is (seconds of the trace), `span` when done.
-    at: Vec<Secs>,
-    drawn: Option<Instant>,
-    width: usize,
-}
-
-impl Progress {
-    fn new(trace: &Trace, labels: Vec<String>, threads: usize) -> Progress {
-        let n = labels.len();
-        Progress {
-            tty: std::io::stderr().is_terminal(),
-            since: trace.since,
-            span: (trace.until - trace.since).max(1),
-            labels,
-            threads,
-            state: std::sync::Mutex::new(ProgressState {
-                at: vec![0; n],
-                drawn: None,
-                width: 0,
-            }),
-        }
-    }
-
-    fn report(&self, run: usize, t: Secs) {
-        if !self.tty {
-            return;
-        }
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(a) = st.at.get_mut(run) {
-            *a = (t - self.since).clamp(0, self.span);
-        }
-        if st
-            .drawn
-            .is_some_and(|d| d.elapsed() < Duration::from_millis(200))
-        {
-            return;
-        }
-        st.drawn = Some(Instant::now());
-        let line = if self.labels.len() == 1 {
-            let days = (self.span + DAY - 1) / DAY;
-            let done = st.at[0];
-            format!(
-                "replaying {}: {:.0} % (day {} of {days})",
-                self.labels[0],
-                100.0 * done as f64 / self.span as f64,
-                (done / DAY + 1).min(days)
-            )
-        } else {
-            let total: f64 = st.at.iter().map(|a| *a as f64 / self.span as f64).sum();
-            let finished = st.at.iter().filter(|a| **a >= self.span).count();
-            format!(
-                "replaying {} runs on {} threads: {finished} done, {:.0} % in all",
-                self.labels.len(),
-                self.threads,
-                100.0 * total / self.labels.len() as f64
-            )
-        };
-        st.width = st.width.max(line.len());
-        say_err_inline!("\r{line:<w$}", w = st.width);
-    }
-
-    fn done(&self, run: usize) {
-        self.report(run, self.since + self.span);
-    }
-
-    fn clear(&self) {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.drawn.is_some() {
-            say_err_inline!("\r{}\r", " ".repeat(st.width));
-        }
-    }
-}
-
-/// A capacity curve's points: each simulated candidate at each smaller capacity, with the
-/// configuration it is replayed under there, and the points that have none.
-struct CurvePlan {
-    points: Vec<CurvePlanPoint>,
-    skipped: Vec<replay_curve::SkippedPoint>,
-}
-
-struct CurvePlanPoint {
-    candidate: usize,
-    gpus: u32,
-    config: Config,
-    quotas: String,
-}
-
-fn curve_plan(trace: &Trace, candidates: &[Candidate], args: &ReplayArgs, step: u32) -> CurvePlan {
-    let full = total_gpus(trace);
-    let rule = args.curve_quotas.rule();
-    let mut plan = CurvePlan {
-        points: Vec::new(),
-        skipped: Vec::new(),
-    };
-    let gpus_at = (1..=args.capacity_curve.unwrap_or(0))
-        .map_while(|i| full.checked_sub(i.saturating_mul(step)).filter(|g| *g > 0));
-    for gpus in gpus_at {
-        let cluster = replay_curve::fewer_gpus(&trace.cluster, full - gpus);
-        for (ci, c) in candidates.iter().enumerate() {
-            let Some(cfg) = &c.config else { continue };
-            match replay_curve::config_at(cfg, &cluster, rule) {
-                Ok((config, quotas)) => plan.points.push(CurvePlanPoint {
-                    candidate: ci,
-                    gpus,
-                    config,
-                    quotas,
-                }),
-                Err(reason) => plan.skipped.push(replay_curve::SkippedPoint {
-                    candidate: c.name.clone(),
-                    gpus,
-                    reason,
-                }),
-            }
-        }
-    }
-    plan
-}
-
-fn total_gpus(trace: &Trace) -> u32 {
-    trace
-        .cluster
-        .nodes
-        .iter()
-        .fold(0u32, |s, n| s.saturating_add(n.gpus))
-}
-
-/// `trace` with `remove` GPUs fewer ([`replay_curve::fewer_gpus`]).
-fn without_gpus(trace: &Trace, remove: u32) -> Trace {
-    Trace {
-        jobs: trace.jobs.clone(),
-        cluster: replay_curve::fewer_gpus(&trace.cluster, remove),
-        since: trace.since,
-        until: trace.until,
-        source: trace.source.clone(),
-    }
 }
 
 #[cfg(test)]

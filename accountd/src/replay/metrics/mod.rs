@@ -226,55 +226,10 @@ pub fn figures(trace: &Trace, outcome: &Outcome, config: &Config) -> Figures {
     let usage = usage_of(trace, outcome, config);
     let mut out: Vec<TeamFigures> = rows
         .into_iter()
-        .map(|(name, tally)| {
-            let mut f = tally.figures(name);
-            if let Some(row) = usage
-                .rows
-                .iter()
-                .find(|r| r.team == name && matches!(r.kind, RowKind::Team | RowKind::Account))
-            {
-                f.quota_gpu_hours = row.quota_hours();
-                f.allocated_gpu_hours = row.gpu_hours();
-                f.in_quota_gpu_hours = row.in_quota_hours();
-                f.borrowed_gpu_hours = row.borrowed_hours();
-                f.lent_gpu_hours = row.lent_hours();
-                f.cost = match (row.allocated_cost, row.idle_cost, row.total_cost) {
-                    (Some(allocated), Some(idle), Some(total)) => Some(Cost {
-                        allocated,
-                        idle,
-                        total,
-                    }),
-                    _ => None,
-                };
-            } else if usage.capacity_cost.is_some() {
-                f.cost = Some(Cost::default());
-            }
-            f.idle_quota_gpu_hours =
-                (f.quota_gpu_hours - f.in_quota_gpu_hours - f.lent_gpu_hours).max(0.0);
-            f.allocated_share_pct = share(f.allocated_gpu_hours, &usage);
-            f
-        })
+        .map(|(name, tally)| team_row(name, tally, &usage))
         .collect();
 
-    let mut c = cluster.figures(CLUSTER);
-    let teams = &out;
-    c.quota_gpu_hours = teams.iter().map(|t| t.quota_gpu_hours).sum();
-    c.allocated_gpu_hours = usage.allocated_gpu_seconds / SECONDS_PER_HOUR;
-    c.in_quota_gpu_hours = teams.iter().map(|t| t.in_quota_gpu_hours).sum();
-    c.borrowed_gpu_hours = teams.iter().map(|t| t.borrowed_gpu_hours).sum();
-    c.lent_gpu_hours = c.borrowed_gpu_hours;
-    let teams_lent: f64 = teams.iter().map(|t| t.lent_gpu_hours).sum();
-    c.unowned_lent_gpu_hours = (c.borrowed_gpu_hours - teams_lent).max(0.0);
-    c.idle_quota_gpu_hours = teams.iter().map(|t| t.idle_quota_gpu_hours).sum();
-    c.allocated_share_pct = share(c.allocated_gpu_hours, &usage);
-    c.cost = usage.capacity_cost.map(|capacity| {
-        let allocated: f64 = usage.rows.iter().filter_map(|r| r.allocated_cost).sum();
-        Cost {
-            allocated,
-            idle: capacity - allocated,
-            total: capacity,
-        }
-    });
+    let c = cluster_row(cluster, &out, &usage);
     out.push(c);
 
     Figures {
@@ -290,6 +245,59 @@ pub fn figures(trace: &Trace, outcome: &Outcome, config: &Config) -> Figures {
             .filter(|_| usage.capacity_cost.is_some()),
         rows: out,
     }
+}
+
+/// A team's row: its tally's figures with its usage report row's GPU-hours and cost.
+fn team_row(name: &str, tally: Tally, usage: &UsageReport) -> TeamFigures {
+    let mut f = tally.figures(name);
+    if let Some(row) = usage
+        .rows
+        .iter()
+        .find(|r| r.team == name && matches!(r.kind, RowKind::Team | RowKind::Account))
+    {
+        f.quota_gpu_hours = row.quota_hours();
+        f.allocated_gpu_hours = row.gpu_hours();
+        f.in_quota_gpu_hours = row.in_quota_hours();
+        f.borrowed_gpu_hours = row.borrowed_hours();
+        f.lent_gpu_hours = row.lent_hours();
+        f.cost = match (row.allocated_cost, row.idle_cost, row.total_cost) {
+            (Some(allocated), Some(idle), Some(total)) => Some(Cost {
+                allocated,
+                idle,
+                total,
+            }),
+            _ => None,
+        };
+    } else if usage.capacity_cost.is_some() {
+        f.cost = Some(Cost::default());
+    }
+    f.idle_quota_gpu_hours = (f.quota_gpu_hours - f.in_quota_gpu_hours - f.lent_gpu_hours).max(0.0);
+    f.allocated_share_pct = share(f.allocated_gpu_hours, usage);
+    f
+}
+
+/// The cluster's row: its tally's figures with the teams' GPU-hours summed and the report's
+/// capacity and cost.
+fn cluster_row(cluster: Tally, teams: &[TeamFigures], usage: &UsageReport) -> TeamFigures {
+    let mut c = cluster.figures(CLUSTER);
+    c.quota_gpu_hours = teams.iter().map(|t| t.quota_gpu_hours).sum();
+    c.allocated_gpu_hours = usage.allocated_gpu_seconds / SECONDS_PER_HOUR;
+    c.in_quota_gpu_hours = teams.iter().map(|t| t.in_quota_gpu_hours).sum();
+    c.borrowed_gpu_hours = teams.iter().map(|t| t.borrowed_gpu_hours).sum();
+    c.lent_gpu_hours = c.borrowed_gpu_hours;
+    let teams_lent: f64 = teams.iter().map(|t| t.lent_gpu_hours).sum();
+    c.unowned_lent_gpu_hours = (c.borrowed_gpu_hours - teams_lent).max(0.0);
+    c.idle_quota_gpu_hours = teams.iter().map(|t| t.idle_quota_gpu_hours).sum();
+    c.allocated_share_pct = share(c.allocated_gpu_hours, usage);
+    c.cost = usage.capacity_cost.map(|capacity| {
+        let allocated: f64 = usage.rows.iter().filter_map(|r| r.allocated_cost).sum();
+        Cost {
+            allocated,
+            idle: capacity - allocated,
+            total: capacity,
+        }
+    });
+    c
 }
 
 fn share(hours: f64, usage: &UsageReport) -> Option<f64> {

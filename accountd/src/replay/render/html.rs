@@ -66,6 +66,30 @@ pub fn render_html(replay: &Replay) -> String {
     }
     out.push_str("</section>\n");
 
+    wait_section(&mut out, replay, lead, rest);
+
+    calibration_section(&mut out, replay);
+
+    if let Some(curve) = &replay.curve {
+        curve_section(&mut out, curve);
+    }
+    if !replay.notes.is_empty() {
+        out.push_str("<section>\n<pre class=\"notes\">");
+        for n in &replay.notes {
+            let _ = writeln!(out, "{}", escape(n));
+        }
+        out.push_str("</pre>\n</section>\n");
+    }
+    let _ = write!(
+        out,
+        "<footer><p>accountd {}: replay</p></footer>\n</body>\n</html>\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    out
+}
+
+/// The cluster's and the leading teams' p95 wait per candidate, as bars.
+fn wait_section(out: &mut String, replay: &Replay, lead: &[&str], rest: &[&str]) {
     // The cluster's and the leading teams' p95 wait per candidate.
     let names: Vec<String> = replay.columns.iter().map(|c| c.candidate.clone()).collect();
     let groups: Vec<(String, Vec<Option<f64>>)> = std::iter::once(CLUSTER)
@@ -82,19 +106,22 @@ pub fn render_html(replay: &Replay) -> String {
         );
     }
     bars_svg(
-        &mut out,
+        out,
         "p95 queue wait per team and candidate",
         &groups,
         &names,
     );
     out.push_str("</section>\n");
+}
 
+/// The calibration: its verdict, table and hints, or that it was skipped.
+fn calibration_section(out: &mut String, replay: &Replay) {
     out.push_str("<section>\n");
     match &replay.calibration {
         Some(cal) => {
             let _ = writeln!(out, "<h2>Calibration</h2>\n<p>{}</p>", escape(&calibration_verdict(cal)));
             let (h, l) = calibration_table(cal);
-            html_table(&mut out, &h, &l, 2, None);
+            html_table(out, &h, &l, 2, None);
             if !cal.hints.is_empty() {
                 out.push_str("<ul>\n");
                 for hint in &cal.hints {
@@ -106,73 +133,60 @@ pub fn render_html(replay: &Replay) -> String {
         None => out.push_str("<h2>Calibration</h2>\n<p>skipped (--skip-calibration): the simulation was not checked against the history</p>\n"),
     }
     out.push_str("</section>\n");
+}
 
-    if let Some(curve) = &replay.curve {
-        let mut order: Vec<String> = Vec::new();
-        for p in &curve.points {
-            if !order.contains(&p.candidate) {
-                order.push(p.candidate.clone());
-            }
+/// The capacity curve: its table, sentences, and p95 wait and preemptions against capacity.
+fn curve_section(out: &mut String, curve: &Curve) {
+    let mut order: Vec<String> = Vec::new();
+    for p in &curve.points {
+        if !order.contains(&p.candidate) {
+            order.push(p.candidate.clone());
         }
-        let mut xs: Vec<u32> = curve.points.iter().map(|p| p.gpus).collect();
-        xs.sort_unstable();
-        xs.dedup();
-        let series =
-            |pick: &dyn Fn(&CurvePoint) -> Option<f64>| -> Vec<(String, Vec<Option<f64>>)> {
-                order
+    }
+    let mut xs: Vec<u32> = curve.points.iter().map(|p| p.gpus).collect();
+    xs.sort_unstable();
+    xs.dedup();
+    let series = |pick: &dyn Fn(&CurvePoint) -> Option<f64>| -> Vec<(String, Vec<Option<f64>>)> {
+        order
+            .iter()
+            .map(|c| {
+                let ys = xs
                     .iter()
-                    .map(|c| {
-                        let ys = xs
+                    .map(|x| {
+                        curve
+                            .points
                             .iter()
-                            .map(|x| {
-                                curve
-                                    .points
-                                    .iter()
-                                    .find(|p| p.candidate == *c && p.gpus == *x)
-                                    .and_then(pick)
-                            })
-                            .collect();
-                        (c.clone(), ys)
+                            .find(|p| p.candidate == *c && p.gpus == *x)
+                            .and_then(pick)
                     })
-                    .collect()
-            };
-        let xf: Vec<f64> = xs.iter().map(|&x| f64::from(x)).collect();
-        out.push_str("<section>\n<h2>Capacity curve</h2>\n");
-        let (h, l) = curve_table(curve);
-        html_table(&mut out, &h, &l, 2, None);
-        out.push_str("<ul>\n");
-        for s in curve.sentences() {
-            let _ = writeln!(out, "<li>{}</li>", escape(&s));
-        }
-        out.push_str("</ul>\n<h3>cluster p95 wait (hours) against capacity (GPUs)</h3>\n");
-        lines_svg(
-            &mut out,
-            "cluster p95 wait against capacity",
-            &xf,
-            &series(&|p| p.cluster_p95_secs.map(|s| s as f64 / 3600.0)),
-        );
-        out.push_str("<h3>preemptions against capacity (GPUs)</h3>\n");
-        lines_svg(
-            &mut out,
-            "preemptions against capacity",
-            &xf,
-            &series(&|p| Some(f64::from(p.preemptions))),
-        );
-        out.push_str("</section>\n");
+                    .collect();
+                (c.clone(), ys)
+            })
+            .collect()
+    };
+    let xf: Vec<f64> = xs.iter().map(|&x| f64::from(x)).collect();
+    out.push_str("<section>\n<h2>Capacity curve</h2>\n");
+    let (h, l) = curve_table(curve);
+    html_table(out, &h, &l, 2, None);
+    out.push_str("<ul>\n");
+    for s in curve.sentences() {
+        let _ = writeln!(out, "<li>{}</li>", escape(&s));
     }
-    if !replay.notes.is_empty() {
-        out.push_str("<section>\n<pre class=\"notes\">");
-        for n in &replay.notes {
-            let _ = writeln!(out, "{}", escape(n));
-        }
-        out.push_str("</pre>\n</section>\n");
-    }
-    let _ = write!(
+    out.push_str("</ul>\n<h3>cluster p95 wait (hours) against capacity (GPUs)</h3>\n");
+    lines_svg(
         out,
-        "<footer><p>accountd {}: replay</p></footer>\n</body>\n</html>\n",
-        env!("CARGO_PKG_VERSION")
+        "cluster p95 wait against capacity",
+        &xf,
+        &series(&|p| p.cluster_p95_secs.map(|s| s as f64 / 3600.0)),
     );
-    out
+    out.push_str("<h3>preemptions against capacity (GPUs)</h3>\n");
+    lines_svg(
+        out,
+        "preemptions against capacity",
+        &xf,
+        &series(&|p| Some(f64::from(p.preemptions))),
+    );
+    out.push_str("</section>\n");
 }
 
 const W: f64 = 960.0;

@@ -24,7 +24,7 @@
 //! [`MALFORMED_LISTED`] are kept for the report ([`SwfSummary::malformed`]). A file of which
 //! no job line can be read is an error ([`SwfError::NoJobs`]): it is not SWF.
 //!
-//! # From an SWF job to a [`TraceJob`]
+//! # From an SWF job to a [`TraceJob`](super::TraceJob)
 //!
 //! - team: its user's mapping, else its group's, else the map's default; a job with none is
 //!   skipped and counted ([`SwfSummary::unmapped`]), as is every job when nothing maps
@@ -45,8 +45,9 @@
 //! - observed run: `[submit + wait, submit + wait + run)` when both are known. A wait of -1
 //!   is unknown, never a wait: the job's run (when its run time is known) is placed at its
 //!   submission so that its GPU-hours count, and the job is marked
-//!   ([`Observed::wait_unknown`], counted in [`SwfSummary::wait_unknown`]) so that its wait is
-//!   in neither the history's figures nor the calibration's;
+//!   ([`Observed::wait_unknown`](super::Observed::wait_unknown), counted in
+//!   [`SwfSummary::wait_unknown`]) so that its wait is in neither the history's figures nor
+//!   the calibration's;
 //! - cancelled: status 5 with a run time of 0 or unknown is a job cancelled before it
 //!   started: `cancelled_pending_at = submit + wait` (no observed run); when its wait is
 //!   unknown, nothing is known of it beyond its submission and it is skipped and counted.
@@ -70,13 +71,17 @@
 //!
 //! See [`parse_team_map`].
 
+mod mapper;
+mod reader;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
 
 use crate::parsable::MalformedLine;
 
-use super::{Cluster, NodeSpec, Observed, Secs, Trace, TraceJob};
+use super::{Secs, Trace};
+pub use reader::{MAX_PROCS, MAX_SECS};
 
 /// How many malformed job lines [`SwfSummary::malformed`] lists.
 pub const MALFORMED_LISTED: usize = 5;
@@ -244,62 +249,11 @@ pub fn parse_team_map(text: &str, file: &str) -> Result<TeamMap, TeamMapError> {
                 map.default_class = Some(class.to_string());
             }
             [k @ ("gpus_per_proc" | "procs_per_gpu")] => {
-                let k: &'static str = if *k == "gpus_per_proc" {
-                    "gpus_per_proc"
-                } else {
-                    "procs_per_gpu"
-                };
-                if let Some((other, at)) = procs_set {
-                    return Err(err(
-                        format!("`{k}` and `{other}` (line {at}) both say what a processor is"),
-                        "keep one: gpus_per_proc for GPU traces, procs_per_gpu for CPU-core ones",
-                    ));
-                }
-                let n = number(k)?;
-                map.procs = if k == "gpus_per_proc" {
-                    ProcUnit::GpusPerProc(n)
-                } else {
-                    ProcUnit::ProcsPerGpu(n)
-                };
-                procs_set = Some((k, line_no));
+                set_procs(&mut map, k, &mut procs_set, line_no, &number, &err)?;
             }
             ["gpus_per_node"] => map.gpus_per_node = number("gpus_per_node")?,
             [kind @ ("user" | "group" | "queue"), id] => {
-                let Ok(id) = id.parse::<u64>() else {
-                    return Err(err(
-                        format!("{kind} id `{id}` is not a whole number"),
-                        &format!(
-                            "SWF ids are natural numbers, e.g. `{kind} 12 = ...`; \
-                             jobs of unknown id (-1) take the default"
-                        ),
-                    ));
-                };
-                if *kind == "queue" {
-                    let Some(class) = value.strip_prefix("class:") else {
-                        return Err(err(
-                            format!("queue {id} maps to `{value}`, not to a class"),
-                            &format!(
-                                "a queue maps to a priority class: `queue {id} = class:{value}`"
-                            ),
-                        ));
-                    };
-                    check_name(class).map_err(|r| err(r, "e.g. `queue 3 = class:inference`"))?;
-                    map.queues.insert(id, class.to_string());
-                } else {
-                    if value.starts_with("class:") {
-                        return Err(err(
-                            format!("{kind} {id} maps to a class"),
-                            "users and groups map to teams; queues map to classes",
-                        ));
-                    }
-                    check_name(value).map_err(|r| err(r, "e.g. `group 12 = training`"))?;
-                    let m = if *kind == "user" {
-                        &mut map.users
-                    } else {
-                        &mut map.groups
-                    };
-                    m.insert(id, value.to_string());
-                }
+                map_id(&mut map, kind, id, value, &err)?;
             }
             [kind @ ("user" | "group" | "queue")] => {
                 return Err(err(
@@ -311,6 +265,82 @@ pub fn parse_team_map(text: &str, file: &str) -> Result<TeamMap, TeamMapError> {
         }
     }
     Ok(map)
+}
+
+/// A team map's `gpus_per_proc` or `procs_per_gpu` (`k`) on line `line_no`: what a processor
+/// is, given once.
+fn set_procs(
+    map: &mut TeamMap,
+    k: &str,
+    procs_set: &mut Option<(&'static str, usize)>,
+    line_no: usize,
+    number: &dyn Fn(&str) -> Result<u32, TeamMapError>,
+    err: &dyn Fn(String, &str) -> TeamMapError,
+) -> Result<(), TeamMapError> {
+    let k: &'static str = if k == "gpus_per_proc" {
+        "gpus_per_proc"
+    } else {
+        "procs_per_gpu"
+    };
+    if let Some((other, at)) = *procs_set {
+        return Err(err(
+            format!("`{k}` and `{other}` (line {at}) both say what a processor is"),
+            "keep one: gpus_per_proc for GPU traces, procs_per_gpu for CPU-core ones",
+        ));
+    }
+    let n = number(k)?;
+    map.procs = if k == "gpus_per_proc" {
+        ProcUnit::GpusPerProc(n)
+    } else {
+        ProcUnit::ProcsPerGpu(n)
+    };
+    *procs_set = Some((k, line_no));
+    Ok(())
+}
+
+/// A team map's `user N = TEAM`, `group N = TEAM` or `queue N = class:CLASS` (`kind`, `id`,
+/// `value`).
+fn map_id(
+    map: &mut TeamMap,
+    kind: &str,
+    id: &str,
+    value: &str,
+    err: &dyn Fn(String, &str) -> TeamMapError,
+) -> Result<(), TeamMapError> {
+    let Ok(id) = id.parse::<u64>() else {
+        return Err(err(
+            format!("{kind} id `{id}` is not a whole number"),
+            &format!(
+                "SWF ids are natural numbers, e.g. `{kind} 12 = ...`; \
+                 jobs of unknown id (-1) take the default"
+            ),
+        ));
+    };
+    if kind == "queue" {
+        let Some(class) = value.strip_prefix("class:") else {
+            return Err(err(
+                format!("queue {id} maps to `{value}`, not to a class"),
+                &format!("a queue maps to a priority class: `queue {id} = class:{value}`"),
+            ));
+        };
+        check_name(class).map_err(|r| err(r, "e.g. `queue 3 = class:inference`"))?;
+        map.queues.insert(id, class.to_string());
+    } else {
+        if value.starts_with("class:") {
+            return Err(err(
+                format!("{kind} {id} maps to a class"),
+                "users and groups map to teams; queues map to classes",
+            ));
+        }
+        check_name(value).map_err(|r| err(r, "e.g. `group 12 = training`"))?;
+        let m = if kind == "user" {
+            &mut map.users
+        } else {
+            &mut map.groups
+        };
+        m.insert(id, value.to_string());
+    }
+    Ok(())
 }
 
 fn strip_class(v: &str) -> &str {
@@ -434,8 +464,9 @@ pub struct SwfSummary {
     pub partial_records: usize,
     /// Jobs cancelled while they waited (`cancelled_pending_at` set).
     pub cancelled_pending: usize,
-    /// Jobs kept whose wait is unknown (-1; [`Observed::wait_unknown`]), and of them those
-    /// whose run time is unknown too (no observed run: their GPU-hours are not in "as today").
+    /// Jobs kept whose wait is unknown (-1;
+    /// [`Observed::wait_unknown`](super::Observed::wait_unknown)), and of them those whose run
+    /// time is unknown too (no observed run: their GPU-hours are not in "as today").
     pub wait_unknown: usize,
     pub run_unknown: usize,
     /// Jobs that ran longer than they asked for (their time limit is their run time).
@@ -488,144 +519,6 @@ impl SwfSummary {
     }
 }
 
-/// The fields of a job line, `None` for -1.
-#[derive(Debug, Clone, Copy)]
-struct Record {
-    line: usize,
-    number: u64,
-    submit: Secs,
-    wait: Option<Secs>,
-    run: Option<Secs>,
-    alloc: Option<u64>,
-    req_procs: Option<u64>,
-    req_time: Option<Secs>,
-    status: Option<u64>,
-    user: Option<u64>,
-    group: Option<u64>,
-    queue: Option<u64>,
-    preceding: Option<u64>,
-    think: Option<Secs>,
-}
-
-/// One field: a number (decimals rounded), -1 → `None`, below -1 → an error.
-fn field(text: &str, name: &str) -> Result<Option<i64>, String> {
-    let v = match text.parse::<i64>() {
-        Ok(v) => v,
-        Err(_) => match text.parse::<f64>() {
-            Ok(f) if f.is_finite() && f.abs() < 9.0e15 => f.round() as i64,
-            _ => return Err(format!("{name} `{text}` is not a number")),
-        },
-    };
-    match v {
-        -1 => Ok(None),
-        v if v < -1 => Err(format!("{name} `{text}` is negative (-1 is unknown)")),
-        v => Ok(Some(v)),
-    }
-}
-
-const FIELD_NAMES: [&str; 18] = [
-    "job number",
-    "submit time",
-    "wait time",
-    "run time",
-    "allocated processors",
-    "average CPU time",
-    "used memory",
-    "requested processors",
-    "requested time",
-    "requested memory",
-    "status",
-    "user id",
-    "group id",
-    "executable",
-    "queue",
-    "partition",
-    "preceding job",
-    "think time",
-];
-
-fn record(line_no: usize, line: &str) -> Result<Record, String> {
-    let parts: Vec<&str> = line.split_whitespace().collect();
-    if parts.len() != 18 {
-        return Err(format!(
-            "expected 18 whitespace-separated fields, found {}",
-            parts.len()
-        ));
-    }
-    let mut v = [None; 18];
-    for (i, p) in parts.iter().enumerate() {
-        v[i] = field(p, FIELD_NAMES[i])?;
-    }
-    check_bounds(&v)?;
-    // Non-negative by `field`.
-    let id = |x: Option<i64>| x.map(|n| n.unsigned_abs());
-    let number = id(v[0]).filter(|n| *n > 0).ok_or("job number unknown")?;
-    let submit = v[1].ok_or("submit time unknown")?;
-    Ok(Record {
-        line: line_no,
-        number,
-        submit,
-        wait: v[2],
-        run: v[3],
-        alloc: id(v[4]).filter(|n| *n > 0),
-        req_procs: id(v[7]).filter(|n| *n > 0),
-        req_time: v[8],
-        status: id(v[10]),
-        user: id(v[11]),
-        group: id(v[12]),
-        queue: id(v[14]),
-        preceding: id(v[16]),
-        think: v[17],
-    })
-}
-
-/// The longest time a job line may give (submit, wait, run, requested and think times):
-/// 50 years, longer than any machine of the archive has run. A larger value is a corrupt line,
-/// and one such submit time would stretch the trace over millions of days.
-pub const MAX_SECS: i64 = 50 * 366 * 86_400;
-/// The most processors a job line may give: 100 million, ten times the largest machine
-/// ever built.
-pub const MAX_PROCS: i64 = 100_000_000;
-
-/// The latest `UnixStartTime` read: 2200-01-01 UTC.
-const LAST_START: i64 = 7_258_118_400;
-
-/// Values no real cluster has are refused, with the field's name and the bound.
-fn check_bounds(v: &[Option<i64>; 18]) -> Result<(), String> {
-    const TIMES: [usize; 5] = [1, 2, 3, 8, 17];
-    const PROCS: [usize; 2] = [4, 7];
-    for i in TIMES {
-        if let Some(x) = v[i].filter(|x| *x > MAX_SECS) {
-            return Err(format!(
-                "{} {x} s is more than 50 years: not a real job's",
-                FIELD_NAMES[i]
-            ));
-        }
-    }
-    for i in PROCS {
-        if let Some(x) = v[i].filter(|x| *x > MAX_PROCS) {
-            return Err(format!(
-                "{} {x} is more than {MAX_PROCS}: no cluster has that many",
-                FIELD_NAMES[i]
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The header keys read as numbers.
-const NUMERIC_KEYS: [&str; 9] = [
-    "UnixStartTime",
-    "MaxNodes",
-    "MaxProcs",
-    "MaxJobs",
-    "MaxRecords",
-    "MaxRuntime",
-    "MaxMemory",
-    "MaxQueues",
-    "MaxPartitions",
-];
-
 /// Read an SWF file's text as a trace of `map`'s teams on a cluster of `capacity` GPUs (else
 /// the header's). The trace's `source` is `SWF file`; [`load_file`] names the file.
 pub fn load(
@@ -633,236 +526,8 @@ pub fn load(
     map: &TeamMap,
     capacity: Option<u32>,
 ) -> Result<(Trace, SwfSummary), SwfError> {
-    let mut header = SwfHeader::default();
-    let mut numeric: BTreeMap<&'static str, (i64, usize)> = BTreeMap::new();
-    let mut records: Vec<Record> = Vec::new();
-    let mut malformed = 0;
-    let mut malformed_first = Vec::new();
-    let mut lines = 0;
-    for (i, raw) in text.lines().enumerate() {
-        let line_no = i + 1;
-        let line = raw.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(comment) = line.strip_prefix(';') {
-            read_header(comment.trim(), line_no, &mut header, &mut numeric)?;
-            continue;
-        }
-        lines += 1;
-        match record(line_no, line) {
-            Ok(r) => records.push(r),
-            Err(reason) => {
-                malformed += 1;
-                if malformed_first.len() < MALFORMED_LISTED {
-                    malformed_first.push(MalformedLine::new("SWF", line_no, reason, line));
-                }
-            }
-        }
-    }
-    if records.is_empty() {
-        return Err(SwfError::NoJobs {
-            malformed,
-            first: malformed_first.into_iter().next(),
-        });
-    }
-    let get = |k: &str| numeric.get(k).map(|(v, _)| *v);
-    header.unix_start_time = get("UnixStartTime");
-    if let Some(t) = header.unix_start_time.filter(|t| *t > LAST_START) {
-        return Err(SwfError::Header {
-            line: numeric.get("UnixStartTime").map_or(0, |(_, l)| *l),
-            reason: format!("UnixStartTime {t} is after the year 2200"),
-            hint: "it is the epoch second of the log's time 0; fix or remove it".to_string(),
-        });
-    }
-    header.max_procs = get("MaxProcs").and_then(|v| u64::try_from(v).ok());
-    header.max_nodes = get("MaxNodes").and_then(|v| u64::try_from(v).ok());
-    let base = header.unix_start_time.unwrap_or(0);
-
-    let (capacity, capacity_source) = match (capacity, header.max_procs, header.max_nodes) {
-        (Some(c), _, _) => (c, CapacitySource::Given),
-        (None, Some(p), _) => (
-            header_gpus(map, p, "MaxProcs", &numeric)?,
-            CapacitySource::MaxProcs,
-        ),
-        (None, None, Some(n)) => (
-            header_gpus(map, n, "MaxNodes", &numeric)?,
-            CapacitySource::MaxNodes,
-        ),
-        (None, None, None) => return Err(SwfError::NoCapacity),
-    };
-
-    let mut summary = SwfSummary {
-        header,
-        records: lines,
-        jobs: 0,
-        teams: BTreeMap::new(),
-        malformed,
-        malformed_first,
-        unmapped: 0,
-        unmapped_users: BTreeMap::new(),
-        no_size: 0,
-        no_duration: 0,
-        cancelled_unknown: 0,
-        partial_records: 0,
-        cancelled_pending: 0,
-        wait_unknown: 0,
-        run_unknown: 0,
-        overran_limit: 0,
-        limit_from_run: 0,
-        dependencies: 0,
-        dependencies_unresolved: 0,
-        larger_than_cluster: 0,
-        capacity,
-        capacity_source,
-    };
-
-    // Partial executions out; a repeated job number is a malformed line.
-    let mut seen: HashMap<u64, usize> = HashMap::new();
-    let mut jobs_in: Vec<Record> = Vec::with_capacity(records.len());
-    for r in records {
-        if matches!(r.status, Some(2..=4)) {
-            summary.partial_records += 1;
-            continue;
-        }
-        if let Some(first) = seen.get(&r.number) {
-            summary.malformed += 1;
-            if summary.malformed_first.len() < MALFORMED_LISTED {
-                let reason = format!("job number {} is also on line {first}", r.number);
-                let text = text.lines().nth(r.line - 1).unwrap_or("").trim();
-                summary
-                    .malformed_first
-                    .push(MalformedLine::new("SWF", r.line, reason, text));
-            }
-            continue;
-        }
-        seen.insert(r.number, r.line);
-        jobs_in.push(r);
-    }
-
-    // Observed ends by job number, for dependencies.
-    let ends: HashMap<u64, Secs> = jobs_in
-        .iter()
-        .filter_map(|r| Some((r.number, base + r.submit + r.wait? + r.run?)))
-        .collect();
-
-    let mut mapped_any = false;
-    let considered = jobs_in.len();
-    let mut jobs = Vec::with_capacity(jobs_in.len());
-    for r in &jobs_in {
-        let Some(team) = map.team(r.user, r.group) else {
-            summary.unmapped += 1;
-            *summary.unmapped_users.entry(r.user).or_default() += 1;
-            continue;
-        };
-        mapped_any = true;
-        let Some(gpus) = r
-            .alloc
-            .or(r.req_procs)
-            .and_then(|p| map.procs.gpus(p))
-            .filter(|g| *g > 0)
-        else {
-            summary.no_size += 1;
-            continue;
-        };
-        let cancelled_before_start = r.status == Some(5) && matches!(r.run, None | Some(0));
-        if cancelled_before_start && r.wait.is_none() {
-            summary.cancelled_unknown += 1;
-            continue;
-        }
-        let req_time = r.req_time.filter(|t| *t > 0);
-        let run = if cancelled_before_start { None } else { r.run };
-        let Some(mut time_limit) = req_time.or(run) else {
-            summary.no_duration += 1;
-            continue;
-        };
-        if req_time.is_none() {
-            summary.limit_from_run += 1;
-        }
-        if let Some(run) = run {
-            if run > time_limit {
-                summary.overran_limit += 1;
-                time_limit = run;
-            }
-        }
-        let time_limit = time_limit.max(1);
-        let submit = base + r.submit;
-        let mut eligible = submit;
-        if let (Some(p), Some(think)) = (r.preceding.filter(|p| *p > 0), r.think) {
-            match ends.get(&p) {
-                Some(end) => {
-                    summary.dependencies += 1;
-                    eligible = eligible.max(end + think);
-                }
-                None => summary.dependencies_unresolved += 1,
-            }
-        }
-        let mut observed = Observed::default();
-        let mut cancelled_pending_at = None;
-        if cancelled_before_start {
-            cancelled_pending_at = r.wait.map(|w| submit + w);
-            summary.cancelled_pending += 1;
-        } else if let Some(run) = run {
-            // A wait of -1 is unknown, not "never started": the run is placed at the
-            // submission so that its GPU-hours count, and its wait is in no figure.
-            let start = submit + r.wait.unwrap_or(0);
-            observed.runs.push((start, Some(start + run)));
-        }
-        if !cancelled_before_start && r.wait.is_none() {
-            observed.wait_unknown = true;
-            summary.wait_unknown += 1;
-            summary.run_unknown += usize::from(run.is_none());
-        }
-        if gpus > capacity {
-            summary.larger_than_cluster += 1;
-        }
-        *summary.teams.entry(team.to_string()).or_default() += 1;
-        jobs.push(TraceJob {
-            id: r.number,
-            team: team.to_string(),
-            class: map.class(r.queue).map(str::to_string),
-            submit,
-            eligible,
-            gpus,
-            gpu_type: None,
-            nodes: gpus.div_ceil(map.gpus_per_node).max(1),
-            exclusive: false,
-            time_limit,
-            work: run.unwrap_or(time_limit),
-            cancelled_pending_at,
-            observed,
-        });
-    }
-    if !mapped_any {
-        return Err(SwfError::NothingMapped { jobs: considered });
-    }
-    jobs.sort_by_key(|j| (j.submit, j.id));
-    summary.jobs = jobs.len();
-
-    let since = summary
-        .header
-        .unix_start_time
-        .or_else(|| jobs.first().map(|j| j.submit))
-        .unwrap_or(base);
-    let until = jobs
-        .iter()
-        .map(|j| {
-            let ran = j.observed.runs.iter().filter_map(|(_, e)| *e).max();
-            ran.or(j.cancelled_pending_at)
-                .unwrap_or(j.eligible + j.work)
-        })
-        .max()
-        .unwrap_or(since)
-        .max(since);
-
-    let trace = Trace {
-        jobs,
-        cluster: cluster(capacity, map.gpus_per_node),
-        since,
-        until,
-        source: "SWF file".to_string(),
-    };
-    Ok((trace, summary))
+    let read = reader::read(text)?;
+    mapper::to_trace(text, read, map, capacity)
 }
 
 /// [`load`] of a file; the trace's source names it.
@@ -878,98 +543,6 @@ pub fn load_file(
     let (mut trace, summary) = load(&text, map, capacity)?;
     trace.source = format!("SWF file {}", path.display());
     Ok((trace, summary))
-}
-
-fn header_gpus(
-    map: &TeamMap,
-    procs: u64,
-    key: &str,
-    numeric: &BTreeMap<&'static str, (i64, usize)>,
-) -> Result<u32, SwfError> {
-    let line = numeric.get(key).map_or(0, |(_, l)| *l);
-    match map.procs.gpus(procs) {
-        Some(g) if g > 0 => Ok(g),
-        _ => Err(SwfError::Header {
-            line,
-            reason: format!("{key} {procs} is not a cluster size in GPUs"),
-            hint: "give the cluster's GPUs with --capacity".to_string(),
-        }),
-    }
-}
-
-fn read_header(
-    comment: &str,
-    line: usize,
-    header: &mut SwfHeader,
-    numeric: &mut BTreeMap<&'static str, (i64, usize)>,
-) -> Result<(), SwfError> {
-    let Some((key, value)) = comment.split_once(':') else {
-        return Ok(()); // free text
-    };
-    let key = key.trim();
-    let value = value.trim();
-    if key.is_empty() || key.contains(char::is_whitespace) {
-        return Ok(()); // a sentence with a colon, not a `Key: value`
-    }
-    if let Some(&k) = NUMERIC_KEYS.iter().find(|k| k.eq_ignore_ascii_case(key)) {
-        let v = value
-            .split_whitespace()
-            .next()
-            .and_then(|w| w.parse::<i64>().ok())
-            .filter(|v| *v >= 0);
-        let Some(v) = v else {
-            return Err(SwfError::Header {
-                line,
-                reason: format!("{k} `{value}` is not a number"),
-                hint: format!("the header's `; {k}: N` must be a whole number; fix or remove it"),
-            });
-        };
-        if let Some((prev, at)) = numeric.get(k) {
-            if *prev != v {
-                return Err(SwfError::Header {
-                    line,
-                    reason: format!("{k} {v} differs from line {at}'s {prev}"),
-                    hint: "keep one of the two".to_string(),
-                });
-            }
-        }
-        numeric.insert(k, (v, line));
-        return Ok(());
-    }
-    if key.eq_ignore_ascii_case("Version") {
-        header.version = Some(value.to_string());
-        return Ok(());
-    }
-    header
-        .text
-        .entry(key.to_string())
-        .and_modify(|s| {
-            s.push_str("; ");
-            s.push_str(value);
-        })
-        .or_insert_with(|| value.to_string());
-    Ok(())
-}
-
-/// `capacity` GPUs as nodes of `per_node` (the last one takes the remainder).
-fn cluster(capacity: u32, per_node: u32) -> Cluster {
-    let per_node = per_node.max(1);
-    let count = capacity.div_ceil(per_node);
-    let nodes = (0..count)
-        .map(|i| NodeSpec {
-            name: format!("swf-{:04}", i + 1),
-            gpus: if i + 1 == count && !capacity.is_multiple_of(per_node) {
-                capacity % per_node
-            } else {
-                per_node
-            },
-            gpu_type: None,
-        })
-        .collect();
-    Cluster {
-        nodes,
-        drains: Vec::new(),
-    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The SWF reader and the team map, on hand-written excerpts.
 
+use super::mapper::cluster;
 use super::*;
 
 const MAP: &str = "\

@@ -44,7 +44,7 @@ stamp() { printf '[test.sh %4ds] %s\n' $((SECONDS - T0)) "$*"; }
 
 # Gates that need no cluster: formatting, lints (warnings are errors; the unsafe-code lints are
 # the workspace's, Cargo.toml) and the docs (broken links are errors).
-stamp "rust-version, cargo fmt --check, clippy -D warnings, cargo doc"
+stamp "rust-version, cargo fmt --check, layout, dependencies, clippy -D warnings, cargo doc"
 # rust-version is true to Cargo.lock: no locked dependency needs a newer toolchain than it says.
 cargo metadata --format-version 1 --locked | python3 -c '
 import json, sys
@@ -58,6 +58,11 @@ if need[0] > have:
     sys.exit(f"rust-version {have} is older than {need[1]} needs ({need[0]}): raise it in Cargo.toml")
 '
 cargo fmt --all -- --check
+# The house's rules: rooms without cycles or imports back up, no file over 1,000 lines of
+# non-test code (contrib/layout.py); licences, duplicate majors and banned crates
+# (contrib/deps.py). The 80-line limit on functions is clippy's (clippy.toml).
+python3 contrib/layout.py check
+python3 contrib/deps.py
 cargo clippy --release --locked --workspace --all-targets --features job-submit-teamshare/test-panic -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --release --locked --workspace --no-deps --document-private-items
 

@@ -31,10 +31,9 @@ MAX_LINES = 1000
 LAYERS = {
     "accountd": ("accountd/src", "accountd", [
         # Foundations: no knowledge of teamshare's concepts beyond types and text.
-        ["logging", "period", "parsable", "slurm_cli"],
-        # Slurm's records, read and typed, and the GPU samples' record.
-        ["slurm_api", "squeue", "sacct", "capacity", "requeue_delay", "requeue_check",
-         "gpu_sample"],
+        ["logging"],
+        # The GPU samples' record.
+        ["gpu_sample"],
         # The governor acts on Slurm and knows no SQL; the model is the pure arithmetic.
         ["governor", "model"],
         # The store keeps the records; every SQL statement is its.
@@ -45,6 +44,13 @@ LAYERS = {
         # The daemon and the command line, on top.
         ["daemon"],
         ["cli"],
+    ]),
+    # accountd's crates, lowest first; the rooms each imports from a lower crate are not drawn.
+    "teamshare-slurm": ("accountd/crates/slurm/src", "teamshare_slurm", [
+        # Foundations: no knowledge of teamshare's concepts beyond types and text.
+        ["period", "parsable", "slurm_cli"],
+        # Slurm's records, read and typed.
+        ["slurm_api", "squeue", "sacct", "capacity", "requeue_delay", "requeue_check"],
     ]),
     "teamshare-policy": ("plugin/policy/src", "teamshare_policy", [
         # What a request and a configuration say: GPU requests, offered GPUs, classes, arrays.

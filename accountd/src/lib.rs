@@ -1,7 +1,6 @@
 //! accountd: teamshare's accounting (DESIGN 5, 6).
 //!
 //! The parts, one module each:
-//! - `sacct`: the sacct invocation and the parser of its output (job runs);
 //! - `store`: the SQLite database and all of accountd's SQL: its migrations, the job runs'
 //!   idempotent upserts, the capacity history, the GPU samples and their hourly rollup;
 //! - `ingest`: which window of accounting to read, and storing it;
@@ -11,10 +10,7 @@
 //!   report as a self-contained HTML page with charts of its days (`report::html`); the
 //!   arithmetic is `model`'s;
 //! - `model`: the accounting model of DESIGN 5 as pure functions;
-//! - `capacity`: the governed capacity measured with sinfo;
 //! - `slurm_setup`: making Slurm's associations match teamshare.toml;
-//! - `slurm_cli`: running Slurm's client commands; `parsable`: the one reader of their
-//!   `|`-separated output and its malformed-line error; `period`: instants and periods;
 //! - `sample`: NVML GPU samples on the nodes, their spool and their collection into the store;
 //! - `governor`: Slurm's priorities and limits kept matching the governance rules;
 //! - `daemon`: `accountd run`: the governor's thread, the ingest thread (sacct, runaway runs,
@@ -24,15 +20,20 @@
 //! - `metrics`: the Prometheus exposition and the HTTP server of `/metrics`;
 //! - `status`: `accountd status`, each team's quota, use, limit, lending and waiting jobs now,
 //!   from Slurm and the governor's state;
-//! - `slurm_api`: the governor's reads of jobs, nodes and partitions through libslurm (the
-//!   only unsafe code of accountd).
+//!
+//! Slurm's records (`period`, `parsable`, `slurm_cli`, `slurm_api`, `squeue`, `sacct`,
+//! `capacity`, `requeue_delay`, `requeue_check`) are the crate teamshare-slurm's
+//! (accountd/crates/slurm), re-exported here under their old paths.
 //!
 //! The command line (`src/main.rs`, `src/cli/`) is a thin layer over these.
 #![deny(unsafe_code)]
 // Unit tests are exempt from the workspace's 80-line limit: a scenario reads top to bottom.
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
-pub mod capacity;
+pub use teamshare_slurm::{
+    capacity, parsable, period, requeue_check, requeue_delay, sacct, slurm_api, slurm_cli, squeue,
+};
+
 pub mod config_watch;
 pub mod daemon;
 pub mod governor;
@@ -41,18 +42,9 @@ pub mod ingest;
 pub mod logging;
 pub mod metrics;
 pub mod model;
-pub mod parsable;
-pub mod period;
 pub mod replay;
 pub mod report;
-pub mod requeue_check;
-pub mod requeue_delay;
-pub mod sacct;
 pub mod sample;
-#[allow(unsafe_code)]
-pub mod slurm_api;
-pub mod slurm_cli;
 pub mod slurm_setup;
-pub mod squeue;
 pub mod status;
 pub mod store;

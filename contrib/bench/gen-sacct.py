@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Synthetic `sacct -a -X -D -P -n --noconvert -o <accountd's FIELDS>` output, for benchmarks.
 
-The fields, in accountd/src/sacct.rs FIELDS order:
+The fields, in accountd/crates/slurm/src/sacct.rs FIELDS order:
   JobIDRaw|JobID|Cluster|Account|User|Partition|QOS|State|Submit|Start|End|Elapsed|AllocTRES|
   Eligible|TimelimitRaw|NNodes|ReqTRES
 Times are UTC (accountd runs sacct with TZ=UTC and SLURM_TIME_FORMAT=standard).

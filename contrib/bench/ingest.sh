@@ -27,7 +27,7 @@ cp "$ACCOUNTD" "$DIR/bin/accountd"
 DATA=$DIR/sacct-$RECORDS.txt
 # Fixed end (2025-12-01T00:00:00Z) and seed: every run reads the same bytes. A file written
 # for another field list (accountd's FIELDS grew: issue 13) is written again.
-FIELDS=$(sed -n '/^pub const FIELDS/,/^];/p' "$ROOT/accountd/src/sacct.rs" | grep -c '^ *"')
+FIELDS=$(sed -n '/^pub const FIELDS/,/^];/p' "$ROOT/accountd/crates/slurm/src/sacct.rs" | grep -c '^ *"')
 if [[ ! -s $DATA || $(head -1 "$DATA" | awk -F'|' '{ print NF }') != "$FIELDS" ]]; then
     echo "generating $RECORDS sacct records into $DATA ..."
     python3 "$ROOT/contrib/bench/gen-sacct.py" --records "$RECORDS" --end 1764547200 >"$DATA.tmp"

@@ -9,7 +9,7 @@
 //!
 //! The records are written out in exactly the text squeue (`-O` with the governor's fields) and
 //! sinfo (`%N|%G|%t`) print, through the functions those commands use for states and reasons.
-//! So there is one reader of Slurm's records ([`crate::governor::read_squeue`],
+//! So there is one reader of Slurm's records (`accountd::governor::read_squeue`,
 //! [`crate::capacity::parse_sinfo`]), hardened against what users write, whichever way they
 //! came; the live test `scale::c03` checks that both ways give the same jobs and capacity.
 //!
@@ -173,7 +173,7 @@ impl Session {
 
     /// The jobs of `partitions` that are pending, running, suspended or completing, one line
     /// each in the text of `squeue -h -a -p PARTITIONS -t PD,R,CG,S -O <the governor's fields>`
-    /// (see [`crate::governor::squeue_command`]).
+    /// (see `accountd::governor::squeue_command`).
     pub fn jobs_text(&mut self, partitions: &[String]) -> Result<String, ApiError> {
         Self::refresh(
             &mut self.jobs,

@@ -15,7 +15,8 @@ use crate::parsable::{self, MalformedLine, Shape};
 use crate::period::{self, UnixSeconds};
 use crate::slurm_cli::SlurmCommand;
 
-pub(crate) const SQUEUE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a squeue run (the governor's reads of jobs) may take.
+pub const SQUEUE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// squeue for the governed partitions: every field the plan needs, `|`-separated.
 pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
@@ -540,7 +541,9 @@ fn eligible_reason(reason: &str) -> bool {
         || r == "Reservation")
 }
 
-pub(crate) fn parse_utc(text: &str) -> Option<UnixSeconds> {
+/// A time of squeue's output, read as UTC; `None` where there is none (empty, `N/A`, `Unknown`,
+/// `None`) or where it does not read.
+pub fn parse_utc(text: &str) -> Option<UnixSeconds> {
     let t = text.trim();
     if t.is_empty() || t == "N/A" || t == "Unknown" || t == "None" {
         return None;
@@ -564,17 +567,17 @@ pub struct GovernorHold {
 /// A released hold lifts a begin time at most this far ahead: Slurm's requeue delay (121 s by
 /// default) left by the requeue that came with the hold, less the 2 s a new launch credential
 /// needs ([`crate::requeue_delay::LIFT_AFTER`]). A user's own begin time further ahead stays.
-pub(crate) const UNHOLD_LIFTS_WITHIN_SECS: i64 = 119;
+pub const UNHOLD_LIFTS_WITHIN_SECS: i64 = 119;
 
 /// Why the governor holds a GPU job of an account outside every team (its AdminComment).
-pub(crate) const OUTSIDE_HOLD: &str =
+pub const OUTSIDE_HOLD: &str =
     "GPU jobs in governed partitions must run in a team account (-A <team>)";
 /// Why it holds a job naming no GPU type in a typed configuration.
-pub(crate) const UNTYPED_HOLD: &str =
+pub const UNTYPED_HOLD: &str =
     "GPUs are governed per type; resubmit naming one type (--gres=gpu:<type>:N)";
 /// Why it holds a job whose run had ended by itself as it was requeued
 /// ([`crate::requeue_check`]).
-pub(crate) const RUN_ENDED_HOLD: &str =
+pub const RUN_ENDED_HOLD: &str =
     "its run ended by itself as it was requeued; held so that it does not run twice (scontrol release runs it again)";
 /// The start of the AdminComment of a job the governor held.
 const HOLD_MARK: &str = "teamshare: held: ";
@@ -585,7 +588,7 @@ pub(crate) fn run_ended_hold_comment() -> String {
 }
 
 /// The pending jobs whose AdminComment says the governor held them, and why.
-pub(crate) fn governor_holds(text: &str) -> Vec<GovernorHold> {
+pub fn governor_holds(text: &str) -> Vec<GovernorHold> {
     let mut out = Vec::new();
     for (_, line) in parsable::lines(text) {
         // Most lines carry no such mark: looked for before the line is split.

@@ -32,14 +32,10 @@ LAYERS = {
     "accountd": ("accountd/src", "accountd", [
         # Foundations: no knowledge of teamshare's concepts beyond types and text.
         ["logging"],
-        # The GPU samples' record.
-        ["gpu_sample"],
-        # The governor acts on Slurm and knows no SQL; the model is the pure arithmetic.
-        ["governor", "model"],
-        # The store keeps the records; every SQL statement is its.
-        ["store"],
+        # The governor acts on Slurm and knows no SQL.
+        ["governor"],
         # What is computed from the store (and from Slurm), and what fills it.
-        ["sample", "report", "replay", "ingest", "slurm_setup"],
+        ["sample", "replay", "slurm_setup"],
         ["status", "metrics", "config_watch"],
         # The daemon and the command line, on top.
         ["daemon"],
@@ -51,6 +47,16 @@ LAYERS = {
         ["period", "parsable", "slurm_cli"],
         # Slurm's records, read and typed.
         ["slurm_api", "squeue", "sacct", "capacity", "requeue_delay", "requeue_check"],
+    ]),
+    "teamshare-accounting": ("accountd/crates/accounting/src", "teamshare_accounting", [
+        # The GPU samples' record.
+        ["gpu_sample"],
+        # The model is the pure arithmetic.
+        ["model"],
+        # The store keeps the records; every SQL statement is its.
+        ["store"],
+        # What is computed from the store (and from Slurm), and what fills it.
+        ["report", "ingest"],
     ]),
     "teamshare-policy": ("plugin/policy/src", "teamshare_policy", [
         # What a request and a configuration say: GPU requests, offered GPUs, classes, arrays.

@@ -36,7 +36,7 @@ const JUL_START: i64 = 1_751_328_000; // 2025-07-01
 const DEC_START: i64 = 1_764_547_200; // 2025-12-01
 const CLUSTER: &str = "teamshare-live";
 
-/// The query of `Store::runs_overlapping` (accountd/src/store.rs), for EXPLAIN QUERY PLAN;
+/// The query of `Store::runs_overlapping` (accountd/crates/accounting/src/store/runs.rs), for EXPLAIN QUERY PLAN;
 /// ?4 is `since` minus the longest run, ?5 where the running ones read start (each of the two
 /// connections reads its half of the start times).
 const RUNS_OVERLAPPING: &str =

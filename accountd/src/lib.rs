@@ -1,15 +1,6 @@
 //! accountd: teamshare's accounting (DESIGN 5, 6).
 //!
 //! The parts, one module each:
-//! - `store`: the SQLite database and all of accountd's SQL: its migrations, the job runs'
-//!   idempotent upserts, the capacity history, the GPU samples and their hourly rollup;
-//! - `ingest`: which window of accounting to read, and storing it;
-//! - `report`: every report and its rendering: usage, borrowing, lending and cost per team over
-//!   a period (`report::teams`), fair-share (`report::fairshare`), utilisation and the jobs with
-//!   idle GPUs (`report::utilisation`), as table (`report::table`), CSV or JSON, and the teams
-//!   report as a self-contained HTML page with charts of its days (`report::html`); the
-//!   arithmetic is `model`'s;
-//! - `model`: the accounting model of DESIGN 5 as pure functions;
 //! - `slurm_setup`: making Slurm's associations match teamshare.toml;
 //! - `sample`: NVML GPU samples on the nodes, their spool and their collection into the store;
 //! - `governor`: Slurm's priorities and limits kept matching the governance rules;
@@ -23,13 +14,16 @@
 //!
 //! Slurm's records (`period`, `parsable`, `slurm_cli`, `slurm_api`, `squeue`, `sacct`,
 //! `capacity`, `requeue_delay`, `requeue_check`) are the crate teamshare-slurm's
-//! (accountd/crates/slurm), re-exported here under their old paths.
+//! (accountd/crates/slurm); the store, the model, the reports and the ingest (`gpu_sample`,
+//! `model`, `store`, `report`, `ingest`) are teamshare-accounting's (accountd/crates/accounting).
+//! Both are re-exported here under their old paths.
 //!
 //! The command line (`src/main.rs`, `src/cli/`) is a thin layer over these.
 #![deny(unsafe_code)]
 // Unit tests are exempt from the workspace's 80-line limit: a scenario reads top to bottom.
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
+pub use teamshare_accounting::{gpu_sample, ingest, model, report, store};
 pub use teamshare_slurm::{
     capacity, parsable, period, requeue_check, requeue_delay, sacct, slurm_api, slurm_cli, squeue,
 };
@@ -37,14 +31,9 @@ pub use teamshare_slurm::{
 pub mod config_watch;
 pub mod daemon;
 pub mod governor;
-pub mod gpu_sample;
-pub mod ingest;
 pub mod logging;
 pub mod metrics;
-pub mod model;
 pub mod replay;
-pub mod report;
 pub mod sample;
 pub mod slurm_setup;
 pub mod status;
-pub mod store;

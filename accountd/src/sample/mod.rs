@@ -18,6 +18,9 @@ pub mod jobs;
 pub mod sampler;
 pub mod spool;
 
+#[cfg(test)]
+mod collected_tests;
+
 use std::time::Duration;
 
 pub use crate::gpu_sample::{Sample, MAX_INTERVAL};

@@ -23,7 +23,7 @@ use crate::report::{self, RowKind, UsageReport};
 /// The colours of teams and accounts, in the order of the report's rows (they repeat beyond
 /// seven): distinguishable with the common colour-vision deficiencies, and apart from
 /// [`POOL_COLOR`] and [`IDLE_COLOR`].
-pub(crate) const PALETTE: [&str; 7] = [
+pub const PALETTE: [&str; 7] = [
     "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442",
 ];
 /// `(pool)`'s colour.
@@ -179,7 +179,7 @@ fn cost_section(
 }
 
 /// Everything up to `<body>`: the title, a policy that forbids every load, the style.
-pub(crate) fn page_head(out: &mut String, title: &str) {
+pub fn page_head(out: &mut String, title: &str) {
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\

@@ -27,7 +27,8 @@ pub mod teams;
 pub mod utilisation;
 
 pub use fairshare::*;
-pub(crate) use render::{csv_text, json_text, CsvNumbers, JsonNumbers, Numbers};
+pub use render::csv_text;
+pub(crate) use render::{json_text, CsvNumbers, JsonNumbers, Numbers};
 pub use teams::*;
 
 /// The key of GPUs allocated without a type: the `[gpu_types]` rate they are priced at, and

@@ -55,7 +55,7 @@ impl Serialize for CsvNumber {
 /// Rows as CSV: a header line of the row type's field names, then a line per row, each ended by
 /// `\n`, a field quoted (RFC 4180) where it holds a comma, a quote or a line break. Without rows,
 /// the header alone (taken from `R::default()`).
-pub(crate) fn csv_text<R: Serialize + Default>(rows: impl IntoIterator<Item = R>) -> String {
+pub fn csv_text<R: Serialize + Default>(rows: impl IntoIterator<Item = R>) -> String {
     let mut writer = csv::WriterBuilder::new()
         .terminator(csv::Terminator::Any(b'\n'))
         .from_writer(Vec::new());

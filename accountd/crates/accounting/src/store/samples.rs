@@ -8,7 +8,7 @@
 //!   threshold is rebuilt from the samples ([`Store::ensure_rollup_threshold`]), and meanwhile
 //!   not read ([`Store::gpu_time_in`] then reads the samples).
 //!
-//! These return SQLite's errors as they are: the collection ([`crate::sample::collect`]) and the
+//! These return SQLite's errors as they are: the collection (`accountd::sample::collect`) and the
 //! utilisation report ([`crate::report::utilisation`]) say what they were doing.
 
 use std::collections::BTreeMap;
@@ -326,34 +326,3 @@ const ROLLUP_SQL: &str = "SELECT job_id_raw, job_start, gpu_uuid, sum(samples), 
     FROM gpu_sample_hours WHERE cluster = ?1 AND hour_ms >= ?2 AND hour_ms < ?3
         AND idle_threshold = ?4
     GROUP BY 1, 2, 3";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sample::collect::collect;
-    use crate::sample::spool::NodeSpool;
-    use crate::sample::tests::sample;
-
-    fn count(store: &Store, sql: &str) -> i64 {
-        store.connection().query_row(sql, [], |r| r.get(0)).unwrap()
-    }
-
-    #[test]
-    fn a_new_threshold_rebuilds_the_rollup() {
-        let root = tempfile::tempdir().unwrap();
-        let store = Store::open_in_memory().unwrap();
-        let mut n1 = NodeSpool::open(root.path(), "n1").unwrap();
-        n1.write_batch(&[sample("GPU-a", 10_000, 7, None)]).unwrap();
-        collect(&store, root.path(), "c", 5.0, 1).unwrap();
-        assert_eq!(
-            count(&store, "SELECT sum(idle_ms) FROM gpu_sample_hours"),
-            0
-        );
-        assert!(store.ensure_rollup_threshold(10.0).unwrap());
-        assert_eq!(
-            count(&store, "SELECT sum(idle_ms) FROM gpu_sample_hours"),
-            10_000
-        );
-        assert!(!store.ensure_rollup_threshold(10.0).unwrap());
-    }
-}

@@ -35,7 +35,7 @@ LAYERS = {
         # The governor acts on Slurm and knows no SQL.
         ["governor"],
         # What is computed from the store (and from Slurm), and what fills it.
-        ["sample", "replay", "slurm_setup"],
+        ["sample", "slurm_setup"],
         ["status", "metrics", "config_watch"],
         # The daemon and the command line, on top.
         ["daemon"],
@@ -57,6 +57,10 @@ LAYERS = {
         ["store"],
         # What is computed from the store (and from Slurm), and what fills it.
         ["report", "ingest"],
+    ]),
+    # One room: the replay's own parts are its submodules (calibrate, curve, history, ...).
+    "teamshare-replay": ("accountd/crates/replay/src", "teamshare_replay", [
+        ["replay"],
     ]),
     "teamshare-policy": ("plugin/policy/src", "teamshare_policy", [
         # What a request and a configuration say: GPU requests, offered GPUs, classes, arrays.

@@ -15,8 +15,9 @@
 //! Slurm's records (`period`, `parsable`, `slurm_cli`, `slurm_api`, `squeue`, `sacct`,
 //! `capacity`, `requeue_delay`, `requeue_check`) are the crate teamshare-slurm's
 //! (accountd/crates/slurm); the store, the model, the reports and the ingest (`gpu_sample`,
-//! `model`, `store`, `report`, `ingest`) are teamshare-accounting's (accountd/crates/accounting).
-//! Both are re-exported here under their old paths.
+//! `model`, `store`, `report`, `ingest`) are teamshare-accounting's (accountd/crates/accounting);
+//! `replay`, the simulation of `accountd replay`, is teamshare-replay's (accountd/crates/replay).
+//! All are re-exported here under their old paths.
 //!
 //! The command line (`src/main.rs`, `src/cli/`) is a thin layer over these.
 #![deny(unsafe_code)]
@@ -24,6 +25,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub use teamshare_accounting::{gpu_sample, ingest, model, report, store};
+pub use teamshare_replay::replay;
 pub use teamshare_slurm::{
     capacity, parsable, period, requeue_check, requeue_delay, sacct, slurm_api, slurm_cli, squeue,
 };
@@ -33,7 +35,6 @@ pub mod daemon;
 pub mod governor;
 pub mod logging;
 pub mod metrics;
-pub mod replay;
 pub mod sample;
 pub mod slurm_setup;
 pub mod status;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use super::spool::{self, Batch, SpoolError};
 use crate::period::UnixSeconds;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 pub const FILES_PER_TRANSACTION: usize = 500;
 
@@ -20,7 +20,7 @@ pub enum CollectError {
     #[error("the sample spool {path} cannot be read: {error} (is it the directory `accountd sample --spool` writes to?)")]
     Root { path: PathBuf, error: SpoolError },
     #[error("cannot store the GPU samples in the database")]
-    Sql(#[from] rusqlite::Error),
+    Store(#[from] StoreError),
 }
 
 /// What one collection did.

@@ -21,12 +21,12 @@ use super::table;
 use crate::period::{format_local, format_rfc3339, Period, UnixSeconds};
 use crate::report::{csv_text, json_text, CsvNumbers, Format, JsonNumbers, Numbers};
 pub use crate::store::GpuTime;
-use crate::store::{PeriodGpuTime, RunGpu, Store};
+use crate::store::{PeriodGpuTime, RunGpu, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum UtilisationError {
     #[error("cannot read the GPU samples and job runs of the database")]
-    Sql(#[from] rusqlite::Error),
+    Store(#[from] StoreError),
 }
 
 #[derive(Debug, Clone, PartialEq)]

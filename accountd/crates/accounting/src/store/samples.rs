@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::Store;
+use super::{Store, StoreError};
 use crate::gpu_sample::Sample;
 use crate::period::{Period, UnixSeconds};
 
@@ -101,6 +101,17 @@ impl Store {
         samples: impl IntoIterator<Item = &'a Sample>,
         idle_threshold: f64,
         now: UnixSeconds,
+    ) -> Result<SamplesOutcome, StoreError> {
+        self.record_samples_sql(cluster, samples, idle_threshold, now).map_err(|e| self.sql_err(e))
+    }
+
+    // The SQL of the method above; its errors are the store's to name.
+    fn record_samples_sql<'a>(
+        &self,
+        cluster: &str,
+        samples: impl IntoIterator<Item = &'a Sample>,
+        idle_threshold: f64,
+        now: UnixSeconds,
     ) -> rusqlite::Result<SamplesOutcome> {
         let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
         let mut outcome = SamplesOutcome::default();
@@ -118,7 +129,12 @@ impl Store {
     /// The rollup's idle time depends on the threshold: when the configured one changed, rebuild
     /// the rollup from the samples (one transaction; the samples are the truth). Returns whether
     /// it was rebuilt.
-    pub fn ensure_rollup_threshold(&self, idle_threshold: f64) -> rusqlite::Result<bool> {
+    pub fn ensure_rollup_threshold(&self, idle_threshold: f64) -> Result<bool, StoreError> {
+        self.ensure_rollup_threshold_sql(idle_threshold).map_err(|e| self.sql_err(e))
+    }
+
+    // The SQL of the method above; its errors are the store's to name.
+    fn ensure_rollup_threshold_sql(&self, idle_threshold: f64) -> rusqlite::Result<bool> {
         let conn = &self.conn;
         if !rollup_is_stale(conn, idle_threshold)? {
             return Ok(false);
@@ -145,6 +161,16 @@ impl Store {
     /// the ends from the samples; everything from the samples when the rollup was built with
     /// another threshold.
     pub fn gpu_time_in(
+        &self,
+        cluster: &str,
+        period: Period,
+        idle_threshold: f64,
+    ) -> Result<PeriodGpuTime, StoreError> {
+        self.gpu_time_in_sql(cluster, period, idle_threshold).map_err(|e| self.sql_err(e))
+    }
+
+    // The SQL of the method above; its errors are the store's to name.
+    fn gpu_time_in_sql(
         &self,
         cluster: &str,
         period: Period,
@@ -206,6 +232,17 @@ impl Store {
     /// node could not tell the start (`start` 0), the latest run of that job that started before
     /// `until`.
     pub fn run_of_samples(
+        &self,
+        cluster: &str,
+        job_id_raw: u32,
+        start: i64,
+        until: UnixSeconds,
+    ) -> Result<Option<SampledRun>, StoreError> {
+        self.run_of_samples_sql(cluster, job_id_raw, start, until).map_err(|e| self.sql_err(e))
+    }
+
+    // The SQL of the method above; its errors are the store's to name.
+    fn run_of_samples_sql(
         &self,
         cluster: &str,
         job_id_raw: u32,

@@ -4,7 +4,7 @@
 //! ```text
 //! 2024-05-01T00:00:00Z ERROR accountd run: ingest failed: sacct: exit 1
 //! 2024-05-01T00:00:07Z  INFO accountd run: job 12 displaced by a higher class of its team job=12 team=vision kind=displaced pass{pass=8}:act{pass=7}
-//! 2024-05-01T00:00:07Z DEBUG accountd run: plan: team vision GPU limit 6 -> 4 team=vision from=6 to=4 quota=4 running_gpus=4 pending_in_quota_gpus=0 ceiling=8 pass{pass=8}
+//! 2024-05-01T00:00:07Z DEBUG accountd run: plan: team vision GPU limit 4 -> 6: its quota, or what it runs when more (4), plus 2 GPUs it may borrow team=vision from=4 to=6 quota=4 running_gpus=3 pass{pass=9}
 //! ```
 //!
 //! Each line is the RFC 3339 UTC time to the second, the level, where the line comes from

@@ -56,6 +56,11 @@ impl FormatTime for Rfc3339Utc {
     }
 }
 
+/// A duration in milliseconds, to a tenth: the value of a field named `..._ms`.
+pub fn ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
 /// The least level `ACCOUNTD_LOG` asks for (`info` when unset).
 pub fn level_from_env() -> Result<Level, String> {
     match std::env::var(LEVEL_VAR) {

@@ -1207,6 +1207,11 @@ fn the_log_says_the_plan_at_debug_only() {
             debug,
             "{err}"
         );
+        assert_eq!(
+            said(" DEBUG accountd run: ingest round: done ingest_ms="),
+            debug,
+            "{err}"
+        );
     }
 }
 

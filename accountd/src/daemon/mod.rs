@@ -50,7 +50,7 @@ use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
 mod fairshare;
 mod pass_log;
-use crate::logging::RUN;
+use crate::logging::{ms, RUN};
 use crate::period;
 use crate::sample::collect;
 use crate::slurm_cli::slurm_name;
@@ -656,20 +656,30 @@ impl Worker<'_> {
         result
     }
 
-    /// Ingest, sample collection and capacity, in that order.
+    /// Ingest, sample collection and capacity, in that order; how long each took, at debug.
     fn round(&mut self, config: &Config, capacity_rx: &Receiver<CapacitySample>) {
         let shared = self.shared;
+        let started = Instant::now();
         if shared.opts.ingest {
             self.ingest(config);
         }
+        let ingested = started.elapsed();
         if !shared.stopping() {
             self.collect(config);
         }
+        let collected = started.elapsed();
         if !shared.stopping() {
             // The governor's samples first: they were measured earlier.
             self.record_pending(capacity_rx);
             self.capacity(config);
         }
+        tracing::debug!(
+            target: RUN,
+            ingest_ms = ms(ingested),
+            collect_ms = ms(collected - ingested),
+            capacity_ms = ms(started.elapsed() - collected),
+            "ingest round: done"
+        );
     }
 
     fn ingest(&mut self, config: &Config) {

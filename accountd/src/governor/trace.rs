@@ -10,6 +10,7 @@ use teamshare_config::Config;
 use teamshare_policy::governance::{ClusterJob, Plan, TeamState};
 use tracing::Level;
 
+pub(super) use crate::logging::ms;
 use crate::logging::RUN;
 
 /// The team named where a job is not in the pass's snapshot (never expected: a plan names only
@@ -26,11 +27,6 @@ pub fn pass_span(pass: u64) -> tracing::Span {
 /// and around what the daemon logs of them when a later pass collects them.
 pub fn act_span(pass: u64) -> tracing::Span {
     tracing::info_span!(target: RUN, "act", pass)
-}
-
-/// A duration in milliseconds, to a tenth: a field's value.
-pub(super) fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
 /// How long the parts of a pass took (debug).

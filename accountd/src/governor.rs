@@ -31,7 +31,9 @@ use crate::squeue::{
 };
 
 mod actuator;
+mod trace;
 use actuator::{Actuator, Snapshot, Unhold};
+pub use trace::{act_span, pass_span};
 
 const UPDATE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a pass may spend re-ranking waiting borrowers (one scontrol call per rank); the
@@ -81,7 +83,8 @@ pub struct PassReport {
     /// the last one set without error; set by the actions (`None` in a pass's own report).
     pub limits_in_force: Option<BTreeMap<String, u32>>,
     pub displaced: Vec<u64>,
-    /// The team of each job in `displaced` and `reclaimed`, as the plan read it.
+    /// The team of each job in the lists of actions (`displaced`, `reclaimed`, `held`, ...), as
+    /// the plan read it (a job it did not read has none).
     pub teams: BTreeMap<u64, String>,
     /// Borrowed jobs the governor requeued itself for in-quota jobs Slurm left waiting.
     pub reclaimed: Vec<u64>,
@@ -144,6 +147,8 @@ pub struct Acted {
     pub slurm_calls: u64,
     /// The plan's `generated_at`.
     pub plan_generated_at: i64,
+    /// The number of the pass that made the plan ([`pass_span`]).
+    pub pass: u64,
 }
 
 impl PassReport {
@@ -348,6 +353,12 @@ pub struct Governor {
     pub wait_for_actions: bool,
     /// `generated_at` of the newest plan acted on in full (published as `acted_at`).
     acted_at: i64,
+    /// The passes made since the loop started, this governor's and those of the governors it
+    /// replaced: the number of the last ([`pass_span`]).
+    passes: u64,
+    /// The GPU limit of each team in the last plan, to say at debug level which ones a plan
+    /// moves.
+    planned_limits: BTreeMap<String, u32>,
 }
 
 impl Governor {
@@ -377,6 +388,8 @@ impl Governor {
             acting: None,
             wait_for_actions: false,
             acted_at: 0,
+            passes: 0,
+            planned_limits: BTreeMap::new(),
         }
     }
 
@@ -418,6 +431,7 @@ impl Governor {
     /// refuses them or the next plan corrects them). What the actions did is reported by the
     /// first pass after they end ([`PassReport::acted`]).
     pub fn pass(&mut self) -> Result<PassReport, GovernError> {
+        self.passes += 1;
         let started = Instant::now();
         let mut report = PassReport::default();
         self.collect_actions(&mut report, false);
@@ -428,6 +442,41 @@ impl Governor {
         // Every job submitted before this instant is in what the pass reads (the plugin keeps
         // counting its admissions made after it).
         let read_at_ms = period::now_ms();
+        let reading = self.read(now)?;
+        let read = started.elapsed();
+        let work = self.plan_pass(reading, now, read_at_ms, &mut report);
+        let planned = started.elapsed();
+        // The plan's actions never wait on the state file: a full disk or a read-only
+        // directory leaves the plugin on its last state (stale after state_max_age), while
+        // limits, priorities and reclaims go on (issue 25, finding 15).
+        if let Err(e) = write_state(self.state_file(), &work.plan.state) {
+            report.failures.push(e.to_string());
+            report.state_write_failed = true;
+        }
+        report.state = Some(work.plan.state.clone());
+        report.duration = started.elapsed();
+        let times = trace::PassTimes {
+            read,
+            plan: planned - read,
+            publish: report.duration - planned,
+        };
+        trace::pass_times(times, report.jobs, report.capacity, report.slurm_calls);
+        self.hand_over(work, &mut report);
+        if self.wait_for_actions {
+            self.collect_actions(&mut report, true);
+        }
+        Ok(report)
+    }
+
+    /// Plan from what a pass read, and note in its report what it read: the plan, with what
+    /// the pass adds to its state, and what the actions need with it.
+    fn plan_pass(
+        &mut self,
+        reading: Reading,
+        now: UnixSeconds,
+        read_at_ms: i64,
+        report: &mut PassReport,
+    ) -> Snapshot {
         let Reading {
             capacity: cap,
             jobs,
@@ -437,7 +486,7 @@ impl Governor {
             slurm_calls,
             partitions: slurm_partitions,
             holds,
-        } = self.read(now)?;
+        } = reading;
         let (unhold, run_ended_holds) = self.releasable_holds(&holds, now);
         let mut plan = governance::plan(&GovernInput {
             config: &self.config,
@@ -456,48 +505,49 @@ impl Governor {
         (plan.state.node_gpus, plan.state.node_gpus_by_type) = largest_nodes(&cap);
         plan.state.unsettled_gpus = cap.unsettled_total;
         plan.state.unsettled_gpus_by_type = cap.unsettled_by_type.clone();
-        // The plan's actions never wait on the state file: a full disk or a read-only
-        // directory leaves the plugin on its last state (stale after state_max_age), while
-        // limits, priorities and reclaims go on (issue 25, finding 15).
-        if let Err(e) = write_state(self.state_file(), &plan.state) {
-            report.failures.push(e.to_string());
-            report.state_write_failed = true;
-        }
+        trace::debug_plan(&plan, &jobs, &self.config, &self.planned_limits);
+        self.planned_limits.clone_from(&plan.gpu_limits);
         report.jobs = jobs.len();
         report.capacity = cap.total;
-        report.capacity_by_type = cap.by_type.clone();
+        report.capacity_by_type = cap.by_type;
         report.unreadable = unreadable.iter().map(ToString::to_string).collect();
-        report.state = Some(plan.state.clone());
-        report.duration = started.elapsed();
         report.slurm_calls = slurm_calls;
-        if let Some(actuator) = self.actuator.take() {
-            let work = Snapshot {
-                plan,
-                jobs,
-                addresses,
-                leaders,
-                unhold,
-                run_ended_holds,
-            };
-            let spawned = std::thread::Builder::new()
-                .name("governor-act".into())
-                .spawn(move || actuator.act(work));
-            match spawned {
-                Ok(h) => self.acting = Some(h),
-                // The actuator went with the closure that could not run: a new one takes
-                // over (it sets every limit again).
-                Err(e) => {
-                    report
-                        .failures
-                        .push(format!("cannot start the governor's actions: {e}"));
-                    self.actuator = Some(Actuator::new(self.config.clone()));
-                }
+        Snapshot {
+            plan,
+            jobs,
+            addresses,
+            leaders,
+            unhold,
+            run_ended_holds,
+            pass: self.passes,
+        }
+    }
+
+    /// Hand a pass's plan to the actuator, if it is idle, on a thread of its own that writes
+    /// where the pass does, inside the span of the actions on that plan ([`act_span`]).
+    fn hand_over(&mut self, work: Snapshot, report: &mut PassReport) {
+        let Some(actuator) = self.actuator.take() else {
+            return;
+        };
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        let spawned = std::thread::Builder::new()
+            .name("governor-act".into())
+            .spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    act_span(work.pass).in_scope(|| actuator.act(work))
+                })
+            });
+        match spawned {
+            Ok(h) => self.acting = Some(h),
+            // The actuator went with the closure that could not run: a new one takes over (it
+            // sets every limit again).
+            Err(e) => {
+                report
+                    .failures
+                    .push(format!("cannot start the governor's actions: {e}"));
+                self.actuator = Some(Actuator::new(self.config.clone()));
             }
         }
-        if self.wait_for_actions {
-            self.collect_actions(&mut report, true);
-        }
-        Ok(report)
     }
 
     /// Read what a pass plans from ([`SlurmReader::read`]).
@@ -644,10 +694,19 @@ pub fn run_loop<B>(
                     return Some(b);
                 }
             }
+            let (passes, limits) = (
+                governor.passes,
+                std::mem::take(&mut governor.planned_limits),
+            );
             governor = new;
             governor.wait_for_actions = cadence.once;
+            // The passes go on being numbered, and the limits said moved from the last plan's.
+            governor.passes = passes;
+            governor.planned_limits = limits;
         }
-        if let std::ops::ControlFlow::Break(b) = passed(governor.pass()) {
+        // The pass's span covers what `passed` logs of it too. `pass` counts it.
+        let span = pass_span(governor.passes + 1);
+        if let std::ops::ControlFlow::Break(b) = span.in_scope(|| passed(governor.pass())) {
             return Some(b);
         }
         if cadence.once {

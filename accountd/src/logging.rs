@@ -1,12 +1,29 @@
-//! The daemon's log: `tracing` events, written by one subscriber as lines on stderr,
+//! The daemon's log: `tracing` events, written by one subscriber as lines on stderr, one line
+//! per event:
 //!
 //! ```text
 //! 2024-05-01T00:00:00Z ERROR accountd run: ingest failed: sacct: exit 1
+//! 2024-05-01T00:00:07Z  INFO accountd run: job 12 displaced by a higher class of its team job=12 team=vision kind=displaced pass{pass=8}:act{pass=7}
+//! 2024-05-01T00:00:07Z DEBUG accountd run: plan: team vision GPU limit 4 -> 6: its quota, or what it runs when more (4), plus 2 GPUs it may borrow team=vision from=4 to=6 quota=4 running_gpus=3 pass{pass=9}
 //! ```
 //!
-//! (RFC 3339 UTC to the second, the level, where the line comes from, the text). A service
-//! manager (journald) keeps stderr; `ACCOUNTD_LOG` sets the least level written (`error`,
-//! `warn`, `info`, the default, `debug`, `trace`).
+//! Each line is the RFC 3339 UTC time to the second, the level, where the line comes from
+//! ([`RUN`] or [`SAMPLE`]) and a colon, then the text, which is what an administrator (and the
+//! live tests) grep for. After the text come the event's fields, `name=value` separated by
+//! spaces (the job, its team, a count, a duration in `_ms`), then the spans it happened in,
+//! outermost first, each as `name{fields}`, joined by `:`: `pass{pass=8}` is the governor's
+//! eighth pass since the start (its reading, plan, publication and what the daemon logs of
+//! it), `act{pass=7}` the actions on the plan of pass 7 (on a thread of their own; what they
+//! did is logged by the first pass after they end, inside that pass's span). A line without
+//! fields or spans is the text alone, as before fields existed. The formatter ([`Line`]) keeps
+//! every event on one line: a line break in a field's value is written `\n`.
+//!
+//! A service manager (journald) keeps stderr; `ACCOUNTD_LOG` sets the least level written
+//! (`error`, `warn`, `info`, the default, `debug`, `trace`). `debug` adds, for each pass, the
+//! plan's decisions with their reasons (the jobs to requeue, hold, park or release and why,
+//! the order of the borrowed jobs Slurm may preempt, each team limit the plan moves), how
+//! long the pass took to read, plan and publish, and what the actions on each plan took; at
+//! `info`, the lines are those said before fields and spans existed, with them appended.
 //!
 //! [`Once`] keeps the daemon's rule that a failing step or a repeated warning is said once, not
 //! at every turn: the rule lives here, the writing is the subscriber's.
@@ -14,9 +31,11 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 
-use tracing::Level;
+use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::registry::LookupSpan;
 
 use crate::period;
 
@@ -35,6 +54,11 @@ impl FormatTime for Rfc3339Utc {
     fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
         w.write_str(&period::format_rfc3339(period::now()))
     }
+}
+
+/// A duration in milliseconds, to a tenth: the value of a field named `..._ms`.
+pub fn ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
 /// The least level `ACCOUNTD_LOG` asks for (`info` when unset).
@@ -57,12 +81,74 @@ where
 {
     tracing_subscriber::fmt()
         .with_writer(writer)
-        .with_timer(Rfc3339Utc)
         .with_ansi(false)
-        .with_target(true)
         .with_max_level(level)
+        // Before the format is replaced: the setting is kept, and only the default format's
+        // builder offers it.
         .log_internal_errors(false)
+        .event_format(Line)
         .finish()
+}
+
+/// The line of one event (see the module's documentation): time, level, target, text, fields,
+/// spans. tracing's own full format writes the spans before the target, which would move the
+/// text away from where every reader of the log finds it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Line;
+
+impl<S, N> FormatEvent<S, N> for Line
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let meta = event.metadata();
+        // The text and fields, then the spans, gathered first so that a line break in a value
+        // cannot split the event.
+        let mut rest = String::new();
+        ctx.format_fields(Writer::new(&mut rest), event)?;
+        if let Some(scope) = ctx.event_scope() {
+            let mut separator = ' ';
+            for span in scope.from_root() {
+                rest.push(separator);
+                separator = ':';
+                rest.push_str(span.metadata().name());
+                if let Some(fields) = span.extensions().get::<FormattedFields<N>>() {
+                    if !fields.is_empty() {
+                        rest.push('{');
+                        rest.push_str(fields);
+                        rest.push('}');
+                    }
+                }
+            }
+        }
+        Rfc3339Utc.format_time(&mut writer)?;
+        if rest.contains(['\r', '\n']) {
+            rest = rest.replace('\r', "\\r").replace('\n', "\\n");
+        }
+        writeln!(
+            writer,
+            " {} {}: {rest}",
+            level_name(*meta.level()),
+            meta.target()
+        )
+    }
+}
+
+/// The level as tracing's own format writes it: five characters, right-aligned.
+fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::ERROR => "ERROR",
+        Level::WARN => " WARN",
+        Level::INFO => " INFO",
+        Level::DEBUG => "DEBUG",
+        Level::TRACE => "TRACE",
+    }
 }
 
 /// The process's subscriber, on stderr (once, from `main`'s commands that log).
@@ -114,6 +200,13 @@ impl Once {
             dispatch: tracing::dispatcher::get_default(Clone::clone),
             state: Mutex::new(OnceState::default()),
         }
+    }
+
+    /// Make the subscriber this log writes to the current thread's default until the guard is
+    /// dropped: a thread of the daemon's that calls it writes its events (and spans) where
+    /// this log does, as the daemon's caller asked.
+    pub fn set_default(&self) -> tracing::dispatcher::DefaultGuard {
+        tracing::dispatcher::set_default(&self.dispatch)
     }
 
     fn say(&self, level: Level, text: &str) {
@@ -195,10 +288,29 @@ pub(crate) mod capture {
 
     /// A dispatcher writing into the returned buffer, every level.
     pub fn dispatch() -> (tracing::Dispatch, Lines) {
+        dispatch_at(tracing::Level::TRACE)
+    }
+
+    /// A dispatcher writing into the returned buffer, `level` and above.
+    pub fn dispatch_at(level: tracing::Level) -> (tracing::Dispatch, Lines) {
         let lines = Lines::default();
         let writer = lines.clone();
-        let sub = super::subscriber(tracing::Level::TRACE, move || writer.clone());
+        let sub = super::subscriber(level, move || writer.clone());
         (tracing::Dispatch::new(sub), lines)
+    }
+
+    /// The text of each line after its target (`accountd run: `): the text, its fields, its
+    /// spans.
+    pub fn said(lines: &Lines, target: &str) -> Vec<String> {
+        let marker = format!(" {target}: ");
+        lines
+            .lines()
+            .iter()
+            .map(|l| {
+                l.split_once(&marker)
+                    .map_or(l.clone(), |(_, s)| s.to_string())
+            })
+            .collect()
     }
 }
 
@@ -258,6 +370,53 @@ mod tests {
         assert_eq!(rest.trim_start(), "WARN accountd sample: gpu 0 lost");
         assert!(lines[1].ends_with("WARN accountd sample: second line"));
         assert!(lines[2].ends_with("ERROR accountd run: ingest failed: x"));
+    }
+
+    /// The shape documented above: the text where it always was, then the fields, then the
+    /// spans, on one line, whatever the values hold.
+    #[test]
+    fn fields_and_spans_follow_the_text_on_the_same_line() {
+        let (dispatch, lines) = capture::dispatch();
+        tracing::dispatcher::with_default(&dispatch, || {
+            let pass = tracing::info_span!(target: RUN, "pass", pass = 8u64);
+            let _pass = pass.enter();
+            let act = tracing::info_span!(target: RUN, "act", pass = 7u64);
+            act.in_scope(|| {
+                tracing::info!(target: RUN, job = 12u64, team = %"vision", "job 12 displaced");
+            });
+            tracing::warn!(target: RUN, why = %"two\nlines", "odd");
+            tracing::info!(target: SAMPLE, "no fields");
+        });
+        let lines = lines.lines();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        let (ts, rest) = lines[0].split_once(' ').unwrap();
+        assert!(ts.ends_with('Z') && ts.len() == 20, "{ts}");
+        assert_eq!(
+            rest,
+            " INFO accountd run: job 12 displaced job=12 team=vision pass{pass=8}:act{pass=7}"
+        );
+        assert!(
+            lines[1].ends_with(" WARN accountd run: odd why=two\\nlines pass{pass=8}"),
+            "{lines:?}"
+        );
+        assert!(lines[2].ends_with(" INFO accountd sample: no fields pass{pass=8}"));
+    }
+
+    /// A step's failure said by [`Once`] inside a pass shows the pass, as any event there.
+    #[test]
+    fn once_says_its_lines_inside_the_current_span() {
+        let (dispatch, lines) = capture::dispatch();
+        tracing::dispatcher::with_default(&dispatch, || {
+            let once = Once::new(RUN);
+            tracing::info_span!(target: RUN, "pass", pass = 3u64).in_scope(|| {
+                once.failed("govern", "squeue: exit 1");
+                once.failed("govern", "squeue: exit 1");
+            });
+        });
+        assert_eq!(
+            capture::said(&lines, RUN),
+            ["govern failed: squeue: exit 1 pass{pass=3}"]
+        );
     }
 
     #[test]

@@ -1168,6 +1168,53 @@ fn run_once_does_every_step_once() {
     );
 }
 
+/// The daemon's log (accountd::logging): at info, what a pass did, each line with its fields
+/// and the spans of its pass and of the actions on its plan; at debug, the plan's decisions
+/// and the pass's durations besides.
+#[test]
+fn the_log_says_the_plan_at_debug_only() {
+    for (level, debug) in [("info", false), ("debug", true)] {
+        let site = daemon_site();
+        let o = site
+            .command(true, &["run", "--once"])
+            .env("ACCOUNTD_LOG", level)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(code(&o), 0, "{err}");
+        // The line as before, then its field, then pass 1 and the actions on its plan (with
+        // --once, the pass waits for them).
+        assert!(
+            err.lines().any(|l| l.ends_with(
+                " INFO accountd run: team training GPU limit -> gres/gpu=5 team=training pass{pass=1}:act{pass=1}"
+            )),
+            "{err}"
+        );
+        let said = |text: &str| err.lines().any(|l| l.contains(text));
+        assert_eq!(said(" DEBUG accountd run: "), debug, "{err}");
+        assert_eq!(
+            said(" DEBUG accountd run: plan: team training GPU limit (none) -> 5: "),
+            debug,
+            "{err}"
+        );
+        assert_eq!(
+            said(" DEBUG accountd run: pass: Slurm read, plan made, state published jobs=1 capacity=8 "),
+            debug,
+            "{err}"
+        );
+        assert_eq!(
+            said(" DEBUG accountd run: act: the actions on the plan are done "),
+            debug,
+            "{err}"
+        );
+        assert_eq!(
+            said(" DEBUG accountd run: ingest round: done ingest_ms="),
+            debug,
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn run_once_reports_a_failing_step_and_does_the_others() {
     let site = daemon_site();

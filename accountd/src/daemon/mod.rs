@@ -50,6 +50,7 @@ use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
 mod fairshare;
 mod pass_log;
+use crate::logging::{ms, RUN};
 use crate::period;
 use crate::sample::collect;
 use crate::slurm_cli::slurm_name;
@@ -176,6 +177,8 @@ pub fn run(
     reload: Arc<AtomicBool>,
     log: Arc<DaemonLog>,
 ) -> Outcome {
+    // Every thread of the daemon writes its events and spans where `log` does.
+    let _log = log.set_default();
     let exporter = Arc::new(Exporter::new(config.clone(), opts.database.clone()));
     let mut watch = opts
         .config_path
@@ -222,7 +225,7 @@ pub fn run(
 /// Log what the daemon runs, where and with which configuration.
 fn announce_start(shared: &Shared, metrics_addr: Option<SocketAddr>, config: &Config) {
     let opts = &shared.opts;
-    shared.log.info(&format!(
+    let text = format!(
         "started: {}, ingest and sample collection every {}, metrics on {}, database {}, configuration {} (digest {})",
         if opts.govern {
             format!("governing every {}", format_duration(opts.govern_interval))
@@ -239,7 +242,8 @@ fn announce_start(shared: &Shared, metrics_addr: Option<SocketAddr>, config: &Co
             .as_ref()
             .map_or_else(|| "(given)".to_string(), |p| p.display().to_string()),
         config.digest
-    ));
+    );
+    tracing::info!(target: RUN, digest = %config.digest, governing = opts.govern, "{text}");
 }
 
 /// The daemon's threads: the governor's (when governing) and the ingest one's.
@@ -260,6 +264,7 @@ fn start_threads(shared: &Arc<Shared>) -> Threads {
         let done = Arc::clone(&governor_done);
         spawn("governor", move || {
             let _done = SetOnDrop(done);
+            let _log = shared.log.set_default();
             govern_loop(&shared, &capacity_tx);
         })
     });
@@ -268,6 +273,7 @@ fn start_threads(shared: &Arc<Shared>) -> Threads {
         let shared = Arc::clone(shared);
         let governor_done = Arc::clone(&governor_done);
         spawn("ingest", move || {
+            let _log = shared.log.set_default();
             ingest_loop(&shared, &capacity_rx, &governor_done);
             let _ = worker_done.send(());
         })
@@ -322,9 +328,11 @@ fn supervise(
             None
         };
         if let Some(name) = ended {
-            shared.log.info(&format!(
+            tracing::info!(
+                target: RUN,
+                thread = name,
                 "the {name} thread ended unexpectedly (see above): stopping, so that the service manager starts accountd again"
-            ));
+            );
             shared.stop.store(true, Ordering::Relaxed);
             return Some(name);
         }
@@ -340,9 +348,8 @@ fn supervise(
             next_bind = Instant::now() + shared.config().1.accountd.ingest_interval;
             *server = start_metrics(shared);
             if let Some(s) = server.as_ref() {
-                shared
-                    .log
-                    .info(&format!("metrics on http://{}/metrics", s.local_addr()));
+                let addr = s.local_addr();
+                tracing::info!(target: RUN, addr = %addr, "metrics on http://{addr}/metrics");
             }
         }
         std::thread::sleep(STOP_POLL);
@@ -407,10 +414,12 @@ fn apply_reload(shared: &Shared, path: &std::path::Path, found: Reload, asked: b
         Reload::Unchanged => {}
         Reload::Same { digest } => {
             if asked {
-                shared.log.info(&format!(
+                tracing::info!(
+                    target: RUN,
+                    digest = %digest,
                     "SIGHUP: configuration {} unchanged (digest {digest})",
                     path.display()
-                ));
+                );
             }
         }
         Reload::Reloaded {
@@ -430,7 +439,10 @@ fn apply_reload(shared: &Shared, path: &std::path::Path, found: Reload, asked: b
             let digest = config.digest.clone();
             shared.exporter.set_config((*config).clone());
             shared.set_config(*config);
-            shared.log.info(&format!(
+            tracing::info!(
+                target: RUN,
+                from = %from,
+                digest = %digest,
                 "configuration {} reloaded{}: digest {from} -> {digest}{}{}",
                 path.display(),
                 if asked { " on SIGHUP" } else { "" },
@@ -445,12 +457,14 @@ fn apply_reload(shared: &Shared, path: &std::path::Path, found: Reload, asked: b
                 unchecked
                     .map(|why| format!(" (not checked against Slurm's partitions: {why})"))
                     .unwrap_or_default()
-            ));
+            );
         }
-        Reload::Rejected { why, kept } => shared.log.info(&format!(
+        Reload::Rejected { why, kept } => tracing::info!(
+            target: RUN,
+            digest = %kept,
             "warning: configuration {} not reloaded, the last good one stays in force (digest {kept}): {why}",
             path.display()
-        )),
+        ),
     }
 }
 
@@ -642,20 +656,30 @@ impl Worker<'_> {
         result
     }
 
-    /// Ingest, sample collection and capacity, in that order.
+    /// Ingest, sample collection and capacity, in that order; how long each took, at debug.
     fn round(&mut self, config: &Config, capacity_rx: &Receiver<CapacitySample>) {
         let shared = self.shared;
+        let started = Instant::now();
         if shared.opts.ingest {
             self.ingest(config);
         }
+        let ingested = started.elapsed();
         if !shared.stopping() {
             self.collect(config);
         }
+        let collected = started.elapsed();
         if !shared.stopping() {
             // The governor's samples first: they were measured earlier.
             self.record_pending(capacity_rx);
             self.capacity(config);
         }
+        tracing::debug!(
+            target: RUN,
+            ingest_ms = ms(ingested),
+            collect_ms = ms(collected - ingested),
+            capacity_ms = ms(started.elapsed() - collected),
+            "ingest round: done"
+        );
     }
 
     fn ingest(&mut self, config: &Config) {

@@ -36,6 +36,8 @@ pub(super) struct Snapshot {
     /// The governor's holds against a second run, likewise: released where the requeue check
     /// has since found them wrong ([`crate::requeue_check::Checks::wrong_holds`]).
     pub(super) run_ended_holds: Vec<(u64, bool)>,
+    /// The number of the pass that made the plan ([`super::pass_span`]).
+    pub(super) pass: u64,
 }
 
 impl Actuator {
@@ -61,22 +63,24 @@ impl Actuator {
         report.requeue_held.extend(polled.held);
         report.requeue_unverified.extend(polled.unverified);
         report.failures.extend(polled.failures);
-        // The teams of the jobs requeued, as the plan read them (no one asks the database).
-        for id in report
-            .displaced
-            .iter()
-            .chain(&report.reclaimed)
-            .chain(&report.over_ceiling)
-        {
-            if let Some(job) = work.jobs.iter().find(|j| j.id == *id) {
-                report.teams.insert(*id, job.team.clone());
-            }
-        }
-        report.acted = Some(Acted {
+        report.teams = teams_of(&report, &work.jobs);
+        let acted = Acted {
             duration: started.elapsed(),
             slurm_calls: crate::slurm_cli::calls_on_this_thread() - calls_before,
             plan_generated_at: work.plan.state.generated_at,
-        });
+            pass: work.pass,
+        };
+        tracing::debug!(
+            target: crate::logging::RUN,
+            duration_ms = trace::ms(acted.duration),
+            slurm_calls = acted.slurm_calls,
+            priorities = report.priority_updates,
+            limits = report.limit_updates.len(),
+            skipped = report.skipped.len(),
+            failures = report.failures.len(),
+            "act: the actions on the plan are done"
+        );
+        report.acted = Some(acted);
         (self, report)
     }
 
@@ -88,6 +92,7 @@ impl Actuator {
             leaders,
             unhold,
             run_ended_holds,
+            pass: _,
         } = work;
         self.apply_limits(plan, report);
         // Priorities and releases before requeues: when a requeue frees GPUs, the job it
@@ -255,38 +260,31 @@ impl Actuator {
         let mut whole_done = std::collections::BTreeSet::new();
         for (id, act) in targets {
             let Some(name) = whole_address(addresses, leaders, id) else {
-                report.skipped.push(id);
+                skip(report, id, act, "Slurm no longer names it");
                 continue;
             };
             let current = now_running.get(&id);
             let same_run = matches!(current, Some((start, _)) if seen.get(&id) == Some(start));
-            if !same_run || !whole_done.insert(name.clone()) {
-                report.skipped.push(id);
+            if !same_run {
+                skip(
+                    report,
+                    id,
+                    act,
+                    "it ended, was requeued or restarted since the snapshot",
+                );
+                continue;
+            }
+            if !whole_done.insert(name.clone()) {
+                skip(
+                    report,
+                    id,
+                    act,
+                    "its heterogeneous job was acted on whole already",
+                );
                 continue;
             }
             let batch = current.is_some_and(|(_, batch)| *batch);
-            let cancel = !batch
-                || (act != Act::Outside
-                    && self.config.governance.reclaim_mode
-                        == teamshare_config::ReclaimMode::Cancel);
-            let cmd = if cancel {
-                SlurmCommand::new(
-                    "scancel",
-                    vec!["--state=RUNNING".into(), name.clone()],
-                    UPDATE_TIMEOUT,
-                )
-            } else {
-                let verb = if act == Act::Outside {
-                    "requeuehold"
-                } else {
-                    "requeue"
-                };
-                SlurmCommand::new(
-                    "scontrol",
-                    vec![verb.into(), "Incomplete".into(), name.clone()],
-                    UPDATE_TIMEOUT,
-                )
-            };
+            let (cmd, cancel) = self.end_run(act, &name, batch);
             match cmd.run() {
                 Ok(_) => {
                     // A requeued run may have ended by itself a moment before: checked later.
@@ -307,6 +305,71 @@ impl Actuator {
         }
         Ok(())
     }
+}
+
+impl Actuator {
+    /// The command that ends a running job's run for `act`, and whether it cancels the job:
+    /// a requeue (held, for a job outside every team), or a cancellation where the job cannot
+    /// be requeued (interactive) or the configuration says so.
+    fn end_run(&self, act: Act, name: &str, batch: bool) -> (SlurmCommand, bool) {
+        let cancel = !batch
+            || (act != Act::Outside
+                && self.config.governance.reclaim_mode == teamshare_config::ReclaimMode::Cancel);
+        let cmd = if cancel {
+            SlurmCommand::new(
+                "scancel",
+                vec!["--state=RUNNING".into(), name.to_string()],
+                UPDATE_TIMEOUT,
+            )
+        } else {
+            let verb = if act == Act::Outside {
+                "requeuehold"
+            } else {
+                "requeue"
+            };
+            SlurmCommand::new(
+                "scontrol",
+                vec![verb.into(), "Incomplete".into(), name.to_string()],
+                UPDATE_TIMEOUT,
+            )
+        };
+        (cmd, cancel)
+    }
+}
+
+/// The team of each job the actions name, as the plan read it (no one asks the database): for
+/// the requeues' metrics and the log's fields.
+fn teams_of(report: &PassReport, jobs: &[ClusterJob]) -> BTreeMap<u64, String> {
+    let named: std::collections::BTreeSet<u64> = [
+        &report.displaced,
+        &report.reclaimed,
+        &report.over_ceiling,
+        &report.violations,
+        &report.held,
+        &report.skipped,
+        &report.parked,
+        &report.released,
+        &report.unheld,
+        &report.lifted,
+        &report.requeue_held,
+        &report.wrong_holds_released,
+        &report.requeue_unverified,
+    ]
+    .into_iter()
+    .flatten()
+    .copied()
+    .collect();
+    jobs.iter()
+        .filter(|j| named.contains(&j.id))
+        .map(|j| (j.id, j.team.clone()))
+        .collect()
+}
+
+/// A running job the plan named left alone, and why (debug: the info line says it was left
+/// alone).
+fn skip(report: &mut PassReport, id: u64, act: Act, why: &str) {
+    tracing::debug!(target: crate::logging::RUN, job = id, act = ?act, "act: job {id} left alone: {why}");
+    report.skipped.push(id);
 }
 
 /// Why the governor acts on a running job.

@@ -36,48 +36,17 @@ mod store_samples {
 
 /// `report::utilisation`'s tests.
 mod report_utilisation {
-    use std::collections::BTreeMap;
 
     use crate::period::Period;
     use crate::report::utilisation::{
         render_jobs, render_teams, utilisation_report, UtilisationParams,
     };
     use crate::report::Format;
-    use crate::sacct::JobRun;
     use crate::sample::collect::collect;
     use crate::sample::spool::NodeSpool;
     use crate::sample::tests::sample;
+    use crate::store::test_support::run;
     use crate::store::Store;
-
-    /// A job run of cluster `c`: teamshare-accounting's `store::tests::run`, which is test code
-    /// of that crate and so not visible here.
-    fn run(job: u32, account: &str, start: i64, end: Option<i64>, gpus: u64) -> JobRun {
-        JobRun {
-            cluster: "c".into(),
-            job_id_raw: job,
-            job_id: job.to_string(),
-            account: account.into(),
-            user: "u".into(),
-            partition: "gpu".into(),
-            qos: "normal".into(),
-            state: if end.is_some() {
-                "COMPLETED"
-            } else {
-                "RUNNING"
-            }
-            .into(),
-            submit: Some(start),
-            start,
-            end,
-            elapsed: end.map(|e| e - start),
-            gpus,
-            gpus_by_type: BTreeMap::new(),
-            alloc_tres: format!("cpu=1,gres/gpu={gpus},node=1"),
-            eligible: Some(start),
-            time_limit: None,
-            nnodes: Some(1),
-        }
-    }
 
     /// Two jobs and a free GPU over 2 hours + 30 min, sampled every 10 s (so the rollup and the
     /// raw samples are both read): job 1 holds GPU-a at 80 %, job 2 holds GPU-b idle (2 %) for

@@ -528,8 +528,9 @@ impl Store {
         &self.path
     }
 
-    /// The connection, for tests and benchmarks that look at the tables themselves; accountd
-    /// reads and writes only through the methods of this module.
+    /// The connection, for tests and benchmarks that look at the tables themselves (feature
+    /// `test-support`); accountd reads and writes only through the methods of this module.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
@@ -556,13 +557,16 @@ fn check_not_newer(path: &str, found: i64) -> Result<(), StoreError> {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::sacct::JobRun;
+/// Records for the tests of this crate and of the crates above (feature `test-support`).
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support {
     use std::collections::BTreeMap;
 
-    pub(crate) fn run(job: u32, account: &str, start: i64, end: Option<i64>, gpus: u64) -> JobRun {
+    use super::{CapacitySample, Store};
+    use crate::sacct::JobRun;
+
+    /// A run of `job` on cluster `c`: COMPLETED when it has an `end`, RUNNING otherwise.
+    pub fn run(job: u32, account: &str, start: i64, end: Option<i64>, gpus: u64) -> JobRun {
         JobRun {
             cluster: "c".into(),
             job_id_raw: job,
@@ -590,20 +594,29 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) fn count(store: &Store, table: &str) -> i64 {
+    /// The rows of `table`.
+    pub fn count(store: &Store, table: &str) -> i64 {
         store
             .connection()
             .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
             .unwrap()
     }
 
-    pub(crate) fn capacity(ts: i64, gpus: u32, types: &[(&str, u32)]) -> CapacitySample {
+    /// A capacity sample at `ts`: `gpus` in all, `types` by GPU type.
+    pub fn capacity(ts: i64, gpus: u32, types: &[(&str, u32)]) -> CapacitySample {
         CapacitySample {
             ts,
             gpus,
             by_type: types.iter().map(|&(t, n)| (t.to_string(), n)).collect(),
         }
     }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) use super::test_support::{capacity, count, run};
 
     #[test]
     fn a_fresh_database_gets_the_current_schema() {

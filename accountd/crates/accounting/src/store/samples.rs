@@ -102,7 +102,8 @@ impl Store {
         idle_threshold: f64,
         now: UnixSeconds,
     ) -> Result<SamplesOutcome, StoreError> {
-        self.record_samples_sql(cluster, samples, idle_threshold, now).map_err(|e| self.sql_err(e))
+        self.record_samples_sql(cluster, samples, idle_threshold, now)
+            .map_err(|e| self.sql_err(e))
     }
 
     // The SQL of the method above; its errors are the store's to name.
@@ -130,7 +131,8 @@ impl Store {
     /// the rollup from the samples (one transaction; the samples are the truth). Returns whether
     /// it was rebuilt.
     pub fn ensure_rollup_threshold(&self, idle_threshold: f64) -> Result<bool, StoreError> {
-        self.ensure_rollup_threshold_sql(idle_threshold).map_err(|e| self.sql_err(e))
+        self.ensure_rollup_threshold_sql(idle_threshold)
+            .map_err(|e| self.sql_err(e))
     }
 
     // The SQL of the method above; its errors are the store's to name.
@@ -166,7 +168,8 @@ impl Store {
         period: Period,
         idle_threshold: f64,
     ) -> Result<PeriodGpuTime, StoreError> {
-        self.gpu_time_in_sql(cluster, period, idle_threshold).map_err(|e| self.sql_err(e))
+        self.gpu_time_in_sql(cluster, period, idle_threshold)
+            .map_err(|e| self.sql_err(e))
     }
 
     // The SQL of the method above; its errors are the store's to name.
@@ -238,7 +241,8 @@ impl Store {
         start: i64,
         until: UnixSeconds,
     ) -> Result<Option<SampledRun>, StoreError> {
-        self.run_of_samples_sql(cluster, job_id_raw, start, until).map_err(|e| self.sql_err(e))
+        self.run_of_samples_sql(cluster, job_id_raw, start, until)
+            .map_err(|e| self.sql_err(e))
     }
 
     // The SQL of the method above; its errors are the store's to name.

@@ -418,49 +418,9 @@ fn nodes_of(gpus: u32, gpus_per_node: u32, gpu_type: Option<&str>) -> Vec<NodeSp
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sacct::JobRun;
     use std::collections::BTreeMap;
 
-    // teamshare-accounting's `store::tests::{run, capacity}`, which are test code of that crate
-    // and so not visible here.
-
-    /// A job run of cluster `c`.
-    fn run(job: u32, account: &str, start: i64, end: Option<i64>, gpus: u64) -> JobRun {
-        JobRun {
-            cluster: "c".into(),
-            job_id_raw: job,
-            job_id: job.to_string(),
-            account: account.into(),
-            user: "u".into(),
-            partition: "gpu".into(),
-            qos: "normal".into(),
-            state: if end.is_some() {
-                "COMPLETED"
-            } else {
-                "RUNNING"
-            }
-            .into(),
-            submit: Some(start),
-            start,
-            end,
-            elapsed: end.map(|e| e - start),
-            gpus,
-            gpus_by_type: BTreeMap::new(),
-            alloc_tres: format!("cpu=1,gres/gpu={gpus},node=1"),
-            eligible: Some(start),
-            time_limit: None,
-            nnodes: Some(1),
-        }
-    }
-
-    /// A capacity sample at `ts`.
-    fn capacity(ts: i64, gpus: u32, types: &[(&str, u32)]) -> CapacitySample {
-        CapacitySample {
-            ts,
-            gpus,
-            by_type: types.iter().map(|&(t, n)| (t.to_string(), n)).collect(),
-        }
-    }
+    use crate::store::test_support::{capacity, run};
 
     const T: Secs = 1_714_521_600; // 2024-05-01T00:00:00Z: the period is [T, T + 4000)
     const UNTIL: Secs = T + 4000;

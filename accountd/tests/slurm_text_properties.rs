@@ -759,11 +759,11 @@ impl SacctRecord {
     }
 
     /// What sacct's reader must make of [`SacctRecord::line`].
-    fn expected(&self) -> Result<JobRun, UnstartedJob> {
+    fn expected(&self) -> Want {
         let [cluster, account, user, partition, qos] = self.names.clone();
         let time_limit = self.limit_minutes.map(|m| m * 60);
         let Some(start) = self.start else {
-            return Err(UnstartedJob {
+            return Want::Unstarted(UnstartedJob {
                 cluster,
                 job_id_raw: self.raw,
                 job_id: self.job_id.clone(),
@@ -782,7 +782,7 @@ impl SacctRecord {
                 req_tres: self.tres(),
             });
         };
-        Ok(JobRun {
+        Want::Run(JobRun {
             cluster,
             job_id_raw: self.raw,
             job_id: self.job_id.clone(),
@@ -807,6 +807,13 @@ impl SacctRecord {
 
 fn zone() -> impl Strategy<Value = FixedOffset> {
     (-14 * 4..=14 * 4i32).prop_map(|q| FixedOffset::east_opt(q * 900).unwrap())
+}
+
+/// What sacct's reader must make of a line.
+#[derive(Debug)]
+enum Want {
+    Run(JobRun),
+    Unstarted(UnstartedJob),
 }
 
 /// sacct's Elapsed field.
@@ -907,9 +914,13 @@ proptest! {
         let text: String = records.iter().map(|r| r.line(&tz) + "\n").collect();
         let batch = sacct::parse(&text, &tz);
         prop_assert!(batch.malformed.is_empty(), "{:?}", batch.malformed);
-        let (runs, unstarted): (Vec<_>, Vec<_>) = records.iter().map(SacctRecord::expected).partition(Result::is_ok);
-        let runs: Vec<JobRun> = runs.into_iter().map(Result::unwrap).collect();
-        let unstarted: Vec<UnstartedJob> = unstarted.into_iter().map(Result::unwrap_err).collect();
+        let (mut runs, mut unstarted) = (Vec::new(), Vec::new());
+        for r in &records {
+            match r.expected() {
+                Want::Run(run) => runs.push(run),
+                Want::Unstarted(job) => unstarted.push(job),
+            }
+        }
         prop_assert_eq!(batch.runs, runs);
         prop_assert_eq!(batch.unstarted, unstarted);
         prop_assert_eq!(batch.lines, records.len());
@@ -949,7 +960,13 @@ proptest! {
         prop_assert_eq!(numbers, vec![bad_number]);
         assert_names_its_line(&text, &batch.malformed[0]);
         prop_assert_eq!(batch.runs.len() + batch.unstarted.len(), records.len());
-        let want: Vec<JobRun> = records.iter().filter_map(|r| r.expected().ok()).collect();
+        let want: Vec<JobRun> = records
+            .iter()
+            .filter_map(|r| match r.expected() {
+                Want::Run(run) => Some(run),
+                Want::Unstarted(_) => None,
+            })
+            .collect();
         prop_assert_eq!(batch.runs, want);
     }
 }

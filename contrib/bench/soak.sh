@@ -8,6 +8,9 @@
 #   contrib/bench/soak.sh                              # 10,000 submissions (about 1 h on 2 cores)
 #   ADVERSARY_SUBMISSIONS=300 contrib/bench/soak.sh    # a short check of the script
 #
+# The property soaks of everything teamshare parses (10^6 cases per property, no cluster) are
+# contrib/bench/property-soak.sh.
+#
 # It builds what the live tests need (NO_BUILD=1 skips that), runs the live test binary filtered
 # to that one scenario on a cluster of its own (DIR, default /tmp/teamshare-bench-soak, on the
 # benchmark ports of lib.sh), prints the figures and adds a row to the table of section 7 of

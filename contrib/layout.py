@@ -271,16 +271,49 @@ def dot():
     print("}")
 
 
+def crate_imports(crate):
+    """(room, other crate's lib::room) pairs: the rooms of the crates in LAYERS that a room
+    names, as `crate::x` through a re-export or as `lib::x` (the compiler keeps these acyclic:
+    crates cannot depend on each other both ways)."""
+    src, lib, _ = LAYERS[crate]
+    own = graph(crate)[2]
+    others = {}
+    for name, (_, olib, layers) in LAYERS.items():
+        if name != crate:
+            for room in (r for layer in layers for r in layer):
+                others.setdefault(room, []).append(olib)
+    deps = (ROOT / Path(src).parent / "Cargo.toml").read_text()
+    out = set()
+    for p in tracked_rust_files():
+        if not p.startswith(src + "/") or is_test_file(p) or room_of(src, p) in ("lib", "main"):
+            continue
+        code = "\n".join(without_test_modules(strip_comments((ROOT / p).read_text()).split("\n")))
+        for prefix in ["crate", lib] + sorted({l for ls in others.values() for l in ls}):
+            for name in re.findall(rf"\b{prefix}::(\w+)", code):
+                if name in own or name not in others:
+                    continue
+                for olib in others[name]:
+                    if prefix in ("crate", lib, olib) and olib.replace("_", "-") in deps:
+                        out.add((room_of(src, p), f"{olib}::{name}"))
+    return out
+
+
 def draw():
     for crate in LAYERS:
         src, layers, rooms, edges = graph(crate)
-        print(f"{crate} ({src}), top layer first; `room -> what it imports`")
+        outside = crate_imports(crate)
+        print(f"{crate} ({src}), top layer first; `room -> what it imports` (in this crate; "
+              "then in others)")
         for i in reversed(range(len(layers))):
             print(f"  layer {i}")
             for r in layers[i]:
                 if r in rooms:
                     out = sorted(t for (f, t) in edges if f == r)
-                    print(f"    {r:14} -> {', '.join(out) if out else '(nothing)'}")
+                    ext = sorted(t for (f, t) in outside if f == r)
+                    line = ", ".join(out) if out else "(nothing)"
+                    if ext:
+                        line += "; " + ", ".join(ext)
+                    print(f"    {r:14} -> {line}")
         print()
 
 

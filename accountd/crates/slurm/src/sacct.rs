@@ -405,12 +405,17 @@ fn parse_elapsed(text: &str) -> Option<Option<i64>> {
         parts[count] = part.parse().ok()?;
         count += 1;
     }
+    // Checked: a value no run can have (a corrupt or hostile record) is malformed, never a
+    // wrapped number or a panic.
     let secs = match parts[..count] {
-        [h, m, s] => h * 3600 + m * 60 + s,
-        [m, s] => m * 60 + s,
+        [h, m, s] => h
+            .checked_mul(3600)?
+            .checked_add(m.checked_mul(60)?)?
+            .checked_add(s)?,
+        [m, s] => m.checked_mul(60)?.checked_add(s)?,
         _ => return None,
     };
-    Some(Some(days * 86_400 + secs))
+    Some(Some(days.checked_mul(86_400)?.checked_add(secs)?))
 }
 
 /// What to ask sacct for: the allocations of every account that were eligible or running in
@@ -707,6 +712,11 @@ mod tests {
         assert_eq!(parse_elapsed("INVALID"), Some(None));
         assert_eq!(parse_elapsed("1:2:3:4"), None);
         assert_eq!(parse_elapsed("-1:00"), None);
+        // Beyond i64 seconds: malformed, not wrapped and not a panic (found by the parsers'
+        // property tests).
+        assert_eq!(parse_elapsed("200000000000000000:0"), None);
+        assert_eq!(parse_elapsed("5000000000000000:00:00"), None);
+        assert_eq!(parse_elapsed("200000000000000-00:00:00"), None);
     }
 
     #[test]

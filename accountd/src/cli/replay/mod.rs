@@ -16,6 +16,7 @@ use accountd::replay::metrics::{self, figures, worse_off};
 use accountd::replay::render::{
     self, Column, Curve, CurvePoint, Replay, AS_TODAY, PLAIN_SLURM, SILOED,
 };
+use accountd::replay::swf::MAX_CLUSTER_GPUS;
 use accountd::replay::{
     self as replay_model, curve as replay_curve, history, swf, Outcome, Secs, SimParams, Trace,
 };
@@ -58,7 +59,7 @@ pub(super) struct ReplayArgs {
     current: Option<String>,
     /// A constant capacity of N GPUs (in nodes of --gpus-per-node) instead of the history's
     /// nodes and drains
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CLUSTER_GPUS)))]
     capacity: Option<u32>,
     /// GPUs per node, where the trace does not say (SWF, --capacity)
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::reader::{Read, Record};
+use super::reader::{Read, Record, MAX_CLUSTER_GPUS};
 use super::{CapacitySource, SwfError, SwfSummary, TeamMap, MALFORMED_LISTED};
 use crate::parsable::MalformedLine;
 use crate::replay::{Cluster, NodeSpec, Observed, Secs, Trace, TraceJob};
@@ -272,7 +272,14 @@ fn header_gpus(
 ) -> Result<u32, SwfError> {
     let line = numeric.get(key).map_or(0, |(_, l)| *l);
     match map.procs.gpus(procs) {
-        Some(g) if g > 0 => Ok(g),
+        Some(g) if g > 0 && g <= MAX_CLUSTER_GPUS => Ok(g),
+        Some(g) if g > 0 => Err(SwfError::Header {
+            line,
+            reason: format!(
+                "{key} {procs} is {g} GPUs, more than a replay takes ({MAX_CLUSTER_GPUS})"
+            ),
+            hint: "give the cluster's GPUs with --capacity".to_string(),
+        }),
         _ => Err(SwfError::Header {
             line,
             reason: format!("{key} {procs} is not a cluster size in GPUs"),

@@ -81,7 +81,7 @@ use std::path::Path;
 use crate::parsable::MalformedLine;
 
 use super::{Secs, Trace};
-pub use reader::{MAX_PROCS, MAX_SECS};
+pub use reader::{MAX_CLUSTER_GPUS, MAX_PROCS, MAX_SECS};
 
 /// How many malformed job lines [`SwfSummary::malformed`] lists.
 pub const MALFORMED_LISTED: usize = 5;

@@ -175,6 +175,11 @@ pub const MAX_SECS: i64 = 50 * 366 * 86_400;
 /// ever built.
 pub const MAX_PROCS: i64 = 100_000_000;
 
+/// The most GPUs a replayed cluster may have: well above the largest machines (about 10^5
+/// GPUs), and small enough that its nodes fit in memory (a header's `MaxProcs: 4000000000`
+/// would otherwise be half a billion node records).
+pub const MAX_CLUSTER_GPUS: u32 = 1_000_000;
+
 /// The latest `UnixStartTime` read: 2200-01-01 UTC.
 const LAST_START: i64 = 7_258_118_400;
 

@@ -202,6 +202,23 @@ fn without_start_time_the_trace_starts_at_its_first_job() {
 }
 
 #[test]
+fn a_header_cluster_too_large_to_hold_is_an_error_not_half_a_billion_nodes() {
+    // 4e9 processors, one GPU each: 500 million nodes of 8 if it were taken.
+    let huge = SWF.replace("; MaxProcs: 32", "; MaxProcs: 4000000000");
+    let e = load(&huge, &map(), None).unwrap_err();
+    assert!(matches!(e, SwfError::Header { line: 7, .. }), "{e}");
+    assert!(
+        e.to_string().contains("more than a replay takes (1000000)"),
+        "{e}"
+    );
+    // The largest cluster taken is taken.
+    let largest = SWF.replace("; MaxProcs: 32", &format!("; MaxProcs: {MAX_CLUSTER_GPUS}"));
+    let (trace, _) = load(&largest, &map(), None).unwrap();
+    let gpus: u32 = trace.cluster.nodes.iter().map(|n| n.gpus).sum();
+    assert_eq!(gpus, MAX_CLUSTER_GPUS);
+}
+
+#[test]
 fn header_errors_fail_with_the_line() {
     let bad = SWF.replace("; MaxProcs: 32", "; MaxProcs: many");
     let e = load(&bad, &map(), None).unwrap_err();

@@ -3,6 +3,7 @@
 
   contrib/deps.py            check; exit 1 with the reasons when a rule fails
   contrib/deps.py --list     every dependency with its licence, and the duplicates
+  contrib/deps.py selftest   each rule shown to fail on packages that break it
 
 Rules, over every package Cargo.lock resolves (normal, build and dev dependencies, every
 platform):
@@ -129,7 +130,30 @@ def check(packages):
     return errors
 
 
+def selftest():
+    """The checker checked: each rule fails on packages that break it (contrib/test.sh)."""
+    assert satisfiable("MIT OR Apache-2.0") and satisfiable("MIT/Apache-2.0")
+    assert satisfiable("(MIT OR Apache-2.0) AND Unicode-3.0")
+    assert satisfiable("Apache-2.0 WITH LLVM-exception OR MIT")
+    assert not satisfiable("GPL-3.0-only") and not satisfiable("MIT AND SSPL-1.0")
+    assert satisfiable("SSPL-1.0 OR MIT")
+    ok = {"name": "a", "version": "1.0.0", "license": "MIT"}
+    # Alone, a package breaks no rule (the accepted pairs it lacks are all that is said).
+    assert all("accepted as" in e for e in check([ok])), check([ok])
+    found = check([ok, {"name": "b", "version": "1.0.0", "license": "SSPL-1.0"},
+                   {"name": "c", "version": "0.1.0", "license": None},
+                   {"name": "openssl-sys", "version": "0.9.0", "license": "MIT"},
+                   {"name": "a", "version": "2.0.0", "license": "MIT"}])
+    for want in ("b 1.0.0: licence", "c 0.1.0: no licence", "openssl-sys 0.9.0 is banned",
+                 "a: versions 1, 2 side by side"):
+        assert any(want in e for e in found), (want, found)
+    print("deps: selftest passed")
+
+
 def main(argv):
+    if "selftest" in argv:
+        selftest()
+        return 0
     packages = metadata()
     if "--list" in argv:
         for p in sorted(packages, key=lambda p: (p["name"], p["version"])):

@@ -6,6 +6,7 @@
                                    room with the rooms it imports (docs/design/accountd-layout.md)
   contrib/layout.py dot            the same in Graphviz's DOT (stdout)
   contrib/layout.py sizes          the non-test line count of every file over 800
+  contrib/layout.py selftest       each rule shown to fail on a tree that breaks it
 
 Rooms. A crate's room is a top-level module of its library (`governor.rs` and `governor/` are
 one room, `governor`). A room imports another when its non-test code names it: `crate::x`,
@@ -226,7 +227,11 @@ def cycles(rooms, edges):
 
 
 def check_rooms(crate):
-    src, layers, rooms, edges = graph(crate)
+    return rule_errors(crate, *graph(crate))
+
+
+def rule_errors(crate, src, layers, rooms, edges):
+    """The rules over one crate's rooms and their imports (edges: (from, to) -> files)."""
     level = {r: i for i, layer in enumerate(layers) for r in layer}
     errors = []
     for r in sorted(rooms - set(level)):
@@ -317,8 +322,30 @@ def draw():
         print()
 
 
+def selftest():
+    """The checker checked: each rule fails on a tree that breaks it (contrib/test.sh)."""
+    code = ["fn a() {}", "#[cfg(test)]", "mod tests {", "    fn t() {}", "}", "fn b() {}"]
+    assert without_test_modules(code) == ["fn a() {}", "fn b() {}"], "test module kept"
+    assert without_test_modules(["#[cfg(test)]", "mod tests;", "fn c() {}"]) == ["fn c() {}"]
+    assert strip_comments('x // crate::y\n"crate::z"') == 'x \n""', "comments or strings kept"
+    layers = [["low"], ["mid"], ["high"]]
+    rooms = {"low", "mid", "high"}
+    assert rule_errors("c", "s", layers, rooms, {("high", "low"): ["h.rs"]}) == []
+    up = rule_errors("c", "s", layers, rooms, {("low", "mid"): ["l.rs"]})
+    assert any("a room of a higher layer" in e for e in up), up
+    loop = rule_errors("c", "s", [["low", "mid"]], {"low", "mid"},
+                       {("low", "mid"): ["l.rs"], ("mid", "low"): ["m.rs"]})
+    assert any("rooms in a cycle: low, mid" in e for e in loop), loop
+    lost = rule_errors("c", "s", layers, rooms | {"new"}, {})
+    assert any("room `new`" in e and "no layer" in e for e in lost), lost
+    print("layout: selftest passed")
+
+
 def main(argv):
     what = argv[1] if len(argv) > 1 else "check"
+    if what == "selftest":
+        selftest()
+        return 0
     if what == "draw":
         draw()
         return 0

@@ -61,7 +61,9 @@ cargo fmt --all -- --check
 # The house's rules: rooms without cycles or imports back up, no file over 1,000 lines of
 # non-test code (contrib/layout.py); licences, duplicate majors and banned crates
 # (contrib/deps.py). The 80-line limit on functions is clippy's (clippy.toml).
+python3 contrib/layout.py selftest
 python3 contrib/layout.py check
+python3 contrib/deps.py selftest
 python3 contrib/deps.py
 cargo clippy --release --locked --workspace --all-targets --features job-submit-teamshare/test-panic -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --release --locked --workspace --no-deps --document-private-items

@@ -1,31 +1,28 @@
 //! `accountd replay`: a period of job history replayed under candidate configurations, the
 //! figures per team side by side (`accountd::replay`).
 
-mod batch;
+mod progress;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use teamshare_config::{Config, ReclaimMode};
+use teamshare_config::Config;
 
 use accountd::period::{self, Period};
 use accountd::replay::calibrate::{self, Tolerance};
-use accountd::replay::metrics::{self, figures, worse_off};
-use accountd::replay::render::{
-    self, Column, Curve, CurvePoint, Replay, AS_TODAY, PLAIN_SLURM, SILOED,
+use accountd::replay::render::{self, Replay, AS_TODAY, PLAIN_SLURM, SILOED};
+use accountd::replay::study::{
+    self, baseline_first, default_candidates, Candidate, CandidateKind, CurveParams, Findings,
+    Settings, Study,
 };
 use accountd::replay::swf::MAX_CLUSTER_GPUS;
-use accountd::replay::{
-    self as replay_model, curve as replay_curve, history, swf, Outcome, Secs, SimParams, Trace,
-};
+use accountd::replay::{self as replay_model, curve as replay_curve, history, swf, Secs, Trace};
 
 use super::args::{nonempty_period, time_arg, FormatArg, Time};
 use super::{load_config, print, ExitStatus, UsageError};
 #[cfg(test)]
-use batch::without_gpus;
-use batch::{curve_plan, simulate, simulate_all, total_gpus, CurvePlan, CurvePlanPoint, Run};
+use study::without_gpus;
 
 /// The period replayed when `--since` is not given: this many days before `--until`.
 const DEFAULT_DAYS: i64 = 30;
@@ -146,35 +143,6 @@ fn parse_pct(text: &str) -> Result<f64, String> {
     }
 }
 
-/// A candidate as named on the command line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum CandidateArg {
-    AsToday,
-    Siloed,
-    PlainSlurm,
-    File(PathBuf),
-}
-
-impl CandidateArg {
-    fn parse(text: &str) -> Self {
-        match text {
-            AS_TODAY => CandidateArg::AsToday,
-            SILOED => CandidateArg::Siloed,
-            PLAIN_SLURM => CandidateArg::PlainSlurm,
-            path => CandidateArg::File(PathBuf::from(path)),
-        }
-    }
-}
-
-/// A candidate ready to replay.
-struct Candidate {
-    name: String,
-    /// None: "as today" (the history, not simulated).
-    config: Option<Config>,
-    /// The file it was read from (to reuse the calibration's simulation).
-    path: Option<PathBuf>,
-}
-
 /// Where the history comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum TraceSource {
@@ -259,7 +227,7 @@ pub(super) fn run(
     database: PathBuf,
     args: &ReplayArgs,
 ) -> anyhow::Result<ExitCode> {
-    let Period { since, until } = requested_period(args)?;
+    let period = requested_period(args)?;
     // Every configuration is read before the long work starts.
     let current = current_settings(config, config_path, args)?;
     let candidates = candidates(config, config_path, args)?;
@@ -269,101 +237,51 @@ pub(super) fn run(
         )
         .into());
     }
-    let request = trace_request(config, database, args, Period { since, until });
+    let request = trace_request(config, database, args, period);
     let (trace, read) = load_trace(&request, config)?;
     if args.team_map.is_some() {
         refuse_unknown_teams(&trace, config_path, config, &candidates)?;
     }
-    let (since, until) = (trace.since, trace.until);
-    let tolerance = Tolerance {
-        pct: args.tolerance_pct,
-        secs: args.tolerance_secs,
+    let progress = progress::Terminal::new(&trace);
+    let study = Study {
+        trace,
+        read,
+        current: current.map(|(path, config)| Settings { path, config }),
+        config: config.clone(),
+        candidates,
+        params: study_params(args),
     };
-    let checkpoint: BTreeMap<String, Secs> = args.checkpoints.iter().cloned().collect();
-    let params_for = |c: &Config| sim_params(args, &checkpoint, c);
-    let figures_config = current.as_ref().map_or(config, |(_, c)| c);
-    let mut notes = notes(args, &trace);
-    notes.splice(0..0, read);
-
-    // Calibration: the current settings against the history.
-    let (calibration, cached) = calibration(
-        &trace,
-        current.as_ref(),
-        args.skip_calibration,
-        tolerance,
-        &params_for,
-    );
-    if let Some(cal) = calibration.as_ref().filter(|c| !c.fits) {
-        return misfit(&trace, cal, notes, args.format);
+    match study.run(&progress) {
+        Findings::Complete(replay) => output(&replay, args.format),
+        Findings::Misfit(replay) => misfit(replay, args.format),
     }
-
-    // The candidates at the trace's capacity, then the capacity curve: every simulation is
-    // independent of the others, so they run side by side; each result keeps its place.
-    let full = total_gpus(&trace);
-    let step = args
-        .curve_step
-        .unwrap_or_else(|| replay_curve::default_step(&trace));
-    let plan = curve_plan(&trace, &candidates, args, step);
-    let (runs, column_runs) = runs(&candidates, cached.as_ref(), &plan, &params_for);
-    let first_curve_run = runs.len() - plan.points.len();
-    let mut results: Vec<Option<metrics::Figures>> = simulate_all(&trace, &runs, threads(args))
-        .into_iter()
-        .map(Some)
-        .collect();
-    let columns = columns(
-        &trace,
-        &candidates,
-        &column_runs,
-        &mut results,
-        cached.as_ref(),
-        figures_config,
-    );
-    let curve = args.capacity_curve.map(|_| {
-        let points = curve_points(
-            &candidates,
-            &columns,
-            &plan.points,
-            &mut results[first_curve_run..],
-            full,
-        );
-        let reference = columns
-            .first()
-            .and_then(|c| c.figures.cluster().wait.p95_secs);
-        let rule = args.curve_quotas.rule();
-        Curve::new(full, step, reference, tolerance, points, rule, plan.skipped)
-    });
-
-    let replay = Replay {
-        source: trace.source.clone(),
-        since,
-        until,
-        columns,
-        calibration,
-        curve,
-        notes,
-    };
-    output(&replay, args.format)
 }
 
 /// Only the calibration, when the model does not fit the history (exit 3).
-fn misfit(
-    trace: &Trace,
-    cal: &calibrate::Calibration,
-    mut notes: Vec<String>,
-    format: FormatArg,
-) -> anyhow::Result<ExitCode> {
-    notes.push("the what-ifs are not printed: the model does not fit the history (give --skip-calibration to print them anyway)".into());
-    let replay = Replay {
-        source: trace.source.clone(),
-        since: trace.since,
-        until: trace.until,
-        columns: Vec::new(),
-        calibration: Some(cal.clone()),
-        curve: None,
-        notes,
-    };
+fn misfit(mut replay: Replay, format: FormatArg) -> anyhow::Result<ExitCode> {
+    replay.notes.push("the what-ifs are not printed: the model does not fit the history (give --skip-calibration to print them anyway)".into());
     output(&replay, format)?;
     Ok(ExitStatus::ModelMisfit.into())
+}
+
+/// The study's parameters of the arguments.
+fn study_params(args: &ReplayArgs) -> study::Params {
+    study::Params {
+        requeue_delay: args.requeue_delay,
+        checkpoints: args.checkpoints.clone(),
+        tolerance: Tolerance {
+            pct: args.tolerance_pct,
+            secs: args.tolerance_secs,
+        },
+        skip_calibration: args.skip_calibration,
+        capacity: args.capacity,
+        curve: args.capacity_curve.map(|points| CurveParams {
+            points,
+            step: args.curve_step,
+            quotas: args.curve_quotas.rule(),
+        }),
+        threads: threads(args),
+    }
 }
 
 /// The period `--since` and `--until` ask for (by default the 30 days up to now).
@@ -400,162 +318,10 @@ fn trace_request(
     }
 }
 
-/// A simulation's parameters under configuration `c`.
-fn sim_params(args: &ReplayArgs, checkpoint: &BTreeMap<String, Secs>, c: &Config) -> SimParams {
-    SimParams {
-        requeue_delay: args.requeue_delay.unwrap_or(
-            if c.governance.reclaim_mode == ReclaimMode::Cancel {
-                0
-            } else {
-                accountd::requeue_delay::GOVERNED_DELAY_SECS
-            },
-        ),
-        checkpoint: checkpoint.clone(),
-        ..SimParams::default()
-    }
-}
-
-/// The calibration of the current settings against the history (none when skipped or
-/// without them), and the simulation it made, with the settings' file, for reuse.
-fn calibration(
-    trace: &Trace,
-    current: Option<&(PathBuf, Config)>,
-    skip: bool,
-    tolerance: Tolerance,
-    params_for: &dyn Fn(&Config) -> SimParams,
-) -> (Option<calibrate::Calibration>, Option<(PathBuf, Outcome)>) {
-    match (current, skip) {
-        (Some((path, settings)), false) => {
-            let outcome = simulate(
-                trace,
-                settings,
-                &params_for(settings),
-                "the current settings",
-            );
-            let observed = figures(trace, &replay_model::observed(trace), settings);
-            let like_history = replay_model::without_unknown_waits(trace, &outcome);
-            let simulated = figures(trace, &like_history, settings);
-            let cached = Some((path.clone(), outcome));
-            (
-                Some(calibrate::calibrate(
-                    trace, &observed, &simulated, tolerance,
-                )),
-                cached,
-            )
-        }
-        _ => (None, None),
-    }
-}
-
-/// The simulations to run: each simulated candidate not reusing the calibration's, then the
-/// capacity curve's points; and per candidate, its place among them.
-fn runs<'c>(
-    candidates: &'c [Candidate],
-    cached: Option<&(PathBuf, Outcome)>,
-    plan: &'c CurvePlan,
-    params_for: &dyn Fn(&Config) -> SimParams,
-) -> (Vec<Run<'c>>, Vec<Option<usize>>) {
-    let mut runs: Vec<Run<'_>> = Vec::new();
-    let mut column_runs: Vec<Option<usize>> = Vec::new();
-    for c in candidates {
-        let Some(cfg) = &c.config else {
-            column_runs.push(None);
-            continue;
-        };
-        let reused = cached.is_some_and(|(p, _)| c.path.as_deref() == Some(p.as_path()));
-        if reused {
-            column_runs.push(None);
-            continue;
-        }
-        column_runs.push(Some(runs.len()));
-        runs.push(Run {
-            label: c.name.clone(),
-            config: cfg,
-            params: params_for(cfg),
-            gpus: None,
-        });
-    }
-    for p in &plan.points {
-        runs.push(Run {
-            label: format!("{} at {} GPUs", candidates[p.candidate].name, p.gpus),
-            config: &p.config,
-            params: params_for(&p.config),
-            gpus: Some(p.gpus),
-        });
-    }
-    (runs, column_runs)
-}
-
 /// How many threads the simulations run on (`--threads`).
 fn threads(args: &ReplayArgs) -> usize {
-    // One thread more than CPUs: runs differ in length, and with one per CPU the last one
-    // ran alone while the other CPUs idled (the 10-point curve of the synthetic year on two
-    // CPUs: 59.7 s on 2 threads, 55.8 s on 3; docs/design/replay.md).
-    args.threads.map_or_else(
-        || std::thread::available_parallelism().map_or(1, usize::from) + 1,
-        |n| n as usize,
-    )
-}
-
-/// The candidates' columns: the history's figures for as-today, each simulated one's from its
-/// run (or the calibration's), and who is worse off than under the first.
-fn columns(
-    trace: &Trace,
-    candidates: &[Candidate],
-    column_runs: &[Option<usize>],
-    results: &mut [Option<metrics::Figures>],
-    cached: Option<&(PathBuf, Outcome)>,
-    figures_config: &Config,
-) -> Vec<Column> {
-    let mut columns: Vec<Column> = Vec::new();
-    for (c, run) in candidates.iter().zip(column_runs) {
-        let figures = match (&c.config, run) {
-            (None, _) => figures(trace, &replay_model::observed(trace), figures_config),
-            (Some(_), Some(r)) => results[*r]
-                .take()
-                .expect("each run's figures are taken once"),
-            (Some(cfg), None) => {
-                let (_, outcome) = cached.expect("a candidate not run reuses the calibration's");
-                figures(trace, outcome, cfg)
-            }
-        };
-        columns.push(Column {
-            candidate: c.name.clone(),
-            figures,
-            worse_off: Vec::new(),
-        });
-    }
-    if let Some((first, rest)) = columns.split_first_mut() {
-        for col in rest.iter_mut().filter(|c| c.candidate != AS_TODAY) {
-            col.worse_off = worse_off(&first.figures, &col.figures);
-        }
-    }
-    columns
-}
-
-/// The capacity curve's points: each simulated candidate as configured, then each point of
-/// the plan with the figures of its run (`results`, the curve's runs in the plan's order).
-fn curve_points(
-    candidates: &[Candidate],
-    columns: &[Column],
-    plan: &[CurvePlanPoint],
-    results: &mut [Option<metrics::Figures>],
-    full: u32,
-) -> Vec<CurvePoint> {
-    let mut points = Vec::new();
-    for (c, col) in candidates.iter().zip(columns) {
-        if c.config.is_some() {
-            points.push(CurvePoint::of(&c.name, full, "as configured", &col.figures));
-        }
-    }
-    for (i, p) in plan.iter().enumerate() {
-        let figures = results[i]
-            .take()
-            .expect("each run's figures are taken once");
-        let name = &candidates[p.candidate].name;
-        points.push(CurvePoint::of(name, p.gpus, &p.quotas, &figures));
-    }
-    points
+    args.threads
+        .map_or_else(study::default_threads, |n| n as usize)
 }
 
 fn output(replay: &Replay, format: FormatArg) -> anyhow::Result<ExitCode> {
@@ -594,13 +360,13 @@ fn candidates(
     config_path: &Path,
     args: &ReplayArgs,
 ) -> anyhow::Result<Vec<Candidate>> {
-    let wanted: Vec<CandidateArg> = if args.candidates.is_empty() {
-        default_candidates(config_path, args)
+    let wanted: Vec<CandidateKind> = if args.candidates.is_empty() {
+        default_candidates(config_path, current_file(config_path, args))
     } else {
         baseline_first(
             args.candidates
                 .iter()
-                .map(|c| CandidateArg::parse(c))
+                .map(|c| CandidateKind::parse(c))
                 .collect(),
         )
     };
@@ -613,24 +379,24 @@ fn candidates(
     let mut out: Vec<Candidate> = Vec::new();
     for c in wanted {
         let candidate = match c {
-            CandidateArg::AsToday => Candidate {
+            CandidateKind::AsToday => Candidate {
                 name: AS_TODAY.into(),
                 config: None,
                 path: None,
             },
-            CandidateArg::Siloed => Candidate {
+            CandidateKind::Siloed => Candidate {
                 name: SILOED.into(),
                 config: Some(replay_model::siloed(config)),
                 path: None,
             },
-            CandidateArg::PlainSlurm => Candidate {
+            CandidateKind::PlainSlurm => Candidate {
                 name: PLAIN_SLURM.into(),
                 config: Some(replay_model::plain_slurm(config)),
                 // The name stands for the path `--current none` gives its calibration, so
                 // that the candidate reuses that simulation.
                 path: Some(PathBuf::from(PLAIN_SLURM)),
             },
-            CandidateArg::File(path) => {
+            CandidateKind::File(path) => {
                 let cfg = if path == config_path {
                     config.clone()
                 } else {
@@ -667,42 +433,6 @@ fn candidates(
     Ok(out)
 }
 
-/// Without `--candidate`: the baseline, the model of the settings the history ran under
-/// (`--current`, by default the configuration; plain Slurm for `--current none`), then the
-/// observed history beside it, siloed, and the configuration where it is not the baseline.
-fn default_candidates(config_path: &Path, args: &ReplayArgs) -> Vec<CandidateArg> {
-    let current = match args.current.as_deref() {
-        None => Some(config_path.to_path_buf()),
-        Some("none") => None,
-        Some(path) => Some(PathBuf::from(path)),
-    };
-    let mut out = vec![
-        current
-            .clone()
-            .map_or(CandidateArg::PlainSlurm, CandidateArg::File),
-        CandidateArg::AsToday,
-        CandidateArg::Siloed,
-    ];
-    if current.as_deref() != Some(config_path) {
-        out.push(CandidateArg::File(config_path.to_path_buf()));
-    }
-    out
-}
-
-/// The candidates given, with the first simulated one moved to the front where the observed
-/// history came first: what-ifs compare simulated with simulated, and the history is the
-/// calibration beside the baseline, never the yardstick.
-fn baseline_first(mut given: Vec<CandidateArg>) -> Vec<CandidateArg> {
-    if let Some(i) = given
-        .iter()
-        .position(|c| !matches!(c, CandidateArg::AsToday))
-    {
-        let first = given.remove(i);
-        given.insert(0, first);
-    }
-    given
-}
-
 /// A team map whose teams a configuration lacks: every job of those teams would be rejected
 /// by every candidate built on it, and the replay would say nothing useful about them.
 fn refuse_unknown_teams(
@@ -729,49 +459,14 @@ fn refuse_unknown_teams(
     Ok(())
 }
 
-/// What the figures rest on, said under them.
-fn notes(args: &ReplayArgs, trace: &Trace) -> Vec<String> {
-    let mut notes = vec![
-        "a job that never started is replayed with its time limit as its run time".to_string(),
-        "a job that never started counts its wait up to its cancellation or the end of the period (censored)".to_string(),
-        "the history marks no run as borrowed and no job as in quota: as-today has no reclaim latency or in-quota start".to_string(),
-        format!(
-            "requeue delay {}; checkpointing: {}",
-            args.requeue_delay.map_or(format!("{}s, Slurm's 121 s as the governor lifts it (0 under reclaim_mode = cancel)", accountd::requeue_delay::GOVERNED_DELAY_SECS), |d| format!("{d}s")),
-            if args.checkpoints.is_empty() {
-                "none (a preempted job loses all its work)".to_string()
-            } else {
-                args.checkpoints
-                    .iter()
-                    .map(|(n, s)| format!("{n} every {}", metrics::duration(*s)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        ),
-    ];
-    let unknown = trace.jobs.iter().filter(|j| j.observed.wait_unknown);
-    let (waits, runs) = unknown.fold((0, 0), |(w, r), j| {
-        (w + 1, r + usize::from(j.observed.runs.is_empty()))
-    });
-    if waits > 0 {
-        notes.push(format!(
-            "{waits} jobs have no recorded wait (-1): their waits are left out of as-today and of the calibration, and their runs are placed at their submission{}",
-            if runs > 0 { format!("; {runs} of them have no recorded run time either, and no GPU-hours in as-today") } else { String::new() }
-        ));
+/// The file of the settings the history ran under (`--current`, by default the
+/// configuration); None for `--current none` (plain Slurm).
+fn current_file(config_path: &Path, args: &ReplayArgs) -> Option<PathBuf> {
+    match args.current.as_deref() {
+        None => Some(config_path.to_path_buf()),
+        Some("none") => None,
+        Some(path) => Some(PathBuf::from(path)),
     }
-    if let Some(n) = args.capacity {
-        notes.push(format!(
-            "constant capacity of {n} GPUs (--capacity), in nodes of {} GPUs, no drains",
-            replay_curve::default_step(trace)
-        ));
-    }
-    notes.push(format!(
-        "{} jobs, {} GPUs on {} nodes",
-        trace.jobs.len(),
-        total_gpus(trace),
-        trace.cluster.nodes.len()
-    ));
-    notes
 }
 
 #[cfg(test)]

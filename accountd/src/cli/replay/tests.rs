@@ -72,12 +72,12 @@ fn every_option_parses() {
     assert_eq!(
         a.candidates
             .iter()
-            .map(|c| CandidateArg::parse(c))
+            .map(|c| CandidateKind::parse(c))
             .collect::<Vec<_>>(),
         [
-            CandidateArg::AsToday,
-            CandidateArg::Siloed,
-            CandidateArg::File("new/teamshare.toml".into())
+            CandidateKind::AsToday,
+            CandidateKind::Siloed,
+            CandidateKind::File("new/teamshare.toml".into())
         ]
     );
     assert_eq!(a.current.as_deref(), Some("old.toml"));

@@ -12,7 +12,9 @@
 //!   checkpoints) driven by the governor's own `plan()` (plugin/policy) at every pass;
 //! - `metrics`: an outcome as per-team figures (waits, GPU-hours with the accounting model of
 //!   DESIGN §5, preemptions, cost), the comparison against "today" and the calibration;
-//! - `render`: table, CSV, JSON and HTML.
+//! - `render`: table, CSV, JSON and HTML;
+//! - `study`: the calibration, the candidates and the capacity curve simulated side by side,
+//!   with the baseline chosen and the figures compared: what `accountd replay` prints.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +25,7 @@ pub mod idle;
 pub mod metrics;
 pub mod render;
 pub mod sim;
+pub mod study;
 pub mod swf;
 
 /// Seconds since the Unix epoch, UTC.

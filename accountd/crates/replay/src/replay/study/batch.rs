@@ -1,21 +1,23 @@
-//! The simulations of `accountd replay`: the calibration's, and the batch of candidates and
-//! capacity curve points run side by side with their progress on a terminal.
-
-use std::io::{IsTerminal as _, Write as _};
-use std::time::{Duration, Instant};
+//! The simulations of a study: the calibration's, and the batch of candidates and capacity
+//! curve points run side by side, their progress told to the caller.
 
 use teamshare_config::Config;
 
-use accountd::replay::metrics::{self, figures};
-use accountd::replay::{curve as replay_curve, sim, Outcome, Secs, SimParams, Trace};
+use super::super::metrics::{self, figures};
+use super::super::{curve as replay_curve, sim, Outcome, SimParams, Trace};
+use super::{Candidate, Progress};
 
-use super::{Candidate, ReplayArgs, DAY};
-
-/// Replay `trace` under `config` alone (the calibration), the progress on a terminal.
-pub(super) fn simulate(trace: &Trace, config: &Config, params: &SimParams, label: &str) -> Outcome {
-    let board = Progress::new(trace, vec![label.to_string()], 1);
-    let outcome = sim::simulate(trace, config, params, &mut |t| board.report(0, t));
-    board.clear();
+/// Replay `trace` under `config` alone (the calibration), its progress told.
+pub(super) fn simulate(
+    trace: &Trace,
+    config: &Config,
+    params: &SimParams,
+    label: &str,
+    progress: &dyn Progress,
+) -> Outcome {
+    progress.begin(vec![label.to_string()], 1);
+    let outcome = sim::simulate(trace, config, params, &mut |t| progress.at(0, t));
+    progress.end();
     outcome
 }
 
@@ -36,10 +38,10 @@ pub(super) fn simulate_all(
     trace: &Trace,
     runs: &[Run<'_>],
     threads: usize,
+    progress: &dyn Progress,
 ) -> Vec<metrics::Figures> {
     let full = total_gpus(trace);
-    let board = Progress::new(
-        trace,
+    progress.begin(
         runs.iter().map(|r| r.label.clone()).collect(),
         threads.clamp(1, runs.len().max(1)),
     );
@@ -49,8 +51,8 @@ pub(super) fn simulate_all(
             .gpus
             .map(|g| without_gpus(trace, full.saturating_sub(g)));
         let t = smaller.as_ref().unwrap_or(trace);
-        let outcome = sim::simulate(t, run.config, &run.params, &mut |at| board.report(i, at));
-        board.done(i);
+        let outcome = sim::simulate(t, run.config, &run.params, &mut |at| progress.at(i, at));
+        progress.done(i);
         figures(t, &outcome, run.config)
     };
     let workers = threads.clamp(1, runs.len().max(1));
@@ -85,98 +87,13 @@ pub(super) fn simulate_all(
             })
             .collect()
     };
-    board.clear();
+    progress.end();
     out
-}
-
-/// The progress of one or more replays on a terminal's stderr, redrawn in place at most every
-/// 200 ms: `replaying siloed: 43 % (day 157 of 365)`, or for a batch `replaying 11 runs on 2
-/// threads: 3 done, 41 % in all`. Nothing when stderr is not a terminal.
-struct Progress {
-    tty: bool,
-    since: Secs,
-    span: Secs,
-    labels: Vec<String>,
-    threads: usize,
-    state: std::sync::Mutex<ProgressState>,
-}
-
-struct ProgressState {
-    /// Per run: how far it is (seconds of the trace), `span` when done.
-    at: Vec<Secs>,
-    drawn: Option<Instant>,
-    width: usize,
-}
-
-impl Progress {
-    fn new(trace: &Trace, labels: Vec<String>, threads: usize) -> Progress {
-        let n = labels.len();
-        Progress {
-            tty: std::io::stderr().is_terminal(),
-            since: trace.since,
-            span: (trace.until - trace.since).max(1),
-            labels,
-            threads,
-            state: std::sync::Mutex::new(ProgressState {
-                at: vec![0; n],
-                drawn: None,
-                width: 0,
-            }),
-        }
-    }
-
-    fn report(&self, run: usize, t: Secs) {
-        if !self.tty {
-            return;
-        }
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(a) = st.at.get_mut(run) {
-            *a = (t - self.since).clamp(0, self.span);
-        }
-        if st
-            .drawn
-            .is_some_and(|d| d.elapsed() < Duration::from_millis(200))
-        {
-            return;
-        }
-        st.drawn = Some(Instant::now());
-        let line = if self.labels.len() == 1 {
-            let days = (self.span + DAY - 1) / DAY;
-            let done = st.at[0];
-            format!(
-                "replaying {}: {:.0} % (day {} of {days})",
-                self.labels[0],
-                100.0 * done as f64 / self.span as f64,
-                (done / DAY + 1).min(days)
-            )
-        } else {
-            let total: f64 = st.at.iter().map(|a| *a as f64 / self.span as f64).sum();
-            let finished = st.at.iter().filter(|a| **a >= self.span).count();
-            format!(
-                "replaying {} runs on {} threads: {finished} done, {:.0} % in all",
-                self.labels.len(),
-                self.threads,
-                100.0 * total / self.labels.len() as f64
-            )
-        };
-        st.width = st.width.max(line.len());
-        say_err_inline!("\r{line:<w$}", w = st.width);
-    }
-
-    fn done(&self, run: usize) {
-        self.report(run, self.since + self.span);
-    }
-
-    fn clear(&self) {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.drawn.is_some() {
-            say_err_inline!("\r{}\r", " ".repeat(st.width));
-        }
-    }
 }
 
 /// A capacity curve's points: each simulated candidate at each smaller capacity, with the
 /// configuration it is replayed under there, and the points that have none.
+#[derive(Default)]
 pub(super) struct CurvePlan {
     pub(super) points: Vec<CurvePlanPoint>,
     pub(super) skipped: Vec<replay_curve::SkippedPoint>,
@@ -189,20 +106,18 @@ pub(super) struct CurvePlanPoint {
     pub(super) quotas: String,
 }
 
+/// The plan of a curve of `points` capacities, `step` GPUs apart below the trace's.
 pub(super) fn curve_plan(
     trace: &Trace,
     candidates: &[Candidate],
-    args: &ReplayArgs,
+    points: u32,
+    rule: replay_curve::QuotaRule,
     step: u32,
 ) -> CurvePlan {
     let full = total_gpus(trace);
-    let rule = args.curve_quotas.rule();
-    let mut plan = CurvePlan {
-        points: Vec::new(),
-        skipped: Vec::new(),
-    };
-    let gpus_at = (1..=args.capacity_curve.unwrap_or(0))
-        .map_while(|i| full.checked_sub(i.saturating_mul(step)).filter(|g| *g > 0));
+    let mut plan = CurvePlan::default();
+    let gpus_at =
+        (1..=points).map_while(|i| full.checked_sub(i.saturating_mul(step)).filter(|g| *g > 0));
     for gpus in gpus_at {
         let cluster = replay_curve::fewer_gpus(&trace.cluster, full - gpus);
         for (ci, c) in candidates.iter().enumerate() {
@@ -225,7 +140,8 @@ pub(super) fn curve_plan(
     plan
 }
 
-pub(super) fn total_gpus(trace: &Trace) -> u32 {
+/// The trace's GPUs in all.
+pub fn total_gpus(trace: &Trace) -> u32 {
     trace
         .cluster
         .nodes
@@ -234,7 +150,7 @@ pub(super) fn total_gpus(trace: &Trace) -> u32 {
 }
 
 /// `trace` with `remove` GPUs fewer ([`replay_curve::fewer_gpus`]).
-pub(super) fn without_gpus(trace: &Trace, remove: u32) -> Trace {
+pub fn without_gpus(trace: &Trace, remove: u32) -> Trace {
     Trace {
         jobs: trace.jobs.clone(),
         cluster: replay_curve::fewer_gpus(&trace.cluster, remove),

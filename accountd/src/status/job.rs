@@ -35,6 +35,7 @@ pub struct JobStatus {
     pub gpu_type: Option<String>,
     /// Pending tasks this record stands for (a job array's pending record: more than one).
     pub tasks: u32,
+    /// A running job's nodes; a pending job's, those Slurm's backfill reserved for it.
     pub nodes: Vec<String>,
     /// Why a pending job waits, as `accountd status` groups them.
     pub waits: Option<String>,
@@ -325,7 +326,13 @@ fn render_job(out: &mut String, j: &JobStatus) {
         j.job, who, j.account, j.state
     ));
     if !j.nodes.is_empty() {
-        out.push_str(&format!("  nodes: {}\n", j.nodes.join(",")));
+        // A pending job's nodes are those Slurm's backfill reserved for it.
+        let label = if j.state == "pending" {
+            "reserved nodes"
+        } else {
+            "nodes"
+        };
+        out.push_str(&format!("  {label}: {}\n", j.nodes.join(",")));
     }
     if let Some(w) = &j.waits {
         out.push_str(&format!("  waits: {w}\n"));

@@ -5,7 +5,7 @@ use super::*;
 /// Two nodes: 4 untyped GPUs and 4 h100.
 pub(crate) const SINFO_OUT: &str = "n1|gpu:4|idle\nn2|gpu:h100:4(S:0-1)|mix\n";
 /// training runs 5 GPUs (its quota is 4: one borrowed).
-pub(crate) const SQUEUE_OUT: &str = "6|training|RUNNING|64000|2024-05-01T10:00:00|2024-05-01T10:00:00|cpu=1,node=1,billing=1,gres/gpu=5|N/A|gres:gpu:5|N/A|1|1|None|1|n1|2024-05-01T10:00:00|6|N/A|N/A|*|OK|N/A|N/A|\n";
+pub(crate) const SQUEUE_OUT: &str = "6|training|RUNNING|64000|2024-05-01T10:00:00|2024-05-01T10:00:00|cpu=1,node=1,billing=1,gres/gpu=5|N/A|gres:gpu:5|N/A|1|1|None|1|n1|2024-05-01T10:00:00|6|N/A|N/A|*|OK|N/A|N/A|(null)|\n";
 
 /// A site for the daemon: state and spool beside the configuration, every Slurm command faked.
 pub(crate) fn daemon_site() -> Site {

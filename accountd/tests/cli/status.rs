@@ -6,7 +6,7 @@ use super::*;
 fn status_reads_slurm_as_the_governor_does_and_says_what_it_lacks() {
     let site = daemon_site();
     // Beside training's 5 GPUs (1 borrowed), an agents job waits for a dependency.
-    let pending = "7|agents|PENDING|64000|2024-05-01T10:00:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Dependency|1||N/A|7|N/A|N/A|*|OK|N/A|N/A|\n";
+    let pending = "7|agents|PENDING|64000|2024-05-01T10:00:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Dependency|1||N/A|7|N/A|N/A|*|OK|N/A|N/A|(null)|\n";
     fs::write(site.path("squeue.out"), format!("{SQUEUE_OUT}{pending}")).unwrap();
 
     // No governor pass yet: no state, said, and everything Slurm tells still shown.

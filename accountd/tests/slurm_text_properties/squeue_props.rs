@@ -21,8 +21,11 @@ pub(crate) struct SqueueJob {
     nodes: u32,
     reason: &'static str,
     batch: bool,
-    /// The node list as written, and the names it stands for.
+    /// The node list as written, and the names it stands for: a running job's NodeList, a
+    /// pending job's SchedNodes where `reserved`.
     node_list: (String, Vec<String>),
+    /// A pending job backfill reserved nodes for.
+    reserved: bool,
     eligible_time: Option<i64>,
     comment: String,
 }
@@ -90,13 +93,14 @@ pub(crate) fn squeue_job() -> impl Strategy<Value = SqueueJob> {
             any::<bool>(),
             host_list(),
             comment,
+            any::<bool>(),
         ),
     )
         .prop_map(
             |(
                 (id, account, state, priority, (submit, start, eligible_time)),
                 (gpus, per_node, gpu_type, nodes),
-                (reason, batch, node_list, comment),
+                (reason, batch, node_list, comment, reserved),
             )| SqueueJob {
                 id,
                 account,
@@ -111,6 +115,7 @@ pub(crate) fn squeue_job() -> impl Strategy<Value = SqueueJob> {
                 reason,
                 batch,
                 node_list,
+                reserved,
                 eligible_time,
                 comment,
             },
@@ -173,6 +178,11 @@ pub(crate) fn squeue_line(j: &SqueueJob) -> String {
         "OK".into(),
         "N/A".into(),
         "N/A".into(),
+        if !running && j.reserved {
+            j.node_list.0.clone()
+        } else {
+            "(null)".into()
+        },
         j.comment.clone(),
     ];
     format!("{}|\n", fields.join("|"))
@@ -212,7 +222,7 @@ pub(crate) fn expected_job(j: &SqueueJob) -> ClusterJob {
                 .is_some_and(|t| t - NOW >= governance::PARKED_AFTER_SECS),
         park_held,
         batch: j.batch,
-        nodes: if running {
+        nodes: if running || j.reserved {
             j.node_list.1.clone()
         } else {
             Vec::new()

@@ -398,7 +398,7 @@ unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut S
 ///
 /// # Safety
 /// `j` is a record of a live `job_info_msg_t`.
-unsafe fn job_fields(j: &sys::slurm_job_info_t) -> [String; 24] {
+unsafe fn job_fields(j: &sys::slurm_job_info_t) -> [String; 25] {
     // The string fields of `j`, read only through this: each is NULL or a NUL-terminated
     // string owned by the live message (this function's contract).
     let field = |p: *mut c_char| {
@@ -477,6 +477,8 @@ unsafe fn job_fields(j: &sys::slurm_job_info_t) -> [String; 24] {
         },
         het_id,
         het_offset,
+        // The nodes backfill reserved for a pending job (squeue's SchedNodes).
+        field(j.sched_nodes),
         field(j.admin_comment),
     ]
 }

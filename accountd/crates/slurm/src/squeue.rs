@@ -31,7 +31,7 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
             "PD,R,CG,S".into(),
             "-O".into(),
             format!(
-                "{SQUEUE_FIELDS_BEFORE_WHOLE_NODE}{}:|,HetJobID:|,HetJobOffset:|,admin_comment:|",
+                "{SQUEUE_FIELDS_BEFORE_WHOLE_NODE}{}:|,HetJobID:|,HetJobOffset:|,SchedNodes:|,admin_comment:|",
                 slurm_sys::SQUEUE_WHOLE_NODE.0
             ),
         ],
@@ -42,9 +42,9 @@ pub fn squeue_command(partitions: &[String]) -> SlurmCommand {
 /// The governor's squeue fields up to the one that tells a whole-node job (its name is the
 /// release's: [`slurm_sys::SQUEUE_WHOLE_NODE`]), which the AdminComment follows.
 const SQUEUE_FIELDS_BEFORE_WHOLE_NODE: &str = "JobID:|,Account:|,State:|,PriorityLong:|,SubmitTime:|,StartTime:|,tres-alloc:|,tres-per-job:|,tres-per-node:|,tres-per-task:|,NumNodes:|,NumTasks:|,Reason:|,BatchFlag:|,NodeList:|,EligibleTime:|,ArrayJobID:|,ArrayTaskID:|,tres-per-socket:|,Sockets:|,";
-/// The last field (AdminComment) is everything after the 23rd separator: an administrator may
+/// The last field (AdminComment) is everything after the 24th separator: an administrator may
 /// write `|` into it.
-const SQUEUE_FIELD_COUNT: usize = 24;
+const SQUEUE_FIELD_COUNT: usize = 25;
 /// `--gpus-per-socket` and `--sockets-per-node` (`*` when not given).
 const TRES_PER_SOCKET_FIELD: usize = 18;
 const SOCKETS_FIELD: usize = 19;
@@ -294,10 +294,10 @@ fn squeue_job(
             && parse_utc(f[15]).is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
         park_held,
         batch: f[13].trim() != "0",
-        nodes: if phase == Phase::Running {
-            expand_hostlist(f[14].trim()).unwrap_or_default()
-        } else {
-            Vec::new()
+        nodes: match phase {
+            Phase::Running => expand_hostlist(f[14].trim()).unwrap_or_default(),
+            // The nodes Slurm's backfill reserved for it, where it made a reservation.
+            Phase::Pending => planned_nodes(f[SCHED_NODES_FIELD]),
         },
         node_count: f[10].trim().parse().unwrap_or(0),
         completing: f[2].trim() == "COMPLETING",
@@ -423,8 +423,19 @@ fn whole_nodes(f: &[&str; SQUEUE_FIELD_COUNT]) -> bool {
 
 /// squeue's Reason field: why a pending job waits, in Slurm's words.
 const REASON_FIELD: usize = 12;
+/// squeue's SchedNodes: the nodes Slurm's backfill plans a pending job on.
+const SCHED_NODES_FIELD: usize = SQUEUE_FIELD_COUNT - 2;
 /// squeue's AdminComment, the last field (see [`SQUEUE_FIELD_COUNT`]).
 const ADMIN_COMMENT_FIELD: usize = SQUEUE_FIELD_COUNT - 1;
+
+/// A pending job's SchedNodes as names: none where backfill reserved nothing (squeue prints
+/// `(null)` or nothing) or the list cannot be read (the plan then guesses, as without it).
+fn planned_nodes(field: &str) -> Vec<String> {
+    match field.trim() {
+        "" | "(null)" | "N/A" | "None" => Vec::new(),
+        list => expand_hostlist(list).unwrap_or_default(),
+    }
+}
 
 /// The job id of squeue's JobID field. Running array tasks print their own job id; pending
 /// tasks of an array share one record (12_[4-9] in other formats), named by its id.
@@ -626,13 +637,13 @@ mod tests {
     use super::*;
 
     const SQUEUE: &str = "\
-6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|N/A|N/A|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|N/A|N/A|
-10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|10|N/A|N/A|*|OK|N/A|N/A|
-11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|1-3|N/A|*|OK|N/A|N/A|
-11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|4-5|N/A|*|OK|N/A|N/A|
-12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|12|N/A|N/A|*|OK|N/A|N/A|
-13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|13|N/A|N/A|*|OK|N/A|N/A|
+6|training|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|N/A|N/A|(null)|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|N/A|N/A|(null)|
+10|research|PENDING|64000|2026-11-30T03:16:01|2026-11-30T03:20:00|N/A|N/A|gres/gpu:1|N/A|2|2|BeginTime|1|n1|2026-11-30T03:20:00|10|N/A|N/A|*|OK|N/A|N/A|(null)|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|1-3|N/A|*|OK|N/A|N/A|(null)|
+11|research|PENDING|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Resources|1|n1|2026-11-30T03:16:00|11|4-5|N/A|*|OK|N/A|N/A|(null)|
+12|agents|COMPLETED|64000|2026-11-30T03:16:02|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|12|N/A|N/A|*|OK|N/A|N/A|(null)|
+13|agents|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|0|n1|2026-11-30T03:16:00|13|N/A|N/A|*|OK|N/A|N/A|(null)|
 ";
 
     #[test]
@@ -685,7 +696,7 @@ mod tests {
                 "N/A"
             };
             format!(
-                "{id}|research|{state}|64000|2026-11-30T03:13:02|{start}|cpu=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|{array}|{task}|N/A|*|OK|N/A|N/A|\n"
+                "{id}|research|{state}|64000|2026-11-30T03:13:02|{start}|cpu=1,gres/gpu=1|N/A|gres:gpu:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|{array}|{task}|N/A|*|OK|N/A|N/A|(null)|\n"
             )
         };
         let text = [
@@ -729,12 +740,12 @@ mod tests {
     #[test]
     fn finding2_no_line_a_user_can_write_fails_the_pass() {
         let text = "\
-6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|N/A|N/A|
-7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|7|N/A|N/A|*|OK|N/A|N/A|
-8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|8|N/A|N/A|*|OK|N/A|N/A|
+6|training|RUNNING|x|2026-11-30T03:13:02|N/A|cpu=1,gres/gpu=1|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|6|N/A|N/A|*|OK|N/A|N/A|(null)|
+7|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1t|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|7|N/A|N/A|*|OK|N/A|N/A|(null)|
+8|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:x:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|8|N/A|N/A|*|OK|N/A|N/A|(null)|
 1|2|3
 x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priority|1|n1|
-9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|N/A|N/A|
+9|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|gres:gpu:1|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|9|N/A|N/A|*|OK|N/A|N/A|(null)|
 ";
         let (jobs, unreadable) = parse_squeue(text, 0);
         let ids: Vec<u64> = jobs.iter().map(|j| j.id).collect();
@@ -755,10 +766,10 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // Slurm resets the reason to None when the governor updates a job's priority: the
         // eligible time decides (the begin time, N/A while a dependency is unmet).
         let text = "\
-20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|20|N/A|N/A|*|OK|N/A|N/A|
-21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|21|N/A|N/A|*|OK|N/A|N/A|
-22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|22|N/A|N/A|*|OK|N/A|N/A|
-23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|23|N/A|N/A|*|OK|N/A|N/A|
+20|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T04:16:00|20|N/A|N/A|*|OK|N/A|N/A|(null)|
+21|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|N/A|21|N/A|N/A|*|OK|N/A|N/A|(null)|
+22|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|22|N/A|N/A|*|OK|N/A|N/A|(null)|
+23|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2027-11-30T03:16:00|23|N/A|N/A|*|OK|N/A|N/A|(null)|
 ";
         let (jobs, _) = parse_squeue(text, 1_796_008_620);
         let eligible: Vec<bool> = jobs.iter().map(|j| j.eligible).collect();
@@ -772,12 +783,12 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     fn finding4_teamshare_holds_are_told_from_other_holds() {
         // now = 2026-11-30T03:16:40
         let text = "\
-30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|30|N/A|N/A|*|OK|N/A|N/A|teamshare: parked: its priority class may not borrow|
-31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|31|N/A|N/A|*|OK|N/A|N/A|teamshare: parked: a|b|c|
-32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|32|N/A|N/A|*|OK|N/A|N/A|
-33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|33|N/A|N/A|*|OK|N/A|N/A|maintenance: see the admins|
-34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|34|N/A|N/A|*|OK|N/A|N/A|teamshare: parked: stale mark|
-35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|35|N/A|N/A|*|OK|N/A|N/A|teamshare: parked: waits on a dependency|
+30|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2027-11-30T03:16:00|30|N/A|N/A|*|OK|N/A|N/A|(null)|teamshare: parked: its priority class may not borrow|
+31|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|31|N/A|N/A|*|OK|N/A|N/A|(null)|teamshare: parked: a|b|c|
+32|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldUser|1|(null)|2026-11-30T03:16:00|32|N/A|N/A|*|OK|N/A|N/A|(null)|
+33|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|33|N/A|N/A|*|OK|N/A|N/A|(null)|maintenance: see the admins|
+34|agents|PENDING|5|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|None|1|(null)|2026-11-30T03:16:00|34|N/A|N/A|*|OK|N/A|N/A|(null)|teamshare: parked: stale mark|
+35|agents|PENDING|0|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|N/A|35|N/A|N/A|*|OK|N/A|N/A|(null)|teamshare: parked: waits on a dependency|
 ";
         let (jobs, unreadable) = parse_squeue(text, 1_796_008_600);
         assert!(unreadable.is_empty(), "{unreadable:?}");
@@ -795,12 +806,12 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         // Lines as squeue prints them on the dev cluster with GPU_TYPES="h100 h100 a100":
         // the allocation of an untyped request names the type it got (job 2).
         let text = "\
-1|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|N/A|gres:gpu:h100:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|1|N/A|N/A|*|OK|N/A|N/A|
-2|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1|N/A|gres:gpu:1|N/A|1|1|None|1|n3|2026-11-30T03:16:00|2|N/A|N/A|*|OK|N/A|N/A|
-3|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|gres:gpu:h100:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|3|N/A|N/A|*|OK|N/A|N/A|
-4|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|4|N/A|N/A|*|OK|N/A|N/A|
-5|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:1,gres:gpu:a100:1|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|5|N/A|N/A|*|OK|N/A|N/A|
-6|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=2|N/A|gres:gpu:2|N/A|1|1|None|1|n3|2026-11-30T03:16:00|6|N/A|N/A|*|OK|N/A|N/A|
+1|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:h100=1|N/A|gres:gpu:h100:1|N/A|1|1|None|1|n1|2026-11-30T03:16:00|1|N/A|N/A|*|OK|N/A|N/A|(null)|
+2|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=1,gres/gpu:a100=1|N/A|gres:gpu:1|N/A|1|1|None|1|n3|2026-11-30T03:16:00|2|N/A|N/A|*|OK|N/A|N/A|(null)|
+3|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|gres:gpu:h100:2|N/A|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|3|N/A|N/A|*|OK|N/A|N/A|(null)|
+4|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:2|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|4|N/A|N/A|*|OK|N/A|N/A|(null)|
+5|acme|PENDING|1|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:h100:1,gres:gpu:a100:1|N/A|1|1|Priority|1|n1|2026-11-30T03:16:00|5|N/A|N/A|*|OK|N/A|N/A|(null)|
+6|acme|RUNNING|1|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/gpu=2|N/A|gres:gpu:2|N/A|1|1|None|1|n3|2026-11-30T03:16:00|6|N/A|N/A|*|OK|N/A|N/A|(null)|
 ";
         let (jobs, unreadable) = parse_squeue(text, 1_796_008_620);
         assert!(unreadable.is_empty(), "{unreadable:?}");
@@ -852,7 +863,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     /// reads it: 1 GPU x 2 sockets x 2 nodes.
     #[test]
     fn issue25_8_gpus_per_socket_are_counted() {
-        let line = "41|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|N/A|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|41|N/A|gres:gpu:1|2|OK|N/A|N/A|\n";
+        let line = "41|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|N/A|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|41|N/A|gres:gpu:1|2|OK|N/A|N/A|(null)|\n";
         let (jobs, unreadable) = parse_squeue(line, 1_796_008_620);
         assert!(unreadable.is_empty(), "{unreadable:?}");
         assert_eq!(jobs[0].gpus, 4);
@@ -868,7 +879,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     #[test]
     fn issue25_5_the_governors_own_holds_are_found() {
         let line = |id: u32, prio: u32, comment: &str| {
-            format!("{id}|research|PENDING|{prio}|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|{id}|N/A|N/A|*|OK|N/A|N/A|{comment}|\n")
+            format!("{id}|research|PENDING|{prio}|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|JobHeldAdmin|1|(null)|2026-11-30T03:16:00|{id}|N/A|N/A|*|OK|N/A|N/A|(null)|{comment}|\n")
         };
         let text = [
             line(1, 0, &format!("{HOLD_MARK}{OUTSIDE_HOLD}")),
@@ -915,7 +926,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     /// running one is read from its allocation as before; `--exclusive=user` is not whole-node.
     #[test]
     fn issue25_7_a_pending_whole_node_job_asks_for_whole_nodes() {
-        let pending = "42|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|42|N/A|N/A|*|NO|N/A|N/A|\n";
+        let pending = "42|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|2|2|Resources|1|(null)|2026-11-30T03:16:00|42|N/A|N/A|*|NO|N/A|N/A|(null)|\n";
         let SqueueRead {
             jobs, unreadable, ..
         } = read_squeue(pending, 1_796_008_620, 4);
@@ -923,9 +934,29 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
         assert_eq!(jobs[0].gpus, 8);
         let jobs = read_squeue(&pending.replace("|NO|", "|USER|"), 1_796_008_620, 4).jobs;
         assert_eq!(jobs[0].gpus, 2);
-        let running = "43|agents|RUNNING|64000|2026-11-30T03:16:00|2026-11-30T03:16:00|cpu=2,gres/gpu=4|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|43|N/A|N/A|*|NO|N/A|N/A|\n";
+        let running = "43|agents|RUNNING|64000|2026-11-30T03:16:00|2026-11-30T03:16:00|cpu=2,gres/gpu=4|N/A|N/A|N/A|1|1|None|1|n1|2026-11-30T03:16:00|43|N/A|N/A|*|NO|N/A|N/A|(null)|\n";
         let jobs = read_squeue(running, 1_796_008_620, 8).jobs;
         assert_eq!(jobs[0].gpus, 4);
+    }
+
+    /// Issue 24: a pending job's SchedNodes (the nodes Slurm's backfill reserved for it) are
+    /// its nodes; none where it has no reservation; a running job's are its NodeList, whatever
+    /// its SchedNodes still say.
+    #[test]
+    fn a_pending_jobs_reserved_nodes_are_read_from_sched_nodes() {
+        let line = |state: &str, list: &str, sched: &str| {
+            format!("44|agents|{state}|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:4|N/A|2|2|Resources|1|{list}|2026-11-30T03:16:00|44|N/A|N/A|*|OK|N/A|N/A|{sched}|\n")
+        };
+        let now = 1_796_008_620;
+        let read = read_squeue(&line("PENDING", "(null)", "n[2-3]"), now, 4);
+        assert!(read.unreadable.is_empty(), "{:?}", read.unreadable);
+        assert_eq!(read.jobs[0].nodes, ["n2", "n3"]);
+        for none in ["(null)", "", "N/A"] {
+            let read = read_squeue(&line("PENDING", "(null)", none), now, 4);
+            assert!(read.jobs[0].nodes.is_empty(), "{none:?}");
+        }
+        let read = read_squeue(&line("RUNNING", "n1", "n[2-3]"), now, 4);
+        assert_eq!(read.jobs[0].nodes, ["n1"]);
     }
 
     /// Issue 25, finding 11: a heterogeneous job is judged as one job. Components of one team
@@ -935,7 +966,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
     #[test]
     fn issue25_11_a_heterogeneous_job_is_one_job_acted_on_through_its_leader() {
         let line = |id: u64, team: &str, gpus: u32, node: &str, leader: u64, offset: u32| {
-            format!("{id}|{team}|RUNNING|64000|2026-11-30T03:16:00|2026-11-30T03:16:00|cpu=1,gres/gpu={gpus}|N/A|gres:gpu:{gpus}|N/A|1|1|None|1|{node}|2026-11-30T03:16:00|{id}|N/A|N/A|*|OK|{leader}|{offset}|\n")
+            format!("{id}|{team}|RUNNING|64000|2026-11-30T03:16:00|2026-11-30T03:16:00|cpu=1,gres/gpu={gpus}|N/A|gres:gpu:{gpus}|N/A|1|1|None|1|{node}|2026-11-30T03:16:00|{id}|N/A|N/A|*|OK|{leader}|{offset}|(null)|\n")
         };
         let text = [
             line(6, "agents", 2, "n1", 6, 0),

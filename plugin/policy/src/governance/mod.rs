@@ -150,7 +150,8 @@ pub struct ClusterJob {
     /// A batch job (requeue works); interactive allocations (salloc, srun) can only be
     /// cancelled.
     pub batch: bool,
-    /// The nodes a running job holds (empty when unknown or pending).
+    /// The nodes a running job holds (empty when unknown); for a pending job, the nodes
+    /// Slurm's backfill reserved for it (its SchedNodes; empty when it reserved none).
     pub nodes: Vec<String>,
     /// Nodes the job runs on or asks for at least (squeue's NumNodes).
     pub node_count: u32,

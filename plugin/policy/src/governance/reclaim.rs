@@ -158,12 +158,18 @@ impl Room {
 
     /// Holds for a job that fits nowhere now the free GPUs of the nodes it waits for, as
     /// Slurm's backfill does for the pending job of highest priority (its reservation keeps
-    /// later jobs off those nodes unless they end before it starts): the nodes with the most
-    /// free GPUs (then the first), up to its share on each. Returns the GPUs held.
-    pub(super) fn hold(&mut self, j: &ClusterJob) -> u32 {
+    /// later jobs off those nodes unless they end before it starts), up to its share on each:
+    /// the nodes backfill reserved for it (`planned`, its SchedNodes, places among the usable
+    /// nodes) where Slurm says, else the nodes with the most free GPUs (then the first).
+    /// Returns the GPUs held.
+    pub(super) fn hold(&mut self, j: &ClusterJob, planned: &[usize]) -> u32 {
         let (nodes, share) = self.shape(j);
         let mut order: Vec<usize> = (0..self.free.len()).filter(|&i| self.free[i] > 0).collect();
-        if nodes == 1 {
+        if !planned.is_empty() {
+            order = planned.to_vec();
+            order.sort_unstable();
+            order.dedup();
+        } else if nodes == 1 {
             order = order
                 .iter()
                 .copied()
@@ -239,7 +245,7 @@ pub(super) fn by_placement<'a>(
                 match search.place(j) {
                     Some(v) => v,
                     None => {
-                        hold_for(rules, &mut search.room, j, &mut out);
+                        hold_for(rules, (&mut search.room, room), j, &mut out);
                         continue;
                     }
                 }
@@ -263,16 +269,23 @@ pub(super) fn by_placement<'a>(
 
 /// An in-quota job that fits nowhere now, free or by victims (a wide job on a fragmented
 /// cluster), waits above every borrower: Slurm's backfill reserves nodes for it, so the plan
-/// counts the free GPUs there as taken ([`Room::hold`]) and lends the rest of its team's
-/// idle quota, which its claim held back for nothing.
-fn hold_for(rules: &Rules<'_>, room: &mut Room, j: &ClusterJob, out: &mut Reclaimed<'_>) {
+/// counts the free GPUs there as taken ([`Room::hold`]: on the nodes a pending job's record
+/// says backfill reserved, else a guess) and lends the rest of its team's idle quota, which
+/// its claim held back for nothing.
+fn hold_for(
+    rules: &Rules<'_>,
+    (room, names): (&mut Room, &NodeRoom<'_>),
+    j: &ClusterJob,
+    out: &mut Reclaimed<'_>,
+) {
     if !j.eligible {
         return;
     }
     let Some(t) = rules.config.teams.iter().position(|t| t.name == j.team) else {
         return;
     };
-    let held = room.hold(j);
+    let planned: Vec<usize> = j.nodes.iter().filter_map(|n| names.free.place(n)).collect();
+    let held = room.hold(j, &planned);
     out.unplaced[t] = out.unplaced[t].saturating_add(j.gpus);
     out.holding[t] = out.holding[t].saturating_add(held);
 }
@@ -810,6 +823,31 @@ min_runtime_before_reclaim = "0s"
         // The free GPUs a new in-quota job may still use (it outranks the borrowers): n2's,
         // not n1's, which are held.
         assert_eq!(p.state.spare_gpus, Some(2));
+    }
+
+    #[test]
+    fn a_wide_in_quota_job_holds_the_node_slurms_backfill_reserved_for_it() {
+        // As above, but Slurm's backfill reserved n3 for it (its SchedNodes; n3's jobs end
+        // first): n3 has no free GPU to hold, and n1's and n2's 4 free GPUs are not kept for
+        // it. vision's idle quota is 4: all 3 of ops' borrowers are lent a GPU (ops may hold
+        // 3 + 3). With the guess (n1's 2 held) only 2 were.
+        let mut jobs = fragmented();
+        jobs.push(ClusterJob {
+            nodes: vec!["n3".into()],
+            ..waiting(3, 1)
+        });
+        let p = plan_with(&jobs);
+        assert!(p.reclaim.is_empty(), "{:?}", p.reclaim);
+        assert_eq!(level(p.priorities[&20]), priority::reclaim_level(0));
+        assert_eq!(p.gpu_limits["ops"], 6);
+        // A new in-quota job may use all 4 free GPUs (none is held).
+        assert_eq!(p.state.spare_gpus, Some(4));
+        // Reserved on n1, it holds n1's 2: as the guess, 2 lent.
+        jobs.last_mut().expect("the wide job").nodes = vec!["n1".into()];
+        assert_eq!(plan_with(&jobs).gpu_limits["ops"], 5);
+        // A node the plan does not know (drained since) is no reservation: the guess.
+        jobs.last_mut().expect("the wide job").nodes = vec!["n9".into()];
+        assert_eq!(plan_with(&jobs).gpu_limits["ops"], 5);
     }
 
     /// Lending by placement, with what Slurm's scheduler does with it: the borrowers lent to

@@ -31,8 +31,11 @@ use crate::squeue::{
 };
 
 mod actuator;
+mod idleness;
 mod trace;
+
 use actuator::{Actuator, Snapshot, Unhold};
+pub use idleness::{IdlenessSource, SampledWindow};
 pub use trace::{act_span, pass_span};
 
 const UPDATE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -359,6 +362,10 @@ pub struct Governor {
     /// The GPU limit of each team in the last plan, to say at debug level which ones a plan
     /// moves.
     planned_limits: BTreeMap<String, u32>,
+    /// The running jobs' GPU samples of the idle window (issue 29), where the configuration
+    /// orders idle victims first, and the jobs the last pass found idle.
+    idleness: idleness::Idleness,
+    idle_jobs: std::collections::BTreeSet<u64>,
 }
 
 impl Governor {
@@ -390,7 +397,16 @@ impl Governor {
             acted_at: 0,
             passes: 0,
             planned_limits: BTreeMap::new(),
+            idleness: idleness::Idleness::default(),
+            idle_jobs: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// Where the running jobs' GPU samples come from, for `idle_first_reclaim` (none: no job
+    /// is known to be idle).
+    pub fn with_idleness(mut self, source: IdlenessSource) -> Governor {
+        self.idleness.source = Some(source);
+        self
     }
 
     pub fn state_file(&self) -> &Path {
@@ -437,6 +453,9 @@ impl Governor {
         self.collect_actions(&mut report, false);
         let now = period::now();
         if let Err(e) = self.refresh_fairshare(now) {
+            report.failures.push(e);
+        }
+        if let Err(e) = self.idleness.refresh(&self.config, now) {
             report.failures.push(e);
         }
         // Every job submitted before this instant is in what the pass reads (the plugin keeps
@@ -488,6 +507,7 @@ impl Governor {
             holds,
         } = reading;
         let (unhold, run_ended_holds) = self.releasable_holds(&holds, now);
+        self.note_idle_jobs(&jobs, now);
         let mut plan = governance::plan(&GovernInput {
             config: &self.config,
             capacity: cap.total,
@@ -498,6 +518,7 @@ impl Governor {
             node_gpus: &cap.per_node,
             capacity_by_type: &cap.by_type,
             node_types: &cap.per_node_types,
+            idle: &self.idle_jobs,
         });
         plan.state.acted_at = self.acted_at;
         plan.state.read_at_ms = read_at_ms;
@@ -585,12 +606,16 @@ impl Governor {
 
     /// What a pass would read and plan, without publishing or acting (`accountd govern
     /// --dry-run`).
-    /// The third value says why fair-share factors could not be read, if so (the plan then
-    /// uses none).
+    /// The third value says why fair-share factors (or GPU idleness) could not be read, if so
+    /// (the plan then uses none).
     pub fn dry_run(&mut self) -> Result<(Reading, Plan, Option<String>), GovernError> {
         let now = period::now();
-        let fairshare_error = self.refresh_fairshare(now).err();
+        let fairshare_error = self
+            .refresh_fairshare(now)
+            .err()
+            .or_else(|| self.idleness.refresh(&self.config, now).err());
         let reading = self.read(now)?;
+        self.note_idle_jobs(&reading.jobs, now);
         let plan = governance::plan(&GovernInput {
             config: &self.config,
             capacity: reading.capacity.total,
@@ -601,8 +626,29 @@ impl Governor {
             node_gpus: &reading.capacity.per_node,
             capacity_by_type: &reading.capacity.by_type,
             node_types: &reading.capacity.per_node_types,
+            idle: &self.idle_jobs,
         });
         Ok((reading, plan, fairshare_error))
+    }
+
+    /// The running jobs idle for the whole idle window, where the configuration orders them
+    /// first among rule 3's victims; none otherwise.
+    /// Said when the set changes, with the window.
+    fn note_idle_jobs(&mut self, jobs: &[ClusterJob], now: UnixSeconds) {
+        let window = self.config.governance.idle_window;
+        let idle = if self.config.governance.idle_first_reclaim {
+            idleness::idle_jobs(jobs, &self.idleness.windows, window, now)
+        } else {
+            std::collections::BTreeSet::new()
+        };
+        if idle != self.idle_jobs && !idle.is_empty() {
+            tracing::info!(
+                jobs = ?idle,
+                window = %teamshare_config::format_duration(window),
+                "idle for the whole idle window, below the idle threshold in every sample: reclaimed first"
+            );
+        }
+        self.idle_jobs = idle;
     }
 
     /// Take what the actions under way did, if they have ended (or wait for them).

@@ -149,6 +149,12 @@ pub struct Governance {
     /// Published state older than this counts as stale.
     pub state_max_age: Duration,
     pub on_stale_state: OnStaleState,
+    /// How far back a running job's GPU samples are read to call it idle (issue 29): every
+    /// sample of the window below `[accountd] idle_threshold_percent`, the window covered.
+    pub idle_window: Duration,
+    /// Rule 3's order with a first key (an extension, off by default): the victims idle for
+    /// the whole `idle_window` go before the others, then the order as without it.
+    pub idle_first_reclaim: bool,
 }
 
 impl Default for Governance {
@@ -160,6 +166,8 @@ impl Default for Governance {
             min_runtime_before_reclaim: Duration::from_secs(5 * 60),
             state_max_age: Duration::from_secs(30),
             on_stale_state: OnStaleState::FailOpen,
+            idle_window: Duration::from_secs(15 * 60),
+            idle_first_reclaim: false,
         }
     }
 }

@@ -348,6 +348,28 @@ fn durations_and_choices_are_checked() {
     );
 }
 
+/// Issue 29: the idle window is a duration longer than zero; idle-first is true or false.
+#[test]
+fn idleness_settings_are_checked() {
+    let source = format!(
+        "{}[governance]\nidle_window = \"0s\"\nidle_first_reclaim = \"yes\"\n",
+        with_team("name = \"a\"\nquota = 1\n")
+    );
+    let problems = problems(&source);
+    let found: Vec<(usize, usize)> = problems.iter().map(place).collect();
+    assert_eq!(
+        found,
+        [position(&source, "\"0s\""), position(&source, "\"yes\"")]
+    );
+    assert!(
+        problems[0].message.contains("longer than zero"),
+        "{}",
+        problems[0]
+    );
+    let typo = with_team("name = \"a\"\nquota = 1\n") + "[governance]\nidle_windw = \"5m\"\n";
+    assert_eq!(hint(&only(&typo)), "did you mean `idle_window`?");
+}
+
 #[test]
 fn accountd_values_are_checked() {
     let source = format!(

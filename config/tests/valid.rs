@@ -108,6 +108,9 @@ fn design_example_parses_to_the_expected_values() {
             min_runtime_before_reclaim: Duration::from_secs(300),
             state_max_age: Duration::from_secs(30),
             on_stale_state: OnStaleState::FailOpen,
+            // Not in DESIGN's example: off, over 15 minutes.
+            idle_window: Duration::from_secs(900),
+            idle_first_reclaim: false,
         },
         accountd: AccountdSettings::default(),
         digest: teamshare_config::digest(DESIGN_EXAMPLE),
@@ -250,6 +253,8 @@ reclaim_grace = 120
 min_runtime_before_reclaim = "1h30m"
 state_max_age = "2m"
 on_stale_state = "fail-closed"
+idle_window = "30m"
+idle_first_reclaim = true
 
 [accountd]
 database = "db/accountd.db"
@@ -285,6 +290,8 @@ fairshare_dampening = 2
             min_runtime_before_reclaim: Duration::from_secs(5_400),
             state_max_age: Duration::from_secs(120),
             on_stale_state: OnStaleState::FailClosed,
+            idle_window: Duration::from_secs(1_800),
+            idle_first_reclaim: true,
         }
     );
     assert_eq!(

@@ -31,8 +31,10 @@ pub(super) fn run(
     args: &GovernArgs,
 ) -> anyhow::Result<ExitCode> {
     let reader = accountd::governor::SlurmReader::from_env().map_err(UsageError)?;
-    let fairshare = accountd::daemon::fairshare_from_store(database);
-    let mut governor = accountd::governor::Governor::with_reader(config, Some(fairshare), reader);
+    let fairshare = accountd::daemon::fairshare_from_store(database.clone());
+    let idleness = accountd::daemon::idleness_from_store(database);
+    let mut governor = accountd::governor::Governor::with_reader(config, Some(fairshare), reader)
+        .with_idleness(idleness);
     if args.dry_run {
         return govern_dry_run(&mut governor);
     }

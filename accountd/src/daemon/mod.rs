@@ -49,6 +49,7 @@ use crate::governor::{self, Cadence, GovernError, Governor, PassReport, SlurmRea
 use crate::ingest;
 use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
 mod fairshare;
+mod idleness;
 mod pass_log;
 use crate::logging::{ms, RUN};
 use crate::period;
@@ -56,6 +57,7 @@ use crate::sample::collect;
 use crate::slurm_cli::slurm_name;
 use crate::store::{self, CapacitySample, Store};
 pub use fairshare::fairshare_from_store;
+pub use idleness::idleness_from_store;
 use pass_log::{count_limits, count_requeued, log_pass, Requeue};
 use teamshare_config::format_duration;
 
@@ -506,6 +508,7 @@ fn govern_loop(shared: &Shared, capacity_tx: &Sender<CapacitySample>) {
             .unwrap_or_else(|_| SlurmReader::Libslurm(crate::slurm_api::Session::new()));
         let fairshare = fairshare_from_store(database.clone());
         Governor::with_reader(config.clone(), Some(fairshare), reader)
+            .with_idleness(idleness_from_store(database.clone()))
     };
     let cadence = Cadence {
         interval: shared.opts.govern_interval,

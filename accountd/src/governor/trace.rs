@@ -239,6 +239,7 @@ mod tests {
             node_gpus: &BTreeMap::new(),
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
+            idle: &std::collections::BTreeSet::new(),
         });
         (config, jobs, plan)
     }

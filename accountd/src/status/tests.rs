@@ -62,6 +62,7 @@ pub(super) fn planned(config: &Config, cap: &Capacity, jobs: &[ClusterJob]) -> P
         node_gpus: &cap.per_node,
         capacity_by_type: &cap.by_type,
         node_types: &cap.per_node_types,
+        idle: &std::collections::BTreeSet::new(),
     })
     .state
 }

@@ -45,6 +45,8 @@ const GOVERNANCE_KEYS: &[&str] = &[
     "min_runtime_before_reclaim",
     "state_max_age",
     "on_stale_state",
+    "idle_window",
+    "idle_first_reclaim",
 ];
 const ACCOUNTD_KEYS: &[&str] = &[
     "database",
@@ -810,6 +812,22 @@ impl Checker<'_> {
                     )
                 })
                 .unwrap_or(defaults.on_stale_state),
+            ..self.idleness(section, &defaults)
+        }
+    }
+
+    /// `[governance]`'s idleness keys (issue 29), with the defaults for the rest.
+    fn idleness(&mut self, section: &mut Section<'_>, defaults: &Governance) -> Governance {
+        Governance {
+            idle_window: section
+                .field("idle_window")
+                .and_then(|field| self.positive_duration(&field))
+                .unwrap_or(defaults.idle_window),
+            idle_first_reclaim: section
+                .field("idle_first_reclaim")
+                .and_then(|field| self.boolean(&field))
+                .unwrap_or(defaults.idle_first_reclaim),
+            ..*defaults
         }
     }
 

@@ -191,6 +191,7 @@ fn case() -> impl Strategy<Value = Case> {
                 node_gpus: &BTreeMap::new(),
                 capacity_by_type: &BTreeMap::new(),
                 node_types: &BTreeMap::new(),
+                idle: &std::collections::BTreeSet::new(),
             });
             Case {
                 config,
@@ -284,6 +285,7 @@ proptest! {
             node_gpus: &BTreeMap::new(),
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
+            idle: &std::collections::BTreeSet::new(),
         });
         prop_assert!(p.displace.is_empty());
         prop_assert!(p.reclaim.is_empty());

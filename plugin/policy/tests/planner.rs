@@ -374,6 +374,7 @@ proptest! {
                 node_gpus: &node_gpus,
                 capacity_by_type: &BTreeMap::new(),
                 node_types: &BTreeMap::new(),
+                idle: &std::collections::BTreeSet::new(),
             });
             let pass = planner.plan(&PassInput {
                 capacity,

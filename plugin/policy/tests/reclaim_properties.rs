@@ -7,6 +7,9 @@
 //! - no team is pushed below its quota, but by a job phase 1 counts beyond its quota, taken
 //!   while the team was above it; no job of a team at or below its quota is touched.
 //!
+//! Half of the cases order the victims idle first (`idle_first_reclaim`, issue 29), with a
+//! random set of the running jobs idle: the properties hold in either order.
+//!
 //! Fast by default; `PROPTEST_CASES=100000 cargo test --release -p teamshare-policy --test
 //! reclaim_properties` for a soak.
 
@@ -30,7 +33,7 @@ fn cases() -> u32 {
 }
 
 /// Teams t0.. with these quotas (borrowing unlimited) and a non-preemptible class (index 1).
-fn config(quotas: &[u32], weights: &[u32]) -> Config {
+fn config(quotas: &[u32], weights: &[u32], idle_first: bool) -> Config {
     let mut text = String::from("[cluster]\nname = \"p\"\n");
     for (i, (q, w)) in quotas.iter().zip(weights).enumerate() {
         text.push_str(&format!(
@@ -42,6 +45,9 @@ fn config(quotas: &[u32], weights: &[u32]) -> Config {
          [[priority_class]]\nname = \"experiment\"\nvalue = 10\n\
          [governance]\nmin_runtime_before_reclaim = \"0s\"\n",
     );
+    if idle_first {
+        text.push_str("idle_first_reclaim = true\n");
+    }
     teamshare_config::parse(&text, "p.toml").expect("generated configuration is valid")
 }
 
@@ -53,13 +59,17 @@ struct Case {
     /// The pending job (the last of `jobs`).
     waiting: ClusterJob,
     plan: Plan,
+    /// The running jobs idle for the window, and whether the victims are ordered idle first.
+    idle: std::collections::BTreeSet<u64>,
+    idle_first: bool,
 }
 
 /// (team, GPUs, class, age, node) of a running job; placed where it fits, dropped otherwise.
 type RunSpec = (usize, u32, u8, i64, usize);
 /// GPUs per node, (quota, weight) per team, the running jobs, and (team, GPUs) of the waiting
 /// job.
-type Drawn = (Vec<u32>, Vec<(u32, u32)>, Vec<RunSpec>, (usize, u32));
+/// job, and bits: the lowest orders victims idle first, the others say which jobs are idle.
+type Drawn = (Vec<u32>, Vec<(u32, u32)>, Vec<RunSpec>, (usize, u32), u32);
 
 fn case() -> impl Strategy<Value = Case> {
     (
@@ -74,12 +84,13 @@ fn case() -> impl Strategy<Value = Case> {
                 Just(teams),
                 prop::collection::vec((0..n, 1u32..5, 0u8..3, 0i64..100, 0..nodes), 0..30),
                 (0..n, 1u32..9),
+                any::<u32>(),
             )
         })
         .prop_filter_map("quotas fit the nodes, the job fits its quota", build)
 }
 
-fn build((node_gpus, teams, runs, (team, gpus)): Drawn) -> Option<Case> {
+fn build((node_gpus, teams, runs, (team, gpus), bits): Drawn) -> Option<Case> {
     let capacity: u32 = node_gpus.iter().sum();
     // Quotas scaled down to fit the nodes.
     let asked: u32 = teams.iter().map(|t| t.0).sum();
@@ -94,7 +105,7 @@ fn build((node_gpus, teams, runs, (team, gpus)): Drawn) -> Option<Case> {
         })
         .collect();
     let weights: Vec<u32> = teams.iter().map(|t| t.1).collect();
-    let config = config(&quotas, &weights);
+    let config = config(&quotas, &weights, bits & 1 == 1);
     let nodes: BTreeMap<String, u32> = node_gpus
         .iter()
         .enumerate()
@@ -152,6 +163,11 @@ fn build((node_gpus, teams, runs, (team, gpus)): Drawn) -> Option<Case> {
         ..blank(team)
     };
     jobs.push(waiting.clone());
+    let idle = jobs
+        .iter()
+        .filter(|j| j.phase == Phase::Running && bits >> (1 + j.id % 31) & 1 == 1)
+        .map(|j| j.id)
+        .collect();
     let plan = plan(&GovernInput {
         config: &config,
         capacity,
@@ -162,13 +178,16 @@ fn build((node_gpus, teams, runs, (team, gpus)): Drawn) -> Option<Case> {
         node_gpus: &nodes,
         capacity_by_type: &BTreeMap::new(),
         node_types: &BTreeMap::new(),
+        idle: &idle,
     });
     Some(Case {
+        idle_first: config.governance.idle_first_reclaim,
         config,
         nodes,
         jobs,
         waiting,
         plan,
+        idle,
     })
 }
 
@@ -356,5 +375,19 @@ proptest! {
         let mut reclaim = c.plan.reclaim.clone();
         reclaim.sort_unstable();
         prop_assert_eq!(first_sorted, reclaim);
+    }
+
+    /// Issue 29: ordered idle first, the published victims beyond those found for the job
+    /// (phase 2's order) list every idle job before every other.
+    #[test]
+    fn idle_victims_come_first_where_configured(c in case()) {
+        prop_assume!(c.idle_first);
+        let rest: Vec<bool> = c.plan.state.victims
+            .iter()
+            .skip(c.plan.reclaim.len())
+            .map(|v| c.idle.contains(&v.job_id))
+            .collect();
+        let first_busy = rest.iter().position(|idle| !idle).unwrap_or(rest.len());
+        prop_assert!(rest[first_busy..].iter().all(|idle| !idle), "victims' idleness in order: {rest:?}");
     }
 }

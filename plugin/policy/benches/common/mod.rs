@@ -304,9 +304,11 @@ pub fn govern_input<'a>(
         node_gpus: &NO_PLACEMENT,
         capacity_by_type: &NO_TYPES,
         node_types: &NO_NODE_TYPES,
+        idle: &NO_IDLE,
     }
 }
 
+static NO_IDLE: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
 static NO_TYPES: BTreeMap<String, u32> = BTreeMap::new();
 static NO_NODE_TYPES: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
 

@@ -39,7 +39,7 @@
 //!
 //! Pure: the caller reads Slurm and applies the plan.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -208,6 +208,10 @@ pub struct GovernInput<'a> {
     /// GPUs of each type per usable node (typed configurations; a node with untyped GPUs is
     /// absent or empty).
     pub node_types: &'a BTreeMap<String, BTreeMap<String, u32>>,
+    /// The running jobs whose GPUs were idle for the whole `[governance] idle_window`, by
+    /// their GPU samples (issue 29): with `idle_first_reclaim` they are the first victims of
+    /// rule 3. A job without samples is not idle (its idleness is unknown).
+    pub idle: &'a BTreeSet<u64>,
 }
 
 /// What the plugin reads (published atomically by the governor as JSON).

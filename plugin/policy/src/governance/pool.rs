@@ -75,7 +75,7 @@ pub(super) fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
     let expanded = expand_arrays(input.jobs, input.capacity);
     let jobs = expanded.as_deref().unwrap_or(input.jobs);
     let config = input.config;
-    let rules = Rules::new(config);
+    let rules = Rules::new(config).with_idle(input.idle);
     let mut queues = Queues::from_jobs(&rules, jobs);
     let mut outside = std::mem::take(&mut queues.outside);
     outside.dedup(); // an array's tasks follow each other

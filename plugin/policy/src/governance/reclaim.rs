@@ -677,7 +677,12 @@ min_runtime_before_reclaim = "0s"
     }
 
     fn plan_with(jobs: &[ClusterJob]) -> Plan {
-        let config = teamshare_config::parse(CONFIG, "t.toml").expect("valid");
+        plan_idle(CONFIG, jobs, &std::collections::BTreeSet::new())
+    }
+
+    /// With another configuration and the jobs idle for the whole idle window.
+    fn plan_idle(text: &str, jobs: &[ClusterJob], idle: &std::collections::BTreeSet<u64>) -> Plan {
+        let config = teamshare_config::parse(text, "t.toml").expect("valid");
         let nodes: BTreeMap<String, u32> = ["n1", "n2", "n3"]
             .iter()
             .map(|n| (n.to_string(), 4))
@@ -692,6 +697,7 @@ min_runtime_before_reclaim = "0s"
             node_gpus: &nodes,
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
+            idle,
         })
     }
 
@@ -742,6 +748,30 @@ min_runtime_before_reclaim = "0s"
         assert_eq!(reclaim, [1, 2, 3, 4]);
         // ops is left at its quota: nothing else of it is a victim.
         assert_eq!(victims(&p), [4, 3, 2, 1]);
+    }
+
+    /// Issue 29: with `idle_first_reclaim`, the jobs idle for the whole window go first in
+    /// rule 3's order, whatever else the order says; without it, the idle set changes nothing.
+    #[test]
+    fn idle_jobs_are_the_first_victims_where_the_configuration_says_so() {
+        let on_config = format!("{CONFIG}idle_first_reclaim = true\nidle_window = \"20s\"\n");
+        let idle = std::collections::BTreeSet::from([5, 1]);
+        // Phase 2 over ops' borrowed jobs (4, 5, 6, 7): the most recently started first, then
+        // with 5 idle, 5 before them (1 is not borrowed: not in phase 2's list).
+        let p = plan_idle(CONFIG, &full(), &idle);
+        assert_eq!(victims(&p), [7, 6, 5, 4]);
+        let p = plan_idle(&on_config, &full(), &idle);
+        assert_eq!(victims(&p), [5, 7, 6, 4]);
+        // A 1-GPU in-quota job in the full cluster: rule 3 by placement takes ops' most
+        // recently started job (7, on n3); with idle-first, an idle one (5 on n2, before 1
+        // on n1 by the order after idleness), and ops keeps 6 >= 3.
+        let mut jobs = full();
+        jobs.push(waiting(1, 1));
+        assert_eq!(plan_idle(CONFIG, &jobs, &idle).reclaim, [7]);
+        let p = plan_idle(&on_config, &jobs, &idle);
+        assert_eq!(p.reclaim, [5]);
+        assert!(level(p.priorities[&5]) < level(p.priorities[&20]));
+        assert!(level(p.priorities[&7]) > level(p.priorities[&20]));
     }
 
     #[test]

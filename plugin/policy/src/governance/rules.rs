@@ -18,7 +18,13 @@ pub(super) struct Rules<'a> {
     pub exempt_secs: i64,
     /// The teams' places in the configuration, in the order of their names.
     pub by_name: Vec<usize>,
+    /// The running jobs idle for the whole idle window ([`GovernInput::idle`](super::GovernInput::idle)), when the
+    /// configuration puts them first in rule 3's order (`idle_first_reclaim`); else none.
+    idle: &'a BTreeSet<u64>,
 }
+
+/// No job known to be idle.
+static NO_IDLE: BTreeSet<u64> = BTreeSet::new();
 
 impl<'a> Rules<'a> {
     pub(super) fn new(config: &'a Config) -> Rules<'a> {
@@ -44,7 +50,23 @@ impl<'a> Rules<'a> {
             exempt_secs: i64::try_from(config.governance.min_runtime_before_reclaim.as_secs())
                 .unwrap_or(i64::MAX),
             by_name,
+            idle: &NO_IDLE,
         }
+    }
+
+    /// The same, with the jobs known to be idle where the configuration puts them first in
+    /// rule 3's order.
+    pub(super) fn with_idle(mut self, idle: &'a BTreeSet<u64>) -> Rules<'a> {
+        if self.config.governance.idle_first_reclaim {
+            self.idle = idle;
+        }
+        self
+    }
+
+    /// Whether a running job goes first among rule 3's victims: idle for the whole window
+    /// and the configuration says so.
+    pub(super) fn idle_first(&self, j: &ClusterJob) -> bool {
+        self.idle.contains(&j.id)
     }
 
     pub(super) fn class_idx(&self, j: &ClusterJob) -> u8 {

@@ -70,6 +70,7 @@ pub(super) fn plan_typed(input: &GovernInput<'_>) -> Plan {
             node_gpus: &node_gpus,
             capacity_by_type: &no_types,
             node_types: &no_node_types,
+            idle: input.idle,
         };
         let pool = plan_pool(&pool_input);
         spent.add(config, &pool);

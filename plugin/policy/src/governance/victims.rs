@@ -43,14 +43,17 @@ pub(super) fn order_victims<'a>(
 
 /// Rule 3's victim order between two running jobs, each with how far its team is over its
 /// quota for its weight: the team most over first, then the lowest class, then the most
-/// recently started (then the highest id).
+/// recently started (then the highest id). With `idle_first_reclaim` (issue 29), the jobs
+/// idle for the whole idle window go before all of those.
 pub(super) fn victim_order(
     rules: &Rules<'_>,
     (a, oa): (&ClusterJob, f64),
     (b, ob): (&ClusterJob, f64),
 ) -> std::cmp::Ordering {
-    ob.partial_cmp(&oa)
-        .unwrap_or(std::cmp::Ordering::Equal)
+    rules
+        .idle_first(b)
+        .cmp(&rules.idle_first(a))
+        .then(ob.partial_cmp(&oa).unwrap_or(std::cmp::Ordering::Equal))
         .then(rules.value(a).cmp(&rules.value(b)))
         .then(b.start.cmp(&a.start))
         .then(b.id.cmp(&a.id))

@@ -113,6 +113,7 @@ fn plan_for(config: &Config, jobs: &[ClusterJob], fs: &[(&str, f64)]) -> Plan {
         node_gpus: &BTreeMap::new(),
         capacity_by_type: &BTreeMap::new(),
         node_types: &BTreeMap::new(),
+        idle: &std::collections::BTreeSet::new(),
     })
 }
 
@@ -457,6 +458,7 @@ fn a_higher_class_displaces_only_where_it_then_fits() {
             node_gpus: nodes,
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
+            idle: &std::collections::BTreeSet::new(),
         })
     };
     // Displacement order: 3 (class 0, youngest), 1, 4, 2. The first two sit on two nodes
@@ -555,6 +557,7 @@ min_runtime_before_reclaim = "0s"
         node_gpus: &nodes,
         capacity_by_type: &BTreeMap::new(),
         node_types: &BTreeMap::new(),
+        idle: &std::collections::BTreeSet::new(),
     });
     // 6 is not placed on n2 for nothing: 7 displaces the experiment jobs and runs there.
     let mut displaced = p.displace.clone();
@@ -658,6 +661,7 @@ fn quotas_beyond_a_shrunken_capacity_leave_nothing_to_lend() {
         node_gpus: &BTreeMap::new(),
         capacity_by_type: &BTreeMap::new(),
         node_types: &BTreeMap::new(),
+        idle: &std::collections::BTreeSet::new(),
     });
     assert_eq!(p.gpu_limits["training"], 4);
 }
@@ -804,6 +808,7 @@ fn where_limits_are_counted_a_borrower_that_fits_no_node_gets_nothing() {
             node_gpus: nodes,
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
+            idle: &std::collections::BTreeSet::new(),
         })
     };
     let p = input(&nodes);
@@ -871,6 +876,7 @@ fn finding10_the_fallback_reclaims_where_the_waiting_job_then_fits() {
             node_gpus: &nodes,
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
+            idle: &std::collections::BTreeSet::new(),
         })
     };
     let mut p = input(&jobs);

@@ -67,6 +67,7 @@ fn typed_plan(config: &Config, jobs: &[ClusterJob], n2_drained: bool) -> Plan {
         node_gpus: &node_gpus,
         capacity_by_type: &by_type,
         node_types: &node_types,
+        idle: &std::collections::BTreeSet::new(),
     })
 }
 

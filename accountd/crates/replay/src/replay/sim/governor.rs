@@ -96,6 +96,7 @@ impl Sim<'_> {
             node_gpus,
             capacity_by_type,
             node_types,
+            idle: &std::collections::BTreeSet::new(),
         });
         let mut in_quota: Vec<u64> = rows
             .iter()

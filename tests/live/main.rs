@@ -18,6 +18,7 @@ mod crash;
 mod faults;
 mod governance;
 mod hostile;
+mod idle;
 mod issue25;
 mod monitoring;
 mod packaging;
@@ -84,10 +85,15 @@ fn main() -> std::process::ExitCode {
         let cluster = typed_cluster.clone();
         Trial::test(name, move || run(&cluster, &Spec::TYPED, f))
     }));
-    trials.extend(placement::SCENARIOS.iter().map(|&(name, f)| {
-        let cluster = placement_cluster.clone();
-        Trial::test(name, move || run(&cluster, &Spec::PLACEMENT, f))
-    }));
+    trials.extend(
+        placement::SCENARIOS
+            .iter()
+            .chain(idle::SCENARIOS)
+            .map(|&(name, f)| {
+                let cluster = placement_cluster.clone();
+                Trial::test(name, move || run(&cluster, &Spec::PLACEMENT, f))
+            }),
+    );
     // Scenarios that start what they need themselves (the Debian packages and their cluster).
     trials.extend(packaging::SCENARIOS.iter().map(|&(name, f)| {
         Trial::test(name, move || {

@@ -40,7 +40,7 @@ pub const SCENARIOS: &[Scenario] = &[
 const MINUTE: Duration = Duration::from_secs(60);
 
 /// The running jobs: id -> (account, nodes, start time).
-fn running(c: &Cluster) -> Result<BTreeMap<String, (String, String, String)>, String> {
+pub(crate) fn running(c: &Cluster) -> Result<BTreeMap<String, (String, String, String)>, String> {
     let out = c.ok("squeue", &["-h", "-t", "R", "-o", "%i|%a|%N|%S"])?;
     Ok(out
         .lines()

@@ -14,7 +14,7 @@ use teamshare_live_tests::{ensure, Cluster, TestResult};
 
 use crate::accounting::start_samplers;
 use crate::governance::isolated;
-use crate::placement::running;
+use crate::placement::{running, sleep_on};
 
 type Scenario = (&'static str, fn(&Cluster) -> TestResult);
 
@@ -27,21 +27,6 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 /// The window the scenario configures: a job must have run this long, sampled idle.
 const WINDOW: &str = "20s";
-
-fn sleep_on(c: &Cluster, team: &str, node: &str) -> Result<String, String> {
-    c.sbatch(&[
-        "-A",
-        team,
-        "-p",
-        "gpu",
-        "--gres=gpu:1",
-        "-w",
-        node,
-        "--wrap",
-        "sleep 3600",
-    ])
-    .map_err(|e| format!("{team} job on {node} refused: {e}"))
-}
 
 /// The cluster full: ops 3 on n1 (its quota), X on n2 and Y on n3 (borrowed, X first);
 /// apps 1 on n1 and 3 on n2; vision 3 on n3. Returns (X, Y).

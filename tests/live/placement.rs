@@ -56,22 +56,25 @@ pub(crate) fn running(c: &Cluster) -> Result<BTreeMap<String, (String, String, S
         .collect())
 }
 
+/// A long one-GPU job of `team` pinned to `node`.
+pub(crate) fn sleep_on(c: &Cluster, team: &str, node: &str) -> Result<String, String> {
+    c.sbatch(&[
+        "-A",
+        team,
+        "-p",
+        "gpu",
+        "--gres=gpu:1",
+        "-w",
+        node,
+        "--wrap",
+        "sleep 3600",
+    ])
+    .map_err(|e| format!("{team} job on {node} refused: {e}"))
+}
+
 /// The cluster full as the module says; returns ops' job ids, oldest first.
 fn fill(c: &Cluster) -> Result<Vec<String>, String> {
-    let sleep = |team: &str, node: &str| {
-        c.sbatch(&[
-            "-A",
-            team,
-            "-p",
-            "gpu",
-            "--gres=gpu:1",
-            "-w",
-            node,
-            "--wrap",
-            "sleep 3600",
-        ])
-        .map_err(|e| format!("{team} job on {node} refused: {e}"))
-    };
+    let sleep = |team: &str, node: &str| sleep_on(c, team, node);
     let mut ops = Vec::new();
     for node in ["n1", "n1", "n1", "n1", "n2", "n2", "n3"] {
         ops.push(sleep("ops", node)?);

@@ -18,6 +18,9 @@ pub struct Config {
     /// In file order.
     pub priority_classes: Vec<PriorityClass>,
     pub governance: Governance,
+    /// `[governance.idle_policy]` (issue 29): what happens to jobs whose GPUs stay idle; none
+    /// when the section is absent (off by default).
+    pub idle_policy: Option<IdlePolicy>,
     pub accountd: AccountdSettings,
     /// A digest of the file's text ([`crate::digest`]): the plugin and the governor compare it
     /// so that they never act on different versions of the rules.
@@ -168,6 +171,63 @@ impl Default for Governance {
             on_stale_state: OnStaleState::FailOpen,
             idle_window: Duration::from_secs(15 * 60),
             idle_first_reclaim: false,
+        }
+    }
+}
+
+impl Governance {
+    /// Whether rule 3's order puts idle jobs first: `idle_first_reclaim`, or an idle policy
+    /// whose action is `"reclaim-first"` (then only the jobs the policy acted on are idle).
+    pub fn idle_orders_victims(&self, policy: Option<&IdlePolicy>) -> bool {
+        self.idle_first_reclaim || policy.is_some_and(|p| p.action == IdleAction::ReclaimFirst)
+    }
+}
+
+/// `[governance.idle_policy]`: a running job whose GPUs were below `[accountd]
+/// idle_threshold_percent` in every sample for `notice_after` is noticed (its AdminComment,
+/// `accountd status --user`, the hook); if it stays idle `act_after` longer, `action` follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdlePolicy {
+    pub notice_after: Duration,
+    pub action: IdleAction,
+    /// After the notice; zero with `action = "notice"` (nothing follows).
+    pub act_after: Duration,
+    /// The teams it applies to; empty: every team.
+    pub teams: Vec<String>,
+    /// Classes it never touches (interactive debugging...).
+    pub exempt_classes: Vec<String>,
+    /// Run for each notice and action with the job's facts as `key=value` arguments.
+    pub hook: Option<PathBuf>,
+}
+
+impl IdlePolicy {
+    /// Whether a job of `team` in class `class` (`""`: none) falls under the policy.
+    pub fn covers(&self, team: &str, class: &str) -> bool {
+        (self.teams.is_empty() || self.teams.iter().any(|t| t == team))
+            && !self.exempt_classes.iter().any(|c| c == class)
+    }
+}
+
+/// What follows an idle job's notice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IdleAction {
+    /// `"notice"`: nothing more.
+    Notice,
+    /// `"reclaim-first"`: its GPUs first among rule 3's victims (when borrowed).
+    ReclaimFirst,
+    /// `"requeue"` (an interactive job, which cannot be requeued, is cancelled).
+    Requeue,
+    /// `"cancel"`
+    Cancel,
+}
+
+impl IdleAction {
+    pub fn name(self) -> &'static str {
+        match self {
+            IdleAction::Notice => "notice",
+            IdleAction::ReclaimFirst => "reclaim-first",
+            IdleAction::Requeue => "requeue",
+            IdleAction::Cancel => "cancel",
         }
     }
 }

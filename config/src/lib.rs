@@ -23,8 +23,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 pub use crate::config::{
-    AccountdSettings, ClusterSettings, Config, Governance, GpuType, IdleCostSplit, IdleSharing,
-    OnStaleState, PriorityClass, Quota, ReclaimMode, Team, WithinTeam, DEFAULT_GPU_TYPE,
+    AccountdSettings, ClusterSettings, Config, Governance, GpuType, IdleAction, IdleCostSplit,
+    IdlePolicy, IdleSharing, OnStaleState, PriorityClass, Quota, ReclaimMode, Team, WithinTeam,
+    DEFAULT_GPU_TYPE,
 };
 pub use crate::diagnostic::{ConfigError, Diagnostic, Diagnostics, Location};
 pub use crate::duration::{format_duration, parse_duration, parse_duration_ms};

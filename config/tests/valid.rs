@@ -112,6 +112,8 @@ fn design_example_parses_to_the_expected_values() {
             idle_window: Duration::from_secs(900),
             idle_first_reclaim: false,
         },
+        // Not in DESIGN's example: no idle policy.
+        idle_policy: None,
         accountd: AccountdSettings::default(),
         digest: teamshare_config::digest(DESIGN_EXAMPLE),
     };

@@ -3,6 +3,7 @@
 //! The document is walked by hand rather than deserialised: a deserialiser stops at the first
 //! problem, and we want all of them, each at the key or value it is about.
 
+mod idle_policy;
 mod reader;
 
 use std::collections::{BTreeMap, HashMap};
@@ -47,6 +48,7 @@ const GOVERNANCE_KEYS: &[&str] = &[
     "on_stale_state",
     "idle_window",
     "idle_first_reclaim",
+    "idle_policy",
 ];
 const ACCOUNTD_KEYS: &[&str] = &[
     "database",
@@ -200,6 +202,7 @@ impl Checker<'_> {
         let teams = self.teams(&top, &gpu_types);
         let priority_classes = self.priority_classes(&top);
         let mut governance = self.optional_section(&top, "governance", "[governance]", &empty);
+        let idle_policy = self.idle_policy(&governance, &teams, &priority_classes);
         let governance = self.governance(&mut governance);
         let mut accountd = self.optional_section(&top, "accountd", "[accountd]", &empty);
         let accountd = self.accountd(&mut accountd);
@@ -215,6 +218,7 @@ impl Checker<'_> {
             teams,
             priority_classes,
             governance,
+            idle_policy,
             accountd,
             digest: String::new(),
         }

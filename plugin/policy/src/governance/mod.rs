@@ -210,7 +210,8 @@ pub struct GovernInput<'a> {
     pub node_types: &'a BTreeMap<String, BTreeMap<String, u32>>,
     /// The running jobs whose GPUs were idle for the whole `[governance] idle_window`, by
     /// their GPU samples (issue 29): with `idle_first_reclaim` they are the first victims of
-    /// rule 3. A job without samples is not idle (its idleness is unknown).
+    /// rule 3; with an idle policy whose action is `"reclaim-first"`, the jobs it acted on.
+    /// A job without samples is not idle (its idleness is unknown).
     pub idle: &'a BTreeSet<u64>,
 }
 

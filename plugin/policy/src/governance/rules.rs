@@ -19,7 +19,8 @@ pub(super) struct Rules<'a> {
     /// The teams' places in the configuration, in the order of their names.
     pub by_name: Vec<usize>,
     /// The running jobs idle for the whole idle window ([`GovernInput::idle`](super::GovernInput::idle)), when the
-    /// configuration puts them first in rule 3's order (`idle_first_reclaim`); else none.
+    /// configuration puts them first in rule 3's order (`idle_first_reclaim`, or an idle
+    /// policy whose action is `"reclaim-first"`); else none.
     idle: &'a BTreeSet<u64>,
 }
 
@@ -57,7 +58,11 @@ impl<'a> Rules<'a> {
     /// The same, with the jobs known to be idle where the configuration puts them first in
     /// rule 3's order.
     pub(super) fn with_idle(mut self, idle: &'a BTreeSet<u64>) -> Rules<'a> {
-        if self.config.governance.idle_first_reclaim {
+        if self
+            .config
+            .governance
+            .idle_orders_victims(self.config.idle_policy.as_ref())
+        {
             self.idle = idle;
         }
         self

@@ -31,11 +31,14 @@ use crate::squeue::{
 };
 
 mod actuator;
+mod idle_policy;
 mod idleness;
 mod trace;
 
+pub use actuator::{hook_args, IDLE_MARK};
 use actuator::{Actuator, Snapshot, Unhold};
-pub use idleness::{IdlenessSource, SampledWindow};
+pub use idle_policy::{IdleEvent, IdleStep};
+pub use idleness::{IdlenessSource, SampledWindow, Windows};
 pub use trace::{act_span, pass_span};
 
 const UPDATE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -113,6 +116,11 @@ pub struct PassReport {
     /// Jobs held against a second run whose run accounting later showed killed by the
     /// requeue: their hold was wrong and is released.
     pub wrong_holds_released: Vec<u64>,
+    /// The idle policy's decisions acted on: notices, actions, notices taken back.
+    pub idle_steps: Vec<IdleEvent>,
+    /// Per team, the running jobs idle for the whole `idle_window` as the pass read them, and
+    /// their GPUs (teams with none are absent).
+    pub idle_now: BTreeMap<String, (u32, u32)>,
     /// Non-preemptible jobs parked (held) because they do not fit their team's quota.
     pub parked: Vec<u64>,
     /// Parked jobs released because they now fit.
@@ -174,6 +182,7 @@ impl PassReport {
         self.requeue_held.extend(acted.requeue_held);
         self.requeue_unverified.extend(acted.requeue_unverified);
         self.wrong_holds_released.extend(acted.wrong_holds_released);
+        self.idle_steps.extend(acted.idle_steps);
         self.parked.extend(acted.parked);
         self.released.extend(acted.released);
         self.unheld.extend(acted.unheld);
@@ -366,6 +375,10 @@ pub struct Governor {
     /// orders idle victims first, and the jobs the last pass found idle.
     idleness: idleness::Idleness,
     idle_jobs: std::collections::BTreeSet<u64>,
+    /// The idle policy's notices and actions (`[governance.idle_policy]`).
+    idle_policy: idle_policy::IdlePolicyState,
+    /// Per team, the running jobs idle for the whole idle window now, and their GPUs.
+    idle_now: BTreeMap<String, (u32, u32)>,
 }
 
 impl Governor {
@@ -399,6 +412,8 @@ impl Governor {
             planned_limits: BTreeMap::new(),
             idleness: idleness::Idleness::default(),
             idle_jobs: std::collections::BTreeSet::new(),
+            idle_policy: idle_policy::IdlePolicyState::default(),
+            idle_now: BTreeMap::new(),
         }
     }
 
@@ -529,6 +544,7 @@ impl Governor {
         trace::debug_plan(&plan, &jobs, &self.config, &self.planned_limits);
         self.planned_limits.clone_from(&plan.gpu_limits);
         report.jobs = jobs.len();
+        report.idle_now.clone_from(&self.idle_now);
         report.capacity = cap.total;
         report.capacity_by_type = cap.by_type;
         report.unreadable = unreadable.iter().map(ToString::to_string).collect();
@@ -541,6 +557,7 @@ impl Governor {
             unhold,
             run_ended_holds,
             pass: self.passes,
+            idle_events: self.idle_policy.take_events(),
         }
     }
 
@@ -548,6 +565,8 @@ impl Governor {
     /// where the pass does, inside the span of the actions on that plan ([`act_span`]).
     fn hand_over(&mut self, work: Snapshot, report: &mut PassReport) {
         let Some(actuator) = self.actuator.take() else {
+            // Busy: the idle policy's decisions wait for the next hand-over.
+            self.idle_policy.put_back(work.idle_events);
             return;
         };
         let dispatch = tracing::dispatcher::get_default(Clone::clone);
@@ -631,24 +650,36 @@ impl Governor {
         Ok((reading, plan, fairshare_error))
     }
 
-    /// The running jobs idle for the whole idle window, where the configuration orders them
-    /// first among rule 3's victims; none otherwise.
+    /// The running jobs idle for the whole idle window (for the metrics), the idle policy's
+    /// decisions, and the jobs rule 3 takes first: those idle for the window where the
+    /// configuration orders them first, and those the policy acted on with "reclaim-first".
     /// Said when the set changes, with the window.
     fn note_idle_jobs(&mut self, jobs: &[ClusterJob], now: UnixSeconds) {
         let window = self.config.governance.idle_window;
-        let idle = if self.config.governance.idle_first_reclaim {
-            idleness::idle_jobs(jobs, &self.idleness.windows, window, now)
+        let idle_now = self.idleness.idle(jobs, window, now);
+        self.idle_policy
+            .decide(&self.config, jobs, &self.idleness, now);
+        let mut idle = if self.config.governance.idle_first_reclaim {
+            idle_now.clone()
         } else {
             std::collections::BTreeSet::new()
         };
+        idle.extend(self.idle_policy.reclaim_first(&self.config));
         if idle != self.idle_jobs && !idle.is_empty() {
             tracing::info!(
                 jobs = ?idle,
                 window = %teamshare_config::format_duration(window),
-                "idle for the whole idle window, below the idle threshold in every sample: reclaimed first"
+                "idle for the whole idle window (or acted on by the idle policy), below the idle threshold in every sample: reclaimed first"
             );
         }
         self.idle_jobs = idle;
+        let mut by_team: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+        for j in jobs.iter().filter(|j| idle_now.contains(&j.id)) {
+            let t = by_team.entry(j.team.clone()).or_default();
+            t.0 += 1;
+            t.1 = t.1.saturating_add(j.gpus);
+        }
+        self.idle_now = by_team;
     }
 
     /// Take what the actions under way did, if they have ended (or wait for them).

@@ -18,10 +18,16 @@ use crate::placement::{running, sleep_on};
 
 type Scenario = (&'static str, fn(&Cluster) -> TestResult);
 
-pub const SCENARIOS: &[Scenario] = &[(
-    "idle::i01_idle_borrowed_jobs_are_reclaimed_first_where_configured",
-    idle_first,
-)];
+pub const SCENARIOS: &[Scenario] = &[
+    (
+        "idle::i01_idle_borrowed_jobs_are_reclaimed_first_where_configured",
+        idle_first,
+    ),
+    (
+        "idle::i02_the_idle_policy_tells_then_requeues_never_busy_exempt_or_unknown",
+        idle_policy,
+    ),
+];
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -133,5 +139,138 @@ fn idle_first(c: &Cluster) -> TestResult {
         reclaim_one(c, &x)?;
         let state = c.job_state(&y)?;
         ensure(state == "RUNNING", || format!("busy job {y} is {state}"))
+    })
+}
+
+/// The job's AdminComment as squeue shows it (empty when none).
+fn admin_comment(c: &Cluster, id: &str) -> Result<String, String> {
+    let out = c.ok("squeue", &["-h", "-j", id, "-O", "admin_comment:1000"])?;
+    Ok(out.trim().to_string())
+}
+
+/// The job's start time and restart count (`scontrol show job`).
+fn run_of(c: &Cluster, id: &str) -> Result<(String, String), String> {
+    let out = c.ok("scontrol", &["show", "job", id])?;
+    let field = |name: &str| {
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .unwrap_or("")
+            .to_string()
+    };
+    Ok((field("StartTime="), field("Restarts=")))
+}
+
+/// Issue 29's idle policy on the placement cluster, vision (quota 5) in its own quota: A on
+/// n1 (busy, 80 %), B on n2 (idle, 1 %), E on n2 in the exempt class (idle), U on n3 (idle
+/// until n3's sampler stops). Notice after 20 s idle, requeue 40 s later if still idle.
+/// B is noticed in its AdminComment and by the hook, then requeued; U is noticed, then its
+/// samples stop: the notice is taken back and nothing follows; A and E are never touched.
+fn idle_policy(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let spool = c.dir.join("etc/samples");
+        let _samplers = start_samplers(c, &spool, &[("n1", 80), ("n2", 1)])?;
+        let n3_sampler = start_samplers(c, &spool, &[("n3", 1)])?;
+        let hook_log = c.dir.join("log/idle-hook.log");
+        let hook = c.dir.join("etc/idle-hook.sh");
+        std::fs::write(
+            &hook,
+            format!("#!/bin/sh\necho \"$@\" >> {}\n", hook_log.display()),
+        )
+        .map_err(|e| e.to_string())?;
+        c.ok("chmod", &["755", &hook.to_string_lossy()])?;
+        let on = c.original_config().replace(
+            "on_stale_state = \"fail-open\"\n",
+            &format!(
+                "on_stale_state = \"fail-open\"\n\n[governance.idle_policy]\nnotice_after = \"20s\"\naction = \"requeue\"\nact_after = \"40s\"\nexempt_classes = [\"standard\"]\nhook = \"{}\"\n",
+                hook.display()
+            ),
+        );
+        ensure(on != c.original_config(), || {
+            "teamshare-placement.toml has no on_stale_state line to add the idle policy after"
+                .into()
+        })?;
+        c.reconfigure(&on)?;
+        let a = sleep_on(c, "vision", "n1")?;
+        let b = sleep_on(c, "vision", "n2")?;
+        let e = c.sbatch(&[
+            "-A",
+            "vision",
+            "-p",
+            "gpu",
+            "--gres=gpu:1",
+            "-w",
+            "n2",
+            "--qos=standard",
+            "--wrap",
+            "sleep 3600",
+        ])?;
+        let u = sleep_on(c, "vision", "n3")?;
+        c.wait_running("vision", 4, 2 * MINUTE)?;
+        let (a_run, e_run, u_run) = (run_of(c, &a)?, run_of(c, &e)?, run_of(c, &u)?);
+        // Noticed within a minute of being idle for notice_after: the AdminComment and the hook.
+        for job in [&b, &u] {
+            c.wait_for(&format!("job {job}'s idle notice"), 2 * MINUTE, || {
+                Ok(admin_comment(c, job)?
+                    .starts_with("teamshare: idle: its GPUs were below")
+                    .then_some(()))
+            })
+            .map_err(|err| format!("{err}\n{}\n{}", c.diagnosis(), c.governor_log_tail(40)))?;
+        }
+        let hooked = std::fs::read_to_string(&hook_log).map_err(|e| format!("hook log: {e}"))?;
+        ensure(
+            hooked.contains(&format!("event=notice job={b} user="))
+                && hooked.contains("team=vision"),
+            || format!("the hook was not run for {b}'s notice:\n{hooked}"),
+        )?;
+        // n3's samples stop: U is unknown, its notice taken back.
+        drop(n3_sampler);
+        c.wait_for(&format!("job {u}'s notice taken back"), 2 * MINUTE, || {
+            Ok(admin_comment(c, &u)?.is_empty().then_some(()))
+        })
+        .map_err(|err| format!("{err}\n{}", c.governor_log_tail(40)))?;
+        // B, still idle, is requeued 40 s after its notice.
+        c.wait_for(&format!("job {b} requeued as idle"), 3 * MINUTE, || {
+            Ok(run_of(c, &b)?.1.ne("0").then_some(()))
+        })
+        .map_err(|err| format!("{err}\n{}\n{}", c.diagnosis(), c.governor_log_tail(40)))?;
+        let comment = admin_comment(c, &b)?;
+        ensure(comment.starts_with("teamshare: idle: requeued at"), || {
+            format!("job {b}'s AdminComment after the requeue: {comment:?}")
+        })?;
+        let hooked = std::fs::read_to_string(&hook_log).map_err(|e| format!("hook log: {e}"))?;
+        ensure(hooked.contains(&format!("event=requeue job={b} ")), || {
+            format!("the hook was not run for {b}'s requeue:\n{hooked}")
+        })?;
+        // A (busy), E (exempt) and U (unknown) run on, untouched, and the log says why B went.
+        for (job, run, what) in [
+            (&a, a_run, "busy"),
+            (&e, e_run, "exempt"),
+            (&u, u_run, "unknown"),
+        ] {
+            ensure(run_of(c, job)? == run, || {
+                format!("the {what} job {job} was restarted")
+            })?;
+            ensure(c.job_state(job)? == "RUNNING", || {
+                format!("the {what} job {job} does not run")
+            })?;
+            ensure(
+                !hooked.contains(&format!("job={job} ")) || job == &u,
+                || format!("the hook ran for the {what} job {job}:\n{hooked}"),
+            )?;
+        }
+        ensure(!hooked.contains(&format!("event=requeue job={u} ")), || {
+            format!("the unknown job {u} was acted on:\n{hooked}")
+        })?;
+        let log = c.governor_log();
+        ensure(
+            log.contains("idle policy: job") && log.contains("idle_gpu_s="),
+            || "the governor's log does not give the samples behind the idle policy's steps".into(),
+        )?;
+        // The actions' report reaches the metrics with the next pass.
+        let requeues = "teamshare_idle_policy_steps_total{step=\"requeue\",team=\"vision\"} 1\n";
+        c.wait_for("the requeue step in the metrics", MINUTE, || {
+            Ok(c.metrics()?.contains(requeues).then_some(()))
+        })
+        .map_err(|err| format!("{err}\n{}", c.metrics().unwrap_or_default()))
     })
 }

@@ -20,6 +20,10 @@ pub(super) struct StatusArgs {
     /// One job: why it waits, whether teamshare holds it [default: every team]
     #[arg(long, value_name = "JOBID", conflicts_with = "team")]
     job: Option<u64>,
+    /// One user's GPU jobs, with what teamshare noted in their AdminComment (the idle
+    /// policy's notices, the governor's holds)
+    #[arg(long, value_name = "USER", conflicts_with_all = ["team", "job"])]
+    user: Option<String>,
     /// With --job: how teamshare judges `scontrol update JobId=<JOBID> FIELD=VALUE ...`, the
     /// words as given to scontrol (on Slurm 22.05 a refused update shows only Slurm's error
     /// text; this gives teamshare's reason)
@@ -63,6 +67,9 @@ pub(super) fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode
     if let Some(id) = args.job {
         return one_job(config, args, &input, &reading.holds, id, uid);
     }
+    if let Some(user) = &args.user {
+        return one_user(user, &reading.jobs, args.format);
+    }
     let Some(status) = status::status(&input, args.team.as_deref()) else {
         return Err(UsageError("--team names no team of the configuration".into()).into());
     };
@@ -70,6 +77,39 @@ pub(super) fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode
         StatusFormat::Table => print(&status::render_table(&status, &chrono::Local)),
         StatusFormat::Json => {
             let mut text = serde_json::to_string_pretty(&status).context("status as JSON")?;
+            text.push('\n');
+            print(&text)
+        }
+    }
+}
+
+/// `--user U`: the user's governed GPU jobs and teamshare's notes on them (one squeue for
+/// the notes; the jobs as the governor reads them).
+fn one_user(
+    user: &str,
+    jobs: &[teamshare_policy::governance::ClusterJob],
+    format: StatusFormat,
+) -> anyhow::Result<ExitCode> {
+    let out = accountd::slurm_cli::SlurmCommand::new(
+        "squeue",
+        vec![
+            "-h".into(),
+            "-a".into(),
+            "-u".into(),
+            user.to_string(),
+            "-O".into(),
+            status::user::USER_SQUEUE_FIELDS.into(),
+        ],
+        std::time::Duration::from_secs(30),
+    )
+    .run()
+    .map_err(|e| UsageError(format!("--user {user}: {e}")))?;
+    let shown = status::user::user_jobs(jobs, &status::user::parse_user_jobs(&out.stdout));
+    match format {
+        StatusFormat::Table => print(&status::user::render_user(user, &shown)),
+        StatusFormat::Json => {
+            let value = serde_json::json!({ "user": user, "jobs": shown });
+            let mut text = serde_json::to_string_pretty(&value).context("status as JSON")?;
             text.push('\n');
             print(&text)
         }

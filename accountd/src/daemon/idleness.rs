@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use teamshare_config::Config;
 
@@ -10,15 +11,15 @@ use crate::governor::{IdlenessSource, SampledWindow};
 use crate::period::Period;
 use crate::store::Store;
 
-/// Per job run, the samples of the last `[governance] idle_window` in the database at
-/// `database`, read-only (the daemon's collection is its only writer), idle below
+/// Per job run, the samples of the window of the given length that ends at `now`, in the
+/// database at `database`, read-only (the daemon's collection is its only writer), idle below
 /// `[accountd] idle_threshold_percent`. No database yet: nothing to read.
 pub fn idleness_from_store(database: PathBuf) -> IdlenessSource {
-    Box::new(move |config: &Config, now| {
+    Box::new(move |config: &Config, window: Duration, now| {
         if !database.exists() {
             return Ok(None);
         }
-        let window = i64::try_from(config.governance.idle_window.as_secs()).unwrap_or(i64::MAX);
+        let window = i64::try_from(window.as_secs()).unwrap_or(i64::MAX);
         let period = Period {
             since: now.saturating_sub(window),
             until: now,
@@ -69,7 +70,10 @@ mod tests {
         let text = "[cluster]\nname = \"c\"\n[[team]]\nname = \"a\"\nquota = 1\n[governance]\nidle_window = \"60s\"\n";
         let config = teamshare_config::parse(text, "t.toml").expect("valid");
         let mut source = idleness_from_store(db.clone());
-        assert_eq!(source(&config, 1_000).expect("no database"), None);
+        assert_eq!(
+            source(&config, config.governance.idle_window, 1_000).expect("no database"),
+            None
+        );
         // Job 7 (start 500): 2 GPUs, 10 s samples at 940 .. 990 on each, idle but one at 50 %.
         // Job 8's samples are before the window (it starts at 940); the no-job samples count
         // for nobody. The threshold is 5 %: 4 % is idle.
@@ -86,7 +90,9 @@ mod tests {
             .record_samples("c", &samples, 5.0, 1_000)
             .expect("recorded");
         drop(store);
-        let windows = source(&config, 1_000).expect("read").expect("a database");
+        let windows = source(&config, config.governance.idle_window, 1_000)
+            .expect("read")
+            .expect("a database");
         assert_eq!(
             windows,
             BTreeMap::from([(

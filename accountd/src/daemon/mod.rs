@@ -554,6 +554,9 @@ fn govern(
         shared.exporter.update_counters(|c| {
             count_holds(c, &report);
         });
+        shared
+            .exporter
+            .update_idle(|f| count_idle_steps(f, &report));
         return;
     }
     let now = period::now();
@@ -563,6 +566,10 @@ fn govern(
         c.governor_unreadable_jobs += u64::try_from(report.unreadable.len()).unwrap_or(u64::MAX);
         c.governor_state_write_failures += u64::from(report.state_write_failed);
         count_holds(c, &report);
+    });
+    shared.exporter.update_idle(|f| {
+        f.now.clone_from(&report.idle_now);
+        count_idle_steps(f, &report);
     });
     shared.step_result(STEP_GOVERN, Ok(()));
     // What the pass read: the ingest thread records it, and runs no second sinfo.
@@ -578,6 +585,14 @@ fn govern(
     // A capacity change is recorded within one pass, not one ingest interval.
     if capacity_changed {
         let _ = capacity_tx.send(sample);
+    }
+}
+
+/// The idle policy's steps the actions took, per team and step.
+fn count_idle_steps(f: &mut crate::metrics::IdleFigures, report: &PassReport) {
+    for e in &report.idle_steps {
+        let key = (e.team.clone(), e.step.name().to_string());
+        *f.policy_steps.entry(key).or_default() += 1;
     }
 }
 

@@ -3,6 +3,10 @@
 
 use super::*;
 
+#[path = "idle_actions.rs"]
+mod idle_actions;
+pub use idle_actions::{hook_args, IDLE_MARK};
+
 /// Acts on Slurm for one plan at a time (limits, requeues, priorities, parking, holds).
 ///
 /// A plan is handed to it only by a pass that found it idle before that pass began reading
@@ -38,6 +42,8 @@ pub(super) struct Snapshot {
     pub(super) run_ended_holds: Vec<(u64, bool)>,
     /// The number of the pass that made the plan ([`super::pass_span`]).
     pub(super) pass: u64,
+    /// The idle policy's decisions since the last hand-over.
+    pub(super) idle_events: Vec<super::idle_policy::IdleEvent>,
 }
 
 impl Actuator {
@@ -93,6 +99,7 @@ impl Actuator {
             unhold,
             run_ended_holds,
             pass: _,
+            idle_events,
         } = work;
         self.apply_limits(plan, report);
         // Priorities and releases before requeues: when a requeue frees GPUs, the job it
@@ -111,6 +118,7 @@ impl Actuator {
         report.wrong_holds_released = release_holds(&wrong, addresses)?;
         self.checks.released(&report.wrong_holds_released);
         self.act_on_running(plan, jobs, addresses, leaders, report)?;
+        self.act_on_idle(idle_events, addresses, report)?;
         // A job just requeued is pending now: what the plan says of it pending is not for it.
         let acted: std::collections::BTreeSet<u64> = report
             .displaced

@@ -1,5 +1,6 @@
-//! Which running jobs have held idle GPUs for the whole idle window (issue 29), from their GPU
-//! samples: what rule 3's idle-first order (`[governance] idle_first_reclaim`) reads. The
+//! Which running jobs have held idle GPUs for a whole window (issue 29), from their GPU
+//! samples: what rule 3's idle-first order (`[governance] idle_first_reclaim`), the idle
+//! policy (`[governance.idle_policy]`) and the metrics of idle jobs read. The
 //! samples come from the side of the daemon that owns the database
 //! ([`crate::daemon::idleness_from_store`]); the governor knows no SQL.
 
@@ -11,7 +12,7 @@ use teamshare_policy::governance::{ClusterJob, Phase};
 
 use crate::period::UnixSeconds;
 
-/// The samples are collected every `ingest_interval` (seconds); asking for the window more
+/// The samples are collected every `ingest_interval` (seconds); asking for the windows more
 /// often than this finds nothing new.
 pub(super) const IDLENESS_REFRESH: Duration = Duration::from_secs(10);
 
@@ -26,41 +27,83 @@ pub struct SampledWindow {
     pub idle_ms: i64,
 }
 
-/// Per job run (JobIDRaw, StartTime as the nodes saw it), its samples of the last
-/// `idle_window` before the given instant. `Ok(None)`: nothing to read yet (no database).
-pub type IdlenessSource = Box<
-    dyn FnMut(&Config, UnixSeconds) -> Result<Option<BTreeMap<(u64, i64), SampledWindow>>, String>
-        + Send,
->;
+/// Per job run (JobIDRaw, StartTime as the nodes saw it), its samples of the window of the
+/// given length that ends at the given instant. `Ok(None)`: nothing to read yet (no database).
+pub type IdlenessSource =
+    Box<dyn FnMut(&Config, Duration, UnixSeconds) -> Result<Option<Windows>, String> + Send>;
 
-/// The windows last read, and when.
+/// Per job run (JobIDRaw, StartTime), its samples of one window.
+pub type Windows = BTreeMap<(u64, i64), SampledWindow>;
+
+/// The windows last read, per length, and when.
 #[derive(Default)]
 pub(super) struct Idleness {
     pub source: Option<IdlenessSource>,
-    pub windows: BTreeMap<(u64, i64), SampledWindow>,
+    pub windows: BTreeMap<Duration, Windows>,
     pub read_at: Option<Instant>,
 }
 
+/// The window lengths the configuration reads: `idle_window` (rule 3's idle-first order and
+/// the metrics of jobs idle now), and the idle policy's `notice_after` and, where an action
+/// follows the notice, `notice_after + act_after` (idle since before the notice).
+pub(super) fn window_lengths(config: &Config) -> BTreeSet<Duration> {
+    let mut lengths = BTreeSet::from([config.governance.idle_window]);
+    if let Some(p) = &config.idle_policy {
+        lengths.insert(p.notice_after);
+        if p.action != teamshare_config::IdleAction::Notice {
+            lengths.insert(p.notice_after.saturating_add(p.act_after));
+        }
+    }
+    lengths
+}
+
 impl Idleness {
-    /// Read the windows again when the configuration uses them and the last read is older
-    /// than [`IDLENESS_REFRESH`]. An error leaves the windows read before (they age out with
-    /// the jobs that end: a job is idle only for samples of its own run).
+    /// Read the windows again when the last read is older than [`IDLENESS_REFRESH`]. An
+    /// error leaves the windows read before (they age out with the jobs that end: a job is
+    /// idle only for samples of its own run).
     pub(super) fn refresh(&mut self, config: &Config, now: UnixSeconds) -> Result<(), String> {
-        if !config.governance.idle_first_reclaim
-            || self.read_at.is_some_and(|t| t.elapsed() < IDLENESS_REFRESH)
-        {
+        if self.read_at.is_some_and(|t| t.elapsed() < IDLENESS_REFRESH) {
             return Ok(());
         }
         self.read_at = Some(Instant::now());
         let Some(source) = &mut self.source else {
             return Ok(());
         };
-        match source(config, now) {
-            Ok(Some(windows)) => self.windows = windows,
-            Ok(None) => {}
-            Err(e) => return Err(format!("GPU idleness not refreshed: {e}")),
+        let mut read = BTreeMap::new();
+        for length in window_lengths(config) {
+            match source(config, length, now) {
+                Ok(Some(windows)) => {
+                    read.insert(length, windows);
+                }
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(format!("GPU idleness not refreshed: {e}")),
+            }
         }
+        self.windows = read;
         Ok(())
+    }
+
+    /// A job run's samples of the window of `length` last read (none: nothing sampled).
+    pub(super) fn sampled(&self, run: (u64, i64), length: Duration) -> SampledWindow {
+        self.windows
+            .get(&length)
+            .and_then(|w| w.get(&run))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// The running jobs idle for the whole window of `length` that ends at `now`
+    /// ([`idle_jobs`]); none where that window was not read.
+    pub(super) fn idle<'j>(
+        &self,
+        jobs: impl IntoIterator<Item = &'j ClusterJob>,
+        length: Duration,
+        now: UnixSeconds,
+    ) -> BTreeSet<u64> {
+        match self.windows.get(&length) {
+            Some(w) => idle_jobs(jobs, w, length, now),
+            None => BTreeSet::new(),
+        }
     }
 }
 
@@ -68,15 +111,15 @@ impl Idleness {
 /// before it, their samples of the window cover at least half of its GPU-time (a node whose
 /// sampler stopped leaves its jobs unknown, never idle), and every sample was below the idle
 /// threshold.
-pub(super) fn idle_jobs(
-    jobs: &[ClusterJob],
-    windows: &BTreeMap<(u64, i64), SampledWindow>,
+pub(super) fn idle_jobs<'j>(
+    jobs: impl IntoIterator<Item = &'j ClusterJob>,
+    windows: &Windows,
     window: Duration,
     now: UnixSeconds,
 ) -> BTreeSet<u64> {
     let window_s = i64::try_from(window.as_secs()).unwrap_or(i64::MAX);
     let window_ms = window_s.saturating_mul(1000);
-    jobs.iter()
+    jobs.into_iter()
         .filter(|j| j.phase == Phase::Running && !j.completing && j.gpus > 0)
         .filter(|j| {
             let Some(start) = j.start.filter(|s| now.saturating_sub(*s) >= window_s) else {

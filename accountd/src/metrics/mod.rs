@@ -15,6 +15,7 @@
 //! costs only where the administrator allows it).
 
 mod counters;
+mod idle;
 mod server;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use prometheus::{CounterVec, GaugeVec, Opts, Registry, TextEncoder};
 
 pub use counters::{render_counters, Counters};
+pub use idle::{render_idle, IdleFigures};
 #[cfg(test)]
 use server::HEADER_READ_TIMEOUT;
 pub use server::{Body, MetricsServer, MAX_CONNECTIONS, MAX_REQUEST_BYTES};
@@ -586,6 +588,7 @@ pub struct Exporter {
     database: PathBuf,
     live: Mutex<Live>,
     counters: Mutex<Counters>,
+    idle: Mutex<IdleFigures>,
     month: Mutex<MonthCache>,
 }
 
@@ -601,6 +604,7 @@ impl Exporter {
             database,
             live: Mutex::new(Live::default()),
             counters: Mutex::new(Counters::default()),
+            idle: Mutex::new(IdleFigures::default()),
             month: Mutex::new(MonthCache::default()),
         }
     }
@@ -628,6 +632,10 @@ impl Exporter {
         *lock(&self.counters)
     }
 
+    pub fn update_idle(&self, f: impl FnOnce(&mut IdleFigures)) {
+        f(&mut lock(&self.idle));
+    }
+
     /// The exposition now. The month's figures are computed again when older than
     /// [`MONTH_REFRESH`]; when that fails, the last figures are served and the error returned
     /// beside the text (retried after the same delay).
@@ -651,6 +659,7 @@ impl Exporter {
         let live = self.live();
         let mut text = render(&config, &live, cache.figures.as_ref());
         text.push_str(&render_counters(&self.counters()));
+        text.push_str(&render_idle(&config, &lock(&self.idle)));
         (text, error)
     }
 }

@@ -39,6 +39,7 @@ use crate::model::{split_usage, Run, TeamQuota, POOL};
 use crate::period::{format_local, Period, UnixSeconds};
 
 pub mod job;
+pub mod user;
 
 /// Everything `accountd status` shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -311,7 +311,7 @@ pub(super) fn stranded_holds(c: &Cluster) -> Result<Vec<String>, String> {
                 "-t",
                 "PD",
                 "-O",
-                "JobID:20|,Account:30|,AdminComment:300",
+                "JobID:20|,Account:30|,admin_comment:300",
             ],
         )?;
         Ok(out

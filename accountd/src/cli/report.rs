@@ -11,8 +11,9 @@ use teamshare_config::Config;
 
 use accountd::period::{self, format_local, Period, UnixSeconds};
 use accountd::report::html as report_html;
+use accountd::report::users::{self, UsersReport};
+use accountd::report::utilisation;
 use accountd::report::{self, CapacitySource, FairshareParams, Format, RowKind, UsageParams};
-use accountd::report::{users, utilisation};
 use accountd::slurm_cli;
 use accountd::store::{RunawayRun, Store};
 
@@ -128,35 +129,25 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
                 runaways(store)?,
             ))
         })?;
-        note_runaways(&runaway);
-        if let Some(first) = days.first() {
-            let untyped: f64 = days.iter().map(|d| d.untyped_gpu_seconds).sum();
-            if first.typed && untyped > 0.0 {
-                note_untyped(untyped, first, &params);
-            }
-            note_outside(
-                &days.iter().flat_map(|d| &d.outside).collect::<Vec<_>>(),
-                first,
-            );
-        }
-        return print(&report::render_teams_by_day(
-            &days,
-            args.format.text()?,
-            args.by_type,
-            &chrono::Local,
-        ));
+        return teams_by_day(&days, &runaway, &params, args);
     }
-    // The page charts the period's days: the reports `--by-day` prints, from the same reading.
+    // The page charts the period's days: the reports `--by-day` prints, from the same reading,
+    // and the users' idle GPU-hours (`report users`) over the same period and days.
     let html = args.format == FormatArg::Html;
-    let (usage, days, runaway) = with_report_store(&database, "ingest", |store| {
-        let days = if html {
-            report::usage_report_by_day(store, &params, &chrono::Local)?
+    let sampled_params = utilisation_params(config, period, now);
+    let (usage, days, sampled, runaway) = with_report_store(&database, "ingest", |store| {
+        let (days, sampled) = if html {
+            (
+                report::usage_report_by_day(store, &params, &chrono::Local)?,
+                Some(read_sampled(store, &sampled_params, args)?),
+            )
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         Ok((
             report::usage_report(store, &params)?,
             days,
+            sampled,
             runaways(store)?,
         ))
     })?;
@@ -171,10 +162,18 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
     }
     note_capacity(&usage, &params);
     note_outside(&usage.outside.iter().collect::<Vec<_>>(), &usage);
-    if html {
+    if let Some((users, user_days)) = &sampled {
+        if users.from_samples {
+            note_rollup_threshold();
+        }
+        let sampled = report_html::SampledUse {
+            users,
+            days: user_days,
+        };
         return print(&report_html::render_teams_html(
             &usage,
             &days,
+            sampled,
             args.by_type,
             &chrono::Local,
         ));
@@ -185,6 +184,56 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
         args.by_type,
         &chrono::Local,
     ))
+}
+
+/// `report teams --by-day`, with the notes of its days.
+fn teams_by_day(
+    days: &[report::UsageReport],
+    runaway: &[RunawayRun],
+    params: &UsageParams,
+    args: &ReportArgs,
+) -> anyhow::Result<ExitCode> {
+    note_runaways(runaway);
+    if let Some(first) = days.first() {
+        let untyped: f64 = days.iter().map(|d| d.untyped_gpu_seconds).sum();
+        if first.typed && untyped > 0.0 {
+            note_untyped(untyped, first, params);
+        }
+        note_outside(
+            &days.iter().flat_map(|d| &d.outside).collect::<Vec<_>>(),
+            first,
+        );
+    }
+    print(&report::render_teams_by_day(
+        days,
+        args.format.text()?,
+        args.by_type,
+        &chrono::Local,
+    ))
+}
+
+/// The users' idle GPU-hours of the teams page: the period's and each day's, only `--team`'s.
+fn read_sampled(
+    store: &Store,
+    params: &utilisation::UtilisationParams,
+    args: &ReportArgs,
+) -> anyhow::Result<(UsersReport, Vec<UsersReport>)> {
+    let mut users = users::users_report(store, params)?;
+    let mut days = users::users_report_by_day(store, params, &chrono::Local)?;
+    keep_teams(&mut users, args);
+    for day in &mut days {
+        keep_teams(day, args);
+    }
+    Ok((users, days))
+}
+
+/// Only `--team`'s users; without `--team`, all.
+fn keep_teams(r: &mut UsersReport, args: &ReportArgs) {
+    if let Some(keep) = team_filter(args) {
+        r.users.retain(|u| keep(Some(&u.team)));
+        // Their team is unknown, so not one of these.
+        r.unattributed = Default::default();
+    }
 }
 
 /// What the teams report's figures rest on, said on stderr (every format: CSV and JSON stay
@@ -398,11 +447,7 @@ fn users_report(
     let mut r = with_report_store(&database, "collect-samples", |store| {
         Ok(users::users_report(store, params)?)
     })?;
-    if let Some(keep) = team_filter(args) {
-        r.users.retain(|u| keep(Some(&u.team)));
-        // Their team is unknown, so not one of these.
-        r.unattributed = Default::default();
-    }
+    keep_teams(&mut r, args);
     if r.from_samples {
         note_rollup_threshold();
     }

@@ -26,6 +26,7 @@ const BAR_SHARE: f64 = 0.7;
 const DATE_ROOM: f64 = 40.0;
 
 /// A row of the report as the charts show it.
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Series<'r> {
     pub(super) name: &'r str,
     pub(super) kind: RowKind,
@@ -40,6 +41,20 @@ pub(super) enum Part {
     /// Drawn below the axis.
     Lent,
     Cost,
+    /// Allocated GPU-hours sampled at or above the idle threshold.
+    Busy,
+    /// Allocated GPU-hours sampled under the idle threshold.
+    Idle,
+    /// Allocated GPU-hours without samples.
+    Unsampled,
+}
+
+/// How a segment is filled with its row's colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    Solid,
+    Striped,
+    Pale,
 }
 
 impl Part {
@@ -50,6 +65,30 @@ impl Part {
             Part::Borrowed => "borrowed",
             Part::Lent => "lent",
             Part::Cost => "cost",
+            Part::Busy => "busy",
+            Part::Idle => "idle",
+            Part::Unsampled => "unsampled",
+        }
+    }
+
+    fn fill(self) -> Fill {
+        match self {
+            Part::InQuota | Part::Cost | Part::Busy => Fill::Solid,
+            Part::Borrowed | Part::Unsampled => Fill::Striped,
+            Part::Lent | Part::Idle => Fill::Pale,
+        }
+    }
+
+    /// What the legend's key says of its fill.
+    fn key(self) -> &'static str {
+        match self {
+            Part::InQuota => "in quota: solid",
+            Part::Borrowed => "borrowed: striped",
+            Part::Lent => "lent: pale, below the axis",
+            Part::Cost => "cost: solid",
+            Part::Busy => "busy (sampled at or above the idle threshold): solid",
+            Part::Idle => "idle (sampled under it): pale",
+            Part::Unsampled => "no samples: striped",
         }
     }
 }
@@ -72,6 +111,9 @@ impl Segment {
             Part::Borrowed => format!("{} GPU-hours borrowed", report::hours(self.value)),
             Part::Lent => format!("{} GPU-hours lent", report::hours(self.value)),
             Part::Cost => format!("total cost {}", report::money(Some(self.value))),
+            Part::Busy => format!("{} GPU-hours busy", report::hours(self.value)),
+            Part::Idle => format!("{} GPU-hours idle", report::hours(self.value)),
+            Part::Unsampled => format!("{} GPU-hours without samples", report::hours(self.value)),
         }
     }
 
@@ -98,6 +140,8 @@ pub(super) struct Chart<'a> {
     pub(super) series: &'a [Series<'a>],
     /// In stacking order within each day.
     pub(super) segments: &'a [Segment],
+    /// The parts whose fills the legend explains, in its order.
+    pub(super) key: &'a [Part],
 }
 
 /// The y axis of a chart: from `-below` to `above`, ticks every `step`.
@@ -211,12 +255,13 @@ impl Chart<'_> {
 
     fn write_patterns(&self, out: &mut String) {
         let id = self.id;
-        // Stripes in each row's colour for borrowed hours, and a grey one for the legend.
+        // Stripes in each row's colour for borrowed (or unsampled) hours, and a grey one for the
+        // legend.
         let striped: Vec<usize> = {
             let mut s: Vec<usize> = self
                 .segments
                 .iter()
-                .filter(|s| s.part == Part::Borrowed)
+                .filter(|s| s.part.fill() == Fill::Striped)
                 .map(|s| s.series)
                 .collect();
             s.sort_unstable();
@@ -323,14 +368,15 @@ impl Chart<'_> {
         );
     }
 
-    /// A segment's fill: its row's colour, striped where borrowed, pale where lent.
+    /// A segment's fill: its row's colour, striped where borrowed or unsampled, pale where lent
+    /// or idle.
     fn fill(&self, s: &Segment) -> String {
         let id = self.id;
         let series = &self.series[s.series];
-        match s.part {
-            Part::InQuota | Part::Cost => format!("fill=\"{}\"", series.color),
-            Part::Borrowed => format!("fill=\"url(#{id}-b{})\"", s.series),
-            Part::Lent => format!(
+        match s.part.fill() {
+            Fill::Solid => format!("fill=\"{}\"", series.color),
+            Fill::Striped => format!("fill=\"url(#{id}-b{})\"", s.series),
+            Fill::Pale => format!(
                 "fill=\"{0}\" fill-opacity=\"0.35\" stroke=\"{0}\" stroke-width=\"0.6\"",
                 series.color
             ),
@@ -372,14 +418,17 @@ impl Chart<'_> {
         }
         out.push_str("</ul>\n");
         // What the fills mean, apart from the rows (whose colours a grey could be taken for).
-        if self.segments.iter().any(|s| s.part != Part::Cost) {
-            let _ = writeln!(
-                out,
-                "<ul class=\"legend key\">\n<li>{}in quota: solid</li>\n<li>{}borrowed: striped</li>\n<li>{}lent: pale, below the axis</li>\n</ul>",
-                swatch("fill=\"#444\""),
-                swatch(&format!("fill=\"url(#{id}-bkey)\"")),
-                swatch("fill=\"#444\" fill-opacity=\"0.35\" stroke=\"#444\""),
-            );
+        if !self.key.is_empty() && self.segments.iter().any(|s| s.part != Part::Cost) {
+            out.push_str("<ul class=\"legend key\">\n");
+            for part in self.key {
+                let fill = match part.fill() {
+                    Fill::Solid => "fill=\"#444\"".to_string(),
+                    Fill::Striped => format!("fill=\"url(#{id}-bkey)\""),
+                    Fill::Pale => "fill=\"#444\" fill-opacity=\"0.35\" stroke=\"#444\"".to_string(),
+                };
+                let _ = writeln!(out, "<li>{}{}</li>", swatch(&fill), part.key());
+            }
+            out.push_str("</ul>\n");
         }
         out.push_str("</figcaption>\n</figure>\n");
     }

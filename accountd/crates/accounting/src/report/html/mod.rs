@@ -1,15 +1,22 @@
 //! `accountd report teams --format html`: the teams report as one self-contained HTML page
 //! (DESIGN 5): the period's table as the table format shows it (the same cells, the same notes
-//! under it), then two charts of the period's local days, inline SVG:
+//! under it), then three charts of the period's local days, inline SVG, and the users' idle
+//! GPU-hours:
 //!
 //! - GPU-hours: one bar per day, each team's (and account's) hours in quota (solid) and borrowed
 //!   (striped) stacked above the axis, what each row lent (pale) below it;
 //! - cost (with rates only): one bar per day, each row's total cost (allocated + idle share)
 //!   stacked, so that a day's bar is that day's capacity cost (a negative idle cost, usage beyond
-//!   the recorded capacity, goes below the axis).
+//!   the recorded capacity, goes below the axis);
+//! - allocated and busy GPU-hours (issue 29): one bar per day, each team's allocated GPU-hours
+//!   stacked, each split into what its NVML samples saw busy (solid), idle (pale) and what no
+//!   sample saw (striped); a line saying there are no samples instead where there are none;
+//! - then the table of `report users`: each user's allocated, idle and unsampled GPU-hours and
+//!   most idle job runs.
 //!
 //! The days are [`report::usage_report_by_day`]'s, the reports `--by-day` prints. This module
-//! writes the page and says what each chart shows; `chart` draws a stacked bar chart of days.
+//! writes the page and says what each chart shows; `chart` draws a stacked bar chart of days;
+//! `idle` writes the part from the samples.
 //!
 //! The page loads nothing: no script, font, image or link, and its Content-Security-Policy
 //! (`default-src 'none'`) forbids any load but its own inline style, so it reads the same offline,
@@ -19,13 +26,16 @@
 
 use std::fmt::Write as _;
 
+use crate::period::UnixSeconds;
 use crate::report::{self, RowKind, UsageReport};
 
 mod chart;
+mod idle;
 
 #[cfg(test)]
 use chart::{tick_label, Axis, PLOT_HEIGHT, TOP};
 use chart::{Chart, Part, Segment, Series};
+pub use idle::SampledUse;
 
 /// The colours of teams and accounts, in the order of the report's rows (they repeat beyond
 /// seven): distinguishable with the common colour-vision deficiencies, and apart from
@@ -56,11 +66,13 @@ pub fn escape(text: &str) -> String {
 }
 
 /// The page. `report`: the period's; `days`: one report per local day of its counted part
-/// ([`report::usage_report_by_day`], with the same parameters); `by_type`: the table shows each
-/// row's GPU types under it, as `--by-type` does.
+/// ([`report::usage_report_by_day`], with the same parameters); `sampled`: the users' idle
+/// GPU-hours over the same period and days; `by_type`: the table shows each row's GPU types
+/// under it, as `--by-type` does.
 pub fn render_teams_html<Tz: chrono::TimeZone>(
     report: &UsageReport,
     days: &[UsageReport],
+    sampled: SampledUse<'_>,
     by_type: bool,
     tz: &Tz,
 ) -> String
@@ -70,7 +82,10 @@ where
     let heading = report::title(report, "", report.period, tz);
     let heading = heading.trim_end();
     let series = series_of(report);
-    let dates: Vec<String> = days.iter().map(|d| local_date(d, tz)).collect();
+    let dates: Vec<String> = days
+        .iter()
+        .map(|d| local_date(d.period.since, tz))
+        .collect();
     let mut out = String::with_capacity(32 * 1024 + days.len() * 4 * 1024);
     page_head(&mut out, heading);
     out.push_str("<body>\n<header>\n");
@@ -85,9 +100,11 @@ where
 
     usage_section(&mut out, &series, days, &dates);
     cost_section(&mut out, report, &series, days, &dates);
+    idle::busy_section(&mut out, &series, sampled, tz);
+    idle::users_section(&mut out, sampled.users);
     let _ = writeln!(
         out,
-        "<footer><p>accountd {}: report teams; the charts' days are those of report teams --by-day</p></footer>\n</body>\n</html>",
+        "<footer><p>accountd {}: report teams; the charts' days are those of report teams --by-day; the users' table is report users'</p></footer>\n</body>\n</html>",
         env!("CARGO_PKG_VERSION")
     );
     out
@@ -114,6 +131,7 @@ fn usage_section(out: &mut String, series: &[Series<'_>], days: &[UsageReport], 
             dates,
             series,
             segments: &segments,
+            key: &[Part::InQuota, Part::Borrowed, Part::Lent],
         };
         chart.render(out);
     }
@@ -156,6 +174,7 @@ fn cost_section(
                 dates,
                 series,
                 segments: &segments,
+                key: &[],
             };
             chart.render(out);
         }
@@ -237,9 +256,9 @@ fn series_of(report: &UsageReport) -> Vec<Series<'_>> {
         .collect()
 }
 
-/// The local date a day's report starts on, `YYYY-MM-DD`.
-fn local_date<Tz: chrono::TimeZone>(day: &UsageReport, tz: &Tz) -> String {
-    tz.timestamp_opt(day.period.since, 0)
+/// The local date of the instant a day starts, `YYYY-MM-DD`.
+fn local_date<Tz: chrono::TimeZone>(since: UnixSeconds, tz: &Tz) -> String {
+    tz.timestamp_opt(since, 0)
         .earliest()
         .map(|t| t.naive_local().date().to_string())
         .unwrap_or_default()

@@ -29,6 +29,7 @@ use crate::store::{GpuTime, Store, UserRun};
 mod render;
 
 pub use render::render_users;
+pub(crate) use render::{users_notes, users_table_cells};
 
 /// How many of a user's job runs the report names: those with the most idle GPU-hours.
 pub const WORST_RUNS: usize = 3;

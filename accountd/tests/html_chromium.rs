@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use accountd::gpu_sample::Sample;
 use accountd::store::{CapacitySample, Store};
 
 const BIN: &str = env!("CARGO_BIN_EXE_accountd");
@@ -43,6 +44,8 @@ database = "accountd.db"
 /// - 2024-05-02: training 4 GPUs all day: 96 GPU-hours in quota;
 /// - 2024-05-03: an account named like markup holds 1 GPU for an hour (borrowed, no quota):
 ///   the page must show the name as text, not as an element.
+///
+/// Only agents' job was sampled ([`samples`]).
 const SACCT: &str = "\
 1|1|htmlcluster|agents|alice|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T06:00:00|06:00:00|cpu=4,gres/gpu=4,node=1|2024-05-01T00:00:00|2880|1|cpu=4,gres/gpu=4,node=1
 2|2|htmlcluster|training|bob|gpu|normal|COMPLETED|2024-05-02T00:00:00|2024-05-02T00:00:00|2024-05-03T00:00:00|1-00:00:00|cpu=8,gres/gpu=4,node=1|2024-05-02T00:00:00|2880|1|cpu=8,gres/gpu=4,node=1
@@ -50,6 +53,33 @@ const SACCT: &str = "\
 ";
 
 const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Job 1's GPUs, a sample each hour standing for that hour: two at 90 %, one at 0 % (idle), the
+/// fourth never sampled. agents on 2024-05-01: 24 GPU-hours allocated, 12 busy, 6 idle, 6
+/// without samples.
+fn samples() -> Vec<Sample> {
+    let start = 1_714_521_600; // 2024-05-01T00:00:00Z, job 1's start
+    let mut samples = Vec::new();
+    for (gpu, util) in [("GPU-1", 90), ("GPU-2", 90), ("GPU-3", 0)] {
+        for h in 0..6 {
+            samples.push(Sample {
+                node: "n1".into(),
+                gpu_uuid: gpu.into(),
+                ts_ms: (start + h * 3600) * 1000,
+                interval_ms: 3_600_000,
+                minor: None,
+                job_id_raw: Some(1),
+                job_start: Some(start),
+                util_gpu: util,
+                util_mem: 0,
+                mem_used: 0,
+                mem_total: None,
+                processes: None,
+            });
+        }
+    }
+    samples
+}
 
 fn artifacts() -> PathBuf {
     // CARGO_MANIFEST_DIR is accountd/; the workspace's target/ is beside it.
@@ -165,6 +195,9 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
         by_type: Default::default(),
     };
     assert!(store.record_capacity("htmlcluster", &capacity).unwrap());
+    store
+        .record_samples("htmlcluster", &samples(), 5.0, 1_714_780_800)
+        .unwrap();
     drop(store);
 
     let out = Command::new(BIN)
@@ -208,6 +241,8 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
         "GPU usage on htmlcluster",
         "GPU-hours per day",
         "Cost per day (BRL)",
+        "Allocated and busy GPU-hours per day",
+        "Idle GPU-hours per user",
         "agents",
         "training",
         "<b>x</b>", // the escaped name reads as itself
@@ -254,19 +289,24 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
         "{training:?}"
     );
 
-    // The DOM Chromium built from it: two charts whose bars carry each day's figures (their
+    // The DOM Chromium built from it: three charts whose bars carry each day's figures (their
     // tooltips), and no element made of the account's name. 2024-05-01: agents 4 GPUs x 6 h, 2
     // over its quota: 12 borrowed, lent by training (4 idle of quota) and the pool (2
-    // unallocated) 2:1, 8 and 4; 2024-05-02: training 4 x 24 h in quota.
+    // unallocated) 2:1, 8 and 4; 2024-05-02: training 4 x 24 h in quota. Busy and idle:
+    // [`samples`].
     let o = chromium(&profile, &["--dump-dom".to_string(), url.clone()]);
     let dom = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(dom.matches("<svg class=\"chart\"").count(), 2, "{dom}");
+    assert_eq!(dom.matches("<svg class=\"chart\"").count(), 3, "{dom}");
     for tooltip in [
         "agents, 2024-05-01: 12.0000 GPU-hours in quota",
         "agents, 2024-05-01: 12.0000 GPU-hours borrowed",
         "training, 2024-05-01: 8.0000 GPU-hours lent",
         "(pool), 2024-05-01: 4.0000 GPU-hours lent",
         "training, 2024-05-02: 96.0000 GPU-hours in quota",
+        "agents, 2024-05-01: 12.0000 GPU-hours busy",
+        "agents, 2024-05-01: 6.0000 GPU-hours idle",
+        "agents, 2024-05-01: 6.0000 GPU-hours without samples",
+        "training, 2024-05-02: 96.0000 GPU-hours without samples",
     ] {
         assert!(
             dom.contains(tooltip),
@@ -284,7 +324,7 @@ fn the_html_report_renders_in_chromium_with_its_table_and_charts() {
     let o = chromium(
         &profile,
         &[
-            "--window-size=1280,2000".to_string(),
+            "--window-size=1280,2600".to_string(),
             format!("--screenshot={}", png.display()),
             url,
         ],

@@ -82,6 +82,9 @@ pub(super) enum ReportKind {
     Jobs,
     /// GPU utilisation and idle GPU-hours per team (NVML samples)
     Utilisation,
+    /// Per user and team: allocated GPU-hours, idle and unsampled ones (NVML samples), the
+    /// share idle, the most idle job runs
+    Users,
     /// Per team: weight, normalised shares, decayed usage, fair-share factor
     Fairshare,
 }
@@ -96,7 +99,7 @@ pub(super) enum FormatArg {
 
 impl FormatArg {
     /// The format of the text renderers; `html` is `report teams`' alone (its page has charts
-    /// of the period's days besides the table: `report_html`).
+    /// of the period's days and the users' idle GPU-hours besides the table: `report_html`).
     pub(super) fn text(self) -> Result<Format, UsageError> {
         match self {
             FormatArg::Table => Ok(Format::Table),

@@ -70,7 +70,7 @@ enum Command {
     /// Read job runs from sacct into the database (idempotent; overlapping windows are safe)
     Ingest(ingest::IngestArgs),
     /// Reports: per-team usage, borrowing, lending and cost; jobs with idle GPUs; utilisation;
-    /// fair-share
+    /// idle GPU-hours per user; fair-share
     Report(report::ReportArgs),
     /// Replay a period of job history under candidate configurations (as today, siloed, other
     /// teamshare.toml files) and show per team, side by side, what would change

@@ -1,6 +1,6 @@
 //! `accountd report`: per-team usage and cost (`teams`), jobs with idle GPUs (`jobs`),
-//! utilisation (`utilisation`) and fair-share (`fairshare`), with what their figures rest on
-//! said on stderr.
+//! utilisation (`utilisation`), idle GPU-hours per user (`users`) and fair-share (`fairshare`),
+//! with what their figures rest on said on stderr.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -11,6 +11,7 @@ use teamshare_config::Config;
 
 use accountd::period::{self, format_local, Period, UnixSeconds};
 use accountd::report::html as report_html;
+use accountd::report::users::{self, UsersReport};
 use accountd::report::utilisation;
 use accountd::report::{self, CapacitySource, FairshareParams, Format, RowKind, UsageParams};
 use accountd::slurm_cli;
@@ -38,7 +39,7 @@ pub(super) struct ReportArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = FormatArg::Table)]
     format: FormatArg,
-    /// `jobs`: show at most N jobs
+    /// `jobs`, `users`: show at most N rows, the most idle first
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
     /// `teams`: one report per local day of the period (a job counts on every day it held GPUs)
@@ -61,6 +62,13 @@ pub(super) fn run(
     if args.by_type && args.kind != ReportKind::Teams {
         return Err(UsageError("--by-type applies to `report teams` only".into()).into());
     }
+    if args.format == FormatArg::Html && args.kind == ReportKind::Users {
+        return Err(UsageError(
+            "--format html applies to `report teams` only: its page has the users' table too"
+                .into(),
+        )
+        .into());
+    }
     if args.format == FormatArg::Html && args.kind != ReportKind::Teams {
         return Err(UsageError("--format html applies to `report teams` only".into()).into());
     }
@@ -73,7 +81,9 @@ pub(super) fn run(
     match args.kind {
         ReportKind::Teams => teams_report(config, database, args),
         ReportKind::Fairshare => fairshare_report(config, database, args),
-        ReportKind::Jobs | ReportKind::Utilisation => samples_report(config, database, args),
+        ReportKind::Jobs | ReportKind::Utilisation | ReportKind::Users => {
+            samples_report(config, database, args)
+        }
     }
 }
 
@@ -119,35 +129,25 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
                 runaways(store)?,
             ))
         })?;
-        note_runaways(&runaway);
-        if let Some(first) = days.first() {
-            let untyped: f64 = days.iter().map(|d| d.untyped_gpu_seconds).sum();
-            if first.typed && untyped > 0.0 {
-                note_untyped(untyped, first, &params);
-            }
-            note_outside(
-                &days.iter().flat_map(|d| &d.outside).collect::<Vec<_>>(),
-                first,
-            );
-        }
-        return print(&report::render_teams_by_day(
-            &days,
-            args.format.text()?,
-            args.by_type,
-            &chrono::Local,
-        ));
+        return teams_by_day(&days, &runaway, &params, args);
     }
-    // The page charts the period's days: the reports `--by-day` prints, from the same reading.
+    // The page charts the period's days: the reports `--by-day` prints, from the same reading,
+    // and the users' idle GPU-hours (`report users`) over the same period and days.
     let html = args.format == FormatArg::Html;
-    let (usage, days, runaway) = with_report_store(&database, "ingest", |store| {
-        let days = if html {
-            report::usage_report_by_day(store, &params, &chrono::Local)?
+    let sampled_params = utilisation_params(config, period, now);
+    let (usage, days, sampled, runaway) = with_report_store(&database, "ingest", |store| {
+        let (days, sampled) = if html {
+            (
+                report::usage_report_by_day(store, &params, &chrono::Local)?,
+                Some(read_sampled(store, &sampled_params, args)?),
+            )
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         Ok((
             report::usage_report(store, &params)?,
             days,
+            sampled,
             runaways(store)?,
         ))
     })?;
@@ -162,10 +162,18 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
     }
     note_capacity(&usage, &params);
     note_outside(&usage.outside.iter().collect::<Vec<_>>(), &usage);
-    if html {
+    if let Some((users, user_days)) = &sampled {
+        if users.from_samples {
+            note_rollup_threshold();
+        }
+        let sampled = report_html::SampledUse {
+            users,
+            days: user_days,
+        };
         return print(&report_html::render_teams_html(
             &usage,
             &days,
+            sampled,
             args.by_type,
             &chrono::Local,
         ));
@@ -176,6 +184,56 @@ fn teams_report(config: &Config, database: PathBuf, args: &ReportArgs) -> anyhow
         args.by_type,
         &chrono::Local,
     ))
+}
+
+/// `report teams --by-day`, with the notes of its days.
+fn teams_by_day(
+    days: &[report::UsageReport],
+    runaway: &[RunawayRun],
+    params: &UsageParams,
+    args: &ReportArgs,
+) -> anyhow::Result<ExitCode> {
+    note_runaways(runaway);
+    if let Some(first) = days.first() {
+        let untyped: f64 = days.iter().map(|d| d.untyped_gpu_seconds).sum();
+        if first.typed && untyped > 0.0 {
+            note_untyped(untyped, first, params);
+        }
+        note_outside(
+            &days.iter().flat_map(|d| &d.outside).collect::<Vec<_>>(),
+            first,
+        );
+    }
+    print(&report::render_teams_by_day(
+        days,
+        args.format.text()?,
+        args.by_type,
+        &chrono::Local,
+    ))
+}
+
+/// The users' idle GPU-hours of the teams page: the period's and each day's, only `--team`'s.
+fn read_sampled(
+    store: &Store,
+    params: &utilisation::UtilisationParams,
+    args: &ReportArgs,
+) -> anyhow::Result<(UsersReport, Vec<UsersReport>)> {
+    let mut users = users::users_report(store, params)?;
+    let mut days = users::users_report_by_day(store, params, &chrono::Local)?;
+    keep_teams(&mut users, args);
+    for day in &mut days {
+        keep_teams(day, args);
+    }
+    Ok((users, days))
+}
+
+/// Only `--team`'s users; without `--team`, all.
+fn keep_teams(r: &mut UsersReport, args: &ReportArgs) {
+    if let Some(keep) = team_filter(args) {
+        r.users.retain(|u| keep(Some(&u.team)));
+        // Their team is unknown, so not one of these.
+        r.unattributed = Default::default();
+    }
 }
 
 /// What the teams report's figures rest on, said on stderr (every format: CSV and JSON stay
@@ -318,36 +376,26 @@ fn fairshare_report(
     ))
 }
 
-/// `report jobs` and `report utilisation`: from the NVML samples.
+/// `report jobs`, `report utilisation` and `report users`: from the NVML samples.
 fn samples_report(
     config: &Config,
     database: PathBuf,
     args: &ReportArgs,
 ) -> anyhow::Result<ExitCode> {
     let now = period::now();
-    let Period { since, until } = report_period(args, now)?;
-    let params = utilisation::UtilisationParams {
-        cluster: slurm_cli::slurm_name(&config.cluster.name),
-        period: Period { since, until },
-        idle_threshold: config.accountd.idle_threshold_percent,
-        now,
-    };
+    let params = utilisation_params(config, report_period(args, now)?, now);
+    if args.kind == ReportKind::Users {
+        return users_report(database, args, &params);
+    }
     let mut r = with_report_store(&database, "collect-samples", |store| {
         Ok(utilisation::utilisation_report(store, &params)?)
     })?;
-    if !args.teams.is_empty() {
-        let wanted: Vec<String> = args
-            .teams
-            .iter()
-            .map(|t| slurm_cli::slurm_name(t))
-            .collect();
-        let keep =
-            |team: Option<&str>| team.is_some_and(|t| wanted.contains(&slurm_cli::slurm_name(t)));
+    if let Some(keep) = team_filter(args) {
         r.jobs.retain(|j| keep(j.team.as_deref()));
         r.teams.retain(|t| keep(Some(&t.team)));
     }
     if r.from_samples {
-        say_err!("accountd: note: the hourly rollup was built with another idle threshold; read from the samples (`accountd collect-samples` rebuilds it)");
+        note_rollup_threshold();
     }
     let format: Format = args.format.text()?;
     let text = match args.kind {
@@ -355,4 +403,61 @@ fn samples_report(
         _ => utilisation::render_teams(&r, format, &chrono::Local),
     };
     print(&text)
+}
+
+/// What the reports of the samples read: the configured cluster and idle threshold.
+fn utilisation_params(
+    config: &Config,
+    period: Period,
+    now: UnixSeconds,
+) -> utilisation::UtilisationParams {
+    utilisation::UtilisationParams {
+        cluster: slurm_cli::slurm_name(&config.cluster.name),
+        period,
+        idle_threshold: config.accountd.idle_threshold_percent,
+        now,
+    }
+}
+
+/// `--team`'s teams as a test of a row's team (None: a run sacct has not brought in), compared
+/// as Slurm names them; None without `--team`.
+fn team_filter(args: &ReportArgs) -> Option<impl Fn(Option<&str>) -> bool> {
+    if args.teams.is_empty() {
+        return None;
+    }
+    let wanted: Vec<String> = args
+        .teams
+        .iter()
+        .map(|t| slurm_cli::slurm_name(t))
+        .collect();
+    Some(move |team: Option<&str>| team.is_some_and(|t| wanted.contains(&slurm_cli::slurm_name(t))))
+}
+
+fn note_rollup_threshold() {
+    say_err!("accountd: note: the hourly rollup was built with another idle threshold; read from the samples (`accountd collect-samples` rebuilds it)");
+}
+
+/// `report users`: idle GPU-hours per user; in CSV and JSON, the samples no user has said on
+/// stderr (the table says it under it).
+fn users_report(
+    database: PathBuf,
+    args: &ReportArgs,
+    params: &utilisation::UtilisationParams,
+) -> anyhow::Result<ExitCode> {
+    let mut r = with_report_store(&database, "collect-samples", |store| {
+        Ok(users::users_report(store, params)?)
+    })?;
+    keep_teams(&mut r, args);
+    if r.from_samples {
+        note_rollup_threshold();
+    }
+    let format: Format = args.format.text()?;
+    if format != Format::Table && r.unattributed.samples > 0 {
+        say_err!(
+            "accountd: note: {:.4} GPU-hours were sampled on job runs sacct has not brought in yet ({:.4} idle): they have no user (`accountd ingest` brings them in)",
+            r.unattributed.sampled_gpu_hours(),
+            r.unattributed.idle_gpu_hours()
+        );
+    }
+    print(&users::render_users(&r, format, args.limit, &chrono::Local))
 }

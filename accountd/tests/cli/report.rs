@@ -660,6 +660,54 @@ fn report_csv_and_team_filter() {
     );
 }
 
+/// `report users` over the fixture's 2024-05-01, no GPU samples: every allocated GPU-hour is
+/// unsampled, none idle. alice (agents): job 1, 2 GPUs x 2 h, and job 2, running, 1 GPU x 24 h:
+/// 28 (job 5 has no GPUs); bob (training): 4 x 0.5 h = 2; carol (ghost): 1 x 1 h = 1; job 6 is
+/// another cluster's. No idle hours: by user.
+#[test]
+fn report_users() {
+    let site = prepared_site();
+    let o = site.run(false, &[&["report", "users"][..], &PERIOD].concat());
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<Vec<String>> = out.lines().skip(2).take(3).map(cells).collect();
+    assert_eq!(
+        lines,
+        [
+            ["alice", "agents", "2", "28.0000", "0.0000", "0.0000", "0.0", "28.0000"],
+            ["bob", "training", "1", "2.0000", "0.0000", "0.0000", "0.0", "2.0000"],
+            ["carol", "ghost", "1", "1.0000", "0.0000", "0.0000", "0.0", "1.0000"],
+        ],
+        "{out}"
+    );
+    assert!(out.contains("never counted as idle"), "{out}");
+
+    let o = site.run(
+        false,
+        &[
+            &["report", "users", "--team", "Training", "--format", "csv"][..],
+            &PERIOD,
+        ]
+        .concat(),
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "user,team,jobs,gpu_hours,sampled_gpu_hours,idle_gpu_hours,idle_percent,unsampled_gpu_hours,worst_job_1,worst_job_1_idle_gpu_hours,worst_job_2,worst_job_2_idle_gpu_hours,worst_job_3,worst_job_3_idle_gpu_hours,since,until\n\
+         bob,training,1,2.0000,0.0000,0.0000,0.00,2.0000,,,,,,,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z\n"
+    );
+
+    let o = site.run(false, &["report", "users", "--format", "html"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains(
+            "--format html applies to `report teams` only: its page has the users' table too"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn report_json() {
     let site = prepared_site();

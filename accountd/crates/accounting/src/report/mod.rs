@@ -1,6 +1,7 @@
 //! Reports over a period: the per-team accounting of DESIGN 5 (`report teams`), the fair-share
 //! figures (`report fairshare`), the utilisation and idle GPUs of the NVML samples (`report
-//! jobs`, `report utilisation`), and their renderings (table, CSV, JSON; HTML for the teams).
+//! jobs`, `report utilisation`, `report users`), and their renderings (table, CSV, JSON; HTML
+//! for the teams, with the users).
 //!
 //! The arithmetic is the model's (`crate::model`): the in-quota / borrowed / lent split
 //! (`usage::split_usage`), the costs (`cost::team_costs`), the fair-share factor
@@ -10,8 +11,10 @@
 //! The parts: this module holds what every report shares (the [`Format`], the rates); `teams`:
 //! `report teams`, whole or day by day (the accounting of DESIGN 5); `fairshare`: `report
 //! fairshare`; `utilisation`: `report jobs` and `report utilisation`, from the NVML samples;
-//! `html`: the teams report as a self-contained HTML page; `render`: the CSV and JSON writers of
-//! every report's rows; `table`: the text table of every report.
+//! `users`: `report users`, idle GPU-hours per user from the same samples and every run's
+//! allocated GPU-hours; `html`: the teams report as a self-contained HTML page (with the users);
+//! `render`: the CSV and JSON writers of every report's rows; `table`: the text table of every
+//! report.
 
 use std::collections::BTreeMap;
 
@@ -24,11 +27,12 @@ pub mod html;
 mod render;
 pub mod table;
 pub mod teams;
+pub mod users;
 pub mod utilisation;
 
 pub use fairshare::*;
 pub use render::csv_text;
-pub(crate) use render::{json_text, CsvNumbers, JsonNumbers, Numbers};
+pub(crate) use render::{json_text, CsvNumber, CsvNumbers, JsonNumbers, Numbers};
 pub use teams::*;
 
 /// The key of GPUs allocated without a type: the `[gpu_types]` rate they are priced at, and

@@ -1,5 +1,5 @@
 //! The text tables of every report (`report teams`, `report fairshare`, `report jobs`,
-//! `report utilisation`): columns as wide as their widest cell, two spaces apart, no trailing
+//! `report utilisation`, `report users`): columns as wide as their widest cell, two spaces apart, no trailing
 //! blanks.
 
 use std::fmt::Write as _;
@@ -11,6 +11,17 @@ pub fn render<H: AsRef<str>>(
     header: &[H],
     lines: &[Vec<String>],
     left: usize,
+    rule_before: Option<usize>,
+) -> String {
+    render_aligned(header, lines, |i| i < left, rule_before)
+}
+
+/// [`render`], with the columns `is_left(i)` says left-aligned (text, such as a list of jobs
+/// in the last column), the others right-aligned.
+pub fn render_aligned<H: AsRef<str>>(
+    header: &[H],
+    lines: &[Vec<String>],
+    is_left: impl Fn(usize) -> bool,
     rule_before: Option<usize>,
 ) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.as_ref().chars().count()).collect();
@@ -26,7 +37,7 @@ pub fn render<H: AsRef<str>>(
             if i > 0 {
                 out.push_str("  ");
             }
-            let _ = if i < left {
+            let _ = if is_left(i) {
                 write!(out, "{cell:<w$}")
             } else {
                 write!(out, "{cell:>w$}")

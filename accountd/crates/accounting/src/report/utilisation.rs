@@ -46,6 +46,9 @@ pub struct JobUtilisation {
     pub start: Option<UnixSeconds>,
     /// From `job_runs` (sacct) when that run has been ingested.
     pub job_id: Option<String>,
+    /// The StartTime of that stored run: `start`, or where the node could not tell, the run's
+    /// that [`Store::run_of_samples`] found.
+    pub run_start: Option<UnixSeconds>,
     pub user: Option<String>,
     pub team: Option<String>,
     pub gpus: Option<u64>,
@@ -128,6 +131,7 @@ pub fn utilisation_report(
             job_id_raw,
             start: (start != 0).then_some(start),
             job_id: run.as_ref().map(|r| r.job_id.clone()),
+            run_start: run.as_ref().map(|r| r.start),
             user: run.as_ref().map(|r| r.user.clone()),
             team: run.as_ref().map(|r| r.account.clone()),
             gpus: run.as_ref().map(|r| u64::try_from(r.gpus).unwrap_or(0)),

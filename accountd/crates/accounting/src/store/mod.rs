@@ -35,7 +35,7 @@ pub use capacity::{CapacitySample, CAPACITY_HEARTBEAT_SECONDS};
 pub use migrations::SCHEMA_VERSION;
 pub use replay::{StartedJob, SubmittedJobs};
 pub use runs::{
-    BatchOutcome, GpuTypes, RunStart, RunUsage, RunWriter, RunawayRun, WatermarkAdvance,
+    BatchOutcome, GpuTypes, RunStart, RunUsage, RunWriter, RunawayRun, UserRun, WatermarkAdvance,
     WriteOutcome,
 };
 pub use samples::{GpuTime, PeriodGpuTime, RunGpu, SampledRun, SamplesOutcome};

@@ -1,14 +1,22 @@
 //! `accountd report teams --format html`: the teams report as one self-contained HTML page
 //! (DESIGN 5): the period's table as the table format shows it (the same cells, the same notes
-//! under it), then two charts of the period's local days, inline SVG:
+//! under it), then three charts of the period's local days, inline SVG, and the users' idle
+//! GPU-hours:
 //!
 //! - GPU-hours: one bar per day, each team's (and account's) hours in quota (solid) and borrowed
 //!   (striped) stacked above the axis, what each row lent (pale) below it;
 //! - cost (with rates only): one bar per day, each row's total cost (allocated + idle share)
 //!   stacked, so that a day's bar is that day's capacity cost (a negative idle cost, usage beyond
-//!   the recorded capacity, goes below the axis).
+//!   the recorded capacity, goes below the axis);
+//! - allocated and busy GPU-hours (issue 29): one bar per day, each team's allocated GPU-hours
+//!   stacked, each split into what its NVML samples saw busy (solid), idle (pale) and what no
+//!   sample saw (striped); a line saying there are no samples instead where there are none;
+//! - then the table of `report users`: each user's allocated, idle and unsampled GPU-hours and
+//!   most idle job runs.
 //!
-//! The days are [`report::usage_report_by_day`]'s, the reports `--by-day` prints.
+//! The days are [`report::usage_report_by_day`]'s, the reports `--by-day` prints. This module
+//! writes the page and says what each chart shows; `chart` draws a stacked bar chart of days;
+//! `idle` writes the part from the samples.
 //!
 //! The page loads nothing: no script, font, image or link, and its Content-Security-Policy
 //! (`default-src 'none'`) forbids any load but its own inline style, so it reads the same offline,
@@ -18,7 +26,16 @@
 
 use std::fmt::Write as _;
 
+use crate::period::UnixSeconds;
 use crate::report::{self, RowKind, UsageReport};
+
+mod chart;
+mod idle;
+
+#[cfg(test)]
+use chart::{tick_label, Axis, PLOT_HEIGHT, TOP};
+use chart::{Chart, Part, Segment, Series};
+pub use idle::SampledUse;
 
 /// The colours of teams and accounts, in the order of the report's rows (they repeat beyond
 /// seven): distinguishable with the common colour-vision deficiencies, and apart from
@@ -30,24 +47,6 @@ pub const PALETTE: [&str; 7] = [
 const POOL_COLOR: &str = "#7f7f7f";
 /// `(idle)`'s colour.
 const IDLE_COLOR: &str = "#bdbdbd";
-
-/// The charts' drawing, in SVG user units (the page scales it to its width).
-const WIDTH: f64 = 960.0;
-const HEIGHT: f64 = 330.0;
-/// Room for the y axis' labels and title.
-const LEFT: f64 = 64.0;
-const RIGHT: f64 = 8.0;
-const TOP: f64 = 12.0;
-/// Room for the dates.
-const BOTTOM: f64 = 36.0;
-const PLOT_WIDTH: f64 = WIDTH - LEFT - RIGHT;
-/// The height of the bars' area: the axis' range spans it.
-const PLOT_HEIGHT: f64 = HEIGHT - TOP - BOTTOM;
-/// The share of a day's width its bar takes.
-const BAR_SHARE: f64 = 0.7;
-/// The least room for a date under the axis; dates closer than that are shown every other (or
-/// third...) day.
-const DATE_ROOM: f64 = 40.0;
 
 /// `text` escaped for HTML text and quoted attribute values (also inside inline SVG): `&`, `<`,
 /// `>`, `"` and `'` as character references.
@@ -67,11 +66,13 @@ pub fn escape(text: &str) -> String {
 }
 
 /// The page. `report`: the period's; `days`: one report per local day of its counted part
-/// ([`report::usage_report_by_day`], with the same parameters); `by_type`: the table shows each
-/// row's GPU types under it, as `--by-type` does.
+/// ([`report::usage_report_by_day`], with the same parameters); `sampled`: the users' idle
+/// GPU-hours over the same period and days; `by_type`: the table shows each row's GPU types
+/// under it, as `--by-type` does.
 pub fn render_teams_html<Tz: chrono::TimeZone>(
     report: &UsageReport,
     days: &[UsageReport],
+    sampled: SampledUse<'_>,
     by_type: bool,
     tz: &Tz,
 ) -> String
@@ -81,7 +82,10 @@ where
     let heading = report::title(report, "", report.period, tz);
     let heading = heading.trim_end();
     let series = series_of(report);
-    let dates: Vec<String> = days.iter().map(|d| local_date(d, tz)).collect();
+    let dates: Vec<String> = days
+        .iter()
+        .map(|d| local_date(d.period.since, tz))
+        .collect();
     let mut out = String::with_capacity(32 * 1024 + days.len() * 4 * 1024);
     page_head(&mut out, heading);
     out.push_str("<body>\n<header>\n");
@@ -96,9 +100,11 @@ where
 
     usage_section(&mut out, &series, days, &dates);
     cost_section(&mut out, report, &series, days, &dates);
+    idle::busy_section(&mut out, &series, sampled, tz);
+    idle::users_section(&mut out, sampled.users);
     let _ = writeln!(
         out,
-        "<footer><p>accountd {}: report teams; the charts' days are those of report teams --by-day</p></footer>\n</body>\n</html>",
+        "<footer><p>accountd {}: report teams; the charts' days are those of report teams --by-day; the users' table is report users'</p></footer>\n</body>\n</html>",
         env!("CARGO_PKG_VERSION")
     );
     out
@@ -125,6 +131,7 @@ fn usage_section(out: &mut String, series: &[Series<'_>], days: &[UsageReport], 
             dates,
             series,
             segments: &segments,
+            key: &[Part::InQuota, Part::Borrowed, Part::Lent],
         };
         chart.render(out);
     }
@@ -167,6 +174,7 @@ fn cost_section(
                 dates,
                 series,
                 segments: &segments,
+                key: &[],
             };
             chart.render(out);
         }
@@ -227,13 +235,6 @@ footer { margin-top: 28px; color: #777; font-size: 11px; }
 }
 ";
 
-/// A row of the report as the charts show it.
-struct Series<'r> {
-    name: &'r str,
-    kind: RowKind,
-    color: &'static str,
-}
-
 /// The report's rows with their colours, in its order.
 fn series_of(report: &UsageReport) -> Vec<Series<'_>> {
     let mut next = 0;
@@ -255,9 +256,9 @@ fn series_of(report: &UsageReport) -> Vec<Series<'_>> {
         .collect()
 }
 
-/// The local date a day's report starts on, `YYYY-MM-DD`.
-fn local_date<Tz: chrono::TimeZone>(day: &UsageReport, tz: &Tz) -> String {
-    tz.timestamp_opt(day.period.since, 0)
+/// The local date of the instant a day starts, `YYYY-MM-DD`.
+fn local_date<Tz: chrono::TimeZone>(since: UnixSeconds, tz: &Tz) -> String {
+    tz.timestamp_opt(since, 0)
         .earliest()
         .map(|t| t.naive_local().date().to_string())
         .unwrap_or_default()
@@ -340,58 +341,6 @@ fn table_section<Tz: chrono::TimeZone>(
     );
 }
 
-/// What a bar segment stands for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Part {
-    InQuota,
-    Borrowed,
-    /// Drawn below the axis.
-    Lent,
-    Cost,
-}
-
-impl Part {
-    /// Its class in the SVG.
-    fn class(self) -> &'static str {
-        match self {
-            Part::InQuota => "in-quota",
-            Part::Borrowed => "borrowed",
-            Part::Lent => "lent",
-            Part::Cost => "cost",
-        }
-    }
-}
-
-/// One segment of a day's bar: a row's figure.
-#[derive(Debug, Clone, PartialEq)]
-struct Segment {
-    day: usize,
-    series: usize,
-    part: Part,
-    /// The report's figure (lent hours are positive, drawn below the axis).
-    value: f64,
-}
-
-impl Segment {
-    /// What a segment's tooltip says of its figure.
-    fn figure(&self) -> String {
-        match self.part {
-            Part::InQuota => format!("{} GPU-hours in quota", report::hours(self.value)),
-            Part::Borrowed => format!("{} GPU-hours borrowed", report::hours(self.value)),
-            Part::Lent => format!("{} GPU-hours lent", report::hours(self.value)),
-            Part::Cost => format!("total cost {}", report::money(Some(self.value))),
-        }
-    }
-
-    /// Its signed extent: above the axis when positive.
-    fn extent(&self) -> f64 {
-        match self.part {
-            Part::Lent => -self.value,
-            _ => self.value,
-        }
-    }
-}
-
 /// Each day's in-quota, borrowed and lent GPU-hours of every row but `(idle)`, in the rows'
 /// order; nothing for a figure that is 0.
 fn usage_segments(series: &[Series<'_>], days: &[UsageReport]) -> Vec<Segment> {
@@ -442,314 +391,6 @@ fn cost_segments(series: &[Series<'_>], days: &[UsageReport]) -> Vec<Segment> {
         }
     }
     segments
-}
-
-/// A stacked bar chart of days.
-struct Chart<'a> {
-    /// The prefix of its ids in the page.
-    id: &'static str,
-    title: String,
-    desc: String,
-    /// The y axis' title.
-    axis: String,
-    /// Label the axis below 0 with positive figures (lent hours), not negative ones.
-    below_as_positive: bool,
-    dates: &'a [String],
-    series: &'a [Series<'a>],
-    /// In stacking order within each day.
-    segments: &'a [Segment],
-}
-
-/// The y axis of a chart: from `-below` to `above`, ticks every `step`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Axis {
-    above: f64,
-    below: f64,
-    step: f64,
-}
-
-impl Axis {
-    /// An axis holding stacks up to `above` over 0 and down to `-below`, in about five steps of
-    /// 1, 2, 2.5 or 5 times a power of ten.
-    fn holding(above: f64, below: f64) -> Axis {
-        let range = above + below;
-        if range.is_nan() || range <= 0.0 {
-            return Axis {
-                above: 1.0,
-                below: 0.0,
-                step: 0.25,
-            };
-        }
-        let raw = range / 5.0;
-        let magnitude = 10f64.powf(raw.log10().floor());
-        let step = magnitude
-            * [1.0, 2.0, 2.5, 5.0, 10.0]
-                .into_iter()
-                .find(|&m| raw <= m * magnitude)
-                .unwrap_or(10.0);
-        Axis {
-            above: (above / step).ceil() * step,
-            below: (below / step).ceil() * step,
-            step,
-        }
-    }
-
-    /// SVG units per unit of the figures.
-    fn scale(&self) -> f64 {
-        PLOT_HEIGHT / (self.above + self.below)
-    }
-
-    /// The y of the axis' 0.
-    fn zero_y(&self) -> f64 {
-        TOP + self.above * self.scale()
-    }
-}
-
-/// A coordinate or length in the SVG: two decimals.
-fn coord(v: f64) -> String {
-    format!("{v:.2}")
-}
-
-/// A tick's label: at most six decimals, none that are 0.
-fn tick_label(v: f64) -> String {
-    let rounded = (v * 1e6).round() / 1e6;
-    if rounded == 0.0 {
-        "0".to_string()
-    } else {
-        format!("{rounded}")
-    }
-}
-
-impl Chart<'_> {
-    fn render(&self, out: &mut String) {
-        let days = self.dates.len().max(1);
-        let axis = self.axis(days);
-        self.write_head(out, axis);
-        self.write_patterns(out);
-        self.write_grid(out, axis);
-        // Each day's band, its bar in the middle.
-        let band = PLOT_WIDTH / days as f64;
-        self.write_bars(out, axis, days, band);
-        self.write_dates(out, band);
-        self.write_legend(out);
-    }
-
-    /// The axis that holds the highest stack above 0 and the deepest below.
-    fn axis(&self, days: usize) -> Axis {
-        let mut above = vec![0.0f64; days];
-        let mut below = vec![0.0f64; days];
-        for s in self.segments {
-            let e = s.extent();
-            if e >= 0.0 {
-                above[s.day] += e;
-            } else {
-                below[s.day] -= e;
-            }
-        }
-        let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-        Axis::holding(max(&above), max(&below))
-    }
-
-    /// The figure and the svg's opening, title and description.
-    fn write_head(&self, out: &mut String, axis: Axis) {
-        let zero = axis.zero_y();
-        let id = self.id;
-        let _ = writeln!(
-            out,
-            "<figure>\n<svg class=\"chart\" id=\"{id}-chart\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-labelledby=\"{id}-title {id}-desc\" data-above=\"{}\" data-below=\"{}\" data-plot-height=\"{PLOT_HEIGHT}\" data-zero=\"{}\">",
-            axis.above,
-            axis.below,
-            coord(zero)
-        );
-        let _ = writeln!(
-            out,
-            "<title id=\"{id}-title\">{}</title>\n<desc id=\"{id}-desc\">{}</desc>",
-            escape(&self.title),
-            escape(&self.desc)
-        );
-    }
-
-    fn write_patterns(&self, out: &mut String) {
-        let id = self.id;
-        // Stripes in each row's colour for borrowed hours, and a grey one for the legend.
-        let striped: Vec<usize> = {
-            let mut s: Vec<usize> = self
-                .segments
-                .iter()
-                .filter(|s| s.part == Part::Borrowed)
-                .map(|s| s.series)
-                .collect();
-            s.sort_unstable();
-            s.dedup();
-            s
-        };
-        if self.segments.iter().any(|s| s.part != Part::Cost) {
-            out.push_str("<defs>\n");
-            let mut pattern = |name: String, color: &str| {
-                let _ = writeln!(
-                    out,
-                    "<pattern id=\"{name}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff\"/><rect width=\"3.5\" height=\"6\" fill=\"{color}\"/></pattern>"
-                );
-            };
-            for &s in &striped {
-                pattern(format!("{id}-b{s}"), self.series[s].color);
-            }
-            pattern(format!("{id}-bkey"), "#444");
-            out.push_str("</defs>\n");
-        }
-    }
-
-    fn write_grid(&self, out: &mut String, axis: Axis) {
-        let scale = axis.scale();
-        let zero = axis.zero_y();
-        // Grid and the y axis' labels.
-        out.push_str("<g class=\"grid\">\n");
-        let steps_above = (axis.above / axis.step).round() as i64;
-        let steps_below = (axis.below / axis.step).round() as i64;
-        for k in -steps_below..=steps_above {
-            let v = k as f64 * axis.step;
-            let y = zero - v * scale;
-            let label = if v < 0.0 && self.below_as_positive {
-                -v
-            } else {
-                v
-            };
-            let _ = writeln!(
-                out,
-                "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y}\" y2=\"{y}\"/><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
-                WIDTH - RIGHT,
-                LEFT - 6.0,
-                coord(y + 4.0),
-                tick_label(label),
-                y = coord(y)
-            );
-        }
-        out.push_str("</g>\n");
-        let _ = writeln!(
-            out,
-            "<text x=\"14\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 14 {})\">{}</text>",
-            coord(TOP + PLOT_HEIGHT / 2.0),
-            coord(TOP + PLOT_HEIGHT / 2.0),
-            escape(&self.axis)
-        );
-    }
-
-    /// The bars: each day's segments stacked from the axis, up and down; then the axis' 0.
-    fn write_bars(&self, out: &mut String, axis: Axis, days: usize, band: f64) {
-        let scale = axis.scale();
-        let zero = axis.zero_y();
-        let bar = band * BAR_SHARE;
-        let mut up = vec![0.0f64; days];
-        let mut down = vec![0.0f64; days];
-        out.push_str("<g class=\"bars\">\n");
-        for s in self.segments {
-            let series = &self.series[s.series];
-            let x = LEFT + s.day as f64 * band + (band - bar) / 2.0;
-            let e = s.extent();
-            let height = e.abs() * scale;
-            let y = if e >= 0.0 {
-                up[s.day] += e;
-                zero - up[s.day] * scale
-            } else {
-                let y = zero + down[s.day] * scale;
-                down[s.day] -= e;
-                y
-            };
-            let fill = self.fill(s);
-            let figure = s.figure();
-            let date = &self.dates[s.day];
-            let _ = writeln!(
-                out,
-                "<rect class=\"seg {}\" data-series=\"{}\" data-day=\"{}\" data-value=\"{}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" {fill}><title>{}, {}: {}</title></rect>",
-                s.part.class(),
-                escape(series.name),
-                escape(date),
-                s.value,
-                coord(x),
-                coord(y),
-                coord(bar),
-                coord(height),
-                escape(series.name),
-                escape(date),
-                escape(&figure)
-            );
-        }
-        out.push_str("</g>\n");
-        let _ = writeln!(
-            out,
-            "<line class=\"zero\" x1=\"{LEFT}\" x2=\"{}\" y1=\"{z}\" y2=\"{z}\"/>",
-            WIDTH - RIGHT,
-            z = coord(zero)
-        );
-    }
-
-    /// A segment's fill: its row's colour, striped where borrowed, pale where lent.
-    fn fill(&self, s: &Segment) -> String {
-        let id = self.id;
-        let series = &self.series[s.series];
-        match s.part {
-            Part::InQuota | Part::Cost => format!("fill=\"{}\"", series.color),
-            Part::Borrowed => format!("fill=\"url(#{id}-b{})\"", s.series),
-            Part::Lent => format!(
-                "fill=\"{0}\" fill-opacity=\"0.35\" stroke=\"{0}\" stroke-width=\"0.6\"",
-                series.color
-            ),
-        }
-    }
-
-    /// The dates, as many as fit.
-    fn write_dates(&self, out: &mut String, band: f64) {
-        let every = ((DATE_ROOM / band).ceil() as usize).max(1);
-        out.push_str("<g class=\"dates\">\n");
-        for (d, date) in self.dates.iter().enumerate().step_by(every) {
-            let short = date.get(5..).unwrap_or(date);
-            let _ = writeln!(
-                out,
-                "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                coord(LEFT + (d as f64 + 0.5) * band),
-                coord(HEIGHT - BOTTOM + 16.0),
-                escape(short)
-            );
-        }
-        out.push_str("</g>\n</svg>\n");
-    }
-
-    fn write_legend(&self, out: &mut String) {
-        let id = self.id;
-        // The legend: the rows drawn, then what the fills mean.
-        out.push_str("<figcaption><ul class=\"legend\">\n");
-        let mut shown: Vec<usize> = self.segments.iter().map(|s| s.series).collect();
-        shown.sort_unstable();
-        shown.dedup();
-        for s in shown {
-            let series = &self.series[s];
-            let _ = writeln!(
-                out,
-                "<li>{}{}</li>",
-                swatch(&format!("fill=\"{}\"", series.color)),
-                escape(series.name)
-            );
-        }
-        out.push_str("</ul>\n");
-        // What the fills mean, apart from the rows (whose colours a grey could be taken for).
-        if self.segments.iter().any(|s| s.part != Part::Cost) {
-            let _ = writeln!(
-                out,
-                "<ul class=\"legend key\">\n<li>{}in quota: solid</li>\n<li>{}borrowed: striped</li>\n<li>{}lent: pale, below the axis</li>\n</ul>",
-                swatch("fill=\"#444\""),
-                swatch(&format!("fill=\"url(#{id}-bkey)\"")),
-                swatch("fill=\"#444\" fill-opacity=\"0.35\" stroke=\"#444\""),
-            );
-        }
-        out.push_str("</figcaption>\n</figure>\n");
-    }
-}
-
-/// A legend's swatch of `fill`.
-fn swatch(fill: &str) -> String {
-    format!(
-        "<svg class=\"swatch\" width=\"12\" height=\"12\" aria-hidden=\"true\"><rect width=\"12\" height=\"12\" {fill}/></svg>"
-    )
 }
 
 #[cfg(test)]

@@ -1,11 +1,14 @@
 //! The tests of `html`.
 
 use super::*;
+use crate::gpu_sample::Sample;
 use crate::model::cost::CostRule;
 use crate::model::usage::TeamQuota;
 use crate::period::Period;
+use crate::report::users::{users_report, users_report_by_day, UsersReport};
+use crate::report::utilisation::UtilisationParams;
 use crate::report::{compute_usage, compute_usage_by_day, Format, Rates, UsageParams};
-use crate::store::{CapacitySample, GpuTypes, RunUsage};
+use crate::store::{CapacitySample, GpuTypes, RunUsage, Store};
 use chrono::Utc;
 use std::collections::BTreeMap;
 use teamshare_config::IdleCostSplit;
@@ -82,10 +85,94 @@ fn capacity() -> Vec<CapacitySample> {
 }
 
 fn page_of(p: &UsageParams, by_type: bool) -> (UsageReport, Vec<UsageReport>, String) {
+    let (report, days, _, page) = page_with(p, by_type, true);
+    (report, days, page)
+}
+
+/// The page, and the users' reports it shows (with or without the samples of [`sampled`]).
+fn page_with(
+    p: &UsageParams,
+    by_type: bool,
+    with_samples: bool,
+) -> (UsageReport, Vec<UsageReport>, UsersReport, String) {
     let report = compute_usage(&runs(), &capacity(), p);
     let days = compute_usage_by_day(&runs(), &capacity(), p, &Utc);
-    let page = render_teams_html(&report, &days, by_type, &Utc);
-    (report, days, page)
+    let (users, user_days) = sampled(p, with_samples);
+    let sampled = SampledUse {
+        users: &users,
+        days: &user_days,
+    };
+    let page = render_teams_html(&report, &days, sampled, by_type, &Utc);
+    (report, days, users, page)
+}
+
+/// [`runs`] in a store, each with its user (a: alice, b: bob, the nasty account: a user of the
+/// same name), and dave's 1 GPU in account `other` (not a row of the teams report: another
+/// partition) in [48h, 50h). With samples (each one GPU-hour; idle under 5 %):
+/// - run 1 (a, 3 GPUs, [2h, 6h)): GPU 1 4 h at 50 %, GPU 2 3 h at 0 %, GPU 3 2 h at 80 %: busy
+///   6, idle 3, 3 GPU-hours unsampled;
+/// - run 2 (b, 1 GPU, [8h, 10h)): 2 h at 100 %; dave's: 2 h at 1 % (idle);
+/// - the others none.
+fn sampled(p: &UsageParams, with_samples: bool) -> (UsersReport, Vec<UsersReport>) {
+    let mut store = Store::open_in_memory().unwrap();
+    let mut job_runs: Vec<_> = runs()
+        .iter()
+        .map(|r| {
+            let job = u32::try_from(r.id).unwrap();
+            let mut j = crate::store::tests::run(job, &r.account, r.start, r.end, r.gpus);
+            j.user = match &*r.account {
+                "a" => "alice".into(),
+                "b" => "bob".into(),
+                other => other.into(),
+            };
+            j
+        })
+        .collect();
+    let mut dave = crate::store::tests::run(6, "other", T0 + 48 * H, Some(T0 + 50 * H), 1);
+    dave.user = "dave".into();
+    dave.partition = "debug".into();
+    job_runs.push(dave);
+    store.record_runs(&job_runs, 1, None).unwrap();
+    let hourly = |gpu: &str, job: u32, from_h: i64, hours: i64, util: u32| -> Vec<Sample> {
+        let start = job_runs.iter().find(|r| r.job_id_raw == job).unwrap().start;
+        (0..hours)
+            .map(|i| Sample {
+                node: "n1".into(),
+                gpu_uuid: gpu.into(),
+                ts_ms: (T0 + (from_h + i) * H) * 1000,
+                interval_ms: H * 1000,
+                minor: None,
+                job_id_raw: Some(job),
+                job_start: Some(start),
+                util_gpu: util,
+                util_mem: 0,
+                mem_used: 0,
+                mem_total: None,
+                processes: None,
+            })
+            .collect()
+    };
+    if with_samples {
+        let samples = [
+            hourly("GPU-1", 1, 2, 4, 50),
+            hourly("GPU-2", 1, 2, 3, 0),
+            hourly("GPU-3", 1, 2, 2, 80),
+            hourly("GPU-4", 2, 8, 2, 100),
+            hourly("GPU-5", 6, 48, 2, 1),
+        ]
+        .concat();
+        store.record_samples("c", &samples, 5.0, p.now).unwrap();
+    }
+    let up = UtilisationParams {
+        cluster: "c".into(),
+        period: p.period,
+        idle_threshold: 5.0,
+        now: p.now,
+    };
+    (
+        users_report(&store, &up).unwrap(),
+        users_report_by_day(&store, &up, &Utc).unwrap(),
+    )
 }
 
 /// `&lt;` and the like back to their characters.
@@ -142,10 +229,15 @@ fn num(a: &BTreeMap<String, String>, k: &str) -> f64 {
     a[k].parse().unwrap()
 }
 
-/// The text of each `<th>`/`<td>` of each `<tr>` of the page's table.
+/// The text of each `<th>`/`<td>` of each `<tr>` of the page's (teams) table.
 fn table_rows(page: &str) -> Vec<Vec<String>> {
-    let start = page.find("<table>").unwrap();
-    let end = page.find("</table>").unwrap();
+    rows_of_table(page, "<table>")
+}
+
+/// The text of each `<th>`/`<td>` of each `<tr>` of the table that `opening` opens.
+fn rows_of_table(page: &str, opening: &str) -> Vec<Vec<String>> {
+    let start = page.find(opening).unwrap();
+    let end = start + page[start..].find("</table>").unwrap();
     page[start..end]
         .split("<tr")
         .skip(1)
@@ -436,7 +528,7 @@ fn cost_bars_add_up_to_each_days_capacity_cost() {
     let scale = plot_height / (above + below);
     assert!(segments.iter().all(|s| s["part"] == "cost"));
     for (d, day) in days.iter().enumerate() {
-        let date = local_date(day, &Utc);
+        let date = local_date(day.period.since, &Utc);
         let of_day: Vec<_> = segments.iter().filter(|s| s["data-day"] == date).collect();
         let sum: f64 = of_day.iter().map(|s| num(s, "data-value")).sum();
         // 8 GPUs x 24 h x 10.
@@ -473,7 +565,7 @@ fn a_period_not_counted_yet_has_no_charts() {
     assert!(!page.contains("<svg class=\"chart\""));
     assert_eq!(
         page.matches("No day of the period is counted yet.").count(),
-        2
+        3
     );
 }
 
@@ -513,4 +605,119 @@ fn dates_thin_out_to_fit() {
     assert_eq!(dates.matches("<text").count(), 16, "{dates}");
     assert!(dates.contains(">03-01<") && dates.contains(">03-03<"));
     assert!(!dates.contains(">03-02<"));
+}
+
+/// The busy chart: each team's allocated GPU-hours of each day, split into busy (solid), idle
+/// (pale) and unsampled (striped), in proportion; the teams keep the teams report's colours.
+/// From [`sampled`]:
+/// - 03-01: a: run 1, 12 GPU-hours: busy 6, idle 3, unsampled 3; b: run 2 busy 2;
+/// - 03-02: the nasty account 5 and b's run 4 6 unsampled; a's run 5 from 20:00: 2 x 4 = 8;
+/// - 03-03: a's run 5 until 06:00: 2 x 6 = 12 unsampled; dave's `other` 2 idle.
+#[test]
+fn the_busy_chart_splits_each_teams_allocation_into_busy_idle_and_unsampled() {
+    let (_, _, page) = page_of(&params(), false);
+    let segments = segments_of(&page, "busy");
+    let mut got: Vec<(String, String, String, f64)> = segments
+        .iter()
+        .map(|s| {
+            let date = s["data-day"].clone();
+            (
+                date,
+                s["data-series"].clone(),
+                s["part"].clone(),
+                num(s, "data-value"),
+            )
+        })
+        .collect();
+    got.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let row = |d: &str, team: &str, part: &str, v: f64| {
+        (d.to_string(), team.to_string(), part.to_string(), v)
+    };
+    assert_eq!(
+        got,
+        [
+            row("2024-03-01", "a", "busy", 6.0),
+            row("2024-03-01", "a", "idle", 3.0),
+            row("2024-03-01", "a", "unsampled", 3.0),
+            row("2024-03-01", "b", "busy", 2.0),
+            row("2024-03-02", NASTY, "unsampled", 5.0),
+            row("2024-03-02", "a", "unsampled", 8.0),
+            row("2024-03-02", "b", "unsampled", 6.0),
+            row("2024-03-03", "a", "unsampled", 12.0),
+            row("2024-03-03", "other", "idle", 2.0),
+        ]
+    );
+    // The tallest day, 03-02: 19 GPU-hours, in steps of 5.
+    let (above, below, plot_height, zero) = axis_of(&page, "busy");
+    assert_eq!((above, below), (20.0, 0.0));
+    let scale = plot_height / above;
+    // 03-01's bar: a's three parts, then b's, stacked from the axis.
+    let mut up = 0.0;
+    for s in segments.iter().filter(|s| s["data-day"] == "2024-03-01") {
+        up += num(s, "data-value");
+        assert!(
+            close(num(s, "height"), num(s, "data-value") * scale, 0.006),
+            "{s:?}"
+        );
+        assert!(close(num(s, "y"), zero - up * scale, 0.011), "{s:?}");
+    }
+    assert_eq!(up, 14.0);
+    // a's colour is its colour in the usage chart; `other`, no row of the teams table, the next.
+    let fill_of = |chart: &str, series: &str, part: &str| {
+        segments_of(&page, chart)
+            .into_iter()
+            .find(|s| s["data-series"] == series && s["part"] == part)
+            .map(|s| s["fill"].clone())
+            .unwrap()
+    };
+    assert_eq!(
+        fill_of("busy", "a", "busy"),
+        fill_of("usage", "a", "in-quota")
+    );
+    let teams = 3; // the nasty account, a, b
+    assert_eq!(fill_of("busy", "other", "idle"), PALETTE[teams]);
+    assert!(page.contains("<title>a, 2024-03-01: 3.0000 GPU-hours without samples</title>"));
+    assert!(page.contains("no samples: striped</li>"));
+}
+
+/// The users' table is `report users`' table, cell for cell, with its notes.
+#[test]
+fn the_users_table_is_report_users_table() {
+    let (_, _, users, page) = page_with(&params(), false, true);
+    let rows = rows_of_table(&page, "<table class=\"users\">");
+    let text = crate::report::users::render_users(&users, Format::Table, None, &Utc);
+    let text_rows: Vec<&str> = text.lines().skip(1).take(rows.len()).collect();
+    for (html, text) in rows.iter().zip(&text_rows) {
+        let html: Vec<&str> = html
+            .iter()
+            .map(String::as_str)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(
+            html.join(" "),
+            text.split_whitespace().collect::<Vec<_>>().join(" ")
+        );
+    }
+    // alice: runs 1 and 5, 12 + 20 allocated; 9 sampled, 3 of them idle; 3 + 20 unsampled. Then
+    // dave (2 idle), then the others by name ('<' before 'b').
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert_eq!(
+        rows[1][..8],
+        ["alice", "a", "2", "32.0000", "9.0000", "3.0000", "9.4", "23.0000"]
+    );
+    assert_eq!(rows[1][8], "1 (3.0000)");
+    let users: Vec<&str> = rows[1..].iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(users, ["alice", "dave", NASTY, "bob"]);
+    assert!(page.contains("<pre class=\"notes\">IDLE%: idle GPU-hours over allocated GPU-hours."));
+}
+
+/// Without samples, no busy chart (the table of users still has their allocated GPU-hours).
+#[test]
+fn without_samples_a_line_says_so_in_place_of_the_busy_chart() {
+    let (_, _, users, page) = page_with(&params(), false, false);
+    assert!(!page.contains("id=\"busy-chart\""));
+    assert_eq!(page.matches("<svg class=\"chart\"").count(), 2);
+    assert!(page.contains("<p>No GPU samples in the period: accountd sample on the GPU nodes"));
+    assert_eq!(users.users.len(), 4);
+    assert!(users.users.iter().all(|u| u.sums.time.samples == 0));
 }

@@ -11,6 +11,10 @@ use super::{Store, StoreError, MEMORY};
 use crate::period::UnixSeconds;
 use crate::sacct::{JobRun, UnstartedJob};
 
+mod users;
+
+pub use users::UserRun;
+
 /// What one batch did to the database.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BatchOutcome {

@@ -637,7 +637,7 @@ impl Governor {
     fn note_idle_jobs(&mut self, jobs: &[ClusterJob], now: UnixSeconds) {
         let window = self.config.governance.idle_window;
         let idle = if self.config.governance.idle_first_reclaim {
-            idleness::idle_jobs(jobs, &self.idleness.windows, window, now)
+            governance::idleness::idle_jobs(jobs, &self.idleness.windows, window, now)
         } else {
             std::collections::BTreeSet::new()
         };

@@ -1,6 +1,7 @@
 //! What the phases share: the configuration read once ([`Rules`]), and the keys the phases
 //! order a team's running and pending jobs by.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use teamshare_config::{Config, WithinTeam};
@@ -20,11 +21,9 @@ pub(super) struct Rules<'a> {
     pub by_name: Vec<usize>,
     /// The running jobs idle for the whole idle window ([`GovernInput::idle`](super::GovernInput::idle)), when the
     /// configuration puts them first in rule 3's order (`idle_first_reclaim`); else none.
-    idle: &'a BTreeSet<u64>,
+    /// A [`Planner`](super::Planner) owns the set it was last given.
+    idle: Cow<'a, BTreeSet<u64>>,
 }
-
-/// No job known to be idle.
-static NO_IDLE: BTreeSet<u64> = BTreeSet::new();
 
 impl<'a> Rules<'a> {
     pub(super) fn new(config: &'a Config) -> Rules<'a> {
@@ -50,7 +49,7 @@ impl<'a> Rules<'a> {
             exempt_secs: i64::try_from(config.governance.min_runtime_before_reclaim.as_secs())
                 .unwrap_or(i64::MAX),
             by_name,
-            idle: &NO_IDLE,
+            idle: Cow::Owned(BTreeSet::new()),
         }
     }
 
@@ -58,9 +57,19 @@ impl<'a> Rules<'a> {
     /// rule 3's order.
     pub(super) fn with_idle(mut self, idle: &'a BTreeSet<u64>) -> Rules<'a> {
         if self.config.governance.idle_first_reclaim {
-            self.idle = idle;
+            self.idle = Cow::Borrowed(idle);
         }
         self
+    }
+
+    /// The jobs known to be idle from now on, kept where the configuration puts them first;
+    /// whether that changed the set the order reads.
+    pub(super) fn set_idle(&mut self, idle: BTreeSet<u64>) -> bool {
+        if !self.config.governance.idle_first_reclaim || *self.idle == idle {
+            return false;
+        }
+        self.idle = Cow::Owned(idle);
+        true
     }
 
     /// Whether a running job goes first among rule 3's victims: idle for the whole window

@@ -157,5 +157,6 @@ pub fn without_gpus(trace: &Trace, remove: u32) -> Trace {
         since: trace.since,
         until: trace.until,
         source: trace.source.clone(),
+        activity: trace.activity.clone(),
     }
 }

@@ -12,6 +12,7 @@
 //!   checkpoints) driven by the governor's own `plan()` (plugin/policy) at every pass;
 //! - `metrics`: an outcome as per-team figures (waits, GPU-hours with the accounting model of
 //!   DESIGN §5, preemptions, cost), the comparison against "today" and the calibration;
+//!   `idle_first`: the work idle-first reclaim would have saved (issue 29);
 //! - `render`: table, CSV, JSON and HTML;
 //! - `study`: the calibration, the candidates and the capacity curve simulated side by side,
 //!   with the baseline chosen and the figures compared: what `accountd replay` prints.
@@ -24,6 +25,7 @@ pub mod calibrate;
 pub mod curve;
 pub mod history;
 pub mod idle;
+pub mod idle_first;
 pub mod metrics;
 pub mod render;
 pub mod sim;

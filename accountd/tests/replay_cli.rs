@@ -1,5 +1,6 @@
 //! `accountd replay` end to end on a small SWF trace: calibration that fits and one that does
-//! not (exit 3), the capacity curve, and the same bytes for the same input.
+//! not (exit 3), the capacity curve, the same bytes for the same input, and "no samples" for
+//! idle-first's saving; on a small database with GPU samples, that saving (issue 29).
 
 // Test code: a scenario reads top to bottom, so the workspace's 80-line limit is not for it.
 #![allow(clippy::too_many_lines)]
@@ -329,4 +330,123 @@ fn a_site_coming_from_plain_slurm_is_compared_with_plain_slurm_simulated() {
     // Under teamshare training's job reclaims its quota: agents is preempted once.
     assert_eq!(row(3, "agents")["preemptions"], 1);
     assert_eq!(row(3, "training")["wait"]["p95_secs"], 0);
+}
+
+#[test]
+fn an_swf_history_has_no_samples_and_says_so_instead_of_a_saving() {
+    let dir = setup(false);
+    let out = run(dir.path(), &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("idle-first reclaim under teamshare.toml: no samples (SWF file"))
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    assert!(
+        line.ends_with("the GPU-hours it would have saved cannot be computed"),
+        "{line}"
+    );
+    assert!(!table.contains("lost work saved"), "{table}");
+    let json = run(dir.path(), &["--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["idle_first"]["status"], "no_samples");
+    let csv = run(dir.path(), &["--format", "csv"]);
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    assert!(
+        csv.lines().any(|l| l.starts_with("teamshare.toml,agents,")
+            && l.ends_with(",no samples,no samples,no samples")),
+        "{csv}"
+    );
+}
+
+/// ops (no quota) borrows two jobs of 2 GPUs on a 4-GPU node: job 1 from T, idle (0 %) for
+/// its 4 hours; job 2 from T + 30 min, busy (90 %) for 2 hours. vision's job 3 (quota 4) at
+/// T + 1 h 30 reclaims 2 GPUs.
+fn database_with_samples(path: &Path) {
+    use accountd::store::test_support::{capacity, run, sample};
+    const T: i64 = 1_714_521_600;
+    const H: i64 = 3600;
+    let mut store = accountd::store::Store::open(path).unwrap();
+    let runs = [
+        run(1, "ops", T, Some(T + 4 * H), 2),
+        run(2, "ops", T + H / 2, Some(T + H / 2 + 2 * H), 2),
+        run(3, "vision", T + 3 * H / 2, Some(T + 5 * H / 2), 2),
+    ];
+    store.record_runs(&runs, T + 10 * H, None).unwrap();
+    store
+        .record_capacity("c", &capacity(T - 100, 4, &[]))
+        .unwrap();
+    let mut samples = Vec::new();
+    for (job, start, hours, util) in [(1u32, T, 4, 0), (2, T + H / 2, 2, 90)] {
+        for ts in (start..start + hours * H).step_by(60) {
+            for gpu in ["a", "b"] {
+                let mut s = sample(&format!("GPU-{job}{gpu}"), ts, Some((job, start)), util);
+                s.interval_ms = 60_000;
+                samples.push(s);
+            }
+        }
+    }
+    store
+        .record_samples("c", &samples, 5.0, T + 10 * H)
+        .unwrap();
+}
+
+/// `accountd replay` of the day of [`database_with_samples`] in `dir`, calibration skipped.
+fn replay_db(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(dir.join("teamshare.toml"))
+        .arg("--database")
+        .arg(dir.join("accountd.db"))
+        .args(["replay", "--since", "2024-05-01"])
+        .args(["--until", "2024-05-02", "--skip-calibration"])
+        .args(args)
+        .output()
+        .expect("accountd runs")
+}
+
+#[test]
+fn a_database_with_samples_says_what_idle_first_would_have_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\nidle_sharing = \"fifo\"\n\
+        [[team]]\nname = \"ops\"\nquota = 0\n[[team]]\nname = \"vision\"\nquota = 4\n\
+        [governance]\nreclaim_grace = \"0s\"\nmin_runtime_before_reclaim = \"0s\"\n";
+    let toml = dir.path().join("teamshare.toml");
+    fs::write(&toml, config).unwrap();
+    database_with_samples(&dir.path().join("accountd.db"));
+    let toml = toml.to_str().unwrap();
+    // The configuration: 2 GPU-hours saved, job 2's hour on 2 busy GPUs, which today's order
+    // takes; idle-first takes job 1, idle all along.
+    let out = replay_db(dir.path(), &["--candidate", toml, "--threads", "1"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("idle-first reclaim under teamshare.toml: 2.0 GPU-hours of lost work saved (2.0 lost with today's order, 0.0 with idle_first_reclaim;"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        table.contains("note: GPU samples: 2 of 3 started jobs have samples"),
+        "{table}"
+    );
+    // The same bytes on other numbers of threads.
+    let again = replay_db(dir.path(), &["--candidate", toml, "--threads", "3"]);
+    assert_eq!(out.stdout, again.stdout);
+    // Siloed first: the figure is said for the baseline (nothing borrowed, nothing saved).
+    let out = replay_db(
+        dir.path(),
+        &[
+            "--candidate",
+            "siloed",
+            "--candidate",
+            toml,
+            "--format",
+            "json",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["idle_first"]["status"], "computed", "{}", text(&out));
+    assert_eq!(json["idle_first"]["candidate"], "siloed");
+    let rows = json["idle_first"]["rows"].as_array().unwrap();
+    assert_eq!(rows.last().unwrap()["saved_gpu_hours"], 0.0);
 }

@@ -231,6 +231,12 @@ eligibility, drains, jobs pending at the end, runs beyond the capacity), and acc
 --skip-calibration skips it. For a site coming from plain Slurm, --current none calibrates and
 compares against the plain-slurm candidate.
 
+Where the database holds GPU samples of the period's jobs, each job's are replayed from its
+simulated start, and the baseline is also simulated with [governance] idle_first_reclaim the
+other way: per team, the work each order's preemptions threw away (preempted GPU-time less what
+the samples show idle) and what idle-first reclaim would have saved. Without samples (an SWF
+file, a database no sampler fed) it says \"no samples\": the figure cannot be computed.
+
 --capacity-curve K replays each simulated candidate with C - i x --curve-step GPUs (i = 1..K;
 the step defaults to the trace's most common node size; quotas that no longer fit are scaled
 down in proportion, or with --curve-quotas keep the point is left out and listed) and says how many GPUs the cluster could lose under each

@@ -1,13 +1,14 @@
 //! A [`Planner`] kept up to date over a random history of jobs arriving, starting, ending,
-//! being held, parked and released decides at every pass what [`plan`] decides from scratch
-//! for the same jobs: every priority, limit and action.
+//! being held, parked and released, and running jobs turning idle for the idle window (issue
+//! 29), decides at every pass what [`plan`] decides from scratch for the same jobs: every
+//! priority, limit and action.
 //!
 //! `PROPTEST_CASES=20000 cargo test --release -p teamshare-policy --test planner` for a soak.
 
 // Test code: a scenario reads top to bottom, so the workspace's 80-line limit is not for it.
 #![allow(clippy::too_many_lines)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use teamshare_config::Config;
@@ -49,7 +50,7 @@ fn team_spec() -> impl Strategy<Value = TeamSpec> {
         })
 }
 
-fn config(teams: &[TeamSpec], fifo: bool, within: bool, exempt: u32) -> Config {
+fn config(teams: &[TeamSpec], fifo: bool, within: bool, exempt: u32, idle_first: bool) -> Config {
     let mut text = format!(
         "[cluster]\nname = \"p\"\nidle_sharing = \"{}\"\n",
         if fifo { "fifo" } else { "fair-share" }
@@ -75,6 +76,9 @@ fn config(teams: &[TeamSpec], fifo: bool, within: bool, exempt: u32) -> Config {
         "[governance]\nmin_runtime_before_reclaim = \"{exempt}s\"\npreempt_within_team = \"{}\"\n",
         if within { "lower-priority" } else { "never" }
     ));
+    if idle_first {
+        text.push_str("idle_first_reclaim = true\n");
+    }
     teamshare_config::parse(&text, "p.toml").expect("generated configuration is valid")
 }
 
@@ -97,6 +101,8 @@ enum Op {
     Tick(i64),
     /// The fair-share factors change (the teams' band slots may move).
     Fairshare(u8),
+    /// Other running jobs are idle for the whole idle window ([`idle_of`]).
+    Idle(u8),
 }
 
 fn op(teams: usize) -> impl Strategy<Value = Op> {
@@ -110,6 +116,7 @@ fn op(teams: usize) -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Park),
         2 => (0i64..400).prop_map(Op::Tick),
         1 => any::<u8>().prop_map(Op::Fairshare),
+        1 => any::<u8>().prop_map(Op::Idle),
     ]
 }
 
@@ -121,6 +128,7 @@ struct History {
     exempt: u32,
     extra: u32,
     nodes: Vec<u32>,
+    idle_first: bool,
     ops: Vec<Op>,
 }
 
@@ -132,22 +140,24 @@ fn history() -> impl Strategy<Value = History> {
         prop_oneof![Just(0u32), Just(120u32)],
         0u32..6,
         prop::collection::vec(1u32..9, 0..5),
+        any::<bool>(),
     )
-        .prop_flat_map(|(teams, fifo, within, exempt, extra, nodes)| {
+        .prop_flat_map(|(teams, fifo, within, exempt, extra, nodes, idle_first)| {
             let n = teams.len();
             (
-                Just((teams, fifo, within, exempt, extra, nodes)),
+                Just((teams, fifo, within, exempt, extra, nodes, idle_first)),
                 prop::collection::vec(op(n), 1..80),
             )
         })
         .prop_map(
-            |((teams, fifo, within, exempt, extra, nodes), ops)| History {
+            |((teams, fifo, within, exempt, extra, nodes, idle_first), ops)| History {
                 teams,
                 fifo,
                 within,
                 exempt,
                 extra,
                 nodes,
+                idle_first,
                 ops,
             },
         )
@@ -269,8 +279,18 @@ fn apply(
             }
         }
         Op::Tick(dt) => *now += dt,
-        Op::Fairshare(_) => {}
+        Op::Fairshare(_) | Op::Idle(_) => {}
     }
+}
+
+/// The running jobs idle for the window from a seed: about a third of them, others with each
+/// seed.
+fn idle_of(jobs: &[ClusterJob], seed: u8) -> BTreeSet<u64> {
+    jobs.iter()
+        .filter(|j| j.phase == Phase::Running)
+        .filter(|j| (j.id + u64::from(seed)).is_multiple_of(3))
+        .map(|j| j.id)
+        .collect()
 }
 
 /// Fair-share factors from a seed: each team's moves with it.
@@ -311,6 +331,7 @@ fn same_as_plan(
     prop_assert_eq!(&pass.displace, &full.displace);
     prop_assert_eq!(&pass.reclaim, &full.reclaim);
     prop_assert_eq!(&pass.violations, &full.violations);
+    prop_assert_eq!(&pass.over_ceiling, &full.over_ceiling);
     prop_assert_eq!(&pass.park, &full.park);
     prop_assert_eq!(&pass.release, &full.release);
     prop_assert_eq!(&pass.outside, &full.outside);
@@ -345,7 +366,7 @@ proptest! {
 
     #[test]
     fn a_planner_kept_up_to_date_plans_what_plan_does(h in history()) {
-        let config = config(&h.teams, h.fifo, h.within, h.exempt);
+        let config = config(&h.teams, h.fifo, h.within, h.exempt, h.idle_first);
         let capacity = h.teams.iter().map(|t| t.quota).sum::<u32>() + h.extra;
         let node_gpus: BTreeMap<String, u32> = h
             .nodes
@@ -354,6 +375,7 @@ proptest! {
             .map(|(i, g)| (format!("n{i}"), *g))
             .collect();
         let mut fairshare = fairshare_of(0, h.teams.len());
+        let mut idle_seed = 0u8;
         let mut planner = Planner::new(&config);
         planner.set_nodes(&node_gpus);
         let mut jobs: Vec<ClusterJob> = Vec::new();
@@ -364,6 +386,12 @@ proptest! {
             if let Op::Fairshare(seed) = op {
                 fairshare = fairshare_of(*seed, h.teams.len());
             }
+            if let Op::Idle(seed) = op {
+                idle_seed = *seed;
+            }
+            // Jobs that start or end change the set too, as they would live.
+            let idle = idle_of(&jobs, idle_seed);
+            planner.set_idle(idle.clone());
             let full = plan(&GovernInput {
                 config: &config,
                 capacity,
@@ -374,7 +402,7 @@ proptest! {
                 node_gpus: &node_gpus,
                 capacity_by_type: &BTreeMap::new(),
                 node_types: &BTreeMap::new(),
-                idle: &std::collections::BTreeSet::new(),
+                idle: &idle,
             });
             let pass = planner.plan(&PassInput {
                 capacity,

@@ -5,6 +5,7 @@ mod progress;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Args;
 use teamshare_config::Config;
@@ -17,7 +18,9 @@ use accountd::replay::study::{
     Settings, Study,
 };
 use accountd::replay::swf::MAX_CLUSTER_GPUS;
-use accountd::replay::{self as replay_model, curve as replay_curve, history, swf, Secs, Trace};
+use accountd::replay::{
+    self as replay_model, activity, curve as replay_curve, history, swf, Secs, Trace,
+};
 
 use super::args::{nonempty_period, time_arg, FormatArg, Time};
 use super::{load_config, print, ExitStatus, UsageError};
@@ -176,35 +179,9 @@ pub(super) fn load_trace(
 ) -> anyhow::Result<(Trace, Vec<String>)> {
     let Period { since, until } = request.period;
     match &request.source {
-        TraceSource::Database(db) => super::with_report_store(db, "ingest", |store| {
-            let history = match request.capacity {
-                Some(gpus) => {
-                    let types = config.governed_types();
-                    let gpu_type = (types.len() == 1)
-                        .then(|| types.iter().next().copied())
-                        .flatten();
-                    let nodes = history::constant_cluster(gpus, request.gpus_per_node, gpu_type);
-                    history::load_jobs(
-                        store,
-                        &request.cluster,
-                        since,
-                        until,
-                        DEFAULT_TIME_LIMIT,
-                        nodes,
-                    )
-                }
-                None => history::load(
-                    store,
-                    &request.cluster,
-                    since,
-                    until,
-                    request.gpus_per_node,
-                    DEFAULT_TIME_LIMIT,
-                ),
-            }?;
-            let line = format!("{}: {}", history.trace.source, history.summary);
-            Ok((history.trace, vec![line]))
-        }),
+        TraceSource::Database(db) => {
+            super::with_report_store(db, "ingest", |store| database_trace(store, request, config))
+        }
         TraceSource::Swf { file, team_map } => {
             let map = swf::read_team_map(team_map)?;
             let (mut trace, summary) = swf::load_file(file, &map, request.capacity)?;
@@ -219,6 +196,46 @@ pub(super) fn load_trace(
             Ok((trace, read))
         }
     }
+}
+
+/// The history of the database's period: its jobs, its cluster (recorded or `--capacity`), and
+/// its jobs' GPU samples, idle below the configuration's `idle_threshold_percent` (issue 29).
+fn database_trace(
+    store: &accountd::store::Store,
+    request: &TraceRequest,
+    config: &Config,
+) -> anyhow::Result<(Trace, Vec<String>)> {
+    let Period { since, until } = request.period;
+    let mut history = match request.capacity {
+        Some(gpus) => {
+            let types = config.governed_types();
+            let gpu_type = (types.len() == 1)
+                .then(|| types.iter().next().copied())
+                .flatten();
+            let nodes = history::constant_cluster(gpus, request.gpus_per_node, gpu_type);
+            history::load_jobs(
+                store,
+                &request.cluster,
+                since,
+                until,
+                DEFAULT_TIME_LIMIT,
+                nodes,
+            )
+        }
+        None => history::load(
+            store,
+            &request.cluster,
+            since,
+            until,
+            request.gpus_per_node,
+            DEFAULT_TIME_LIMIT,
+        ),
+    }?;
+    let threshold = config.accountd.idle_threshold_percent;
+    let activity = activity::load(store, &request.cluster, &history.trace, threshold)?;
+    history.trace.activity = activity.map(Arc::new);
+    let line = format!("{}: {}", history.trace.source, history.summary);
+    Ok((history.trace, vec![line]))
 }
 
 pub(super) fn run(

@@ -33,6 +33,9 @@
 //!   one team's borrowers);
 //! - `limits`: rule 1, each team's GPU limit and the jobs beyond its ceiling.
 //!
+//! Beside them, [`idleness`] decides which running jobs were idle for the whole idle window
+//! (rule 3's idle-first order reads the set; the governor and the replay compute it).
+//!
 //! What they share: `rules` (the configuration read once), `queues` (the jobs of a pass as
 //! the phases walk them) and `nodes` (where the GPUs are). `pool` plans one pool of GPUs,
 //! `typed` a typed configuration's pools; [`Planner`] keeps the queues between passes.
@@ -49,6 +52,7 @@ use crate::priority;
 
 mod allowance;
 mod displace;
+pub mod idleness;
 mod limits;
 mod nodes;
 mod parking;

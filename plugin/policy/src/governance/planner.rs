@@ -181,6 +181,17 @@ impl<'c> Planner<'c> {
         self.given[slot]
     }
 
+    /// The running jobs idle for the whole idle window ([`GovernInput::idle`](super::GovernInput::idle)),
+    /// until they are set again: with `idle_first_reclaim` the first of rule 3's victims from
+    /// the next pass on (none until set).
+    pub fn set_idle(&mut self, idle: BTreeSet<u64>) {
+        if self.rules.set_idle(idle) {
+            // Each team's split of its running jobs orders those beyond its ceiling as rule 3
+            // does: split again.
+            self.kept.iter_mut().for_each(|k| *k = None);
+        }
+    }
+
     /// The usable nodes of the governed partitions and their GPUs (none: placement unknown),
     /// until they are set again (a node drained or back).
     pub fn set_nodes(&mut self, node_gpus: &BTreeMap<String, u32>) {

@@ -1,6 +1,7 @@
 //! What the phases share: the configuration read once ([`Rules`]), and the keys the phases
 //! order a team's running and pending jobs by.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use teamshare_config::{Config, WithinTeam};
@@ -20,12 +21,10 @@ pub(super) struct Rules<'a> {
     pub by_name: Vec<usize>,
     /// The running jobs idle for the whole idle window ([`GovernInput::idle`](super::GovernInput::idle)), when the
     /// configuration puts them first in rule 3's order (`idle_first_reclaim`, or an idle
-    /// policy whose action is `"reclaim-first"`); else none.
-    idle: &'a BTreeSet<u64>,
+    /// policy whose action is `"reclaim-first"`); else none. A [`Planner`](super::Planner)
+    /// owns the set it was last given.
+    idle: Cow<'a, BTreeSet<u64>>,
 }
-
-/// No job known to be idle.
-static NO_IDLE: BTreeSet<u64> = BTreeSet::new();
 
 impl<'a> Rules<'a> {
     pub(super) fn new(config: &'a Config) -> Rules<'a> {
@@ -51,7 +50,7 @@ impl<'a> Rules<'a> {
             exempt_secs: i64::try_from(config.governance.min_runtime_before_reclaim.as_secs())
                 .unwrap_or(i64::MAX),
             by_name,
-            idle: &NO_IDLE,
+            idle: Cow::Owned(BTreeSet::new()),
         }
     }
 
@@ -63,9 +62,19 @@ impl<'a> Rules<'a> {
             .governance
             .idle_orders_victims(self.config.idle_policy.as_ref())
         {
-            self.idle = idle;
+            self.idle = Cow::Borrowed(idle);
         }
         self
+    }
+
+    /// The jobs known to be idle from now on, kept where the configuration puts them first;
+    /// whether that changed the set the order reads.
+    pub(super) fn set_idle(&mut self, idle: BTreeSet<u64>) -> bool {
+        if !self.config.governance.idle_first_reclaim || *self.idle == idle {
+            return false;
+        }
+        self.idle = Cow::Owned(idle);
+        true
     }
 
     /// Whether a running job goes first among rule 3's victims: idle for the whole window

@@ -33,7 +33,7 @@ mod samples;
 
 pub use capacity::{CapacitySample, CAPACITY_HEARTBEAT_SECONDS};
 pub use migrations::SCHEMA_VERSION;
-pub use replay::{StartedJob, SubmittedJobs};
+pub use replay::{RunActivity, StartedJob, SubmittedJobs};
 pub use runs::{
     BatchOutcome, GpuTypes, RunStart, RunUsage, RunWriter, RunawayRun, UserRun, WatermarkAdvance,
     WriteOutcome,
@@ -563,6 +563,7 @@ pub mod test_support {
     use std::collections::BTreeMap;
 
     use super::{CapacitySample, Store};
+    use crate::gpu_sample::Sample;
     use crate::sacct::JobRun;
 
     /// A run of `job` on cluster `c`: COMPLETED when it has an `end`, RUNNING otherwise.
@@ -591,6 +592,25 @@ pub mod test_support {
             eligible: Some(start),
             time_limit: None,
             nnodes: Some(1),
+        }
+    }
+
+    /// A sample of GPU `gpu` on node n1 at `ts` (seconds), standing for 10 s, held by `job`
+    /// (JobIDRaw, StartTime), `util` percent busy.
+    pub fn sample(gpu: &str, ts: i64, job: Option<(u32, i64)>, util: u32) -> Sample {
+        Sample {
+            node: "n1".into(),
+            gpu_uuid: gpu.into(),
+            ts_ms: ts * 1000,
+            interval_ms: 10_000,
+            minor: None,
+            job_id_raw: job.map(|j| j.0),
+            job_start: job.map(|j| j.1),
+            util_gpu: util,
+            util_mem: 0,
+            mem_used: 0,
+            mem_total: None,
+            processes: None,
         }
     }
 

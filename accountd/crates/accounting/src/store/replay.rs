@@ -1,5 +1,6 @@
 //! What `accountd replay` reads (issue 13): every job submitted in a period, with its runs, and
-//! the jobs that never started.
+//! the jobs that never started; and (issue 29) the GPU samples of job runs, summed per run and
+//! minute, from which the replay knows when each job's GPUs were idle.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +28,24 @@ impl StartedJob {
             .min()
             .unwrap_or(UnixSeconds::MAX)
     }
+}
+
+/// A job run's GPU samples of one stretch of time ([`Store::run_activity`]), all its GPUs
+/// together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunActivity {
+    /// JobIDRaw.
+    pub job_id_raw: u32,
+    /// The run's StartTime as the node saw it; 0 when it could not tell.
+    pub job_start: UnixSeconds,
+    /// Where the stretch starts (ms since the epoch; a multiple of its length): the samples
+    /// whose tick is in it.
+    pub from_ms: i64,
+    pub samples: u64,
+    /// The GPU-time the samples stand for, ms.
+    pub sampled_ms: i64,
+    /// Of it, the samples below the idle threshold.
+    pub idle_ms: i64,
 }
 
 /// The jobs of a cluster submitted in a period.
@@ -57,6 +76,48 @@ impl Store {
             let started = self.started_jobs(cluster, since, until)?;
             let unstarted = self.unstarted_jobs(cluster, since, until)?;
             Ok(SubmittedJobs { started, unstarted })
+        };
+        read().map_err(|e| self.sql_err(e))
+    }
+
+    /// The samples of `cluster`'s job runs whose tick is in `[since, until)`, summed per run
+    /// and stretch of `stretch_ms` (idle below `idle_threshold` percent), by run, then time.
+    /// Samples of no job are left out. The cost: every sample of the period is read once
+    /// (`gpu_samples_by_time`); what comes back is a row per run and stretch.
+    pub fn run_activity(
+        &self,
+        cluster: &str,
+        since: UnixSeconds,
+        until: UnixSeconds,
+        idle_threshold: f64,
+        stretch_ms: i64,
+    ) -> Result<Vec<RunActivity>, StoreError> {
+        let read = || -> rusqlite::Result<Vec<RunActivity>> {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT job_id_raw, coalesce(job_start, 0), (ts_ms / ?4) * ?4, count(*),
+                        sum(interval_ms), sum(CASE WHEN util_gpu < ?5 THEN interval_ms ELSE 0 END)
+                 FROM gpu_samples INDEXED BY gpu_samples_by_time
+                 WHERE cluster = ?1 AND ts_ms >= ?2 AND ts_ms < ?3 AND job_id_raw IS NOT NULL
+                 GROUP BY 1, 2, 3
+                 ORDER BY 1, 2, 3",
+            )?;
+            let since_ms = since.saturating_mul(1000);
+            let until_ms = until.saturating_mul(1000);
+            let stretch = stretch_ms.max(1);
+            let rows = stmt.query_map(
+                params![cluster, since_ms, until_ms, stretch, idle_threshold],
+                |r| {
+                    Ok(RunActivity {
+                        job_id_raw: r.get(0)?,
+                        job_start: r.get(1)?,
+                        from_ms: r.get(2)?,
+                        samples: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+                        sampled_ms: r.get(4)?,
+                        idle_ms: r.get(5)?,
+                    })
+                },
+            )?;
+            rows.collect()
         };
         read().map_err(|e| self.sql_err(e))
     }
@@ -164,4 +225,58 @@ impl Store {
 
 fn types(text: Option<String>) -> BTreeMap<String, u64> {
     text.as_deref().map(parse_gpu_types).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::sample;
+
+    #[test]
+    fn run_activity_sums_each_runs_samples_per_stretch() {
+        let store = Store::open_in_memory().unwrap();
+        // Job 7 (start 500) on two GPUs, a sample every 30 s from 600 to 690 on each, GPU b
+        // busy at 630; a sample of no job; job 8's start unknown (0). Threshold 5 %:
+        // 4 % is idle.
+        let mut samples = Vec::new();
+        for ts in (600..700).step_by(30) {
+            samples.push(sample("GPU-a", ts, Some((7, 500)), 4));
+            samples.push(sample(
+                "GPU-b",
+                ts,
+                Some((7, 500)),
+                if ts == 630 { 50 } else { 0 },
+            ));
+            samples.push(sample("GPU-c", ts, None, 0));
+        }
+        let mut unknown_start = sample("GPU-d", 610, Some((8, 0)), 0);
+        unknown_start.job_start = None;
+        samples.push(unknown_start);
+        store.record_samples("c", &samples, 5.0, 1_000).unwrap();
+        let rows = store.run_activity("c", 600, 700, 5.0, 60_000).unwrap();
+        let row = |job_id_raw, job_start, from_ms, samples: u64, idle: i64| RunActivity {
+            job_id_raw,
+            job_start,
+            from_ms,
+            samples,
+            sampled_ms: i64::try_from(samples).unwrap() * 10_000,
+            idle_ms: idle * 10_000,
+        };
+        // Minutes [540, 600): none; [600, 660): 600 and 630 on both GPUs, one busy;
+        // [660, 720): 660 and 690 on both.
+        assert_eq!(
+            rows,
+            [
+                row(7, 500, 600_000, 4, 3),
+                row(7, 500, 660_000, 4, 4),
+                row(8, 0, 600_000, 1, 1),
+            ]
+        );
+        // The period's end is excluded (690); threshold 3 %: the 4 % samples are busy.
+        let rows = store.run_activity("c", 600, 690, 3.0, 60_000).unwrap();
+        assert_eq!(
+            rows[..2],
+            [row(7, 500, 600_000, 4, 1), row(7, 500, 660_000, 2, 1)]
+        );
+    }
 }

@@ -154,6 +154,8 @@ pub fn load_jobs(
             since,
             until,
             source: format!("accountd database {} (cluster {cluster})", store.path()),
+            // Read apart, with the idle threshold ([`super::activity::load`]).
+            activity: None,
         },
         summary,
     })

@@ -120,6 +120,7 @@ mod tests {
             since: T0,
             until: T0 + 10 * H,
             source: "test".into(),
+            activity: None,
         }
     }
 

@@ -5,23 +5,27 @@
 //! - this module: the trace (what was asked for and what happened), the candidates and the
 //!   simulation's outcome, shared by all the others;
 //! - `history`: a trace from accountd's database (job runs with requeues folded into their
-//!   job, jobs that never started, capacity samples);
+//!   job, jobs that never started, capacity samples); `activity`: its jobs' GPU samples;
 //! - `swf`: a trace from a Standard Workload Format file and a team mapping;
 //! - `sim`: the discrete-event simulation of Slurm's scheduler (priority order, association
 //!   limits, node placement, backfill by time limits, preemption with grace, requeue delay and
 //!   checkpoints) driven by the governor's own `plan()` (plugin/policy) at every pass;
 //! - `metrics`: an outcome as per-team figures (waits, GPU-hours with the accounting model of
 //!   DESIGN §5, preemptions, cost), the comparison against "today" and the calibration;
+//!   `idle_first`: the work idle-first reclaim would have saved (issue 29);
 //! - `render`: table, CSV, JSON and HTML;
 //! - `study`: the calibration, the candidates and the capacity curve simulated side by side,
 //!   with the baseline chosen and the figures compared: what `accountd replay` prints.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+pub mod activity;
 pub mod calibrate;
 pub mod curve;
 pub mod history;
 pub mod idle;
+pub mod idle_first;
 pub mod metrics;
 pub mod render;
 pub mod sim;
@@ -112,6 +116,9 @@ pub struct Trace {
     pub until: Secs,
     /// Where it came from (`accountd database /var/lib/...`, `SWF file x.swf`).
     pub source: String,
+    /// Its jobs' GPU samples ([`activity`]); `None`: the history has none (SWF, or no sampler
+    /// ran), and no job's idleness is known. Shared, not copied, by the traces made of it.
+    pub activity: Option<Arc<activity::Activity>>,
 }
 
 /// A configuration to replay the trace under.
@@ -179,6 +186,9 @@ pub struct JobOutcome {
     pub cancelled: bool,
     /// Work lost to preemptions, in GPU-seconds.
     pub lost_gpu_secs: i64,
+    /// Of it, the GPU-time the job's samples show idle, in GPU-milliseconds: work that was not
+    /// done, so not lost (0 where no sample says so, and for the observed history).
+    pub lost_idle_gpu_ms: i64,
     /// When its GPUs fitted its team's unused quota while it waited, the first instant they
     /// did (for time-to-start of in-quota jobs and owner reclaim latency).
     pub in_quota_since: Option<Secs>,
@@ -240,6 +250,7 @@ pub fn observed(trace: &Trace) -> Outcome {
                 runs,
                 rejected: false,
                 lost_gpu_secs: lost,
+                lost_idle_gpu_ms: 0,
                 in_quota_since: None,
                 wait_unknown: j.observed.wait_unknown,
             }

@@ -147,6 +147,7 @@ fn the_default_step_is_the_trace_s_own_node_size() {
         since: 0,
         until: 1,
         source: String::new(),
+        activity: None,
     };
     assert_eq!(default_step(&trace), 1);
     trace.cluster = cluster(&[(4, None), (4, None), (2, None)]);

@@ -98,6 +98,7 @@ pub(crate) fn trace_and_outcome() -> (Trace, Outcome) {
         since: T0,
         until: T0 + 10 * H,
         source: "test".into(),
+        activity: None,
     };
     let outcome = Outcome {
         jobs: vec![

@@ -68,6 +68,18 @@ pub fn render_html(replay: &Replay) -> String {
 
     wait_section(&mut out, replay, lead, rest);
 
+    if let Some(f) = &replay.idle_first {
+        let _ = writeln!(
+            out,
+            "<section>\n<h2>Idle-first reclaim</h2>\n<p>{}</p>",
+            escape(&f.sentence())
+        );
+        if let Some((h, l)) = f.table() {
+            html_table(&mut out, &h, &l, 1, None);
+        }
+        out.push_str("</section>\n");
+    }
+
     calibration_section(&mut out, replay);
 
     if let Some(curve) = &replay.curve {

@@ -3,9 +3,12 @@
 //! - Table: per team (then the cluster), one line per measure and one column per candidate, the
 //!   candidates side by side in the order given (the first is the baseline the others are
 //!   compared with, "as today" by default); a value where the team is worse off than under the
-//!   baseline carries `!`, with the reasons under the table. Then the calibration, the capacity
-//!   curve with its "could lose N GPUs" sentences, and the notes (what the figures rest on).
-//! - CSV: one line per candidate and row ([`CsvRow`]), the curve left out (JSON has it).
+//!   baseline carries `!`, with the reasons under the table. Then what idle-first reclaim would
+//!   have saved under the baseline (its sentence and per-team table, or "no samples"), the
+//!   calibration, the capacity curve with its "could lose N GPUs" sentences, and the notes
+//!   (what the figures rest on).
+//! - CSV: one line per candidate and row ([`CsvRow`]), the curve left out (JSON has it); the
+//!   idle-first figures in the baseline's lines.
 //! - JSON: the whole [`Replay`], its field names as in the Rust types (stable).
 //! - HTML: one self-contained page (no script, no load, every name escaped): the table, the
 //!   reasons, the calibration, a chart of each team's p95 wait per candidate (grouped bars) and,
@@ -23,6 +26,7 @@ use crate::report::{csv_text, table, Format};
 
 use super::calibrate::{Calibration, Tolerance};
 use super::curve::{QuotaRule, SkippedPoint};
+use super::idle_first::IdleFirst;
 use super::metrics::{duration, Figures, TeamFigures, WorseMeasure, WorseOff, CLUSTER};
 use super::Secs;
 
@@ -47,6 +51,9 @@ pub struct Replay {
     /// None: skipped (`--skip-calibration`).
     pub calibration: Option<Calibration>,
     pub curve: Option<Curve>,
+    /// The work idle-first reclaim would have saved under the baseline (issue 29), or why it
+    /// cannot be said (no samples); None without a simulated candidate.
+    pub idle_first: Option<IdleFirst>,
     /// What the figures rest on (assumptions, the simulation's parameters), one line each.
     pub notes: Vec<String>,
 }
@@ -262,6 +269,12 @@ pub struct CsvRow {
     pub unowned_lent_gpu_hours: String,
     /// The reasons the team is worse off than under the baseline, `; `-separated.
     pub worse_off: String,
+    /// The baseline's work lost to preemptions with today's order and with idle-first
+    /// reclaim, and what idle-first saves (issue 29; [`IdleFirst::csv_cells`]): empty in the
+    /// other candidates' lines, "no samples" where the history has none.
+    pub idle_first_today_lost_gpu_hours: Option<String>,
+    pub idle_first_lost_gpu_hours: Option<String>,
+    pub idle_first_saved_gpu_hours: Option<String>,
 }
 
 fn h4(v: f64) -> String {
@@ -278,6 +291,10 @@ pub fn render_csv(replay: &Replay) -> String {
                 .filter(|w| w.team == r.team)
                 .map(|w| w.reason.as_str())
                 .collect();
+            let [today, first, saved] = replay
+                .idle_first
+                .as_ref()
+                .map_or([None, None, None], |f| f.csv_cells(&col.candidate, &r.team));
             CsvRow {
                 candidate: col.candidate.clone(),
                 team: r.team.clone(),
@@ -311,6 +328,9 @@ pub fn render_csv(replay: &Replay) -> String {
                 queued_gpu_hours: h4(r.queued_gpu_hours),
                 unowned_lent_gpu_hours: h4(r.unowned_lent_gpu_hours),
                 worse_off: reasons.join("; "),
+                idle_first_today_lost_gpu_hours: today,
+                idle_first_lost_gpu_hours: first,
+                idle_first_saved_gpu_hours: saved,
             }
         })
     });
@@ -685,6 +705,12 @@ pub fn render_table(replay: &Replay) -> String {
         out.push('\n');
         for r in reasons {
             let _ = writeln!(out, "{r}");
+        }
+    }
+    if let Some(f) = &replay.idle_first {
+        let _ = writeln!(out, "\n{}", f.sentence());
+        if let Some((h, l)) = f.table() {
+            out.push_str(&table::render(&h, &l, 1, None));
         }
     }
     match &replay.calibration {

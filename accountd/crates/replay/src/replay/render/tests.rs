@@ -65,6 +65,7 @@ fn replay_of(team_name: &str) -> Replay {
         ],
         calibration: Some(cal),
         curve: Some(curve),
+        idle_first: None,
         notes: vec!["a job that never started needs its time limit".into()],
     }
 }
@@ -157,7 +158,9 @@ fn the_csv_has_its_header_and_a_line_per_candidate_and_row() {
         ),
         "{header}"
     );
-    assert!(header.ends_with(",worse_off"));
+    assert!(header.ends_with(
+        ",worse_off,idle_first_today_lost_gpu_hours,idle_first_lost_gpu_hours,idle_first_saved_gpu_hours"
+    ));
     assert_eq!(lines.count(), 9);
     assert!(text.contains("siloed,training,"));
     assert!(text.contains("p95 wait 4h 00m instead of 2h 00m"));

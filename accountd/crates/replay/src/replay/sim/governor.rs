@@ -43,6 +43,7 @@ impl Sim<'_> {
         self.passes += 1;
         self.last_pass = self.now;
         self.refresh_fairshare();
+        self.refresh_idleness();
         let view = match self.node_view.take() {
             Some(view) => view,
             None => {
@@ -96,7 +97,7 @@ impl Sim<'_> {
             node_gpus,
             capacity_by_type,
             node_types,
-            idle: &std::collections::BTreeSet::new(),
+            idle: &self.idleness.jobs,
         });
         let mut in_quota: Vec<u64> = rows
             .iter()

@@ -25,12 +25,16 @@
 //!   class or account checkpoints (then it loses at most the interval). The lost work is run
 //!   again (it is demand).
 //! - **Drains.** A drained node takes no new job; its running jobs finish.
+//! - **GPU idleness** (issue 29, `idleness`): where the trace has samples, each job's are
+//!   replayed from its simulated start; the governor orders victims by them where the candidate
+//!   says `idle_first_reclaim`, and a preempted job's idle time is not counted as lost work.
 //! - **Determinism.** Events at one instant are applied in a fixed order (ends, then grace
 //!   ends, drains, submissions, eligibility, cancellations), and nothing depends on a hash.
 
 mod backfill;
 mod events;
 mod governor;
+mod idleness;
 mod placement;
 mod preemption;
 mod queue;
@@ -45,6 +49,7 @@ use teamshare_config::Config;
 use teamshare_policy::governance::{self, Planner};
 use teamshare_policy::priority::{encode, BORROW_BASE};
 
+use super::activity::Series;
 use super::{Cluster, JobOutcome, Outcome, Secs, SimParams, Trace, TraceJob};
 use events::{Event, Kind, RequestKind};
 use governor::NodeView;
@@ -112,6 +117,9 @@ struct Job {
     class_idx: u8,
     /// Work still to do, seconds.
     remaining: Secs,
+    /// Work done and saved before the current run (checkpoints), seconds: where the run starts
+    /// in the job's samples.
+    done: Secs,
     eligible_at: Secs,
     priority: u32,
     parked: bool,
@@ -191,6 +199,10 @@ struct Sim<'a> {
     quiet_at: Option<(u64, u64)>,
     /// The submit-time checks' answers, per kind of request (the same for every job alike).
     accepted: HashMap<RequestKind, bool>,
+    /// Per job, its GPU samples ([`Trace::activity`]); whether any job has some.
+    activity: Vec<Option<&'a Series>>,
+    sampled: bool,
+    idleness: idleness::Idleness,
 }
 
 impl<'a> Sim<'a> {
@@ -243,6 +255,9 @@ impl<'a> Sim<'a> {
             changes: 0,
             quiet_at: None,
             accepted: HashMap::new(),
+            activity: Vec::with_capacity(trace.jobs.len()),
+            sampled: false,
+            idleness: idleness::Idleness::default(),
         };
         sim.load();
         sim
@@ -282,6 +297,9 @@ impl<'a> Sim<'a> {
         for (i, j) in trace.jobs.iter().enumerate() {
             let job = self.job_of(j);
             self.jobs.push(job);
+            let series = trace.activity.as_ref().and_then(|a| a.jobs.get(&j.id));
+            self.sampled |= series.is_some();
+            self.activity.push(series);
             self.out.push(JobOutcome {
                 job: i,
                 ..JobOutcome::default()
@@ -317,6 +335,7 @@ impl<'a> Sim<'a> {
             time_limit: j.time_limit.max(1),
             class_idx: class.unwrap_or(0),
             remaining: j.work.max(0),
+            done: 0,
             eligible_at: j.eligible.max(j.submit),
             priority: encode(BORROW_BASE, class.unwrap_or(0)),
             parked: false,

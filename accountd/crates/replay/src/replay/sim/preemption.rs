@@ -155,8 +155,8 @@ impl Sim<'_> {
         }
     }
 
-    /// The end of a preempted run: the work since its last checkpoint is lost, and the job
-    /// waits again after the requeue delay.
+    /// The end of a preempted run: the work since its last checkpoint is lost (of it, what the
+    /// job's samples show idle was no work), and the job waits again after the requeue delay.
     pub(super) fn requeue(&mut self, j: usize) {
         self.changes += 1;
         let now = self.now;
@@ -166,10 +166,13 @@ impl Sim<'_> {
             _ => ran,
         };
         let done = ran - lost;
+        let idle = self.idle_gpu_ms(j, done, ran);
         self.end_run(j, true);
         self.out[j].lost_gpu_secs += lost * i64::from(self.jobs[j].gpus);
+        self.out[j].lost_idle_gpu_ms += idle;
         let job = &mut self.jobs[j];
         job.remaining = (job.remaining - done).max(1);
+        job.done += done;
         job.state = State::Pending;
         job.awaiting_until = Secs::MIN;
         job.eligible_at = now.saturating_add(self.requeue_delay);

@@ -114,6 +114,7 @@ pub(super) fn trace(jobs: Vec<TraceJob>, nodes: u32, per_node: u32) -> Trace {
         since: 0,
         until: 100_000,
         source: "test".into(),
+        activity: None,
     }
 }
 
@@ -204,6 +205,53 @@ fn a_checkpointing_job_loses_at_most_its_interval() {
     let o = sim(&t, &c, &params);
     assert_eq!(starts(&o)[1], vec![(0, 50), (171, 241)]);
     assert_eq!(o.jobs[1].lost_gpu_secs, 80);
+}
+
+#[test]
+fn the_idle_part_of_lost_work_is_read_from_the_span_lost() {
+    // As above (checkpoints every 30 s, preempted at 50: [30, 50) lost, 80 GPU-s), with
+    // samples of job 2 in stretches of 10 s on its 4 GPUs: idle from 0 to 40 s, busy from 40
+    // on. The span lost holds the stretches at 30 (idle) and 40 (busy): 10 s x 4 GPUs =
+    // 40,000 GPU-ms of it was idle. Its second run starts at 30 s into its work: a second
+    // preemption there would read from there (none comes).
+    let mut t = trace(
+        vec![
+            job(1, "a", 0, 4, 100),
+            job(2, "a", 0, 4, 100),
+            job(3, "b", 50, 4, 100),
+        ],
+        1,
+        8,
+    );
+    let stretch = |at: i64, idle: bool| {
+        let w = teamshare_policy::governance::idleness::SampledWindow {
+            samples: 4,
+            sampled_ms: 40_000,
+            idle_ms: if idle { 40_000 } else { 0 },
+        };
+        (at * 1000, w)
+    };
+    let series = Series::new((0..10).map(|k| stretch(k * 10, k < 4)));
+    t.activity = Some(std::sync::Arc::new(crate::replay::activity::Activity {
+        jobs: BTreeMap::from([(2, series)]),
+        idle_threshold_pct: 5.0,
+    }));
+    let c = config("", "", no_wait());
+    let params = SimParams {
+        checkpoint: BTreeMap::from([("a".to_string(), 30)]),
+        ..slurm_requeue_delay()
+    };
+    let o = sim(&t, &c, &params);
+    assert_eq!(starts(&o)[1], vec![(0, 50), (171, 241)]);
+    assert_eq!(
+        (o.jobs[1].lost_gpu_secs, o.jobs[1].lost_idle_gpu_ms),
+        (80, 40_000)
+    );
+    // Samples change no victim where the candidate does not order by them.
+    assert_eq!(
+        starts(&o),
+        starts(&sim(&trace(t.jobs.clone(), 1, 8), &c, &params))
+    );
 }
 
 #[test]

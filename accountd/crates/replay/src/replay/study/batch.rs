@@ -3,6 +3,7 @@
 
 use teamshare_config::Config;
 
+use super::super::idle_first::{lost_work, LostWork};
 use super::super::metrics::{self, figures};
 use super::super::{curve as replay_curve, sim, Outcome, SimParams, Trace};
 use super::{Candidate, Progress};
@@ -30,6 +31,13 @@ pub(super) struct Run<'c> {
     pub(super) gpus: Option<u32>,
 }
 
+/// What a run of a batch found: its figures, and the work its preemptions threw away (for
+/// idle-first's saving).
+pub(super) struct Found {
+    pub(super) figures: metrics::Figures,
+    pub(super) lost: LostWork,
+}
+
 /// Every run's figures, in the order of `runs`, computed on up to `threads` threads (each
 /// run is one simulation, deterministic on its own: the figures are the same however many
 /// threads there are). A curve point's smaller trace is made by the thread that replays it,
@@ -39,7 +47,7 @@ pub(super) fn simulate_all(
     runs: &[Run<'_>],
     threads: usize,
     progress: &dyn Progress,
-) -> Vec<metrics::Figures> {
+) -> Vec<Found> {
     let full = total_gpus(trace);
     progress.begin(
         runs.iter().map(|r| r.label.clone()).collect(),
@@ -53,10 +61,13 @@ pub(super) fn simulate_all(
         let t = smaller.as_ref().unwrap_or(trace);
         let outcome = sim::simulate(t, run.config, &run.params, &mut |at| progress.at(i, at));
         progress.done(i);
-        figures(t, &outcome, run.config)
+        Found {
+            figures: figures(t, &outcome, run.config),
+            lost: lost_work(t, &outcome),
+        }
     };
     let workers = threads.clamp(1, runs.len().max(1));
-    let out: Vec<metrics::Figures> = if workers == 1 {
+    let out: Vec<Found> = if workers == 1 {
         (0..runs.len()).map(one).collect()
     } else {
         // The runs most likely to take longest first (the fewest GPUs: the longest queues),
@@ -64,7 +75,7 @@ pub(super) fn simulate_all(
         let mut order: Vec<usize> = (0..runs.len()).collect();
         order.sort_by_key(|&i| runs[i].gpus.unwrap_or(u32::MAX));
         let next = std::sync::atomic::AtomicUsize::new(0);
-        let slots: Vec<std::sync::Mutex<Option<metrics::Figures>>> =
+        let slots: Vec<std::sync::Mutex<Option<Found>>> =
             runs.iter().map(|_| std::sync::Mutex::new(None)).collect();
         std::thread::scope(|scope| {
             for _ in 0..workers {
@@ -73,8 +84,8 @@ pub(super) fn simulate_all(
                     let Some(&i) = order.get(n) else {
                         break;
                     };
-                    let figures = one(i);
-                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(figures);
+                    let found = one(i);
+                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(found);
                 });
             }
         });
@@ -157,5 +168,6 @@ pub fn without_gpus(trace: &Trace, remove: u32) -> Trace {
         since: trace.since,
         until: trace.until,
         source: trace.source.clone(),
+        activity: trace.activity.clone(),
     }
 }

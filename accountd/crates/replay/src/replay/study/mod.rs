@@ -1,6 +1,8 @@
 //! A study: a trace replayed under candidate configurations, with the calibration of the
 //! settings it ran under against the history and, if asked, a capacity curve; the figures per
-//! team side by side, as the renderers take them ([`Replay`]).
+//! team side by side, as the renderers take them ([`Replay`]). Where the trace has GPU
+//! samples, the baseline is simulated once more with rule 3's idle-first order the other way,
+//! for the work idle-first reclaim would have saved ([`super::idle_first`]).
 //!
 //! The caller (`accountd replay`) reads the trace and the configurations, builds the
 //! [`Study`] and renders what [`Study::run`] finds. The study prints nothing: it says how far
@@ -14,6 +16,7 @@ use std::path::{Path, PathBuf};
 use teamshare_config::{Config, ReclaimMode};
 
 use super::calibrate::{self, Calibration, Tolerance};
+use super::idle_first::{self, lost_work, with_idle_first, IdleFirst, LostWork};
 use super::metrics::{self, figures, worse_off};
 use super::render::{Column, Curve, CurvePoint, Replay, AS_TODAY, PLAIN_SLURM, SILOED};
 use super::{curve as replay_curve, Outcome, Secs, SimParams, Trace};
@@ -203,7 +206,6 @@ impl Study {
         let params = &self.params;
         let checkpoint: BTreeMap<String, Secs> = params.checkpoints.iter().cloned().collect();
         let params_for = |c: &Config| self.sim_params(&checkpoint, c);
-        let figures_config = self.current.as_ref().map_or(&self.config, |s| &s.config);
         let mut notes = notes(params, trace);
         notes.splice(0..0, self.read.iter().cloned());
 
@@ -224,6 +226,7 @@ impl Study {
                 columns: Vec::new(),
                 calibration: Some(cal.clone()),
                 curve: None,
+                idle_first: None,
                 notes,
             });
         }
@@ -238,29 +241,11 @@ impl Study {
         let plan = curve.map_or_else(CurvePlan::default, |(c, step)| {
             curve_plan(trace, &self.candidates, c.points, c.quotas, step)
         });
-        let (runs, column_runs) = runs(&self.candidates, cached.as_ref(), &plan, &params_for);
-        let first_curve_run = runs.len() - plan.points.len();
-        let mut results: Vec<Option<metrics::Figures>> =
-            simulate_all(trace, &runs, params.threads, progress)
-                .into_iter()
-                .map(Some)
-                .collect();
-        let columns = columns(
-            trace,
-            &self.candidates,
-            &column_runs,
-            &mut results,
-            cached.as_ref(),
-            figures_config,
-        );
+        let (columns, idle_first, mut curve_results) =
+            self.simulate_candidates(cached.as_ref(), &plan, &params_for, progress);
         let curve = curve.map(|(c, step)| {
-            let points = curve_points(
-                &self.candidates,
-                &columns,
-                &plan.points,
-                &mut results[first_curve_run..],
-                full,
-            );
+            let results = curve_results.as_mut_slice();
+            let points = curve_points(&self.candidates, &columns, &plan.points, results, full);
             let reference = columns
                 .first()
                 .and_then(|c| c.figures.cluster().wait.p95_secs);
@@ -283,8 +268,89 @@ impl Study {
             columns,
             calibration,
             curve,
+            idle_first,
             notes,
         })
+    }
+
+    /// Every simulated candidate (or the calibration's simulation of it), the baseline's
+    /// idle-first twin where the trace has samples, and the curve's points (`plan`), simulated
+    /// side by side: the candidates' columns, idle-first's saving, and the figures of the
+    /// curve's points in the plan's order.
+    fn simulate_candidates(
+        &self,
+        cached: Option<&(PathBuf, Outcome)>,
+        plan: &CurvePlan,
+        params_for: &dyn Fn(&Config) -> SimParams,
+        progress: &dyn Progress,
+    ) -> (
+        Vec<Column>,
+        Option<IdleFirst>,
+        Vec<Option<metrics::Figures>>,
+    ) {
+        let trace = &self.trace;
+        let twin = self.idle_first_twin();
+        let (runs, column_runs, twin_run) =
+            runs(&self.candidates, cached, plan, params_for, twin.as_ref());
+        let first_curve_run = runs.len() - plan.points.len();
+        let (mut results, lost): (Vec<Option<metrics::Figures>>, Vec<LostWork>) =
+            simulate_all(trace, &runs, self.params.threads, progress)
+                .into_iter()
+                .map(|found| (Some(found.figures), found.lost))
+                .unzip();
+        let figures_config = self.current.as_ref().map_or(&self.config, |s| &s.config);
+        let columns = columns(
+            trace,
+            &self.candidates,
+            &column_runs,
+            &mut results,
+            cached,
+            figures_config,
+        );
+        let twins = (twin_run, column_runs.as_slice(), lost.as_slice());
+        let idle_first = self.idle_first(twins, cached, &columns);
+        let curve_results = results.split_off(first_curve_run);
+        (columns, idle_first, curve_results)
+    }
+
+    /// The baseline (the first simulated candidate, by its place) with rule 3's idle-first
+    /// order the other way, simulated beside it where the trace has GPU samples.
+    fn idle_first_twin(&self) -> Option<(usize, Config)> {
+        self.trace.activity.as_ref()?;
+        let base = self.candidates.iter().position(|c| c.config.is_some())?;
+        let config = self.candidates[base].config.as_ref()?;
+        let other = with_idle_first(config, !config.governance.idle_first_reclaim);
+        Some((base, other))
+    }
+
+    /// What idle-first reclaim would have saved under the baseline: its run's lost work
+    /// against its twin's (`twins`: the twin's run, each candidate's run, every run's lost
+    /// work); "no samples" without them; none without a simulated candidate.
+    fn idle_first(
+        &self,
+        (twin_run, column_runs, lost): (Option<usize>, &[Option<usize>], &[LostWork]),
+        cached: Option<&(PathBuf, Outcome)>,
+        columns: &[Column],
+    ) -> Option<IdleFirst> {
+        let base = self.candidates.iter().position(|c| c.config.is_some())?;
+        let candidate = &self.candidates[base];
+        if self.trace.activity.is_none() {
+            return Some(idle_first::no_samples(&candidate.name, &self.trace));
+        }
+        let twin = &lost[twin_run?];
+        let own = match column_runs[base] {
+            Some(r) => lost[r].clone(),
+            None => lost_work(&self.trace, &cached?.1),
+        };
+        let on = candidate.config.as_ref()?.governance.idle_first_reclaim;
+        let (today, first) = if on { (twin, &own) } else { (&own, twin) };
+        let teams = columns[base]
+            .figures
+            .teams()
+            .iter()
+            .map(|t| t.team.as_str());
+        let saving = idle_first::saving(&candidate.name, teams, today, first);
+        Some(IdleFirst::Computed(saving))
     }
 
     /// A simulation's parameters under configuration `c`.
@@ -332,14 +398,16 @@ fn calibration(
     }
 }
 
-/// The simulations to run: each simulated candidate not reusing the calibration's, then the
-/// capacity curve's points; and per candidate, its place among them.
+/// The simulations to run: each simulated candidate not reusing the calibration's, the
+/// baseline's idle-first twin if any (`twin`: the candidate's place and configuration), then
+/// the capacity curve's points; per candidate, its place among them; the twin's place.
 fn runs<'c>(
     candidates: &'c [Candidate],
     cached: Option<&(PathBuf, Outcome)>,
     plan: &'c CurvePlan,
     params_for: &dyn Fn(&Config) -> SimParams,
-) -> (Vec<Run<'c>>, Vec<Option<usize>>) {
+    twin: Option<&'c (usize, Config)>,
+) -> (Vec<Run<'c>>, Vec<Option<usize>>, Option<usize>) {
     let mut runs: Vec<Run<'_>> = Vec::new();
     let mut column_runs: Vec<Option<usize>> = Vec::new();
     for c in candidates {
@@ -360,6 +428,18 @@ fn runs<'c>(
             gpus: None,
         });
     }
+    let twin_run = twin.map(|(base, config)| {
+        runs.push(Run {
+            label: format!(
+                "{} with idle_first_reclaim = {}",
+                candidates[*base].name, config.governance.idle_first_reclaim
+            ),
+            config,
+            params: params_for(config),
+            gpus: None,
+        });
+        runs.len() - 1
+    });
     for p in &plan.points {
         runs.push(Run {
             label: format!("{} at {} GPUs", candidates[p.candidate].name, p.gpus),
@@ -368,7 +448,7 @@ fn runs<'c>(
             gpus: Some(p.gpus),
         });
     }
-    (runs, column_runs)
+    (runs, column_runs, twin_run)
 }
 
 /// The candidates' columns: the history's figures for as-today, each simulated one's from its
@@ -467,6 +547,9 @@ fn notes(params: &Params, trace: &Trace) -> Vec<String> {
             "constant capacity of {n} GPUs (--capacity), in nodes of {} GPUs, no drains",
             replay_curve::default_step(trace)
         ));
+    }
+    if let Some(activity) = &trace.activity {
+        notes.push(activity.describe(trace));
     }
     notes.push(format!(
         "{} jobs, {} GPUs on {} nodes",

@@ -74,6 +74,7 @@ fn trace(waited: Secs) -> Trace {
         since: 0,
         until: 86_400,
         source: "test".into(),
+        activity: None,
     }
 }
 

@@ -96,6 +96,8 @@ pub(super) fn to_trace(
         since,
         until,
         source: "SWF file".to_string(),
+        // SWF has no GPU samples: no job's idleness is known.
+        activity: None,
     };
     Ok((trace, summary))
 }

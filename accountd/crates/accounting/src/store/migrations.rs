@@ -224,6 +224,26 @@ CREATE INDEX unstarted_jobs_by_submit ON unstarted_jobs (cluster, submit_time);
 CREATE INDEX unstarted_jobs_pending ON unstarted_jobs (cluster) WHERE end_time IS NULL;
 "#,
     },
+    // Version 7 (issue 29): the governor's idle policy steps (a notice, reclaim-first, a
+    // requeue or cancellation, a notice taken back), one row per step acted on, so that
+    // `report users` says what the policy did to each user's jobs.
+    Migration {
+        version: 7,
+        sql: r#"
+CREATE TABLE idle_policy_steps (
+    id          INTEGER PRIMARY KEY,
+    cluster     TEXT    NOT NULL,
+    ts          INTEGER NOT NULL,    -- when the governor decided it, UTC unix seconds
+    job_id_raw  INTEGER NOT NULL,
+    run_start   INTEGER NOT NULL,    -- the run it was about (StartTime)
+    team        TEXT    NOT NULL,
+    user        TEXT    NOT NULL,
+    step        TEXT    NOT NULL,    -- notice, reclaim-first, requeue, cancel, cleared
+    UNIQUE (cluster, job_id_raw, run_start, step, ts)
+);
+CREATE INDEX idle_policy_steps_by_ts ON idle_policy_steps (cluster, ts);
+"#,
+    },
 ];
 
 /// The schema version this code writes and understands.

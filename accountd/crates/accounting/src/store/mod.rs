@@ -26,12 +26,14 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 mod capacity;
+mod idle_steps;
 mod migrations;
 mod replay;
 mod runs;
 mod samples;
 
 pub use capacity::{CapacitySample, CAPACITY_HEARTBEAT_SECONDS};
+pub use idle_steps::IdleStepRow;
 pub use migrations::SCHEMA_VERSION;
 pub use replay::{RunActivity, StartedJob, SubmittedJobs};
 pub use runs::{

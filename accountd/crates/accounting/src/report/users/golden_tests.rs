@@ -123,6 +123,30 @@ fn april() -> (Store, UtilisationParams) {
     ));
     samples.extend(hourly("GPU-free", None, apr(8, 0), 5, |_| 0));
     store.record_samples("c", &samples, 5.0, MAY1).unwrap();
+    // The idle policy's steps (issue 29): alice's 101 noticed then requeued, her 90_2 noticed
+    // then cleared (it computed again); bob's 202 noticed on March 31 (before the period);
+    // dave, with no run in April, noticed once (no row to count it on).
+    let step = |ts: i64, job: u64, user: &str, team: &str, step: &str| crate::store::IdleStepRow {
+        ts,
+        job_id_raw: job,
+        run_start: 0,
+        team: team.into(),
+        user: user.into(),
+        step: step.into(),
+    };
+    store
+        .record_idle_steps(
+            "c",
+            &[
+                step(apr(3, 1), 101, "alice", "agents", "notice"),
+                step(apr(3, 2), 101, "alice", "agents", "requeue"),
+                step(apr(10, 1), 102, "alice", "agents", "notice"),
+                step(apr(10, 5), 102, "alice", "agents", "cleared"),
+                step(mar(31, 23), 202, "bob", "training", "notice"),
+                step(apr(12, 0), 999, "dave", "agents", "notice"),
+            ],
+        )
+        .unwrap();
     let params = UtilisationParams {
         cluster: "c".into(),
         period: Period {
@@ -260,24 +284,25 @@ fn a_month_of_users_as_table_csv_and_json() {
         render_users(&r, Format::Table, None, &Utc),
         "\
 Idle GPU-hours per user (idle: under 5 %) on c from 2024-04-01 00:00:00 to 2024-05-01 00:00:00 (local time)
-USER   TEAM      JOBS  GPU-HOURS   SAMPLED  IDLE-GPU-HOURS  IDLE%  UNSAMPLED  WORST-JOBS
-alice  agents       4   132.0000  126.0000         49.0000   37.1     6.0000  90_2 (24.0000), 101 (20.0000), 103 (4.0000)
-carol  training     2   120.0000  120.0000         36.0000   30.0     0.0000  301 (36.0000)
-bob    training     1     6.0000    6.0000          6.0000  100.0     0.0000  202 (6.0000)
-bob    agents       1    96.0000   96.0000          0.0000    0.0     0.0000
+USER   TEAM      JOBS  GPU-HOURS   SAMPLED  IDLE-GPU-HOURS  IDLE%  UNSAMPLED  WORST-JOBS                                   IDLE-POLICY
+alice  agents       4   132.0000  126.0000         49.0000   37.1     6.0000  90_2 (24.0000), 101 (20.0000), 103 (4.0000)  notice 2, requeue 1, cleared 1
+carol  training     2   120.0000  120.0000         36.0000   30.0     0.0000  301 (36.0000)                                -
+bob    training     1     6.0000    6.0000          6.0000  100.0     0.0000  202 (6.0000)                                 -
+bob    agents       1    96.0000   96.0000          0.0000    0.0     0.0000                                               -
 IDLE%: idle GPU-hours over allocated GPU-hours. UNSAMPLED: allocated GPU-hours without samples, never counted as idle.
 WORST-JOBS: each user's job runs with the most idle GPU-hours (their idle GPU-hours).
+IDLE-POLICY: what [governance.idle_policy] did to the user's jobs in the period (notices, requeues...).
 Job runs sacct has not brought in yet (no user): 3.0000 GPU-hours sampled, 3.0000 idle.
 "
     );
     assert_eq!(
         render_users(&r, Format::Csv, None, &Utc),
         "\
-user,team,jobs,gpu_hours,sampled_gpu_hours,idle_gpu_hours,idle_percent,unsampled_gpu_hours,worst_job_1,worst_job_1_idle_gpu_hours,worst_job_2,worst_job_2_idle_gpu_hours,worst_job_3,worst_job_3_idle_gpu_hours,since,until
-alice,agents,4,132.0000,126.0000,49.0000,37.12,6.0000,90_2,24.0000,101,20.0000,103,4.0000,2024-04-01T00:00:00Z,2024-05-01T00:00:00Z
-carol,training,2,120.0000,120.0000,36.0000,30.00,0.0000,301,36.0000,,,,,2024-04-01T00:00:00Z,2024-05-01T00:00:00Z
-bob,training,1,6.0000,6.0000,6.0000,100.00,0.0000,202,6.0000,,,,,2024-04-01T00:00:00Z,2024-05-01T00:00:00Z
-bob,agents,1,96.0000,96.0000,0.0000,0.00,0.0000,,,,,,,2024-04-01T00:00:00Z,2024-05-01T00:00:00Z
+user,team,jobs,gpu_hours,sampled_gpu_hours,idle_gpu_hours,idle_percent,unsampled_gpu_hours,worst_job_1,worst_job_1_idle_gpu_hours,worst_job_2,worst_job_2_idle_gpu_hours,worst_job_3,worst_job_3_idle_gpu_hours,idle_policy_notices,idle_policy_reclaim_first,idle_policy_requeues,idle_policy_cancels,since,until
+alice,agents,4,132.0000,126.0000,49.0000,37.12,6.0000,90_2,24.0000,101,20.0000,103,4.0000,2,0,1,0,2024-04-01T00:00:00Z,2024-05-01T00:00:00Z
+carol,training,2,120.0000,120.0000,36.0000,30.00,0.0000,301,36.0000,,,,,0,0,0,0,2024-04-01T00:00:00Z,2024-05-01T00:00:00Z
+bob,training,1,6.0000,6.0000,6.0000,100.00,0.0000,202,6.0000,,,,,0,0,0,0,2024-04-01T00:00:00Z,2024-05-01T00:00:00Z
+bob,agents,1,96.0000,96.0000,0.0000,0.00,0.0000,,,,,,,0,0,0,0,2024-04-01T00:00:00Z,2024-05-01T00:00:00Z
 "
     );
     // At most N users: the most idle ones.
@@ -302,18 +327,20 @@ bob,agents,1,96.0000,96.0000,0.0000,0.00,0.0000,,,,,,,2024-04-01T00:00:00Z,2024-
              "idle_percent": 49.0 / 132.0 * 100.0, "unsampled_gpu_hours": 6.0,
              "worst_jobs": [worst("90_2", 102, 24.0, 24.0, 24.0), worst("101", 101, 96.0, 96.0, 20.0),
                             worst("103", 103, 10.0, 4.0, 4.0)],
+             "idle_policy": {"notice": 2, "requeue": 1, "cleared": 1},
              "since": since, "until": until},
             {"user": "carol", "team": "training", "jobs": 2, "gpu_hours": 120.0,
              "sampled_gpu_hours": 120.0, "idle_gpu_hours": 36.0, "idle_percent": 30.0,
              "unsampled_gpu_hours": 0.0, "worst_jobs": [worst("301", 301, 72.0, 72.0, 36.0)],
-             "since": since, "until": until},
+             "idle_policy": {}, "since": since, "until": until},
             {"user": "bob", "team": "training", "jobs": 1, "gpu_hours": 6.0,
              "sampled_gpu_hours": 6.0, "idle_gpu_hours": 6.0, "idle_percent": 100.0,
              "unsampled_gpu_hours": 0.0, "worst_jobs": [worst("202", 202, 6.0, 6.0, 6.0)],
-             "since": since, "until": until},
+             "idle_policy": {}, "since": since, "until": until},
             {"user": "bob", "team": "agents", "jobs": 1, "gpu_hours": 96.0,
              "sampled_gpu_hours": 96.0, "idle_gpu_hours": 0.0, "idle_percent": 0.0,
-             "unsampled_gpu_hours": 0.0, "worst_jobs": [], "since": since, "until": until},
+             "unsampled_gpu_hours": 0.0, "worst_jobs": [], "idle_policy": {},
+             "since": since, "until": until},
         ])
     );
 }
@@ -369,4 +396,28 @@ fn each_day_of_the_month_adds_up_to_the_month() {
             "{team}"
         );
     }
+}
+
+#[test]
+fn what_the_idle_policy_did_is_counted_per_user_and_team() {
+    let (store, p) = april();
+    let r = users_report(&store, &p).unwrap();
+    let policy = |user: &str, team: &str| {
+        r.users
+            .iter()
+            .find(|u| u.user == user && u.team == team)
+            .map(|u| u.policy.clone())
+    };
+    // alice in agents: two notices (101, 90_2), a requeue (101), a notice taken back (90_2).
+    assert_eq!(
+        policy("alice", "agents"),
+        Some(BTreeMap::from([
+            ("cleared".to_string(), 1),
+            ("notice".to_string(), 2),
+            ("requeue".to_string(), 1)
+        ]))
+    );
+    // bob's notice was on March 31: before the period. dave ran nothing in April: no row.
+    assert_eq!(policy("bob", "training"), Some(BTreeMap::new()));
+    assert!(r.users.iter().all(|u| u.user != "dave"));
 }

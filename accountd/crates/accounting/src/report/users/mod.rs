@@ -24,7 +24,7 @@ use super::utilisation::{
 };
 use crate::period::{local_day_bounds, Period, UnixSeconds};
 use crate::report::counted_period;
-use crate::store::{GpuTime, Store, UserRun};
+use crate::store::{GpuTime, IdleStepRow, Store, UserRun};
 
 mod render;
 
@@ -116,8 +116,9 @@ pub struct UserIdle {
     pub sums: IdleSums,
     /// At most [`WORST_RUNS`] runs with idle GPU-time, the most idle first.
     pub worst: Vec<RunIdle>,
-    // What the governor's idle policy did to these runs (notices, requeues) is recorded
-    // elsewhere (issue 29's policy part); a column for it belongs beside `worst`.
+    /// What the governor's idle policy did to the user's jobs in the team within the period:
+    /// its steps (`notice`, `reclaim-first`, `requeue`, `cancel`, `cleared`) and how many.
+    pub policy: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -157,7 +158,23 @@ impl UsersReport {
 pub fn users_report(store: &Store, p: &UtilisationParams) -> Result<UsersReport, UtilisationError> {
     let sampled = utilisation_report(store, p)?;
     let runs = store.user_runs_overlapping(&p.cluster, p.period.since, p.period.until)?;
-    Ok(compute_users(&sampled, &runs, p))
+    let mut report = compute_users(&sampled, &runs, p);
+    add_policy_steps(&mut report, &store.idle_steps_in(&p.cluster, p.period)?);
+    Ok(report)
+}
+
+/// The idle policy's steps of the period, counted on the user's row in the team; a step of a
+/// user with no run in the period has no row to go on and is left out.
+pub fn add_policy_steps(report: &mut UsersReport, steps: &[IdleStepRow]) {
+    for s in steps {
+        if let Some(u) = report
+            .users
+            .iter_mut()
+            .find(|u| u.user == s.user && u.team == s.team)
+        {
+            *u.policy.entry(s.step.clone()).or_default() += 1;
+        }
+    }
 }
 
 /// [`users_report`] day by day: one report per local day (in `tz`) of the period counted up to
@@ -285,6 +302,7 @@ fn per_user(runs: impl Iterator<Item = Attributed>) -> Vec<UserIdle> {
                 team,
                 sums,
                 worst,
+                policy: BTreeMap::new(),
             }
         })
         .collect();

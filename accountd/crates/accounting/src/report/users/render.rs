@@ -33,6 +33,7 @@ pub(crate) fn users_table_cells(r: &UsersReport, limit: Option<usize>) -> UsersT
                     .unwrap_or_default(),
                 format!("{:.4}", s.unsampled_gpu_hours()),
                 worst_cell(&u.worst),
+                policy_cell(u),
             ]
         })
         .collect();
@@ -47,6 +48,7 @@ pub(crate) fn users_table_cells(r: &UsersReport, limit: Option<usize>) -> UsersT
             "IDLE%",
             "UNSAMPLED",
             "WORST-JOBS",
+            "IDLE-POLICY",
         ],
         lines,
     }
@@ -61,6 +63,22 @@ fn worst_cell(worst: &[RunIdle]) -> String {
         .join(", ")
 }
 
+/// What the idle policy did: `notice 2, requeue 1`; `-` for nothing.
+fn policy_cell(u: &UserIdle) -> String {
+    let steps: Vec<String> = POLICY_STEPS
+        .iter()
+        .filter_map(|s| u.policy.get(*s).map(|n| format!("{s} {n}")))
+        .collect();
+    if steps.is_empty() {
+        "-".into()
+    } else {
+        steps.join(", ")
+    }
+}
+
+/// The idle policy's steps, in the order a job meets them.
+const POLICY_STEPS: [&str; 5] = ["notice", "reclaim-first", "requeue", "cancel", "cleared"];
+
 fn shown(r: &UsersReport, limit: Option<usize>) -> &[UserIdle] {
     &r.users[..limit.unwrap_or(usize::MAX).min(r.users.len())]
 }
@@ -73,7 +91,8 @@ pub(crate) fn users_notes(r: &UsersReport) -> String {
     }
     out.push_str(
         "IDLE%: idle GPU-hours over allocated GPU-hours. UNSAMPLED: allocated GPU-hours without samples, never counted as idle.\n\
-         WORST-JOBS: each user's job runs with the most idle GPU-hours (their idle GPU-hours).\n",
+         WORST-JOBS: each user's job runs with the most idle GPU-hours (their idle GPU-hours).\n\
+         IDLE-POLICY: what [governance.idle_policy] did to the user's jobs in the period (notices, requeues...).\n",
     );
     if r.unattributed.samples > 0 {
         let _ = writeln!(
@@ -112,8 +131,8 @@ where
                 format_local(r.period.until, tz).replace('T', " "),
             );
             let cells = users_table_cells(r, limit);
-            // The user and the team, and the list of jobs last.
-            let text = |i: usize| i < 2 || i + 1 == cells.header.len();
+            // The user and the team, and the list of jobs and the policy's steps last.
+            let text = |i: usize| i < 2 || i + 2 >= cells.header.len();
             out.push_str(&table::render_aligned(
                 &cells.header,
                 &cells.lines,
@@ -151,6 +170,10 @@ struct UserCsvLine<'a> {
     worst_job_2_idle_gpu_hours: Option<CsvNumber>,
     worst_job_3: Option<&'a str>,
     worst_job_3_idle_gpu_hours: Option<CsvNumber>,
+    idle_policy_notices: u64,
+    idle_policy_reclaim_first: u64,
+    idle_policy_requeues: u64,
+    idle_policy_cancels: u64,
     since: &'a str,
     until: &'a str,
 }
@@ -178,6 +201,10 @@ fn csv_line<'a>(u: &'a UserIdle, since: &'a str, until: &'a str) -> UserCsvLine<
         worst_job_2_idle_gpu_hours: idle(1),
         worst_job_3: job(2),
         worst_job_3_idle_gpu_hours: idle(2),
+        idle_policy_notices: steps(u, "notice"),
+        idle_policy_reclaim_first: steps(u, "reclaim-first"),
+        idle_policy_requeues: steps(u, "requeue"),
+        idle_policy_cancels: steps(u, "cancel"),
         since,
         until,
     }
@@ -196,6 +223,8 @@ struct UserJsonLine<'a> {
     idle_percent: Option<f64>,
     unsampled_gpu_hours: f64,
     worst_jobs: Vec<WorstJobJson<'a>>,
+    /// The idle policy's steps and how many, by step.
+    idle_policy: &'a std::collections::BTreeMap<String, u64>,
     since: &'a str,
     until: &'a str,
 }
@@ -231,7 +260,12 @@ fn json_line<'a>(u: &'a UserIdle, since: &'a str, until: &'a str) -> UserJsonLin
                 idle_gpu_hours: w.time.idle_gpu_hours(),
             })
             .collect(),
+        idle_policy: &u.policy,
         since,
         until,
     }
+}
+
+fn steps(u: &UserIdle, step: &str) -> u64 {
+    u.policy.get(step).copied().unwrap_or(0)
 }

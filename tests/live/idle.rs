@@ -215,6 +215,20 @@ fn idle_policy(c: &Cluster) -> TestResult {
                     .then_some(()))
             })
             .map_err(|err| format!("{err}\n{}\n{}", c.diagnosis(), c.governor_log_tail(40)))?;
+            if job == &b {
+                // How long after B had been idle for notice_after its notice was seen (reported, not
+                // asserted: the "within a minute" is a figure of the closing note).
+                let start = c.ok("date", &["-u", "-d", &run_of(c, &b)?.0, "+%s"])?;
+                let now = c.ok("date", &["-u", "+%s"])?;
+                if let (Ok(start), Ok(now)) =
+                    (start.trim().parse::<i64>(), now.trim().parse::<i64>())
+                {
+                    eprintln!(
+                        "idle::i02: job {b}'s notice seen {} s after it had been idle for notice_after (20 s)",
+                        now - start - 20
+                    );
+                }
+            }
         }
         let hooked = std::fs::read_to_string(&hook_log).map_err(|e| format!("hook log: {e}"))?;
         ensure(

@@ -13,7 +13,7 @@
 //!
 //! What a pass knows flows forward from it, never back through a file or the database: the
 //! state it published, the capacity it measured (the ingest thread records that rather than run
-//! sinfo again) and the team of each job it requeued come in its [`PassReport`].
+//! sinfo again) and the team of each job it requeued come in its [`PassReport`](crate::governor::PassReport).
 //!
 //! Three SQLite connections remain, one per thread that needs the database, because none of
 //! them may wait on another: the ingest thread's, the only writer (held between rounds); the
@@ -32,7 +32,6 @@
 //! for [`STOP_GRACE`] at most (a hung sacct would hold the stop for its whole timeout): past it,
 //! accountd exits without it, its uncommitted transaction discarded as after a crash.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -45,12 +44,13 @@ use teamshare_config::Config;
 
 use crate::capacity;
 use crate::config_watch::{self, ConfigWatch, Reload};
-use crate::governor::{self, Cadence, GovernError, Governor, PassReport, SlurmReader};
+use crate::governor::{self, Cadence, Governor, SlurmReader};
 use crate::ingest;
-use crate::metrics::{Body, Exporter, LiveTeam, MetricsServer};
+use crate::metrics::{Body, Exporter, MetricsServer};
 mod fairshare;
 mod idleness;
 mod pass_log;
+mod pass_report;
 use crate::logging::{ms, RUN};
 use crate::period;
 use crate::sample::collect;
@@ -58,7 +58,7 @@ use crate::slurm_cli::slurm_name;
 use crate::store::{self, CapacitySample, Store};
 pub use fairshare::fairshare_from_store;
 pub use idleness::idleness_from_store;
-use pass_log::{count_limits, count_requeued, log_pass, Requeue};
+use pass_report::{govern, ForStore};
 use teamshare_config::format_duration;
 
 /// The steps, as they are named in the log.
@@ -259,7 +259,7 @@ struct Threads {
 fn start_threads(shared: &Arc<Shared>) -> Threads {
     let opts = &shared.opts;
     // The governor's capacity samples go to the ingest thread, which writes to the database.
-    let (capacity_tx, capacity_rx) = mpsc::channel::<CapacitySample>();
+    let (store_tx, store_rx) = mpsc::channel::<ForStore>();
     let governor_done = Arc::new(AtomicBool::new(!opts.govern));
     let governor = opts.govern.then(|| {
         let shared = Arc::clone(shared);
@@ -267,7 +267,7 @@ fn start_threads(shared: &Arc<Shared>) -> Threads {
         spawn("governor", move || {
             let _done = SetOnDrop(done);
             let _log = shared.log.set_default();
-            govern_loop(&shared, &capacity_tx);
+            govern_loop(&shared, &store_tx);
         })
     });
     let (worker_done, worker_ended) = mpsc::channel::<()>();
@@ -276,7 +276,7 @@ fn start_threads(shared: &Arc<Shared>) -> Threads {
         let governor_done = Arc::clone(&governor_done);
         spawn("ingest", move || {
             let _log = shared.log.set_default();
-            ingest_loop(&shared, &capacity_rx, &governor_done);
+            ingest_loop(&shared, &store_rx, &governor_done);
             let _ = worker_done.send(());
         })
     };
@@ -499,7 +499,7 @@ fn start_metrics(shared: &Arc<Shared>) -> Option<MetricsServer> {
 // ---------------------------------------------------------------------------------------------
 // Governance
 
-fn govern_loop(shared: &Shared, capacity_tx: &Sender<CapacitySample>) {
+fn govern_loop(shared: &Shared, store_tx: &Sender<ForStore>) {
     let (mut generation, config) = shared.config();
     let database = shared.opts.database.clone();
     let new_governor = |config: &Config| {
@@ -527,125 +527,11 @@ fn govern_loop(shared: &Shared, capacity_tx: &Sender<CapacitySample>) {
             })
         },
         |result| {
-            govern(shared, result, capacity_tx);
+            govern(shared, result, store_tx);
             ControlFlow::<()>::Continue(())
         },
         |deadline| shared.sleep_until(deadline),
     );
-}
-
-/// What the daemon does with a pass: log it, feed the metrics and the capacity samples.
-fn govern(
-    shared: &Shared,
-    result: Result<PassReport, GovernError>,
-    capacity_tx: &Sender<CapacitySample>,
-) {
-    let report = match result {
-        Ok(r) => r,
-        Err(e) => return shared.step_result(STEP_GOVERN, Err(e.to_string())),
-    };
-    let requeued = log_pass(&shared.log, &report);
-    if report.settled {
-        // A replaced or stopped governor's last actions: counted, but no pass of its own.
-        shared.exporter.update_live(|live| {
-            count_requeued(live, requeued);
-            count_limits(live, &report);
-        });
-        shared.exporter.update_counters(|c| {
-            count_holds(c, &report);
-        });
-        shared
-            .exporter
-            .update_idle(|f| count_idle_steps(f, &report));
-        return;
-    }
-    let now = period::now();
-    let capacity_changed = shared.exporter.live().capacity != Some(report.capacity);
-    publish_pass(shared, &report, requeued, now);
-    shared.exporter.update_counters(|c| {
-        c.governor_unreadable_jobs += u64::try_from(report.unreadable.len()).unwrap_or(u64::MAX);
-        c.governor_state_write_failures += u64::from(report.state_write_failed);
-        count_holds(c, &report);
-    });
-    shared.exporter.update_idle(|f| {
-        f.now.clone_from(&report.idle_now);
-        count_idle_steps(f, &report);
-    });
-    shared.step_result(STEP_GOVERN, Ok(()));
-    // What the pass read: the ingest thread records it, and runs no second sinfo.
-    let sample = CapacitySample {
-        ts: now,
-        gpus: report.capacity,
-        by_type: report.capacity_by_type,
-    };
-    *shared
-        .governed_capacity
-        .lock()
-        .unwrap_or_else(|e| e.into_inner()) = Some(sample.clone());
-    // A capacity change is recorded within one pass, not one ingest interval.
-    if capacity_changed {
-        let _ = capacity_tx.send(sample);
-    }
-}
-
-/// The idle policy's steps the actions took, per team and step.
-fn count_idle_steps(f: &mut crate::metrics::IdleFigures, report: &PassReport) {
-    for e in &report.idle_steps {
-        let key = (e.team.clone(), e.step.name().to_string());
-        *f.policy_steps.entry(key).or_default() += 1;
-    }
-}
-
-/// The holds against a second run a pass placed, and those it released as wrong.
-fn count_holds(c: &mut crate::metrics::Counters, report: &PassReport) {
-    let n = |v: &Vec<u64>| u64::try_from(v.len()).unwrap_or(u64::MAX);
-    c.governor_run_ended_holds += n(&report.requeue_held);
-    c.governor_wrong_holds_released += n(&report.wrong_holds_released);
-}
-
-/// The pass in the live metrics: its timing and Slurm calls, its actions', the capacity, the
-/// requeues and the teams' limits and GPUs in use.
-fn publish_pass(
-    shared: &Shared,
-    report: &PassReport,
-    requeued: BTreeMap<(String, Requeue), u64>,
-    now: period::UnixSeconds,
-) {
-    // The plan's limits and the GPUs in use, as the pass published them for the plugin.
-    shared.exporter.update_live(|live| {
-        live.governor_last_pass = Some(now);
-        live.governor_passes += 1;
-        live.governor_pass_seconds += report.duration.as_secs_f64();
-        live.governor_slurm_calls += report.slurm_calls;
-        live.governor_last_pass_seconds = Some(report.duration.as_secs_f64());
-        live.governor_last_pass_slurm_calls = Some(report.slurm_calls);
-        if let Some(acted) = report.acted {
-            live.governor_acts += 1;
-            live.governor_act_seconds += acted.duration.as_secs_f64();
-            live.governor_act_slurm_calls += acted.slurm_calls;
-            live.governor_last_act_seconds = Some(acted.duration.as_secs_f64());
-            live.governor_last_act_slurm_calls = Some(acted.slurm_calls);
-        }
-        // With the pass's own figures, so that a scrape never sees them without it.
-        live.capacity = Some(report.capacity);
-        count_limits(live, report);
-        count_requeued(live, requeued);
-        if let Some(state) = &report.state {
-            live.teams = state
-                .teams
-                .iter()
-                .map(|(team, t)| {
-                    (
-                        team.clone(),
-                        LiveTeam {
-                            gpu_limit: t.gpu_limit,
-                            running_gpus: t.running_gpus,
-                        },
-                    )
-                })
-                .collect();
-        }
-    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -675,7 +561,7 @@ impl Worker<'_> {
     }
 
     /// Ingest, sample collection and capacity, in that order; how long each took, at debug.
-    fn round(&mut self, config: &Config, capacity_rx: &Receiver<CapacitySample>) {
+    fn round(&mut self, config: &Config, store_rx: &Receiver<ForStore>) {
         let shared = self.shared;
         let started = Instant::now();
         if shared.opts.ingest {
@@ -688,7 +574,7 @@ impl Worker<'_> {
         let collected = started.elapsed();
         if !shared.stopping() {
             // The governor's samples first: they were measured earlier.
-            self.record_pending(capacity_rx);
+            self.record_pending(store_rx);
             self.capacity(config);
         }
         tracing::debug!(
@@ -791,7 +677,7 @@ impl Worker<'_> {
                     < i64::try_from(config.accountd.ingest_interval.as_secs()).unwrap_or(i64::MAX)
             });
         if let Some(sample) = governed {
-            return self.record(config, sample);
+            return self.record(config, ForStore::Capacity(sample));
         }
         let measured = match capacity::measure(&config.cluster.partitions) {
             Ok(c) => c,
@@ -802,39 +688,36 @@ impl Worker<'_> {
             .update_live(|live| live.capacity = Some(measured.total));
         self.record(
             config,
-            CapacitySample {
+            ForStore::Capacity(CapacitySample {
                 ts: period::now(),
                 gpus: measured.total,
                 by_type: measured.by_type,
-            },
+            }),
         );
     }
 
-    fn record(&mut self, config: &Config, sample: CapacitySample) {
+    fn record(&mut self, config: &Config, what: ForStore) {
         let cluster = slurm_name(&config.cluster.name);
         let result = self.with_store(|store| {
-            store
-                .record_capacity(&cluster, &sample)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+            match &what {
+                ForStore::Capacity(sample) => store.record_capacity(&cluster, sample).map(|_| ()),
+                ForStore::IdleSteps(steps) => store.record_idle_steps(&cluster, steps),
+            }
+            .map_err(|e| e.to_string())
         });
         self.shared.step_result(STEP_CAPACITY, result);
     }
 
     /// The capacity samples the governor measured, written now.
-    fn record_pending(&mut self, capacity_rx: &Receiver<CapacitySample>) {
-        while let Ok(sample) = capacity_rx.try_recv() {
+    fn record_pending(&mut self, store_rx: &Receiver<ForStore>) {
+        while let Ok(sample) = store_rx.try_recv() {
             let (_, config) = self.shared.config();
             self.record(&config, sample);
         }
     }
 }
 
-fn ingest_loop(
-    shared: &Shared,
-    capacity_rx: &Receiver<CapacitySample>,
-    governor_done: &AtomicBool,
-) {
+fn ingest_loop(shared: &Shared, store_rx: &Receiver<ForStore>, governor_done: &AtomicBool) {
     let mut worker = Worker {
         shared,
         store: None,
@@ -842,13 +725,13 @@ fn ingest_loop(
     while !shared.stopping() {
         let started = Instant::now();
         let (_, config) = shared.config();
-        worker.round(&config, capacity_rx);
+        worker.round(&config, store_rx);
         if shared.opts.once {
             // What the governor's one pass left for the database: its capacity sample.
             while !governor_done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            worker.record_pending(capacity_rx);
+            worker.record_pending(store_rx);
             return;
         }
         // Until the next round, the governor's capacity samples are written as they come.
@@ -861,7 +744,7 @@ fn ingest_loop(
             if now >= next {
                 break;
             }
-            match capacity_rx.recv_timeout((next - now).min(STOP_POLL)) {
+            match store_rx.recv_timeout((next - now).min(STOP_POLL)) {
                 Ok(sample) => worker.record(&config, sample),
                 Err(RecvTimeoutError::Timeout) => {}
                 // No governor: nothing will come.

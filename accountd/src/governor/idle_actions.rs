@@ -50,7 +50,10 @@ impl Actuator {
                 continue;
             };
             match self.idle_step(e, &name, now) {
-                Ok(()) => report.idle_steps.push(e.clone()),
+                Ok(()) => report.idle_steps.push(IdleEvent {
+                    user: now.user.clone(),
+                    ..e.clone()
+                }),
                 Err(failure) => report.failures.push(failure),
             }
         }
@@ -272,6 +275,7 @@ mod tests {
             job: 42,
             start: 1_796_000_000,
             team: "vision".into(),
+            user: String::new(),
             class: String::new(),
             gpus: 2,
             nodes: vec!["n1".into(), "n2".into()],

@@ -44,6 +44,8 @@ pub struct IdleEvent {
     /// The run's start: the actuator acts only on the same run.
     pub start: i64,
     pub team: String,
+    /// Its owner, as Slurm named it when the step was acted on (empty until then).
+    pub user: String,
     /// Its priority class (empty: none).
     pub class: String,
     pub gpus: u32,
@@ -191,6 +193,7 @@ fn event(
         job: job.id,
         start: job.start.unwrap_or(0),
         team: job.team.clone(),
+        user: String::new(),
         class: class.to_string(),
         gpus: job.gpus,
         nodes: job.nodes.clone(),

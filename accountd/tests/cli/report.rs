@@ -674,9 +674,9 @@ fn report_users() {
     assert_eq!(
         lines,
         [
-            ["alice", "agents", "2", "28.0000", "0.0000", "0.0000", "0.0", "28.0000"],
-            ["bob", "training", "1", "2.0000", "0.0000", "0.0000", "0.0", "2.0000"],
-            ["carol", "ghost", "1", "1.0000", "0.0000", "0.0000", "0.0", "1.0000"],
+            ["alice", "agents", "2", "28.0000", "0.0000", "0.0000", "0.0", "28.0000", "-"],
+            ["bob", "training", "1", "2.0000", "0.0000", "0.0000", "0.0", "2.0000", "-"],
+            ["carol", "ghost", "1", "1.0000", "0.0000", "0.0000", "0.0", "1.0000", "-"],
         ],
         "{out}"
     );
@@ -693,8 +693,8 @@ fn report_users() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        "user,team,jobs,gpu_hours,sampled_gpu_hours,idle_gpu_hours,idle_percent,unsampled_gpu_hours,worst_job_1,worst_job_1_idle_gpu_hours,worst_job_2,worst_job_2_idle_gpu_hours,worst_job_3,worst_job_3_idle_gpu_hours,since,until\n\
-         bob,training,1,2.0000,0.0000,0.0000,0.00,2.0000,,,,,,,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z\n"
+        "user,team,jobs,gpu_hours,sampled_gpu_hours,idle_gpu_hours,idle_percent,unsampled_gpu_hours,worst_job_1,worst_job_1_idle_gpu_hours,worst_job_2,worst_job_2_idle_gpu_hours,worst_job_3,worst_job_3_idle_gpu_hours,idle_policy_notices,idle_policy_reclaim_first,idle_policy_requeues,idle_policy_cancels,since,until\n\
+         bob,training,1,2.0000,0.0000,0.0000,0.00,2.0000,,,,,,,0,0,0,0,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z\n"
     );
 
     let o = site.run(false, &["report", "users", "--format", "html"]);

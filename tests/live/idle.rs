@@ -285,6 +285,36 @@ fn idle_policy(c: &Cluster) -> TestResult {
         c.wait_for("the requeue step in the metrics", MINUTE, || {
             Ok(c.metrics()?.contains(requeues).then_some(()))
         })
-        .map_err(|err| format!("{err}\n{}", c.metrics().unwrap_or_default()))
+        .map_err(|err| format!("{err}\n{}", c.metrics().unwrap_or_default()))?;
+        // The owner reads the note with `accountd status --user`, the administrator the steps
+        // in `accountd report users` (from the database).
+        let status = c.accountd_cmd(&["status", "--user", "root"])?;
+        let status = String::from_utf8_lossy(&status.stdout).into_owned();
+        ensure(
+            status
+                .lines()
+                .any(|l| l.starts_with(&format!("{b} ")) && l.contains("idle: requeued at")),
+            || format!("accountd status --user root does not show {b}'s note:\n{status}"),
+        )?;
+        c.wait_for("the idle policy's steps in report users", MINUTE, || {
+            let out = c.accountd_cmd(&["report", "users", "--format", "json"])?;
+            let rows: serde_json::Value =
+                serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+            let vision = rows.as_array().and_then(|r| {
+                r.iter()
+                    .find(|u| u["user"] == "root" && u["team"] == "vision")
+            });
+            Ok(vision
+                .filter(|u| {
+                    u["idle_policy"]["requeue"].as_u64() >= Some(1)
+                        && u["idle_policy"]["notice"].as_u64() >= Some(2)
+                })
+                .map(|_| ()))
+        })
+        .map_err(|err| {
+            let out = c.accountd_cmd(&["report", "users"]).ok();
+            let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            format!("{err}\n{}", text.unwrap_or_default())
+        })
     })
 }

@@ -11,7 +11,9 @@
 mod common;
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
-use teamshare_policy::governance;
+use std::collections::BTreeSet;
+
+use teamshare_policy::governance::{self, idleness};
 use teamshare_policy::submit::{check_submit, StateView};
 
 fn bench_check_submit(c: &mut Criterion) {
@@ -96,5 +98,74 @@ fn bench_plan(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_check_submit, bench_plan);
+/// Issue 29: the plan at 10,000 waiting jobs as before idleness (no idle set,
+/// `idle_first_reclaim` off) against idle-first with one running job in ten idle, and the
+/// governor's idle computation (`idle_jobs` over the 1,000 running jobs' windows).
+fn bench_plan_with_idleness(c: &mut Criterion) {
+    let plain = common::config();
+    let idle_first = common::idle_first_config();
+    let jobs = common::cluster_jobs_waiting(10_000);
+    let fairshare = common::fairshare();
+    let windows = common::idle_windows(&jobs, 10);
+    let window = idle_first.governance.idle_window;
+    let idle = idleness::idle_jobs(&jobs, &windows, window, common::NOW);
+    let no_idle = BTreeSet::new();
+    let mut group = c.benchmark_group("governance_plan_idleness");
+    group.sample_size(50);
+    group.bench_function("10000_pending_no_idle_set", |b| {
+        b.iter(|| {
+            governance::plan(black_box(&common::govern_input_idle(
+                &plain, &jobs, &fairshare, &no_idle,
+            )))
+        })
+    });
+    group.bench_function("10000_pending_idle_first_10pct_idle", |b| {
+        b.iter(|| {
+            governance::plan(black_box(&common::govern_input_idle(
+                &idle_first,
+                &jobs,
+                &fairshare,
+                &idle,
+            )))
+        })
+    });
+    group.bench_function("idle_jobs_1000_running", |b| {
+        b.iter(|| idleness::idle_jobs(black_box(&jobs), black_box(&windows), window, common::NOW))
+    });
+    group.finish();
+    // Say how many jobs the idle-first plan saw idle and how many victims each plan chose, so
+    // the comparison is of plans that did the same amount of work.
+    let victims = |p: &governance::Plan| {
+        let first_idle = p
+            .state
+            .victims
+            .iter()
+            .take_while(|v| idle.contains(&v.job_id))
+            .count();
+        format!("{} ({} idle first)", p.state.victims.len(), first_idle)
+    };
+    let before = governance::plan(&common::govern_input_idle(
+        &plain, &jobs, &fairshare, &no_idle,
+    ));
+    let after = governance::plan(&common::govern_input_idle(
+        &idle_first,
+        &jobs,
+        &fairshare,
+        &idle,
+    ));
+    eprintln!(
+        "idleness: {} of {} running jobs idle; victims {} without, {} idle-first",
+        idle.len(),
+        windows.len(),
+        victims(&before),
+        victims(&after)
+    );
+}
+
+criterion_group!(
+    benches,
+    bench_check_submit,
+    bench_plan,
+    bench_plan_with_idleness
+);
 criterion_main!(benches);

@@ -3,7 +3,7 @@
 //! 1,000 running + 1,000 pending jobs for the governor's plan.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use teamshare_config::Config;
 use teamshare_policy::governance::{
@@ -212,7 +212,12 @@ pub fn requests() -> Vec<(&'static str, SubmitRequest)> {
 /// (in quota 256), training 450, research 250 (borrowing 122); pending spread over the teams
 /// and classes, a few with a begin time or held.
 pub fn cluster_jobs() -> Vec<ClusterJob> {
-    let mut jobs = Vec::with_capacity(2000);
+    cluster_jobs_waiting(1000)
+}
+
+/// The same 1,000 running jobs with `pending` jobs waiting (section 17 plans at 10,000).
+pub fn cluster_jobs_waiting(pending: u64) -> Vec<ClusterJob> {
+    let mut jobs = Vec::with_capacity(1000 + pending as usize);
     let mut id = 1u64;
     // A tiny deterministic generator, so every run plans the same queue.
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
@@ -249,7 +254,7 @@ pub fn cluster_jobs() -> Vec<ClusterJob> {
             id += 1;
         }
     }
-    for i in 0..1000u64 {
+    for i in 0..pending {
         let r = next();
         let team = ["agents", "training", "research"][(r % 3) as usize];
         let class = ((r >> 8) % 4) as u8;
@@ -308,7 +313,55 @@ pub fn govern_input<'a>(
     }
 }
 
-static NO_IDLE: std::collections::BTreeSet<u64> = std::collections::BTreeSet::new();
+/// The benchmark configuration with `[governance] idle_first_reclaim = true` (issue 29).
+pub fn idle_first_config() -> Config {
+    let text = CONFIG.replace(
+        "[governance]\n",
+        "[governance]\nidle_first_reclaim = true\nidle_window = \"15m\"\n",
+    );
+    teamshare_config::parse(&text, "bench.toml").expect("the benchmark configuration is valid")
+}
+
+/// What the governor read from the store for the running jobs of `jobs`: every run sampled
+/// over the whole 15-minute window, one in ten (`idle_every`) idle in every sample, the others
+/// half idle.
+pub fn idle_windows(
+    jobs: &[ClusterJob],
+    idle_every: usize,
+) -> BTreeMap<(u64, i64), governance::idleness::SampledWindow> {
+    jobs.iter()
+        .filter(|j| j.phase == Phase::Running)
+        .enumerate()
+        .filter_map(|(k, j)| {
+            let sampled_ms = 900_000 * i64::from(j.gpus);
+            let w = governance::idleness::SampledWindow {
+                samples: 90 * u64::from(j.gpus),
+                sampled_ms,
+                idle_ms: if k % idle_every == 0 {
+                    sampled_ms
+                } else {
+                    sampled_ms / 2
+                },
+            };
+            Some(((j.id, j.start?), w))
+        })
+        .collect()
+}
+
+/// The plan's input with an idle set (`GovernInput::idle`).
+pub fn govern_input_idle<'a>(
+    config: &'a Config,
+    jobs: &'a [ClusterJob],
+    fairshare: &'a BTreeMap<String, f64>,
+    idle: &'a BTreeSet<u64>,
+) -> governance::GovernInput<'a> {
+    governance::GovernInput {
+        idle,
+        ..govern_input(config, jobs, fairshare)
+    }
+}
+
+static NO_IDLE: BTreeSet<u64> = BTreeSet::new();
 static NO_TYPES: BTreeMap<String, u32> = BTreeMap::new();
 static NO_NODE_TYPES: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
 

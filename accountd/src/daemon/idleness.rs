@@ -9,6 +9,7 @@ use teamshare_config::Config;
 
 use crate::governor::{IdlenessSource, SampledWindow};
 use crate::period::Period;
+use crate::slurm_cli::slurm_name;
 use crate::store::Store;
 
 /// Per job run, the samples of the window of the given length that ends at `now`, in the
@@ -26,7 +27,8 @@ pub fn idleness_from_store(database: PathBuf) -> IdlenessSource {
         };
         let threshold = config.accountd.idle_threshold_percent;
         let time = Store::open_read_only(&database)
-            .and_then(|s| s.gpu_time_in(&config.cluster.name, period, threshold))
+            // The cluster as the collection stores it (Slurm's lowercase name).
+            .and_then(|s| s.gpu_time_in(&slurm_name(&config.cluster.name), period, threshold))
             .map_err(|e| e.to_string())?;
         let mut out: BTreeMap<(u64, i64), SampledWindow> = BTreeMap::new();
         for (run, t) in time.by_run_gpu.iter().filter(|(r, _)| r.job_id_raw != 0) {
@@ -104,5 +106,14 @@ mod tests {
                 }
             )])
         );
+        // A ClusterName written in capitals: the collection stores Slurm's lowercase name,
+        // and the windows are read under it.
+        let upper =
+            teamshare_config::parse(&text.replace("name = \"c\"", "name = \"C\""), "t.toml")
+                .expect("valid");
+        let read = source(&upper, upper.governance.idle_window, 1_000)
+            .expect("read")
+            .expect("a database");
+        assert_eq!(read, windows);
     }
 }

@@ -10,6 +10,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use teamshare_config::Config;
@@ -421,6 +423,13 @@ impl Governor {
     /// is known to be idle).
     pub fn with_idleness(mut self, source: IdlenessSource) -> Governor {
         self.idleness.source = Some(source);
+        self
+    }
+
+    /// The daemon's count of sample collections: the windows are read again only after one
+    /// (the samples change only then).
+    pub fn with_collections(mut self, collections: Arc<AtomicU64>) -> Governor {
+        self.idleness.collections = Some(collections);
         self
     }
 

@@ -35,7 +35,7 @@
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -130,6 +130,8 @@ struct Shared {
     /// The capacity the governor's last pass measured: the ingest thread's capacity step
     /// records it rather than run sinfo again.
     governed_capacity: Mutex<Option<CapacitySample>>,
+    /// Sample collections done: the governor reads the idle windows again only after one.
+    collections: Arc<AtomicU64>,
 }
 
 impl Shared {
@@ -195,6 +197,7 @@ pub fn run(
         stop,
         failed_steps: AtomicUsize::new(0),
         governed_capacity: Mutex::new(None),
+        collections: Arc::new(AtomicU64::new(0)),
     });
     let opts = &shared.opts;
     let mut server = start_metrics(&shared);
@@ -509,6 +512,7 @@ fn govern_loop(shared: &Shared, store_tx: &Sender<ForStore>) {
         let fairshare = fairshare_from_store(database.clone());
         Governor::with_reader(config.clone(), Some(fairshare), reader)
             .with_idleness(idleness_from_store(database.clone()))
+            .with_collections(shared.collections.clone())
     };
     let cadence = Cadence {
         interval: shared.opts.govern_interval,
@@ -657,6 +661,7 @@ impl Worker<'_> {
                         .log
                         .warn_once(&format!("{line} (left in the spool; read again next time)"));
                 }
+                shared.collections.fetch_add(1, Ordering::Relaxed);
                 shared.step_result(STEP_COLLECT, Ok(()));
             }
             Err(e) => shared.step_result(STEP_COLLECT, Err(e)),

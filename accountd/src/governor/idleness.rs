@@ -7,6 +7,8 @@
 //! `accountd replay` calls too).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use teamshare_config::Config;
@@ -30,6 +32,11 @@ pub(super) struct Idleness {
     pub source: Option<IdlenessSource>,
     pub windows: BTreeMap<Duration, Windows>,
     pub read_at: Option<Instant>,
+    /// Counts the daemon's sample collections: new samples exist only after one, so the
+    /// windows are read again only then (none: every [`IDLENESS_REFRESH`]).
+    pub collections: Option<Arc<AtomicU64>>,
+    /// The collection count and the window lengths of the last complete read.
+    read_of: Option<(u64, BTreeSet<Duration>)>,
 }
 
 /// The window lengths the configuration reads: `idle_window` (rule 3's idle-first order and
@@ -47,11 +54,18 @@ pub(super) fn window_lengths(config: &Config) -> BTreeSet<Duration> {
 }
 
 impl Idleness {
-    /// Read the windows again when the last read is older than [`IDLENESS_REFRESH`]. An
-    /// error leaves the windows read before (they age out with the jobs that end: a job is
-    /// idle only for samples of its own run).
+    /// Read the windows again when the last read is older than [`IDLENESS_REFRESH`] and a
+    /// collection brought samples since (or the configuration reads other windows). An error
+    /// leaves the windows read before (they age out with the jobs that end: a job is idle only
+    /// for samples of its own run).
     pub(super) fn refresh(&mut self, config: &Config, now: UnixSeconds) -> Result<(), String> {
         if self.read_at.is_some_and(|t| t.elapsed() < IDLENESS_REFRESH) {
+            return Ok(());
+        }
+        let lengths = window_lengths(config);
+        let collected = self.collections.as_ref().map(|c| c.load(Ordering::Relaxed));
+        let read_of = collected.map(|n| (n, lengths.clone()));
+        if read_of.is_some() && read_of == self.read_of {
             return Ok(());
         }
         self.read_at = Some(Instant::now());
@@ -59,7 +73,7 @@ impl Idleness {
             return Ok(());
         };
         let mut read = BTreeMap::new();
-        for length in window_lengths(config) {
+        for length in lengths {
             match source(config, length, now) {
                 Ok(Some(windows)) => {
                     read.insert(length, windows);
@@ -69,6 +83,7 @@ impl Idleness {
             }
         }
         self.windows = read;
+        self.read_of = read_of;
         Ok(())
     }
 
@@ -93,5 +108,52 @@ impl Idleness {
             Some(w) => idle_jobs(jobs, w, length, now),
             None => BTreeSet::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The windows are read again only after a collection brought samples, or when the
+    /// configuration reads other windows.
+    #[test]
+    fn windows_are_read_again_only_after_a_collection() {
+        let reads = Arc::new(AtomicU64::new(0));
+        let counted = reads.clone();
+        let source: IdlenessSource = Box::new(move |_, _, _| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            Ok(Some(Windows::new()))
+        });
+        let collections = Arc::new(AtomicU64::new(0));
+        let mut idleness = Idleness {
+            source: Some(source),
+            collections: Some(collections.clone()),
+            ..Idleness::default()
+        };
+        let config = |extra: &str| {
+            let text =
+                format!("[cluster]\nname = \"c\"\n[[team]]\nname = \"a\"\nquota = 1\n{extra}");
+            teamshare_config::parse(&text, "t.toml").expect("valid")
+        };
+        let plain = config("");
+        let mut refresh = |c: &Config| {
+            idleness.read_at = None;
+            idleness.refresh(c, 1_000).expect("read");
+        };
+        refresh(&plain);
+        assert_eq!(reads.load(Ordering::Relaxed), 1, "one window: idle_window");
+        refresh(&plain);
+        assert_eq!(
+            reads.load(Ordering::Relaxed),
+            1,
+            "no collection since: not read"
+        );
+        collections.fetch_add(1, Ordering::Relaxed);
+        refresh(&plain);
+        assert_eq!(reads.load(Ordering::Relaxed), 2, "a collection: read");
+        let policy = config("[governance.idle_policy]\nnotice_after = \"1h\"\n");
+        refresh(&policy);
+        assert_eq!(reads.load(Ordering::Relaxed), 4, "other windows: both read");
     }
 }

@@ -422,7 +422,7 @@ impl Governor {
     /// Where the running jobs' GPU samples come from, for `idle_first_reclaim` (none: no job
     /// is known to be idle).
     pub fn with_idleness(mut self, source: IdlenessSource) -> Governor {
-        self.idleness.source = Some(source);
+        self.idleness.source = Some(Arc::new(std::sync::Mutex::new(source)));
         self
     }
 
@@ -641,7 +641,7 @@ impl Governor {
         let fairshare_error = self
             .refresh_fairshare(now)
             .err()
-            .or_else(|| self.idleness.refresh(&self.config, now).err());
+            .or_else(|| self.idleness.refresh_now(&self.config, now).err());
         let reading = self.read(now)?;
         self.note_idle_jobs(&reading.jobs, now);
         let plan = governance::plan(&GovernInput {

@@ -46,24 +46,7 @@ pub fn idleness_from_store(database: PathBuf) -> IdlenessSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu_sample::Sample;
-
-    fn sample(gpu: &str, ts: i64, job: Option<(u32, i64)>, util: u32) -> Sample {
-        Sample {
-            node: "n1".into(),
-            gpu_uuid: gpu.into(),
-            ts_ms: ts * 1000,
-            interval_ms: 10_000,
-            minor: None,
-            job_id_raw: job.map(|j| j.0),
-            job_start: job.map(|j| j.1),
-            util_gpu: util,
-            util_mem: 0,
-            mem_used: 0,
-            mem_total: None,
-            processes: None,
-        }
-    }
+    use crate::store::test_support::sample;
 
     #[test]
     fn the_window_sums_each_runs_samples_over_its_gpus() {

@@ -414,7 +414,8 @@ fn running_targets(plan: &Plan, jobs: &[ClusterJob]) -> Vec<(u64, Act)> {
 
 /// The jobs among `ids` that are running now, with their start time and whether they are
 /// batch jobs. One squeue call however many ids; a job squeue no longer knows is absent.
-fn still_running(ids: &[String]) -> Result<BTreeMap<u64, (Option<i64>, bool)>, GovernError> {
+/// What squeue says, in `fields` (`-O`), of those of the jobs `ids` (their names) that run.
+fn squeue_running(ids: &[String], fields: &str) -> Result<String, GovernError> {
     let (_, out) = SlurmCommand::new(
         "squeue",
         vec![
@@ -425,13 +426,18 @@ fn still_running(ids: &[String]) -> Result<BTreeMap<u64, (Option<i64>, bool)>, G
             "-j".into(),
             ids.join(","),
             "-O".into(),
-            "JobID:|,StartTime:|,BatchFlag:|".into(),
+            fields.into(),
         ],
         SQUEUE_TIMEOUT,
     )
     // squeue exits 1 when none of the ids is known any more: that is an answer too.
     .run_unchecked()?;
-    Ok(parsable::lines(&out.stdout)
+    Ok(out.stdout)
+}
+
+fn still_running(ids: &[String]) -> Result<BTreeMap<u64, (Option<i64>, bool)>, GovernError> {
+    let out = squeue_running(ids, "JobID:|,StartTime:|,BatchFlag:|")?;
+    Ok(parsable::lines(&out)
         .filter_map(|(_, l)| {
             // Each field ends with `|`: an empty one follows.
             let [id, start, batch] = parsable::fields(l, Shape::Leading).ok()?;

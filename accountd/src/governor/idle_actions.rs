@@ -231,23 +231,11 @@ fn running_now(names: &[String]) -> Result<BTreeMap<u64, Current>, GovernError> 
     if names.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let (_, out) = SlurmCommand::new(
-        "squeue",
-        vec![
-            "-h".into(),
-            "-a".into(),
-            "-t".into(),
-            "R".into(),
-            "-j".into(),
-            names.join(","),
-            "-O".into(),
-            "JobID:|,StartTime:|,BatchFlag:|,UserName:|,admin_comment:|".into(),
-        ],
-        SQUEUE_TIMEOUT,
-    )
-    // squeue exits 1 when none of the ids is known any more: that is an answer too.
-    .run_unchecked()?;
-    Ok(parsable::lines(&out.stdout)
+    let out = super::squeue_running(
+        names,
+        "JobID:|,StartTime:|,BatchFlag:|,UserName:|,admin_comment:|",
+    )?;
+    Ok(parsable::lines(&out)
         .filter_map(|(_, l)| {
             let [id, start, batch, user, comment] = parsable::fields(l, Shape::Rest).ok()?;
             // squeue prints an empty AdminComment as `(null)`.

@@ -143,17 +143,23 @@ impl<'a> TailWalk<'_, 'a> {
                 return given;
             }
         }
-        let mut cursors: Vec<(u32, std::iter::Peekable<_>)> = sized
+        let mut cursors: Vec<((u32, u32), std::iter::Peekable<_>)> = sized
             .iter()
-            .map(|(g, set)| (*g, set.range(from..).peekable()))
+            .map(|(size, set)| (*size, set.range(from..).peekable()))
             .collect();
         loop {
             let left = available.min(self.headroom.saturating_sub(given));
             let mut best: Option<((PendingKey, usize), Option<usize>)> =
                 ask_next.map(|a| (a, None));
-            for (c, (g, cursor)) in cursors.iter_mut().enumerate() {
+            for (c, ((g, n), cursor)) in cursors.iter_mut().enumerate() {
                 if *g > left {
                     break;
+                }
+                // Lending by placement: a one-node job of a size no node has room for is
+                // given nothing, nor is any job of that size after it this pass (the room
+                // only shrinks): they are passed over together, not one by one.
+                if *n == 1 && self.room.as_ref().is_some_and(|r| r.fails_alone(*g)) {
+                    continue;
                 }
                 // The straddling job is read from its own place.
                 if cursor.peek().is_some_and(|e| Some(**e) == ask_at) {

@@ -18,7 +18,7 @@ use teamshare_config::Config;
 
 use super::nodes::{NodeSet, PassNodes};
 use super::pool::{decide, Decided, Pass};
-use super::queues::{Entry, Lists, Queues, Sink, Table, Tail};
+use super::queues::{size_key, Entry, Lists, Queues, Sink, Table, Tail};
 use super::rules::{PendingKey, Rules, RunningKey};
 use super::running::TeamRunning;
 use super::{ClusterJob, Phase};
@@ -281,7 +281,10 @@ impl<'c> Planner<'c> {
                         Ok(i) => counts[i].1 += 1,
                         Err(i) => counts.insert(i, (a, 1)),
                     }
-                    self.sized[t].entry(j.gpus).or_default().insert((key, slot));
+                    self.sized[t]
+                        .entry(size_key(j))
+                        .or_default()
+                        .insert((key, slot));
                     if self.rules.preemptible(j) && j.eligible {
                         self.askable[t].insert((key, slot));
                     }
@@ -333,10 +336,11 @@ impl<'c> Planner<'c> {
                             counts.remove(i);
                         }
                     }
-                    if let Some(set) = self.sized[t].get_mut(&h.job.gpus) {
+                    let size = size_key(&h.job);
+                    if let Some(set) = self.sized[t].get_mut(&size) {
                         set.remove(&(key, slot));
                         if set.is_empty() {
-                            self.sized[t].remove(&h.job.gpus);
+                            self.sized[t].remove(&size);
                         }
                     }
                     self.askable[t].remove(&(key, slot));

@@ -156,9 +156,16 @@ pub(super) struct Queues<'j> {
     pub askable: Option<&'j [BTreeSet<(PendingKey, usize)>]>,
 }
 
-/// A team's ranked pending jobs that can start by the GPUs they ask for, each set in the
-/// team's order ([`Rules::pending_key`], then place in the table).
-pub(super) type Sized = BTreeMap<u32, BTreeSet<(PendingKey, usize)>>;
+/// A team's ranked pending jobs that can start by the GPUs they ask for and then the nodes
+/// ([`size_key`]), each set in the team's order ([`Rules::pending_key`], then place in the
+/// table).
+pub(super) type Sized = BTreeMap<(u32, u32), BTreeSet<(PendingKey, usize)>>;
+
+/// A job's key in [`Sized`]: its GPUs, then its nodes (at least 1). By the nodes too so that
+/// a walk can pass over every one-node job of a size no node has room for at once.
+pub(super) fn size_key(j: &ClusterJob) -> (u32, u32) {
+    (j.gpus, j.node_count.max(1))
+}
 
 /// Counts `(key, n)` as a sorted vector of counts.
 fn count_alike(mut keys: Vec<Alike>) -> Vec<(Alike, u32)> {

@@ -189,6 +189,13 @@ impl Room {
         held
     }
 
+    /// Whether [`Room::take`] fails now, and for the rest of the pass, for any one-node job
+    /// of `gpus` GPUs: it fits one node's size (a larger one is spread over several), and a
+    /// job as large or smaller already found no node with that many free.
+    pub(super) fn fails_alone(&self, gpus: u32) -> bool {
+        gpus <= self.largest && gpus >= self.no_fit
+    }
+
     /// Free GPUs in all.
     fn total(&self) -> u32 {
         self.free.iter().fold(0u32, |s, f| s.saturating_add(*f))
@@ -933,5 +940,29 @@ min_runtime_before_reclaim = "0s"
         jobs.push(waiting(2, 1));
         let p = plan_with(&jobs);
         assert_eq!(p.reclaim, [1]);
+    }
+
+    /// A one-node job of a size no node has room for fails, and so does any as large after
+    /// it (a tail's walk passes them over together); a job larger than a node is spread over
+    /// several and is not judged so.
+    #[test]
+    fn a_one_node_size_that_found_no_room_fails_for_the_rest_of_the_pass() {
+        let mut room = super::Room {
+            free: vec![1, 3],
+            largest: 4,
+            no_fit: u32::MAX,
+            no_fit_wide: Vec::new(),
+        };
+        assert!(!room.fails_alone(4), "nothing was tried yet");
+        assert!(!room.take(&waiting(4, 1)), "no node has 4 free");
+        assert!(room.fails_alone(4));
+        assert!(!room.fails_alone(3), "a smaller job may still fit");
+        assert!(
+            !room.fails_alone(6),
+            "6 GPUs take two 4-GPU nodes: not a one-node job"
+        );
+        assert!(room.take(&waiting(3, 1)));
+        assert_eq!(room.free, vec![1, 0]);
+        assert!(room.fails_alone(4));
     }
 }

@@ -510,5 +510,66 @@ min_runtime_before_reclaim = "{min_runtime}s"
                 }
             }
         }
+
+        /// Issue 27: no admitted job waits for ever while GPUs it could use stay idle. Jobs of
+        /// one to four GPUs on one node and whole two-node jobs of eight, of three teams whose
+        /// quotas leave an unowned pool, on three 4-GPU nodes: once submissions stop, the
+        /// queue drains, so every job starts before the period's end (100,000 s, far past
+        /// the last submission at 2,000 s and all the work, at most 24,000 s, done one job
+        /// after the other). A wide borrower held by its team's limit while small ones take
+        /// every GPU that comes free starts at the latest when the cluster goes idle.
+        #[test]
+        fn no_admitted_job_waits_for_ever_while_the_gpus_it_fits_stand_idle(
+            jobs in prop::collection::vec((0u8..3, 0i64..2_000, 0usize..5, 1i64..600), 1..40),
+            fair in any::<bool>(),
+            min_runtime in 0i64..120,
+        ) {
+            let text = format!(
+                r#"
+[cluster]
+name = "p"
+partitions = ["gpu"]
+idle_sharing = "{}"
+currency = "USD"
+[gpu_types.default]
+rate_per_hour = 1.0
+[[team]]
+name = "t0"
+quota = 4
+[[team]]
+name = "t1"
+quota = 3
+[[team]]
+name = "t2"
+quota = 2
+[governance]
+min_runtime_before_reclaim = "{min_runtime}s"
+"#,
+                if fair { "fair-share" } else { "fifo" }
+            );
+            let config = teamshare_config::parse(&text, "p.toml").expect("config");
+            let shapes = [(1, 1), (2, 1), (3, 1), (4, 1), (8, 2)];
+            let mut list: Vec<TraceJob> = jobs
+                .iter()
+                .enumerate()
+                .map(|(i, (team, submit, shape, work))| {
+                    let (gpus, nodes) = shapes[*shape];
+                    TraceJob {
+                        nodes,
+                        ..job(i as u64 + 1, &format!("t{team}"), *submit, gpus, *work)
+                    }
+                })
+                .collect();
+            list.sort_by_key(|j| (j.submit, j.id));
+            let t = trace(list, 3, 4);
+            let out = sim(&t, &config, &SimParams::default());
+            for (i, o) in out.jobs.iter().enumerate() {
+                prop_assert!(
+                    o.first_start().is_some(),
+                    "job {} ({}, {} GPUs on {} nodes, submitted at {}) never started",
+                    t.jobs[i].id, t.jobs[i].team, t.jobs[i].gpus, t.jobs[i].nodes, t.jobs[i].submit
+                );
+            }
+        }
     }
 }

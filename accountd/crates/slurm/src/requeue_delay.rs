@@ -180,6 +180,7 @@ mod tests {
             untyped: vec![],
             park: vec![],
             release: vec![],
+            displacing: vec![],
             state: PublishedState::from_json(
                 r#"{"version":3,"generated_at":0,"config_digest":"","capacity":0,"free_gpus":0,"pending_in_quota_gpus":0,"teams":{},"victims":[]}"#,
             )

@@ -450,6 +450,10 @@ pub struct Plan {
     /// marked [`PARK_HOLD_MARK`]) or release (hold released, begin now) once they fit.
     pub park: Vec<u64>,
     pub release: Vec<u64>,
+    /// Pending jobs ranked ahead of every borrower because they displace a lower class of
+    /// their own team (rule 6), not because they fit its unused quota (rule 3): the replay's
+    /// time to start of in-quota jobs leaves them out.
+    pub displacing: Vec<u64>,
     pub state: PublishedState,
 }
 

@@ -74,6 +74,8 @@ pub struct PassPlan {
     /// Pending jobs that fit their team's unused quota or displace a lower class: ranked at
     /// the no-preempt level or above, ahead of every borrower.
     pub in_quota: Vec<u64>,
+    /// Of them, those that displace a lower class ([`super::Plan::displacing`]).
+    pub displacing: Vec<u64>,
     /// The earliest instant after the pass a victim's `min_runtime_before_reclaim` ends (a
     /// pending in-quota job may then reclaim it).
     pub next_exempt_end: Option<i64>,
@@ -480,6 +482,7 @@ impl PassPlan {
             release: d.release,
             outside,
             in_quota: d.in_quota.iter().map(|e| e.id).collect(),
+            displacing: d.displacing,
             next_exempt_end: d
                 .victims
                 .iter()

@@ -120,6 +120,7 @@ pub(super) fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         untyped: Vec::new(),
         park: d.park,
         release: d.release,
+        displacing: d.displacing,
         state,
     };
     PoolPlan {
@@ -143,6 +144,8 @@ pub(super) struct Decided<'a> {
     spare: Option<u32>,
     /// Pending jobs that fit their team's quota or displace a lower class.
     pub in_quota: Vec<Entry<'a>>,
+    /// Of them, those that displace a lower class.
+    pub displacing: Vec<u64>,
     pub displace: Vec<u64>,
     pub reclaim: Vec<u64>,
     pub violations: Vec<u64>,
@@ -226,6 +229,7 @@ pub(super) fn decide<'a>(
     let gpu_limits = team_gpu_limits(config, &running, &shares.allowance, &mut team_states);
     let walked = walked(queues, &pending.tails);
     let mut in_quota = pending.in_quota;
+    let displacing = pending.displacing.iter().map(|e| e.id).collect();
     in_quota.extend(pending.displacing);
     Decided {
         granted: shares.granted.iter().map(|e| e.slot).collect(),
@@ -236,6 +240,7 @@ pub(super) fn decide<'a>(
         reclaim_gpus,
         spare,
         in_quota,
+        displacing,
         displace: pending.displace,
         reclaim,
         violations: running.violations,

@@ -52,6 +52,7 @@ pub(super) fn plan_typed(input: &GovernInput<'_>) -> Plan {
         untyped,
         park: Vec::new(),
         release: Vec::new(),
+        displacing: Vec::new(),
         state: new_state(input, 0, 0, Vec::new()),
     };
     let mut spent = SpentAcrossTypes::default();
@@ -275,6 +276,7 @@ fn merge_pool(merged: &mut Plan, k: &str, p: Plan) {
     merged.outside.extend(p.outside);
     merged.park.extend(p.park);
     merged.release.extend(p.release);
+    merged.displacing.extend(p.displacing);
     merge_pool_state(&mut merged.state, k, p.state);
 }
 

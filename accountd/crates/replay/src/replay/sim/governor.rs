@@ -26,6 +26,9 @@ struct Decision {
     release: Vec<u64>,
     requeue: Vec<u64>,
     in_quota: Vec<u64>,
+    /// Of them, those that displace a lower class of their team (rule 6) rather than fit
+    /// its unused quota: not in quota for the time-to-start measure.
+    displacing: Vec<u64>,
     next_exempt_end: Option<Secs>,
 }
 
@@ -75,6 +78,7 @@ impl Sim<'_> {
                     .chain(pass.over_ceiling)
                     .collect(),
                 in_quota: pass.in_quota,
+                displacing: pass.displacing,
                 next_exempt_end: pass.next_exempt_end,
             }
         };
@@ -143,6 +147,7 @@ impl Sim<'_> {
                 .chain(plan.over_ceiling)
                 .collect(),
             in_quota,
+            displacing: plan.displacing,
             next_exempt_end: plan
                 .state
                 .victims
@@ -193,8 +198,11 @@ impl Sim<'_> {
                 }
             }
         }
-        // Pending jobs the plan ranks as in quota: the first instant each did.
-        for id in &d.in_quota {
+        // Pending jobs the plan ranks as in quota: the first instant each did. Those that
+        // displace a lower class of their own team rank so too, but they did not fit its
+        // unused quota: their wait is rule 6's, not the guarantee's.
+        let displacing: std::collections::BTreeSet<&u64> = d.displacing.iter().collect();
+        for id in d.in_quota.iter().filter(|id| !displacing.contains(id)) {
             if let Some(j) = by_id(id) {
                 if !self.jobs[j].parked && self.out[j].in_quota_since.is_none() {
                     self.out[j].in_quota_since = Some(self.now);

@@ -340,6 +340,11 @@ fn a_higher_class_displaces_its_own_teams_lower_class() {
     let o = sim(&t, &c, &slurm_requeue_delay());
     assert_eq!(starts(&o), vec![vec![(0, 10), (131, 231)], vec![(10, 110)]]);
     assert_eq!(o.jobs[0].lost_gpu_secs, 40);
+    // Issue 27, item 7: the inference job ranks ahead of every borrower, but it displaces
+    // (rule 6) rather than fits a's unused quota, so its wait is no in-quota start (nor an
+    // owner's reclaim); the job that fitted the quota at 0 is one.
+    assert_eq!(o.jobs[1].in_quota_since, None);
+    assert_eq!(o.jobs[0].in_quota_since, Some(0));
     // With the governor lifting the delay: b's idle quota is lent to it at 13.
     let o = sim(&t, &c, &SimParams::default());
     assert_eq!(starts(&o)[0], vec![(0, 10), (13, 113)]);

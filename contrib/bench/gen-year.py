@@ -83,8 +83,10 @@ def campaigns(rng, hours):
 
 
 def deadline_pushes(rng, hours):
-    """Training's two month-long pushes (1.6x) before deadlines."""
-    starts = sorted(rng.sample(range(30 * 24, max(31 * 24, hours - 30 * 24), 24), 2))
+    """Training's two month-long pushes (1.6x) before deadlines (one, starting after the
+    period, in a trace of under 62 days: too short for two)."""
+    days = range(30 * 24, max(31 * 24, hours - 30 * 24), 24)
+    starts = sorted(rng.sample(days, min(2, len(days))))
     return [(s, s + 30 * 24) for s in starts]
 
 

@@ -65,7 +65,7 @@ PERIOD=(--since 2025-10-01 --until 2025-12-01)
 for fmt in table csv json html; do
     run "reports/teams.$fmt" report teams --format "$fmt" "${PERIOD[@]}"
     run "reports/teams-by-day.$fmt" report teams --by-day --format "$fmt" --since 2025-11-25 --until 2025-12-01
-    for kind in jobs utilisation fairshare; do
+    for kind in jobs users utilisation fairshare; do
         run "reports/$kind.$fmt" report "$kind" --format "$fmt" "${PERIOD[@]}"
     done
 done

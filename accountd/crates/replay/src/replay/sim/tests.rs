@@ -430,6 +430,35 @@ mod property {
     use super::*;
     use proptest::prelude::*;
 
+    /// Teams t0 (quota `q0`), t1 (3) and t2 (2), fifo or fair-share, with these
+    /// `[governance]` lines.
+    fn three_teams(fair: bool, q0: u32, governance: &str) -> Config {
+        let text = format!(
+            r#"
+[cluster]
+name = "p"
+partitions = ["gpu"]
+idle_sharing = "{}"
+currency = "USD"
+[gpu_types.default]
+rate_per_hour = 1.0
+[[team]]
+name = "t0"
+quota = {q0}
+[[team]]
+name = "t1"
+quota = 3
+[[team]]
+name = "t2"
+quota = 2
+[governance]
+{governance}
+"#,
+            if fair { "fair-share" } else { "fifo" }
+        );
+        teamshare_config::parse(&text, "p.toml").expect("config")
+    }
+
     /// A history of one-GPU jobs (no fragmentation) on one 8-GPU node: team, submit, work.
     fn history() -> impl Strategy<Value = Vec<(u8, Secs, Secs)>> {
         prop::collection::vec((0u8..3, 0i64..2_000, 1i64..600), 1..40)
@@ -447,31 +476,10 @@ mod property {
             min_runtime in 0i64..120,
             grace in 0i64..60,
         ) {
-            let text = format!(
-                r#"
-[cluster]
-name = "p"
-partitions = ["gpu"]
-idle_sharing = "{}"
-currency = "USD"
-[gpu_types.default]
-rate_per_hour = 1.0
-[[team]]
-name = "t0"
-quota = 3
-[[team]]
-name = "t1"
-quota = 3
-[[team]]
-name = "t2"
-quota = 2
-[governance]
-reclaim_grace = "{grace}s"
-min_runtime_before_reclaim = "{min_runtime}s"
-"#,
-                if fair { "fair-share" } else { "fifo" }
+            let governance = format!(
+                "reclaim_grace = \"{grace}s\"\nmin_runtime_before_reclaim = \"{min_runtime}s\""
             );
-            let shared = teamshare_config::parse(&text, "p.toml").expect("config");
+            let shared = three_teams(fair, 3, &governance);
             let mut list: Vec<TraceJob> = jobs
                 .iter()
                 .enumerate()
@@ -529,30 +537,8 @@ min_runtime_before_reclaim = "{min_runtime}s"
             fair in any::<bool>(),
             min_runtime in 0i64..120,
         ) {
-            let text = format!(
-                r#"
-[cluster]
-name = "p"
-partitions = ["gpu"]
-idle_sharing = "{}"
-currency = "USD"
-[gpu_types.default]
-rate_per_hour = 1.0
-[[team]]
-name = "t0"
-quota = 4
-[[team]]
-name = "t1"
-quota = 3
-[[team]]
-name = "t2"
-quota = 2
-[governance]
-min_runtime_before_reclaim = "{min_runtime}s"
-"#,
-                if fair { "fair-share" } else { "fifo" }
-            );
-            let config = teamshare_config::parse(&text, "p.toml").expect("config");
+            let governance = format!("min_runtime_before_reclaim = \"{min_runtime}s\"");
+            let config = three_teams(fair, 4, &governance);
             let shapes = [(1, 1), (2, 1), (3, 1), (4, 1), (8, 2)];
             let mut list: Vec<TraceJob> = jobs
                 .iter()

@@ -46,6 +46,8 @@ LAYERS = {
     "teamshare-slurm": ("accountd/crates/slurm/src", "teamshare_slurm", [
         # Foundations: no knowledge of teamshare's concepts beyond types and text.
         ["period", "parsable", "slurm_cli"],
+        # One job as Slurm holds it, typed (issue 26): what both ways of reading give.
+        ["job_record"],
         # Slurm's records, read and typed.
         ["slurm_api", "squeue", "sacct", "capacity", "requeue_delay", "requeue_check"],
     ]),

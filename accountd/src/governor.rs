@@ -25,8 +25,9 @@ use crate::slurm_cli::{slurm_name, SlurmCommand, SlurmCommandError};
 
 // The squeue reader lives in its own module; its public names stay reachable from here.
 pub use crate::squeue::{
-    address, expand_hostlist, grp_tres, parse_squeue, pending_reasons, read_squeue, squeue_command,
-    whole_address, Addresses, GovernorHold, Leaders, SqueueRead, Unreadable,
+    address, expand_hostlist, grp_tres, parse_squeue, pending_reasons, read_records, read_squeue,
+    squeue_command, squeue_records, whole_address, Addresses, GovernorHold, Leaders, Records,
+    SqueueRead, Unreadable,
 };
 use crate::squeue::{
     governor_holds, parse_utc, OUTSIDE_HOLD, SQUEUE_TIMEOUT, UNHOLD_LIFTS_WITHIN_SECS, UNTYPED_HOLD,
@@ -216,8 +217,9 @@ pub struct Reading {
 
 /// How the governor reads Slurm: in process through libslurm (the default), or by running
 /// squeue and sinfo (`TEAMSHARE_SLURM_READER=commands`: a host whose libslurm cannot talk to
-/// its slurmctld, or a test with stand-in commands). Both give the same text to the same
-/// readers; the live test `scale::c03` checks that they agree.
+/// its slurmctld, or a test with stand-in commands). Both give the same typed records
+/// ([`Records`]: libslurm's directly, squeue's text read into them) to the same reader; the
+/// live test `scale::c03` checks that they agree.
 pub enum SlurmReader {
     Libslurm(crate::slurm_api::Session),
     Commands,
@@ -247,8 +249,8 @@ impl SlurmReader {
         partitions: &[String],
         now: UnixSeconds,
     ) -> Result<Reading, GovernError> {
-        let (capacity, jobs_text, slurm_calls) = self.read_text(partitions)?;
-        let mut r = reading(capacity, &jobs_text, slurm_calls, now);
+        let (capacity, records, slurm_calls) = self.read_records(partitions)?;
+        let mut r = reading(capacity, &records, slurm_calls, now);
         if let SlurmReader::Libslurm(session) = self {
             r.partitions = Some(session.offered());
         }
@@ -262,22 +264,23 @@ impl SlurmReader {
         partitions: &[String],
         now: UnixSeconds,
     ) -> Result<(Reading, BTreeMap<u64, String>), GovernError> {
-        let (capacity, jobs_text, slurm_calls) = self.read_text(partitions)?;
-        let reasons = pending_reasons(&jobs_text);
-        Ok((reading(capacity, &jobs_text, slurm_calls, now), reasons))
+        let (capacity, records, slurm_calls) = self.read_records(partitions)?;
+        let reasons = pending_reasons(&records);
+        Ok((reading(capacity, &records, slurm_calls, now), reasons))
     }
 
-    /// The capacity, squeue's text of the jobs, and the Slurm calls that took.
-    fn read_text(
+    /// The capacity, the jobs' records, and the Slurm calls that took: typed records from
+    /// libslurm, or squeue's text read into records.
+    fn read_records(
         &mut self,
         partitions: &[String],
-    ) -> Result<(capacity::Capacity, String, u64), GovernError> {
+    ) -> Result<(capacity::Capacity, Records, u64), GovernError> {
         Ok(match self {
             SlurmReader::Libslurm(session) => {
                 let before = session.calls;
                 let nodes = session.nodes_text(partitions)?;
                 let cap = capacity::parse_sinfo(&nodes)?;
-                let jobs = session.jobs_text(partitions)?;
+                let jobs = session.jobs(partitions)?;
                 (cap, jobs, session.calls - before)
             }
             // Capacity and jobs are read at once: a snapshot takes the longer of the two, not
@@ -299,7 +302,8 @@ impl SlurmReader {
                     });
                     (cap, calls, out)
                 });
-                (cap?, out?.stdout, sinfo_calls + 1)
+                let records = squeue_records(&out?.stdout);
+                (cap?, records, sinfo_calls + 1)
             }
         })
     }
@@ -325,10 +329,10 @@ fn largest_nodes(cap: &capacity::Capacity) -> (u32, BTreeMap<String, u32>) {
     (cap.per_node.values().copied().max().unwrap_or(0), by_type)
 }
 
-/// A [`Reading`] of the capacity and squeue's text of the jobs.
+/// A [`Reading`] of the capacity and the jobs' records.
 fn reading(
     capacity: capacity::Capacity,
-    jobs_text: &str,
+    records: &Records,
     slurm_calls: u64,
     now: UnixSeconds,
 ) -> Reading {
@@ -338,7 +342,7 @@ fn reading(
         unreadable,
         addresses,
         leaders,
-    } = read_squeue(jobs_text, now, node_gpus);
+    } = read_records(records, now, node_gpus);
     Reading {
         capacity,
         jobs,
@@ -347,7 +351,7 @@ fn reading(
         leaders,
         slurm_calls,
         partitions: None,
-        holds: governor_holds(jobs_text),
+        holds: governor_holds(records),
     }
 }
 

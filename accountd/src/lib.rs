@@ -27,7 +27,8 @@
 pub use teamshare_accounting::{gpu_sample, ingest, model, report, store};
 pub use teamshare_replay::replay;
 pub use teamshare_slurm::{
-    capacity, parsable, period, requeue_check, requeue_delay, sacct, slurm_api, slurm_cli, squeue,
+    capacity, job_record, parsable, period, requeue_check, requeue_delay, sacct, slurm_api,
+    slurm_cli, squeue,
 };
 
 pub mod config_watch;

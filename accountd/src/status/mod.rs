@@ -167,7 +167,7 @@ pub struct StatusInput<'a> {
     /// The state, or why there is none.
     pub state: Result<&'a PublishedState, String>,
     pub capacity: &'a Capacity,
-    /// Slurm's jobs of the governed partitions ([`crate::governor::read_squeue`]).
+    /// Slurm's jobs of the governed partitions ([`crate::governor::read_records`]).
     pub jobs: &'a [ClusterJob],
     /// Slurm's reason for each pending job ([`crate::governor::pending_reasons`]).
     pub reasons: &'a BTreeMap<u64, String>,

@@ -233,6 +233,64 @@ pub(crate) fn expected_job(j: &SqueueJob) -> ClusterJob {
     }
 }
 
+/// The record libslurm gives for the job [`squeue_line`] writes: typed fields, NULL strings
+/// empty, no `N/A`.
+pub(crate) fn typed_record(j: &SqueueJob, number: usize) -> squeue::JobRecord {
+    let running = j.state != "PENDING";
+    let typed = j
+        .gpu_type
+        .as_ref()
+        .map_or(String::new(), |t| format!(":{t}"));
+    let ask = format!("gres:gpu{typed}:{}", j.gpus);
+    let mut alloc = format!(
+        "cpu={},mem=1G,node={},gres/gpu={}",
+        j.nodes, j.nodes, j.gpus
+    );
+    if let Some(t) = j.gpu_type.as_ref().filter(|_| j.gpus > 0) {
+        alloc.push_str(&format!(",gres/gpu:{t}={}", j.gpus));
+    }
+    let (per_job, per_node) = match (running, j.per_node) {
+        (true, _) => (None, Some(format!("gres:gpu:{}", j.gpus))),
+        (false, true) => (None, Some(ask)),
+        (false, false) => (Some(ask), None),
+    };
+    squeue::JobRecord {
+        id: j.id,
+        account: j.account.clone(),
+        state: squeue::JobState::from_name(j.state),
+        priority: Some(j.priority),
+        submit: Some(j.submit),
+        start: j.start,
+        tres_alloc: if running { alloc } else { "N/A".into() },
+        ask: accountd::job_record::TresAsk {
+            per_job,
+            per_node,
+            ..Default::default()
+        },
+        num_nodes: Some(j.nodes),
+        num_tasks: Some(j.nodes),
+        reason: j.reason.into(),
+        batch: j.batch,
+        node_list: if running {
+            j.node_list.0.clone()
+        } else {
+            String::new()
+        },
+        eligible_time: j.eligible_time,
+        array_job_id: None,
+        array_task: None,
+        whole_node: false,
+        het: None,
+        sched_nodes: if !running && j.reserved {
+            j.node_list.0.clone()
+        } else {
+            String::new()
+        },
+        admin_comment: j.comment.clone(),
+        origin: accountd::job_record::Origin::Record(number),
+    }
+}
+
 /// Jobs of distinct ids (an array's pending tasks share an id and are read once).
 pub(crate) fn squeue_jobs(max: usize) -> impl Strategy<Value = Vec<SqueueJob>> {
     vec(squeue_job(), 0..max).prop_map(|mut jobs| {
@@ -261,7 +319,7 @@ proptest! {
         let (jobs, unreadable) = squeue::parse_squeue(&text, NOW);
         prop_assert_eq!(jobs.len(), read.jobs.len());
         prop_assert_eq!(unreadable, read.unreadable);
-        squeue::pending_reasons(&text);
+        squeue::pending_reasons(&squeue::squeue_records(&text));
         for (_, line) in non_blank(&text) {
             squeue::expand_hostlist(line);
         }
@@ -304,13 +362,34 @@ proptest! {
         for (got, j) in read.jobs.iter().zip(&jobs) {
             prop_assert_eq!(got, &expected_job(j), "{}", squeue_line(j));
         }
-        let reasons = squeue::pending_reasons(&text);
+        let reasons = squeue::pending_reasons(&squeue::squeue_records(&text));
         let pending: BTreeMap<u64, String> = jobs
             .iter()
             .filter(|j| j.state == "PENDING")
             .map(|j| (j.id, j.reason.to_string()))
             .collect();
         prop_assert_eq!(reasons, pending);
+    }
+
+    /// The typed records libslurm gives (issue 26: no text between Slurm and the reader) read
+    /// as the same jobs, holds and reasons as squeue's lines of the same jobs.
+    #[test]
+    fn typed_records_read_as_their_squeue_lines(jobs in squeue_jobs(8), node_gpus in 0u32..16) {
+        let text: String = jobs.iter().map(squeue_line).collect();
+        let from_text = squeue::squeue_records(&text);
+        let typed = squeue::Records {
+            items: jobs.iter().enumerate().map(|(i, j)| Ok(typed_record(j, i + 1))).collect(),
+        };
+        let (a, b) = (
+            squeue::read_records(&typed, NOW, node_gpus),
+            squeue::read_records(&from_text, NOW, node_gpus),
+        );
+        prop_assert!(a.unreadable.is_empty(), "{:?}", a.unreadable);
+        prop_assert_eq!(&a.jobs, &b.jobs);
+        let want: Vec<ClusterJob> = jobs.iter().map(expected_job).collect();
+        prop_assert_eq!(a.jobs, want);
+        prop_assert_eq!(squeue::pending_reasons(&typed), squeue::pending_reasons(&from_text));
+        prop_assert_eq!(squeue::governor_holds(&typed), squeue::governor_holds(&from_text));
     }
 
     /// One malformed line among valid ones (and blank lines anywhere) loses only itself, and

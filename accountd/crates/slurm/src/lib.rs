@@ -5,7 +5,8 @@
 //! - `slurm_cli`: running Slurm's client commands; `parsable`: the one reader of their
 //!   `|`-separated output and its malformed-line error; `period`: instants and periods;
 //! - `sacct`: the sacct invocation and the parser of its output (job runs);
-//! - `squeue`: squeue's records as the governor reads them;
+//! - `job_record`: one job as Slurm holds it, typed (from libslurm, or squeue's text);
+//! - `squeue`: the governor's reader of those records;
 //! - `capacity`: the governed capacity measured with sinfo;
 //! - `requeue_delay`: Slurm's requeue delay, lifted once it protects nothing; `requeue_check`:
 //!   requeues that may have met a run's own end, told apart from accounting;
@@ -19,6 +20,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod capacity;
+pub mod job_record;
 pub mod parsable;
 pub mod period;
 pub mod requeue_check;

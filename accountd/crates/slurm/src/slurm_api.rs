@@ -7,11 +7,13 @@
 //! `slurm_load_partitions`, each given the time of the answer it holds, so that slurmctld sends
 //! nothing when nothing changed (`SLURM_NO_CHANGE_IN_DATA`, partitions and nodes most passes).
 //!
-//! The records are written out in exactly the text squeue (`-O` with the governor's fields) and
-//! sinfo (`%N|%G|%t`) print, through the functions those commands use for states and reasons.
-//! So there is one reader of Slurm's records (`accountd::governor::read_squeue`,
-//! [`crate::capacity::parse_sinfo`]), hardened against what users write, whichever way they
-//! came; the live test `scale::c03` checks that both ways give the same jobs and capacity.
+//! Jobs become typed records ([`crate::job_record::JobRecord`]) straight from libslurm's
+//! `slurm_job_info_t`, with no text between (states and reasons through the functions squeue
+//! uses for them); squeue's text, on the client-command fallback, is read into the same
+//! records. So there is one reader of jobs ([`crate::squeue::read_records`]), hardened against
+//! what users write, whichever way they came. Nodes are still written out as the text sinfo
+//! (`%N|%G|%t`) prints for [`crate::capacity::parse_sinfo`]. The live test `scale::c03` checks
+//! that both ways give the same plan.
 //!
 //! All unsafe code of accountd is in this module: pointers come from libslurm, are read while
 //! the message that owns them is alive, and each message is freed once, by its owner.
@@ -25,6 +27,8 @@ use std::sync::OnceLock;
 
 use slurm_sys as sys;
 
+use crate::job_record::{JobRecord, JobState, Origin, Records};
+use crate::period::UnixSeconds;
 use crate::slurm_cli::SLURM_CONF_VAR;
 use teamshare_policy::offered::{Offered, PartitionGpus};
 
@@ -171,10 +175,10 @@ impl Session {
         Err(last_error(call))
     }
 
-    /// The jobs of `partitions` that are pending, running, suspended or completing, one line
-    /// each in the text of `squeue -h -a -p PARTITIONS -t PD,R,CG,S -O <the governor's fields>`
-    /// (see `accountd::governor::squeue_command`).
-    pub fn jobs_text(&mut self, partitions: &[String]) -> Result<String, ApiError> {
+    /// The jobs of `partitions` that are pending, running, suspended or completing, as typed
+    /// records: what `squeue -h -a -p PARTITIONS -t PD,R,CG,S -O <the governor's fields>`
+    /// prints (see [`crate::squeue::squeue_command`]), without the text.
+    pub fn jobs(&mut self, partitions: &[String]) -> Result<Records, ApiError> {
         Self::refresh(
             &mut self.jobs,
             &mut self.calls,
@@ -184,7 +188,7 @@ impl Session {
             |m| m.last_update,
         )?;
         let Some(msg) = &self.jobs else {
-            return Ok(String::new());
+            return Ok(Records::default());
         };
         // SAFETY: the message is alive while `self.jobs` holds it; `job_array` has
         // `record_count` records.
@@ -196,12 +200,14 @@ impl Session {
                 std::slice::from_raw_parts(m.job_array, m.record_count as usize)
             }
         };
-        let mut out = String::with_capacity(jobs.len() * 160);
-        for j in jobs {
+        let mut items = Vec::with_capacity(jobs.len());
+        for (i, j) in jobs.iter().enumerate() {
             // SAFETY: every pointer read is a field of a live record of the message.
-            unsafe { job_line(j, partitions, &mut out) };
+            if let Some(r) = unsafe { job_record(j, partitions, i + 1) } {
+                items.push(Ok(r));
+            }
         }
-        Ok(out)
+        Ok(Records { items })
     }
 
     /// The nodes of `partitions`, one line each in the text of `sinfo -h -N -p PARTITIONS -o
@@ -358,61 +364,55 @@ unsafe fn offered_by(p: &sys::partition_info_msg_t, n: &sys::node_info_msg_t) ->
     out
 }
 
-/// Append job `j`'s line when it is in one of `partitions` and in a state the governor reads.
+/// Job `j`'s record when it is in one of `partitions` and in a state the governor reads;
+/// `number` is its place in libslurm's answer.
 ///
 /// # Safety
 /// `j` is a record of a live `job_info_msg_t`.
-unsafe fn job_line(j: &sys::slurm_job_info_t, partitions: &[String], out: &mut String) {
+unsafe fn job_record(
+    j: &sys::slurm_job_info_t,
+    partitions: &[String],
+    number: usize,
+) -> Option<JobRecord> {
     let base = j.job_state & sys::JOB_STATE_BASE;
     let wanted_state = base == sys::job_states::JOB_PENDING
         || base == sys::job_states::JOB_RUNNING
         || base == sys::job_states::JOB_SUSPENDED
         || j.job_state & JOB_COMPLETING != 0;
     if !wanted_state {
-        return;
+        return None;
     }
-    // The string fields of `j`, read only through this: each is NULL or a NUL-terminated
-    // string owned by the live message (this function's contract).
-    let field = |p: *mut c_char| {
-        // SAFETY: `p` is one of `j`'s string fields, as above.
-        unsafe { text(p) }
-    };
-    let partition = field(j.partition);
+    // SAFETY: `partition` is a string field of `j` (this function's contract).
+    let partition = unsafe { text(j.partition) };
     if !partition
         .split(',')
         .any(|p| partitions.iter().any(|want| want == p))
     {
-        return;
+        return None;
     }
-    // SAFETY: `j` is a record of a live `job_info_msg_t` (this function's contract).
-    let fields = unsafe { job_fields(j) };
-    // squeue ends every field, the last one included, with the separator.
-    for f in &fields {
-        out.push_str(&clean(f));
-        out.push('|');
-    }
-    out.push('\n');
+    // SAFETY: as above.
+    Some(unsafe { job_fields(j, number) })
 }
 
-/// The fields of job `j`'s line, in the order of the governor's squeue format.
+/// Job `j`'s record (see [`job_record`]).
 ///
 /// # Safety
 /// `j` is a record of a live `job_info_msg_t`.
-unsafe fn job_fields(j: &sys::slurm_job_info_t) -> [String; 25] {
+unsafe fn job_fields(j: &sys::slurm_job_info_t, number: usize) -> JobRecord {
     // The string fields of `j`, read only through this: each is NULL or a NUL-terminated
-    // string owned by the live message (this function's contract).
+    // string owned by the live message (this function's contract). Empty is "not given".
     let field = |p: *mut c_char| {
         // SAFETY: `p` is one of `j`'s string fields, as above.
         unsafe { text(p) }
     };
-    let or_na = |s: String| if s.is_empty() { "N/A".to_string() } else { s };
+    let given = |p: *mut c_char| Some(field(p)).filter(|s| !s.trim().is_empty());
     let is_array = !j.array_task_str.is_null() || j.array_task_id != sys::NO_VAL;
-    let task = if !j.array_task_str.is_null() {
-        field(j.array_task_str)
+    let array_task = if !j.array_task_str.is_null() {
+        given(j.array_task_str)
     } else if j.array_task_id != sys::NO_VAL {
-        j.array_task_id.to_string()
+        Some(j.array_task_id.to_string())
     } else {
-        "N/A".to_string()
+        None
     };
     let reason = if j.state_desc.is_null() {
         // SAFETY: libslurm's table of reason names: a static string for any value.
@@ -420,67 +420,49 @@ unsafe fn job_fields(j: &sys::slurm_job_info_t) -> [String; 25] {
     } else {
         field(j.state_desc)
     };
-    let tres_alloc = if !j.tres_alloc_str.is_null() {
-        field(j.tres_alloc_str)
-    } else if !j.tres_req_str.is_null() {
-        field(j.tres_req_str)
-    } else {
-        "N/A".to_string()
-    };
-    // A heterogeneous job's component: its leader and offset, as squeue's HetJobID and
-    // HetJobOffset print them.
-    let (het_id, het_offset) = if j.het_job_id == 0 {
-        ("N/A".to_string(), "N/A".to_string())
-    } else {
-        (j.het_job_id.to_string(), j.het_job_offset.to_string())
-    };
-    [
-        j.job_id.to_string(),
-        field(j.account),
+    let tres_alloc = given(j.tres_alloc_str)
+        .or_else(|| given(j.tres_req_str))
+        .unwrap_or_else(|| "N/A".to_string());
+    JobRecord {
+        id: u64::from(j.job_id),
+        account: field(j.account),
+        // Slurm's name of the state with its flags, as squeue prints it (a job being
+        // requeued or configured is none of the four the governor reads).
         // SAFETY: libslurm's table of state names: a static string for any value.
-        unsafe { text(sys::slurm_job_state_string(j.job_state)) },
-        j.priority.to_string(),
-        time(j.submit_time),
-        time(j.start_time),
+        state: JobState::from_name(&unsafe { text(sys::slurm_job_state_string(j.job_state)) }),
+        priority: Some(j.priority),
+        submit: time(j.submit_time),
+        start: time(j.start_time),
         tres_alloc,
-        or_na(field(j.tres_per_job)),
-        or_na(field(j.tres_per_node)),
-        or_na(field(j.tres_per_task)),
-        j.num_nodes.to_string(),
-        j.num_tasks.to_string(),
+        ask: crate::job_record::TresAsk {
+            per_job: given(j.tres_per_job),
+            per_node: given(j.tres_per_node),
+            per_task: given(j.tres_per_task),
+            per_socket: given(j.tres_per_socket),
+            // Not given: NO_VAL16.
+            #[allow(clippy::useless_conversion)] // NO_VAL16 is a u32 or a u16 by release
+            sockets_per_node: (u32::from(j.sockets_per_node) != u32::from(sys::NO_VAL16))
+                .then(|| u32::from(j.sockets_per_node)),
+        },
+        num_nodes: Some(j.num_nodes),
+        num_tasks: Some(j.num_tasks),
         reason,
-        j.batch_flag.to_string(),
-        field(j.nodes),
-        time(j.eligible_time),
-        if is_array {
-            j.array_job_id.to_string()
-        } else {
-            "N/A".to_string()
-        },
-        task,
-        or_na(field(j.tres_per_socket)),
-        // squeue prints `*` for a count not given.
-        #[allow(clippy::useless_conversion)] // NO_VAL16 is a u32 or a u16 by release
-        if u32::from(j.sockets_per_node) == u32::from(sys::NO_VAL16) {
-            "*".to_string()
-        } else {
-            j.sockets_per_node.to_string()
-        },
-        // Whole nodes (`--exclusive`, or a partition's OverSubscribe=EXCLUSIVE): the value
-        // squeue's field shows for it in this release (sys::SQUEUE_WHOLE_NODE), else `OK`.
-        // `shared` keeps its meaning in every release (26.05 keeps it for its legacy display).
+        batch: j.batch_flag != 0,
+        node_list: field(j.nodes),
+        eligible_time: time(j.eligible_time),
+        array_job_id: is_array.then(|| u64::from(j.array_job_id)),
+        array_task,
+        // Whole nodes (`--exclusive`, or a partition's OverSubscribe=EXCLUSIVE). `shared`
+        // keeps its meaning in every release (26.05 keeps it for its legacy display).
         #[allow(clippy::useless_conversion)] // the JOB_SHARED_* constants' type varies by release
-        if u32::from(j.shared) == sys::JOB_SHARED_NONE {
-            sys::SQUEUE_WHOLE_NODE.1.to_string()
-        } else {
-            "OK".to_string()
-        },
-        het_id,
-        het_offset,
+        whole_node: u32::from(j.shared) == sys::JOB_SHARED_NONE,
+        // A heterogeneous job's component: its leader and offset.
+        het: (j.het_job_id != 0).then(|| (u64::from(j.het_job_id), j.het_job_offset)),
         // The nodes backfill reserved for a pending job (squeue's SchedNodes).
-        field(j.sched_nodes),
-        field(j.admin_comment),
-    ]
+        sched_nodes: field(j.sched_nodes),
+        admin_comment: field(j.admin_comment),
+        origin: Origin::Record(number),
+    }
 }
 
 /// A field on one line (squeue prints what Slurm holds; a newline would split a record).
@@ -488,19 +470,11 @@ fn clean(s: &str) -> String {
     s.replace(['\n', '\r'], " ")
 }
 
-/// A time as squeue prints it with TZ=UTC; `N/A` when unset.
+/// A time of a record; `None` when unset (0) or "unknown" (Slurm's infinite).
 #[allow(clippy::useless_conversion)] // time_t is i64 here, narrower elsewhere
-fn time(t: sys::time_t) -> String {
+fn time(t: sys::time_t) -> Option<UnixSeconds> {
     let t = i64::from(t);
-    if t == 0 {
-        return "N/A".into();
-    }
-    if t >= TIME_INFINITE {
-        return "Unknown".into();
-    }
-    chrono::DateTime::from_timestamp(t, 0)
-        .map(|d| d.format("%Y-%m-%dT%H:%M:%S").to_string())
-        .unwrap_or_else(|| "Unknown".into())
+    (t != 0 && t < TIME_INFINITE).then_some(t)
 }
 
 #[cfg(test)]
@@ -509,9 +483,9 @@ mod tests {
 
     #[test]
     fn times_read_back_as_squeue_prints_them() {
-        assert_eq!(time(0), "N/A");
-        assert_eq!(time(1_714_557_600), "2024-05-01T10:00:00");
-        assert_eq!(time(TIME_INFINITE as sys::time_t), "Unknown");
+        assert_eq!(time(0), None);
+        assert_eq!(time(1_714_557_600), Some(1_714_557_600));
+        assert_eq!(time(TIME_INFINITE as sys::time_t), None);
         assert_eq!(clean("a\nb"), "a b");
         let s = CString::new("x").unwrap();
         // SAFETY: a live NUL-terminated string.

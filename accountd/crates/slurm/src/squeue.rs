@@ -1,7 +1,7 @@
-//! squeue's records as the governor reads them (the text of `squeue -O <fields>`, or the
-//! same text written from libslurm's job records by [`crate::slurm_api`]): jobs with their
-//! GPUs, how to name each to Slurm, Slurm's reasons, and the holds the governor placed. No
-//! line a user can write fails a pass: what cannot be read is returned apart.
+//! Slurm's job records as the governor reads them ([`Records`]: typed from libslurm by
+//! [`crate::slurm_api`], or from the text of `squeue -O <fields>`): jobs with their GPUs, how
+//! to name each to Slurm, Slurm's reasons, and the holds the governor placed. No record a
+//! user can write fails a pass: what cannot be read is returned apart.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,6 +11,8 @@ use teamshare_policy::governance::{self, ClusterJob, Phase};
 use teamshare_policy::gres::{gpu_count, GpuCount};
 use teamshare_policy::submit::{gpus_requested, GpuAsk};
 
+pub use crate::job_record::{JobRecord, JobState, Records};
+use crate::job_record::{Origin, TresAsk};
 use crate::parsable::{self, MalformedLine, Shape};
 use crate::period::{self, UnixSeconds};
 use crate::slurm_cli::SlurmCommand;
@@ -45,15 +47,6 @@ const SQUEUE_FIELDS_BEFORE_WHOLE_NODE: &str = "JobID:|,Account:|,State:|,Priorit
 /// The last field (AdminComment) is everything after the 24th separator: an administrator may
 /// write `|` into it.
 const SQUEUE_FIELD_COUNT: usize = 25;
-/// `--gpus-per-socket` and `--sockets-per-node` (`*` when not given).
-const TRES_PER_SOCKET_FIELD: usize = 18;
-const SOCKETS_FIELD: usize = 19;
-/// Whether the job asked for whole nodes (`--exclusive`: it is given every GPU of each), as
-/// [`slurm_sys::SQUEUE_WHOLE_NODE`] spells it.
-const WHOLE_NODE_FIELD: usize = 20;
-/// A heterogeneous job's component: its leader's job id and its offset (`N/A` otherwise).
-const HET_JOB_ID_FIELD: usize = 21;
-const HET_JOB_OFFSET_FIELD: usize = 22;
 
 /// The components of heterogeneous jobs that stay jobs of their own in the plan (their
 /// components differ in team or GPU type), each with its leader's id: Slurm requeues, cancels
@@ -88,12 +81,75 @@ pub fn address(addresses: &Addresses, id: u64) -> Option<String> {
     }
 }
 
+/// The records of squeue's text with the governor's fields ([`squeue_command`]; times are
+/// UTC). A line fails only when it has too few fields or no job id; every other field that
+/// does not read is left for the reader to judge.
+pub fn squeue_records(text: &str) -> Records {
+    let items = parsable::lines(text)
+        .map(|(number, line)| from_squeue_line(number, line))
+        .collect();
+    Records { items }
+}
+
+/// Fields squeue prints as "none".
 fn na(s: &str) -> Option<String> {
     let s = s.trim();
     (!s.is_empty() && s != "N/A" && s != "(null)").then(|| s.to_string())
 }
 
-/// A squeue line the governor could not read, and what it did with its job.
+/// The job id of squeue's JobID field. Running array tasks print their own job id; pending
+/// tasks of an array share one record (12_[4-9] in other formats), named by its id.
+fn squeue_job_id(field: &str) -> Option<u64> {
+    field
+        .trim()
+        .split(['_', '+'])
+        .next()
+        .and_then(|s| s.parse::<u64>().ok())
+}
+
+/// One line of squeue's text (see [`squeue_records`]).
+fn from_squeue_line(number: usize, line: &str) -> Result<JobRecord, MalformedLine> {
+    let bad = |reason: &str| MalformedLine::new("squeue", number, reason, line);
+    let f: [&str; SQUEUE_FIELD_COUNT] =
+        parsable::fields(line, Shape::Rest).map_err(|e| bad(&e.to_string()))?;
+    let id = squeue_job_id(f[0]).ok_or_else(|| bad("bad job id"))?;
+    let het = match (f[21].trim().parse::<u64>(), f[22].trim().parse::<u32>()) {
+        (Ok(leader), Ok(offset)) => Some((leader, offset)),
+        _ => None,
+    };
+    Ok(JobRecord {
+        id,
+        account: f[1].trim().to_string(),
+        state: JobState::from_name(f[2]),
+        priority: f[3].trim().parse().ok(),
+        submit: parse_utc(f[4]),
+        start: parse_utc(f[5]),
+        tres_alloc: f[6].trim().to_string(),
+        ask: TresAsk {
+            per_job: na(f[7]),
+            per_node: na(f[8]),
+            per_task: na(f[9]),
+            per_socket: na(f[18]),
+            sockets_per_node: f[19].trim().parse().ok(),
+        },
+        num_nodes: f[10].trim().parse().ok(),
+        num_tasks: f[11].trim().parse().ok(),
+        reason: f[12].trim().to_string(),
+        batch: f[13].trim() != "0",
+        node_list: f[14].trim().to_string(),
+        eligible_time: parse_utc(f[15]),
+        array_job_id: f[16].trim().parse().ok(),
+        array_task: na(f[17]),
+        whole_node: f[20].trim() == slurm_sys::SQUEUE_WHOLE_NODE.1,
+        het,
+        sched_nodes: f[23].trim().to_string(),
+        admin_comment: f[24].to_string(),
+        origin: Origin::Line(number, line.to_string()),
+    })
+}
+
+/// A squeue line (or libslurm record) the governor could not read, and what it did with its
+/// job.
 pub type Unreadable = MalformedLine;
 
 /// Read squeue's output (times are UTC: Slurm clients run with TZ=UTC).
@@ -107,7 +163,7 @@ pub fn parse_squeue(text: &str, now: UnixSeconds) -> (Vec<ClusterJob>, Vec<Unrea
     (read.jobs, read.unreadable)
 }
 
-/// What [`read_squeue`] read.
+/// What [`read_records`] read.
 #[derive(Debug, Default)]
 pub struct SqueueRead {
     pub jobs: Vec<ClusterJob>,
@@ -116,8 +172,13 @@ pub struct SqueueRead {
     pub leaders: Leaders,
 }
 
-/// [`parse_squeue`], with how to name each job to Slurm ([`Addresses`]: only the jobs that
-/// are not named by their plain id).
+/// [`read_records`] of squeue's text ([`squeue_records`]).
+pub fn read_squeue(text: &str, now: UnixSeconds, node_gpus: u32) -> SqueueRead {
+    read_records(&squeue_records(text), now, node_gpus)
+}
+
+/// The plan's jobs of Slurm's records (see [`parse_squeue`]), with how to name each job to
+/// Slurm ([`Addresses`]: only the jobs that are not named by their plain id).
 ///
 /// A heterogeneous job is judged as one job (issue 25, finding 11): its components, which
 /// Slurm starts, requeues and cancels together, are one job of the plan under its leader's id
@@ -128,47 +189,39 @@ pub struct SqueueRead {
 /// `node_gpus` is the most GPUs a usable node has: a pending job that asked for whole nodes
 /// (`--exclusive`) is given every GPU of each, so it asks for at least that many per node
 /// (issue 25, finding 7).
-pub fn read_squeue(text: &str, now: UnixSeconds, node_gpus: u32) -> SqueueRead {
+pub fn read_records(records: &Records, now: UnixSeconds, node_gpus: u32) -> SqueueRead {
     let mut jobs: Vec<ClusterJob> = Vec::new();
     let mut unreadable = Vec::new();
     let mut pending_ids = std::collections::BTreeSet::new();
     let mut arrays = ArrayRecords::default();
     let mut hets: BTreeMap<u64, Vec<(u32, usize)>> = BTreeMap::new();
-    for (number, line) in parsable::lines(text) {
-        let mut bad =
-            |reason: &str| unreadable.push(MalformedLine::new("squeue", number, reason, line));
-        let f: [&str; SQUEUE_FIELD_COUNT] = match parsable::fields(line, Shape::Rest) {
-            Ok(f) => f,
+    for item in &records.items {
+        let r = match item {
+            Ok(r) => r,
             Err(e) => {
-                bad(&e.to_string());
+                unreadable.push(e.clone());
                 continue;
             }
         };
-        let Some(id) = squeue_job_id(f[0]) else {
-            bad("bad job id");
-            continue;
-        };
-        let phase = match f[2].trim() {
-            "PENDING" => Phase::Pending,
+        let mut bad = |reason: &str| unreadable.push(r.unreadable(reason));
+        let phase = match r.state {
+            JobState::Pending => Phase::Pending,
             // Completing and suspended jobs still hold their GPUs.
-            "RUNNING" | "COMPLETING" | "SUSPENDED" => Phase::Running,
-            _ => continue,
+            JobState::Running | JobState::Completing | JobState::Suspended => Phase::Running,
+            JobState::Other => continue,
         };
-        let mut job = squeue_job(&f, id, phase, now, &mut bad);
-        if phase == Phase::Pending && whole_nodes(&f) && job.gpus != governance::UNREADABLE_GPUS {
+        let mut job = record_job(r, phase, now, &mut bad);
+        if phase == Phase::Pending && r.whole_node && job.gpus != governance::UNREADABLE_GPUS {
             job.gpus = job
                 .gpus
                 .max(job.node_count.max(1).saturating_mul(node_gpus));
         }
         // Pending array tasks share one record: counted once here.
-        if phase == Phase::Pending && !pending_ids.insert(id) {
+        if phase == Phase::Pending && !pending_ids.insert(r.id) {
             continue;
         }
-        job.tasks = arrays.note(&f, id, phase, jobs.len(), &mut bad);
-        if let (Ok(leader), Ok(offset)) = (
-            f[HET_JOB_ID_FIELD].trim().parse::<u64>(),
-            f[HET_JOB_OFFSET_FIELD].trim().parse::<u32>(),
-        ) {
+        job.tasks = arrays.note(r, phase, jobs.len(), &mut bad);
+        if let Some((leader, offset)) = r.het {
             hets.entry(leader).or_default().push((offset, jobs.len()));
         }
         jobs.push(job);
@@ -183,7 +236,7 @@ pub fn read_squeue(text: &str, now: UnixSeconds, node_gpus: u32) -> SqueueRead {
     }
 }
 
-/// Judge each heterogeneous job as one (see [`read_squeue`]): `hets` are the components of
+/// Judge each heterogeneous job as one (see [`read_records`]): `hets` are the components of
 /// each leader id (offset, index in `jobs`). Components of one team and one GPU type become
 /// their leader's job; the others stay and are returned with their leader.
 fn merge_het_jobs(jobs: &mut Vec<ClusterJob>, hets: BTreeMap<u64, Vec<(u32, usize)>>) -> Leaders {
@@ -238,82 +291,75 @@ fn merge_het_jobs(jobs: &mut Vec<ClusterJob>, hets: BTreeMap<u64, Vec<(u32, usiz
     leaders
 }
 
-/// The job of one squeue line (`tasks` 1: an array record's are counted by
+/// The job of one record (`tasks` 1: an array record's are counted by
 /// [`ArrayRecords::note`]). What cannot be read is told to `bad` and taken as the governor can
 /// live with.
-fn squeue_job(
-    f: &[&str; SQUEUE_FIELD_COUNT],
-    id: u64,
+fn record_job(
+    r: &JobRecord,
     phase: Phase,
     now: UnixSeconds,
     mut bad: impl FnMut(&str),
 ) -> ClusterJob {
-    let priority: u32 = match f[3].trim().parse() {
-        Ok(p) => p,
-        Err(_) => {
-            bad("bad priority (ranked as no class)");
-            1
-        }
-    };
-    let submit = match parse_utc(f[4]) {
-        Some(t) => t,
-        None => {
-            bad("bad submit time (taken as now)");
-            now
-        }
-    };
-    let start = parse_utc(f[5]);
-    let (gpus, gpu_type) = squeue_gpus(f, phase, bad);
+    let priority = r.priority.unwrap_or_else(|| {
+        bad("bad priority (ranked as no class)");
+        1
+    });
+    let submit = r.submit.unwrap_or_else(|| {
+        bad("bad submit time (taken as now)");
+        now
+    });
+    let (gpus, gpu_type) = record_gpus(r, phase, bad);
     // Held by teamshare's parking: priority 0 and teamshare's mark, which only an
     // administrator (or the governor) can write.
     let park_held = phase == Phase::Pending
         && priority == 0
-        && f[ADMIN_COMMENT_FIELD]
+        && r.admin_comment
             .trim()
             .starts_with(governance::PARK_HOLD_MARK);
     ClusterJob {
-        id,
+        id: r.id,
         gpu_type,
-        team: f[1].trim().to_string(),
+        team: r.account.clone(),
         phase,
         gpus,
         priority,
         submit,
-        start: if phase == Phase::Running { start } else { None },
-        // A pending job can start now when its eligible time has come (squeue shows the
-        // begin time there, N/A while a dependency is unmet) and its reason says nothing
+        start: if phase == Phase::Running {
+            r.start
+        } else {
+            None
+        },
+        // A pending job can start now when its eligible time has come (Slurm gives the
+        // begin time there, none while a dependency is unmet) and its reason says nothing
         // else. The reason alone is not enough: Slurm resets it to None when a job's
         // priority is updated, until its scheduler looks at the job again.
         // A job teamshare holds shows the hold as its reason: its begin time alone says
         // whether it could start once released.
         eligible: phase == Phase::Running
-            || ((park_held || eligible_reason(f[REASON_FIELD]))
-                && parse_utc(f[15]).is_some_and(|t| t <= now)),
+            || ((park_held || eligible_reason(&r.reason))
+                && r.eligible_time.is_some_and(|t| t <= now)),
         // A begin time this far ahead is teamshare's parking.
         parked: phase == Phase::Pending
-            && parse_utc(f[15]).is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
+            && r.eligible_time
+                .is_some_and(|b| b - now >= governance::PARKED_AFTER_SECS),
         park_held,
-        batch: f[13].trim() != "0",
+        batch: r.batch,
         nodes: match phase {
-            Phase::Running => expand_hostlist(f[14].trim()).unwrap_or_default(),
+            Phase::Running => expand_hostlist(r.node_list.trim()).unwrap_or_default(),
             // The nodes Slurm's backfill reserved for it, where it made a reservation.
-            Phase::Pending => planned_nodes(f[SCHED_NODES_FIELD]),
+            Phase::Pending => planned_nodes(&r.sched_nodes),
         },
-        node_count: f[10].trim().parse().unwrap_or(0),
-        completing: f[2].trim() == "COMPLETING",
+        node_count: r.num_nodes.unwrap_or(0),
+        completing: r.state == JobState::Completing,
         tasks: 1,
     }
 }
 
-/// The GPUs of a squeue line and their type where there is one: a running job's allocation,
-/// a pending job's request.
-fn squeue_gpus(
-    f: &[&str; SQUEUE_FIELD_COUNT],
-    phase: Phase,
-    mut bad: impl FnMut(&str),
-) -> (u32, Option<String>) {
+/// The GPUs of a record and their type where there is one: a running job's allocation, a
+/// pending job's request.
+fn record_gpus(r: &JobRecord, phase: Phase, mut bad: impl FnMut(&str)) -> (u32, Option<String>) {
     if phase == Phase::Running {
-        return match gpu_count(f[6]) {
+        return match gpu_count(&r.tres_alloc) {
             Ok(c) => (u32::try_from(c.total).unwrap_or(u32::MAX), one_type(&c)),
             Err(e) => {
                 // Slurm writes the allocation itself; counted as none rather than stop.
@@ -323,16 +369,16 @@ fn squeue_gpus(
         };
     }
     let ask = GpuAsk {
-        tres_per_job: na(f[7]),
-        tres_per_node: na(f[8]),
-        tres_per_task: na(f[9]),
+        tres_per_job: r.ask.per_job.clone(),
+        tres_per_node: r.ask.per_node.clone(),
+        tres_per_task: r.ask.per_task.clone(),
         // Read like every other form the plugin accepts (issue 25, finding 8: a job asking
         // GPUs per socket read as none).
-        tres_per_socket: na(f[TRES_PER_SOCKET_FIELD]),
-        min_nodes: f[10].trim().parse().ok(),
-        num_tasks: f[11].trim().parse().ok(),
+        tres_per_socket: r.ask.per_socket.clone(),
+        min_nodes: r.num_nodes,
+        num_tasks: r.num_tasks,
         ntasks_per_node: None,
-        sockets_per_node: f[SOCKETS_FIELD].trim().parse().ok(),
+        sockets_per_node: r.ask.sockets_per_node,
     };
     match gpus_requested(&ask) {
         Ok(c) => (
@@ -356,19 +402,17 @@ struct ArrayRecords {
 }
 
 impl ArrayRecords {
-    /// Note job `id` of a squeue line, about to be pushed as job `index`: its address if it is
+    /// Note the job of record `r`, about to be pushed as job `index`: its address if it is
     /// of an array, and the tasks it stands for (1 but for an array's pending record).
     fn note(
         &mut self,
-        f: &[&str; SQUEUE_FIELD_COUNT],
-        id: u64,
+        r: &JobRecord,
         phase: Phase,
         index: usize,
         mut bad: impl FnMut(&str),
     ) -> u32 {
-        let array_id = f[16].trim().parse::<u64>().ok();
-        let task_spec = na(f[17]);
-        let (Some(array_id), Some(spec)) = (array_id, task_spec) else {
+        let id = r.id;
+        let (Some(array_id), Some(spec)) = (r.array_job_id, r.array_task.as_deref()) else {
             return 1;
         };
         let entry = self.arrays.entry(array_id).or_insert((0, None, None));
@@ -379,7 +423,7 @@ impl ArrayRecords {
             }
             return 1;
         }
-        let Some(t) = array::parse_tasks(&spec) else {
+        let Some(t) = array::parse_tasks(spec) else {
             bad("bad array task list (counted as one task, never updated)");
             self.addresses.insert(id, String::new());
             return 1;
@@ -414,20 +458,6 @@ impl ArrayRecords {
     }
 }
 
-/// Whether a job asked for whole nodes (`--exclusive`). Slurm then gives it every GPU of each
-/// node; `--exclusive=user` or `=mcs` keep nodes to one user or class but allocate only what
-/// the job asks for.
-fn whole_nodes(f: &[&str; SQUEUE_FIELD_COUNT]) -> bool {
-    f[WHOLE_NODE_FIELD].trim() == slurm_sys::SQUEUE_WHOLE_NODE.1
-}
-
-/// squeue's Reason field: why a pending job waits, in Slurm's words.
-const REASON_FIELD: usize = 12;
-/// squeue's SchedNodes: the nodes Slurm's backfill plans a pending job on.
-const SCHED_NODES_FIELD: usize = SQUEUE_FIELD_COUNT - 2;
-/// squeue's AdminComment, the last field (see [`SQUEUE_FIELD_COUNT`]).
-const ADMIN_COMMENT_FIELD: usize = SQUEUE_FIELD_COUNT - 1;
-
 /// A pending job's SchedNodes as names: none where backfill reserved nothing (squeue prints
 /// `(null)` or nothing) or the list cannot be read (the plan then guesses, as without it).
 fn planned_nodes(field: &str) -> Vec<String> {
@@ -437,32 +467,16 @@ fn planned_nodes(field: &str) -> Vec<String> {
     }
 }
 
-/// The job id of squeue's JobID field. Running array tasks print their own job id; pending
-/// tasks of an array share one record (12_[4-9] in other formats), named by its id.
-fn squeue_job_id(field: &str) -> Option<u64> {
-    field
-        .trim()
-        .split(['_', '+'])
-        .next()
-        .and_then(|s| s.parse::<u64>().ok())
-}
-
-/// Slurm's reason for each pending job in squeue's output (the text [`read_squeue`] reads),
-/// by the id [`read_squeue`] gives the job: `accountd status` says why jobs wait. Lines
-/// [`read_squeue`] cannot read are left out here too.
-pub fn pending_reasons(text: &str) -> BTreeMap<u64, String> {
+/// Slurm's reason for each pending job of `records`, by the id [`read_records`] gives the
+/// job: `accountd status` says why jobs wait. Lines that cannot be read are left out here
+/// too.
+pub fn pending_reasons(records: &Records) -> BTreeMap<u64, String> {
     let mut reasons = BTreeMap::new();
-    for (_, line) in parsable::lines(text) {
-        let Ok::<[&str; SQUEUE_FIELD_COUNT], _>(f) = parsable::fields(line, Shape::Rest) else {
-            continue;
-        };
-        if f[2].trim() != "PENDING" {
-            continue;
-        }
-        if let Some(id) = squeue_job_id(f[0]) {
+    for r in records.jobs() {
+        if r.state == JobState::Pending {
             reasons
-                .entry(id)
-                .or_insert_with(|| f[REASON_FIELD].trim().to_string());
+                .entry(r.id)
+                .or_insert_with(|| r.reason.trim().to_string());
         }
     }
     reasons
@@ -599,35 +613,30 @@ pub(crate) fn run_ended_hold_comment() -> String {
 }
 
 /// The pending jobs whose AdminComment says the governor held them, and why.
-pub fn governor_holds(text: &str) -> Vec<GovernorHold> {
+pub fn governor_holds(records: &Records) -> Vec<GovernorHold> {
     let mut out = Vec::new();
-    for (_, line) in parsable::lines(text) {
-        // Most lines carry no such mark: looked for before the line is split.
-        if !line.contains(HOLD_MARK) {
+    for r in records.jobs() {
+        // Most jobs carry no such mark: looked for before anything else.
+        if !r.admin_comment.contains(HOLD_MARK) {
             continue;
         }
-        let Ok::<[&str; SQUEUE_FIELD_COUNT], _>(f) = parsable::fields(line, Shape::Rest) else {
-            continue;
-        };
-        let comment = f[ADMIN_COMMENT_FIELD].trim().trim_end_matches('|');
+        let comment = r.admin_comment.trim().trim_end_matches('|');
         let (untyped, run_ended) = match comment.strip_prefix(HOLD_MARK) {
             Some(OUTSIDE_HOLD) => (false, false),
             Some(UNTYPED_HOLD) => (true, false),
             Some(RUN_ENDED_HOLD) => (false, true),
             _ => continue,
         };
-        if f[2].trim() != "PENDING" || f[3].trim() != "0" {
+        if r.state != JobState::Pending || r.priority != Some(0) {
             continue;
         }
-        if let Some(id) = squeue_job_id(f[0]) {
-            out.push(GovernorHold {
-                id,
-                account: f[1].trim().to_string(),
-                untyped,
-                run_ended,
-                begin: parse_utc(f[15]),
-            });
-        }
+        out.push(GovernorHold {
+            id: r.id,
+            account: r.account.trim().to_string(),
+            untyped,
+            run_ended,
+            begin: r.eligible_time,
+        });
     }
     out
 }
@@ -666,7 +675,7 @@ mod tests {
 
     #[test]
     fn pending_jobs_carry_slurms_reason_by_the_id_the_jobs_are_read_with() {
-        let reasons = pending_reasons(SQUEUE);
+        let reasons = pending_reasons(&squeue_records(SQUEUE));
         let (jobs, _) = parse_squeue(SQUEUE, 1_796_008_620);
         let pending: Vec<u64> = jobs
             .iter()
@@ -684,7 +693,7 @@ mod tests {
             ])
         );
         // A line too short to read gives no reason (and no job).
-        assert!(pending_reasons("14|agents|PENDING|1|x\n").is_empty());
+        assert!(pending_reasons(&squeue_records("14|agents|PENDING|1|x\n")).is_empty());
     }
 
     #[test]
@@ -890,7 +899,7 @@ x|agents|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres:gpu:1|N/A|1|1|Priori
             line(6, 0, &run_ended_hold_comment()),
         ]
         .concat();
-        let holds = governor_holds(&text);
+        let holds = governor_holds(&squeue_records(&text));
         let begin = parse_utc("2026-11-30T03:16:00");
         assert_eq!(
             holds,

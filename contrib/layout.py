@@ -50,6 +50,8 @@ LAYERS = {
         ["job_record"],
         # Slurm's records, read and typed.
         ["slurm_api", "squeue", "sacct", "capacity", "requeue_delay", "requeue_check"],
+        # The governor's writes, behind one trait.
+        ["slurm_write"],
     ]),
     "teamshare-accounting": ("accountd/crates/accounting/src", "teamshare_accounting", [
         # The GPU samples' record.

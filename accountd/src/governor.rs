@@ -19,9 +19,9 @@ use teamshare_policy::governance::{self, ClusterJob, GovernInput, Plan, Publishe
 use teamshare_policy::priority;
 
 use crate::capacity;
-use crate::parsable::{self, Shape};
 use crate::period::{self, UnixSeconds};
 use crate::slurm_cli::{slurm_name, SlurmCommand, SlurmCommandError};
+use crate::slurm_write::{Begin, JobUpdate, RunningJob, SlurmWrite, WriteError};
 
 // The squeue reader lives in its own module; its public names stay reachable from here.
 pub use crate::squeue::{
@@ -29,9 +29,7 @@ pub use crate::squeue::{
     squeue_command, squeue_records, whole_address, Addresses, GovernorHold, Leaders, Records,
     SqueueRead, Unreadable,
 };
-use crate::squeue::{
-    governor_holds, parse_utc, OUTSIDE_HOLD, SQUEUE_TIMEOUT, UNHOLD_LIFTS_WITHIN_SECS, UNTYPED_HOLD,
-};
+use crate::squeue::{governor_holds, OUTSIDE_HOLD, UNHOLD_LIFTS_WITHIN_SECS, UNTYPED_HOLD};
 
 mod actuator;
 mod idle_policy;
@@ -44,7 +42,6 @@ pub use idle_policy::{IdleEvent, IdleStep};
 pub use idleness::{IdlenessSource, SampledWindow, Windows};
 pub use trace::{act_span, pass_span};
 
-const UPDATE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a pass may spend re-ranking waiting borrowers (one scontrol call per rank); the
 /// rest waits for the next pass. Issue 9 replaces per-rank values with bands.
 const PRIORITY_BUDGET: Duration = Duration::from_millis(250);
@@ -68,6 +65,8 @@ pub enum GovernError {
     Capacity(#[from] capacity::CapacityError),
     #[error(transparent)]
     Libslurm(#[from] crate::slurm_api::ApiError),
+    #[error(transparent)]
+    Write(#[from] crate::slurm_write::WriteError),
     #[error("cannot write the state file {path}: {source}")]
     StateFile {
         path: PathBuf,
@@ -385,7 +384,13 @@ pub struct Governor {
     idle_policy: idle_policy::IdlePolicyState,
     /// Per team, the running jobs idle for the whole idle window now, and their GPUs.
     idle_now: BTreeMap<String, (u32, u32)>,
+    /// Makes what writes to Slurm: for the actuator, and again for a new one when an actuator
+    /// is lost with a thread that stopped.
+    writer: WriterFactory,
 }
+
+/// Makes the actuator's writer ([`SlurmWrite`]).
+pub type WriterFactory = Box<dyn Fn() -> Box<dyn SlurmWrite> + Send>;
 
 impl Governor {
     /// A governor reading Slurm through libslurm (see [`Governor::with_reader`]).
@@ -404,9 +409,10 @@ impl Governor {
         fairshare_source: Option<FairshareSource>,
         reader: SlurmReader,
     ) -> Governor {
+        let writer: WriterFactory = Box::new(|| Box::new(crate::slurm_write::CommandWriter));
         Governor {
             reader,
-            actuator: Some(Actuator::new(config.clone())),
+            actuator: Some(Actuator::new(config.clone(), writer())),
             config,
             fairshare_source,
             fairshare: BTreeMap::new(),
@@ -420,7 +426,15 @@ impl Governor {
             idle_jobs: std::collections::BTreeSet::new(),
             idle_policy: idle_policy::IdlePolicyState::default(),
             idle_now: BTreeMap::new(),
+            writer,
         }
+    }
+
+    /// Write to Slurm through what `writer` makes (a test's [`crate::slurm_write::FakeSlurm`]).
+    pub fn with_writer(mut self, writer: WriterFactory) -> Governor {
+        self.actuator = Some(Actuator::new(self.config.clone(), writer()));
+        self.writer = writer;
+        self
     }
 
     /// Where the running jobs' GPU samples come from, for `idle_first_reclaim` (none: no job
@@ -598,7 +612,7 @@ impl Governor {
                 report
                     .failures
                     .push(format!("cannot start the governor's actions: {e}"));
-                self.actuator = Some(Actuator::new(self.config.clone()));
+                self.actuator = Some(Actuator::new(self.config.clone(), (self.writer)()));
             }
         }
     }
@@ -719,7 +733,7 @@ impl Governor {
                 report
                     .failures
                     .push("the governor's actions stopped with an internal error".into());
-                self.actuator = Some(Actuator::new(self.config.clone()));
+                self.actuator = Some(Actuator::new(self.config.clone(), (self.writer)()));
             }
         }
     }

@@ -22,6 +22,8 @@ pub(super) struct Actuator {
     checks: crate::requeue_check::Checks,
     /// Requeued jobs whose requeue delay may be lifted.
     delays: crate::requeue_delay::Tracker,
+    /// What writes to Slurm.
+    writer: Box<dyn SlurmWrite>,
 }
 
 /// A hold to release: the job, and whether the requeue delay left by the requeue that came
@@ -47,12 +49,13 @@ pub(super) struct Snapshot {
 }
 
 impl Actuator {
-    pub(super) fn new(config: Config) -> Actuator {
+    pub(super) fn new(config: Config, writer: Box<dyn SlurmWrite>) -> Actuator {
         Actuator {
             config,
             limits: BTreeMap::new(),
             checks: crate::requeue_check::Checks::default(),
             delays: crate::requeue_delay::Tracker::default(),
+            writer,
         }
     }
 
@@ -60,7 +63,7 @@ impl Actuator {
     /// anything start), then running jobs, priorities, parking and holds.
     pub(super) fn act(mut self, work: Snapshot) -> (Actuator, PassReport) {
         let started = Instant::now();
-        let calls_before = crate::slurm_cli::calls_on_this_thread();
+        let calls_before = crate::slurm_cli::calls_on_this_thread() + self.writer.rpcs();
         let mut report = PassReport::default();
         if let Err(e) = self.act_on(&work, &mut report) {
             report.failures.push(e.to_string());
@@ -72,7 +75,8 @@ impl Actuator {
         report.teams = teams_of(&report, &work.jobs);
         let acted = Acted {
             duration: started.elapsed(),
-            slurm_calls: crate::slurm_cli::calls_on_this_thread() - calls_before,
+            slurm_calls: crate::slurm_cli::calls_on_this_thread() + self.writer.rpcs()
+                - calls_before,
             plan_generated_at: work.plan.state.generated_at,
             pass: work.pass,
         };
@@ -106,16 +110,17 @@ impl Actuator {
         // makes room for already outranks every job that could take them, a borrower's
         // included (issue 24). A job about to be requeued gets the priority planned for its
         // run, as it would have kept its old one.
-        report.priority_updates = apply_priorities(plan, jobs, addresses)?;
-        report.released = release(plan, jobs, addresses)?;
-        report.unheld = release_holds(unhold, addresses)?;
+        let w = self.writer.as_mut();
+        report.priority_updates = apply_priorities(w, plan, jobs, addresses)?;
+        report.released = release(w, plan, jobs, addresses)?;
+        report.unheld = release_holds(w, unhold, addresses)?;
         let wrong = self.checks.wrong_holds();
         let wrong: Vec<(u64, bool)> = run_ended_holds
             .iter()
             .filter(|(id, _)| wrong.contains(id))
             .copied()
             .collect();
-        report.wrong_holds_released = release_holds(&wrong, addresses)?;
+        report.wrong_holds_released = release_holds(self.writer.as_mut(), &wrong, addresses)?;
         self.checks.released(&report.wrong_holds_released);
         self.act_on_running(plan, jobs, addresses, leaders, report)?;
         self.act_on_idle(idle_events, addresses, report)?;
@@ -134,9 +139,10 @@ impl Actuator {
             .filter(|j| !acted.contains(&j.id))
             .cloned()
             .collect();
-        report.parked = park(plan, &jobs, addresses, &report.violations)?;
+        let w = self.writer.as_mut();
+        report.parked = park(w, plan, &jobs, addresses, &report.violations)?;
         let requeued_held: Vec<u64> = report.held.clone();
-        let held = hold_outside(plan, &jobs, addresses, leaders, &requeued_held)?;
+        let held = hold_outside(w, plan, &jobs, addresses, leaders, &requeued_held)?;
         report.held.extend(held);
         // Every job of the snapshot: one requeued just now was running in it.
         self.lift_requeue_delays(plan, &work.jobs, addresses, report)
@@ -184,11 +190,11 @@ impl Actuator {
         if due.is_empty() {
             return Ok(());
         }
-        scontrol_ok(vec![
-            "update".into(),
-            format!("jobid={}", job_list(addresses, &due)),
-            "StartTime=now".into(),
-        ])?;
+        let now = JobUpdate {
+            begin: Some(Begin::Now),
+            ..JobUpdate::default()
+        };
+        self.writer.update(&job_list(addresses, &due), &now)?;
         report.lifted = due;
         Ok(())
     }
@@ -200,22 +206,7 @@ impl Actuator {
             if self.limits.get(team) == Some(&tres) {
                 continue;
             }
-            let result = SlurmCommand::new(
-                "sacctmgr",
-                vec![
-                    "-i".into(),
-                    "modify".into(),
-                    "account".into(),
-                    "where".into(),
-                    format!("name={team}"),
-                    format!("cluster={cluster}"),
-                    "set".into(),
-                    format!("GrpTRES={tres}"),
-                ],
-                UPDATE_TIMEOUT,
-            )
-            .run();
-            match result {
+            match self.writer.set_grp_tres(&cluster, team, &tres) {
                 Ok(_) => {
                     self.limits.insert(team.clone(), tres.clone());
                     report.limit_updates.push((team.clone(), tres));
@@ -262,7 +253,7 @@ impl Actuator {
             .iter()
             .filter_map(|(id, _)| address(addresses, *id))
             .collect();
-        let now_running = still_running(&ids)?;
+        let now_running = self.writer.running(&ids)?;
         // A heterogeneous job goes whole, through its leader: once, whichever of its
         // components the plan named.
         let mut whole_done = std::collections::BTreeSet::new();
@@ -272,7 +263,7 @@ impl Actuator {
                 continue;
             };
             let current = now_running.get(&id);
-            let same_run = matches!(current, Some((start, _)) if seen.get(&id) == Some(start));
+            let same_run = matches!(current, Some(run) if seen.get(&id) == Some(&run.start));
             if !same_run {
                 skip(
                     report,
@@ -291,13 +282,13 @@ impl Actuator {
                 );
                 continue;
             }
-            let batch = current.is_some_and(|(_, batch)| *batch);
-            let (cmd, cancel) = self.end_run(act, &name, batch);
-            match cmd.run() {
-                Ok(_) => {
+            let batch = current.is_some_and(|run| run.batch);
+            let (result, cancel) = self.end_run(act, &name, batch);
+            match result {
+                Ok(()) => {
                     // A requeued run may have ended by itself a moment before: checked later.
                     if !cancel {
-                        let start = current.and_then(|(start, _)| *start);
+                        let start = current.and_then(|run| run.start);
                         self.checks.add(id, name, start, Instant::now());
                     }
                     match act {
@@ -316,32 +307,19 @@ impl Actuator {
 }
 
 impl Actuator {
-    /// The command that ends a running job's run for `act`, and whether it cancels the job:
-    /// a requeue (held, for a job outside every team), or a cancellation where the job cannot
-    /// be requeued (interactive) or the configuration says so.
-    fn end_run(&self, act: Act, name: &str, batch: bool) -> (SlurmCommand, bool) {
+    /// End a running job's run for `act`, and say whether it was a cancellation: a requeue
+    /// (held, for a job outside every team), or a cancellation where the job cannot be
+    /// requeued (interactive) or the configuration says so.
+    fn end_run(&mut self, act: Act, name: &str, batch: bool) -> (Result<(), WriteError>, bool) {
         let cancel = !batch
             || (act != Act::Outside
                 && self.config.governance.reclaim_mode == teamshare_config::ReclaimMode::Cancel);
-        let cmd = if cancel {
-            SlurmCommand::new(
-                "scancel",
-                vec!["--state=RUNNING".into(), name.to_string()],
-                UPDATE_TIMEOUT,
-            )
+        let result = if cancel {
+            self.writer.cancel_running(name)
         } else {
-            let verb = if act == Act::Outside {
-                "requeuehold"
-            } else {
-                "requeue"
-            };
-            SlurmCommand::new(
-                "scontrol",
-                vec![verb.into(), "Incomplete".into(), name.to_string()],
-                UPDATE_TIMEOUT,
-            )
+            self.writer.requeue(name, act == Act::Outside)
         };
-        (cmd, cancel)
+        (result, cancel)
     }
 }
 
@@ -412,41 +390,6 @@ fn running_targets(plan: &Plan, jobs: &[ClusterJob]) -> Vec<(u64, Act)> {
         .collect()
 }
 
-/// The jobs among `ids` that are running now, with their start time and whether they are
-/// batch jobs. One squeue call however many ids; a job squeue no longer knows is absent.
-/// What squeue says, in `fields` (`-O`), of those of the jobs `ids` (their names) that run.
-fn squeue_running(ids: &[String], fields: &str) -> Result<String, GovernError> {
-    let (_, out) = SlurmCommand::new(
-        "squeue",
-        vec![
-            "-h".into(),
-            "-a".into(),
-            "-t".into(),
-            "R".into(),
-            "-j".into(),
-            ids.join(","),
-            "-O".into(),
-            fields.into(),
-        ],
-        SQUEUE_TIMEOUT,
-    )
-    // squeue exits 1 when none of the ids is known any more: that is an answer too.
-    .run_unchecked()?;
-    Ok(out.stdout)
-}
-
-fn still_running(ids: &[String]) -> Result<BTreeMap<u64, (Option<i64>, bool)>, GovernError> {
-    let out = squeue_running(ids, "JobID:|,StartTime:|,BatchFlag:|")?;
-    Ok(parsable::lines(&out)
-        .filter_map(|(_, l)| {
-            // Each field ends with `|`: an empty one follows.
-            let [id, start, batch] = parsable::fields(l, Shape::Leading).ok()?;
-            let id = id.trim().parse().ok()?;
-            Some((id, (parse_utc(start), batch.trim() != "0")))
-        })
-        .collect())
-}
-
 /// Hold pending jobs the plan cannot govern (an administrator's hold, which their owner
 /// cannot release), with the reason in their AdminComment: jobs asking for GPUs in a governed
 /// partition outside every team, and (in a typed configuration) team jobs asking for untyped
@@ -454,6 +397,7 @@ fn still_running(ids: &[String]) -> Result<BTreeMap<u64, (Option<i64>, bool)>, G
 /// is a user's hold (their owner could release it), made an administrator's hold here.
 /// Returns the pending ids held.
 fn hold_outside(
+    w: &mut dyn SlurmWrite,
     plan: &Plan,
     jobs: &[ClusterJob],
     addresses: &Addresses,
@@ -470,7 +414,7 @@ fn hold_outside(
             .filter(|id| address(addresses, *id).is_some())
             .collect()
     };
-    let hold = |ids: &[u64], why: &str| -> Result<bool, GovernError> {
+    let mut hold = |ids: &[u64], why: &str| -> Result<bool, GovernError> {
         // A heterogeneous job is held whole, through its leader.
         let names: std::collections::BTreeSet<String> = ids
             .iter()
@@ -480,20 +424,12 @@ fn hold_outside(
         if names.is_empty() {
             return Ok(false);
         }
-        let list = names.join(",");
-        let _ = SlurmCommand::new(
-            "scontrol",
-            vec![
-                "update".into(),
-                format!("jobid={list}"),
-                format!("AdminComment=teamshare: held: {why}"),
-            ],
-            UPDATE_TIMEOUT,
-        )
-        .run_unchecked()?;
-        let (status, _) = SlurmCommand::new("scontrol", vec!["hold".into(), list], UPDATE_TIMEOUT)
-            .run_unchecked()?;
-        Ok(status.success())
+        let comment = JobUpdate {
+            admin_comment: Some(format!("teamshare: held: {why}")),
+            ..JobUpdate::default()
+        };
+        w.update(&names, &comment)?;
+        Ok(w.hold(&names)?)
     };
     const OUTSIDE: &str = OUTSIDE_HOLD;
     const UNTYPED: &str = UNTYPED_HOLD;
@@ -512,6 +448,7 @@ fn hold_outside(
 /// Set the priority of every job whose priority differs from the plan: one scontrol call per
 /// distinct priority, for all its jobs.
 fn apply_priorities(
+    w: &mut dyn SlurmWrite,
     plan: &Plan,
     jobs: &[ClusterJob],
     addresses: &Addresses,
@@ -549,17 +486,12 @@ fn apply_priorities(
                 continue;
             }
             n += list.len();
-            // Jobs that ended since squeue make scontrol complain; the others are updated.
-            let _ = SlurmCommand::new(
-                "scontrol",
-                vec![
-                    "update".into(),
-                    format!("jobid={}", list.join(",")),
-                    format!("priority={priority}"),
-                ],
-                UPDATE_TIMEOUT,
-            )
-            .run_unchecked()?;
+            // Jobs that ended since the snapshot are refused; the others are updated.
+            let update = JobUpdate {
+                priority: Some(priority),
+                ..JobUpdate::default()
+            };
+            w.update(&list, &update)?;
         }
     }
     Ok(n)
@@ -572,6 +504,7 @@ fn apply_priorities(
 /// before the next pass. Returns the jobs parked; a job that started or ended since the
 /// snapshot makes scontrol complain and is left as it is.
 fn park(
+    w: &mut dyn SlurmWrite,
     plan: &Plan,
     jobs: &[ClusterJob],
     addresses: &Addresses,
@@ -596,16 +529,17 @@ fn park(
         if started.elapsed() >= PRIORITY_BUDGET {
             break;
         }
-        scontrol_ok(vec![
-            "update".into(),
-            format!("jobid={}", job_list(addresses, chunk)),
-            format!("StartTime=now+{}", governance::PARK_SECS),
-            format!(
-                "AdminComment={}: its priority class may not borrow; the governor releases it when it fits its team's quota",
+        let names = job_list(addresses, chunk);
+        let parked_update = JobUpdate {
+            begin: Some(Begin::In(governance::PARK_SECS)),
+            admin_comment: Some(format!(
+                "{}: its priority class may not borrow; the governor releases it when it fits its team's quota",
                 governance::PARK_HOLD_MARK
-            ),
-        ])?;
-        scontrol_ok(vec!["hold".into(), job_list(addresses, chunk)])?;
+            )),
+            ..JobUpdate::default()
+        };
+        w.update(&names, &parked_update)?;
+        w.hold(&names)?;
         parked.extend_from_slice(chunk);
     }
     Ok(parked)
@@ -615,6 +549,7 @@ fn park(
 /// unable to start until it has its planned priority: hold released (begin time still
 /// ahead), priority set, begin time now. Returns the jobs released.
 fn release(
+    w: &mut dyn SlurmWrite,
     plan: &Plan,
     jobs: &[ClusterJob],
     addresses: &Addresses,
@@ -630,8 +565,13 @@ fn release(
         .filter(|id| pending(id).is_some() && address(addresses, *id).is_some())
         .partition(|id| pending(id).is_some_and(|j| j.park_held));
     let list = |ids: &[u64]| job_list(addresses, ids);
+    let now = |admin_comment: Option<String>| JobUpdate {
+        begin: Some(Begin::Now),
+        admin_comment,
+        ..JobUpdate::default()
+    };
     if !held.is_empty() {
-        scontrol_ok(vec!["release".into(), list(&held)])?;
+        w.release(&list(&held))?;
         let mut by_priority: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for id in &held {
             if let Some(&p) = plan.priorities.get(id) {
@@ -639,35 +579,29 @@ fn release(
             }
         }
         for (priority, ids) in by_priority.into_iter().rev() {
-            scontrol_ok(vec![
-                "update".into(),
-                format!("jobid={}", list(&ids)),
-                format!("priority={priority}"),
-            ])?;
+            let update = JobUpdate {
+                priority: Some(priority),
+                ..JobUpdate::default()
+            };
+            w.update(&list(&ids), &update)?;
         }
-        scontrol_ok(vec![
-            "update".into(),
-            format!("jobid={}", list(&held)),
-            "StartTime=now".into(),
-            "AdminComment=".into(),
-        ])?;
+        w.update(&list(&held), &now(Some(String::new())))?;
     }
     if !begin_only.is_empty() {
-        scontrol_ok(vec![
-            "update".into(),
-            format!("jobid={}", list(&begin_only)),
-            "StartTime=now".into(),
-        ])?;
+        w.update(&list(&begin_only), &now(None))?;
     }
     let mut released = held;
     released.extend(begin_only);
     Ok(released)
 }
 
-/// The Slurm names of jobs, comma-separated (jobs without one are left out).
 /// Release the jobs the governor held whose reason is gone, and clear its mark; where the
 /// hold came with a requeue, its delay is lifted ([`UNHOLD_LIFTS_WITHIN_SECS`]).
-fn release_holds(unhold: &[(u64, bool)], addresses: &Addresses) -> Result<Vec<u64>, GovernError> {
+fn release_holds(
+    w: &mut dyn SlurmWrite,
+    unhold: &[(u64, bool)],
+    addresses: &Addresses,
+) -> Result<Vec<u64>, GovernError> {
     let named = |lift: Option<bool>| -> Vec<u64> {
         unhold
             .iter()
@@ -680,37 +614,29 @@ fn release_holds(unhold: &[(u64, bool)], addresses: &Addresses) -> Result<Vec<u6
         return Ok(ids);
     }
     let list = job_list(addresses, &ids);
-    scontrol_ok(vec![
-        "update".into(),
-        format!("jobid={list}"),
-        "AdminComment=".into(),
-    ])?;
+    let clear = JobUpdate {
+        admin_comment: Some(String::new()),
+        ..JobUpdate::default()
+    };
+    w.update(&list, &clear)?;
     let lifted = named(Some(true));
     if !lifted.is_empty() {
-        scontrol_ok(vec![
-            "update".into(),
-            format!("jobid={}", job_list(addresses, &lifted)),
-            "StartTime=now".into(),
-        ])?;
+        let now = JobUpdate {
+            begin: Some(Begin::Now),
+            ..JobUpdate::default()
+        };
+        w.update(&job_list(addresses, &lifted), &now)?;
     }
-    Ok(if scontrol_ok(vec!["release".into(), list])? {
-        ids
-    } else {
-        Vec::new()
-    })
+    Ok(if w.release(&list)? { ids } else { Vec::new() })
 }
 
-fn job_list(addresses: &Addresses, ids: &[u64]) -> String {
+/// The Slurm names of jobs (jobs without one are left out).
+fn job_list(addresses: &Addresses, ids: &[u64]) -> Vec<String> {
     ids.iter()
         .filter_map(|id| address(addresses, *id))
-        .collect::<Vec<_>>()
-        .join(",")
+        .collect()
 }
 
-/// One scontrol call whose failure (a job that started or ended since) is not an error.
-fn scontrol_ok(args: Vec<String>) -> Result<bool, GovernError> {
-    SlurmCommand::new("scontrol", args, UPDATE_TIMEOUT)
-        .run_unchecked()
-        .map(|(status, _)| status.success())
-        .map_err(GovernError::from)
-}
+#[cfg(test)]
+#[path = "actuator_tests.rs"]
+mod tests;

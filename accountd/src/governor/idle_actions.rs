@@ -3,8 +3,6 @@
 //! --user`), the site's hook, and the requeue or cancellation. Each only for the run the
 //! samples were of, and each logged with the samples that justified it.
 
-use std::collections::BTreeMap;
-
 use teamshare_config::IdleAction;
 
 use super::super::idle_policy::{IdleEvent, IdleStep};
@@ -17,13 +15,8 @@ pub const IDLE_MARK: &str = "teamshare: idle: ";
 /// The hook gets this long before it is killed.
 const HOOK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What squeue says of a running job the policy decided on.
-struct Current {
-    start: Option<i64>,
-    batch: bool,
-    user: String,
-    comment: String,
-}
+/// What Slurm says of a running job the policy decided on.
+type Current = RunningJob;
 
 impl Actuator {
     /// Act on the idle policy's decisions; what was done goes in the report.
@@ -40,7 +33,7 @@ impl Actuator {
             .iter()
             .filter_map(|e| address(addresses, e.job))
             .collect();
-        let current = running_now(&names)?;
+        let current = self.writer.running(&names)?;
         for e in events {
             let Some(now) = current.get(&e.job).filter(|c| c.start == Some(e.start)) else {
                 tracing::info!(job = e.job, step = ?e.step, "idle policy: job {} left alone: it ended, was requeued or restarted since the samples were read", e.job);
@@ -67,13 +60,22 @@ impl Actuator {
             .idle_policy
             .as_ref()
             .map_or(IdleAction::Notice, |p| p.action);
-        let ours = now.comment.is_empty() || now.comment.starts_with(IDLE_MARK);
+        let ours = now.admin_comment.is_empty() || now.admin_comment.starts_with(IDLE_MARK);
         let comment = match e.step {
-            IdleStep::Cleared => (ours && !now.comment.is_empty()).then(String::new),
+            IdleStep::Cleared => (ours && !now.admin_comment.is_empty()).then(String::new),
             _ => ours.then(|| format!("{IDLE_MARK}{}", note(e, threshold, action))),
         };
         if let Some(text) = comment {
-            set_comment(name, &text)?;
+            let update = JobUpdate {
+                admin_comment: Some(text),
+                ..JobUpdate::default()
+            };
+            let names = [name.to_string()];
+            match self.writer.update(&names, &update) {
+                Ok(true) => {}
+                Ok(false) => return Err(format!("job {name}: Slurm refused its AdminComment")),
+                Err(e) => return Err(e.to_string()),
+            }
         }
         log(e, now, threshold, ours);
         if let IdleStep::Act(action @ (IdleAction::Requeue | IdleAction::Cancel)) = e.step {
@@ -95,20 +97,12 @@ impl Actuator {
         action: IdleAction,
     ) -> Result<(), String> {
         let requeue = action == IdleAction::Requeue && now.batch;
-        let cmd = if requeue {
-            SlurmCommand::new(
-                "scontrol",
-                vec!["requeue".into(), name.to_string()],
-                UPDATE_TIMEOUT,
-            )
+        let result = if requeue {
+            self.writer.requeue(name, false)
         } else {
-            SlurmCommand::new(
-                "scancel",
-                vec!["--state=RUNNING".into(), name.to_string()],
-                UPDATE_TIMEOUT,
-            )
+            self.writer.cancel_running(name)
         };
-        cmd.run().map_err(|err| err.to_string())?;
+        result.map_err(|err| err.to_string())?;
         if requeue {
             self.checks
                 .add(e.job, name.to_string(), Some(e.start), Instant::now());
@@ -209,47 +203,6 @@ fn log(e: &IdleEvent, now: &Current, threshold: f64, ours: bool) {
             IdleStep::Cleared => "computes again (or its samples stopped): the notice is taken back",
         }
     );
-}
-
-fn set_comment(name: &str, text: &str) -> Result<(), String> {
-    SlurmCommand::new(
-        "scontrol",
-        vec![
-            "update".into(),
-            format!("jobid={name}"),
-            format!("AdminComment={text}"),
-        ],
-        UPDATE_TIMEOUT,
-    )
-    .run()
-    .map(|_| ())
-    .map_err(|e| e.to_string())
-}
-
-/// The running jobs among `names`, by id: start, batch, owner and AdminComment.
-fn running_now(names: &[String]) -> Result<BTreeMap<u64, Current>, GovernError> {
-    if names.is_empty() {
-        return Ok(BTreeMap::new());
-    }
-    let out = super::squeue_running(
-        names,
-        "JobID:|,StartTime:|,BatchFlag:|,UserName:|,admin_comment:|",
-    )?;
-    Ok(parsable::lines(&out)
-        .filter_map(|(_, l)| {
-            let [id, start, batch, user, comment] = parsable::fields(l, Shape::Rest).ok()?;
-            // squeue prints an empty AdminComment as `(null)`.
-            let comment = comment.trim().trim_end_matches('|').trim();
-            let comment = if comment == "(null)" { "" } else { comment };
-            let current = Current {
-                start: parse_utc(start),
-                batch: batch.trim() != "0",
-                user: user.trim().to_string(),
-                comment: comment.to_string(),
-            };
-            Some((id.trim().parse().ok()?, current))
-        })
-        .collect())
 }
 
 #[cfg(test)]

@@ -10,6 +10,8 @@
 //! - `capacity`: the governed capacity measured with sinfo;
 //! - `requeue_delay`: Slurm's requeue delay, lifted once it protects nothing; `requeue_check`:
 //!   requeues that may have met a run's own end, told apart from accounting;
+//! - `slurm_write`: the governor's writes to Slurm behind one trait, with the client commands'
+//!   writer and a fake for tests;
 //! - `slurm_api`: the governor's reads of jobs, nodes and partitions through libslurm (the
 //!   only unsafe code of accountd); this crate links libslurm (build.rs).
 //!
@@ -29,4 +31,5 @@ pub mod sacct;
 #[allow(unsafe_code)]
 pub mod slurm_api;
 pub mod slurm_cli;
+pub mod slurm_write;
 pub mod squeue;

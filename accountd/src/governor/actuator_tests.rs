@@ -1,0 +1,169 @@
+//! The actuator against [`FakeSlurm`] (issue 26): what it writes for a plan, in which order,
+//! and what it leaves alone when Slurm changed since the snapshot, without a cluster.
+
+use super::*;
+use crate::slurm_write::{FakeSlurm, Write};
+use governance::Phase;
+
+const CONFIG: &str = "[cluster]\nname = \"t\"\npartitions = [\"gpu\"]\n\n\
+    [[team]]\nname = \"vision\"\nquota = 2\nborrow_limit = 2\n\n\
+    [[team]]\nname = \"speech\"\nquota = 4\nborrow_limit = 4\n\n\
+    [governance]\nmin_runtime_before_reclaim = \"0s\"\n";
+
+fn job(id: u64, team: &str, phase: Phase, at: i64, batch: bool) -> ClusterJob {
+    ClusterJob {
+        id,
+        team: team.into(),
+        phase,
+        gpus: 1,
+        gpu_type: None,
+        priority: 5,
+        submit: at - 1,
+        start: (phase == Phase::Running).then_some(at),
+        eligible: true,
+        parked: false,
+        park_held: false,
+        batch,
+        nodes: Vec::new(),
+        node_count: 1,
+        completing: false,
+        tasks: 1,
+    }
+}
+
+/// speech runs 6 on its quota of 4 (job 6 an interactive allocation); vision has waited long
+/// for 2 of its quota, so that the plan reclaims; a job of an account outside every team waits
+/// too.
+fn snapshot() -> (Config, Snapshot) {
+    let config = teamshare_config::parse(CONFIG, "t.toml").unwrap();
+    let mut jobs: Vec<ClusterJob> = (1..=6)
+        .map(|i| job(i, "speech", Phase::Running, 100 + i as i64, i != 6))
+        .collect();
+    // Waiting since long before the governor's fallback reclaim is due.
+    jobs.push(job(20, "vision", Phase::Pending, 500, true));
+    jobs.push(job(21, "vision", Phase::Pending, 500, true));
+    jobs.push(job(30, "nobody", Phase::Pending, 1_000, true));
+    let plan = governance::plan(&GovernInput {
+        config: &config,
+        capacity: 6,
+        jobs: &jobs,
+        fairshare: &BTreeMap::new(),
+        now: 1_000,
+        now_ms: 1_000 * 1_000,
+        node_gpus: &BTreeMap::new(),
+        capacity_by_type: &BTreeMap::new(),
+        node_types: &BTreeMap::new(),
+        idle: &std::collections::BTreeSet::new(),
+    });
+    let work = Snapshot {
+        plan,
+        jobs,
+        addresses: Addresses::new(),
+        leaders: Leaders::new(),
+        unhold: Vec::new(),
+        run_ended_holds: Vec::new(),
+        pass: 1,
+        idle_events: Vec::new(),
+    };
+    (config, work)
+}
+
+/// The fake's running jobs: those of the snapshot, as they run now (`restarted`: with another
+/// start than the snapshot's).
+fn fake_of(work: &Snapshot, restarted: &[u64]) -> FakeSlurm {
+    let fake = FakeSlurm::default();
+    for j in work.jobs.iter().filter(|j| j.phase == Phase::Running) {
+        let start = j.start.map(|s| {
+            if restarted.contains(&j.id) {
+                s + 500
+            } else {
+                s
+            }
+        });
+        let run = RunningJob {
+            start,
+            batch: j.batch,
+            ..RunningJob::default()
+        };
+        fake.state().running.insert(j.id.to_string(), (j.id, run));
+    }
+    fake
+}
+
+/// Of the plan's two victims, the one restarted since the snapshot is left alone and the
+/// other's run ends (requeued, or cancelled where it is interactive); nothing else ends.
+#[test]
+fn only_the_run_the_snapshot_saw_is_ended() {
+    let (config, work) = snapshot();
+    let victims = work.plan.reclaim.clone();
+    assert_eq!(victims.len(), 2, "{:?}", work.plan);
+    let fake = fake_of(&work, &victims[..1]);
+    let (_, report) = Actuator::new(config, Box::new(fake.clone())).act(work);
+    assert_eq!(report.skipped, vec![victims[0]]);
+    assert_eq!(report.reclaimed, vec![victims[1]]);
+    let ended: Vec<Write> = fake
+        .state()
+        .writes
+        .iter()
+        .filter(|w| matches!(w, Write::Requeue(..) | Write::Cancel(_)))
+        .cloned()
+        .collect();
+    let name = victims[1].to_string();
+    let want = if victims[1] == 6 {
+        Write::Cancel(name)
+    } else {
+        Write::Requeue(name, false)
+    };
+    assert_eq!(ended, vec![want]);
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+}
+
+/// The outside job is marked before it is held (its owner then reads why), and both name it.
+#[test]
+fn a_job_outside_every_team_is_marked_then_held() {
+    let (config, work) = snapshot();
+    let fake = fake_of(&work, &[]);
+    let (_, report) = Actuator::new(config, Box::new(fake.clone())).act(work);
+    assert_eq!(report.held, vec![30]);
+    let writes = fake.state().writes.clone();
+    let marked = writes.iter().position(|w| {
+        matches!(w, Write::Update(n, u) if n == &["30".to_string()]
+            && u.admin_comment.as_deref() == Some(&format!("teamshare: held: {OUTSIDE_HOLD}")))
+    });
+    let held = writes
+        .iter()
+        .position(|w| w == &Write::Hold(vec!["30".into()]));
+    assert!(
+        matches!((marked, held), (Some(m), Some(h)) if m < h),
+        "{writes:?}"
+    );
+}
+
+/// Limits move only when they change; one Slurm refused is not remembered as set and is
+/// tried again with the next plan, the others are not.
+#[test]
+fn a_refused_limit_is_tried_again_and_only_it() {
+    let (config, work) = snapshot();
+    let fake = fake_of(&work, &[]);
+    fake.state().refuse_limits.push("speech".into());
+    let limits = |fake: &FakeSlurm| -> Vec<String> {
+        let mut state = fake.state();
+        let teams = state
+            .writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::GrpTres(team, _) => Some(team.clone()),
+                _ => None,
+            })
+            .collect();
+        state.writes.clear();
+        teams
+    };
+    let (actuator, report) = Actuator::new(config, Box::new(fake.clone())).act(work);
+    assert_eq!(limits(&fake), vec!["speech", "vision"]);
+    assert_eq!(report.limit_failures, vec!["speech"]);
+    let (_, again) = snapshot();
+    let (_, report) = actuator.act(again);
+    assert_eq!(limits(&fake), vec!["speech"]);
+    assert_eq!(report.limit_failures, vec!["speech"]);
+}

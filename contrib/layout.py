@@ -49,9 +49,11 @@ LAYERS = {
         # One job as Slurm holds it, typed (issue 26): what both ways of reading give.
         ["job_record"],
         # Slurm's records, read and typed.
-        ["slurm_api", "squeue", "sacct", "capacity", "requeue_delay", "requeue_check"],
+        ["squeue", "sacct", "capacity", "requeue_delay", "requeue_check"],
         # The governor's writes, behind one trait.
         ["slurm_write"],
+        # libslurm in process: the reads, and the writes behind that trait.
+        ["slurm_api"],
     ]),
     "teamshare-accounting": ("accountd/crates/accounting/src", "teamshare_accounting", [
         # The GPU samples' record.

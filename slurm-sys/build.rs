@@ -91,6 +91,17 @@ fn generate(include_dir: &Path) -> bindgen::Bindings {
         .allowlist_type("job_info_msg_t")
         .allowlist_type("node_info_msg_t")
         .allowlist_type("partition_info_msg_t")
+        // ... and writes to jobs in process (issue 26): updates, holds, requeues, cancellations,
+        // and one job's record just before acting on it.
+        .allowlist_function("slurm_init_job_desc_msg")
+        .allowlist_function("slurm_update_job2")
+        .allowlist_function("slurm_free_job_array_resp")
+        .allowlist_function("slurm_requeue2")
+        .allowlist_function("slurm_kill_job2")
+        .allowlist_function("slurm_load_job")
+        .allowlist_type("job_array_resp_msg_t")
+        .allowlist_type("slurm_step_id_t")
+        .allowlist_var("ALLOC_SID_USER_HOLD")
         .allowlist_var("JOB_STATE_BASE")
         .allowlist_var("JOB_COMPLETING")
         .allowlist_type("job_states")

@@ -2,10 +2,12 @@
 //! publishes the state the plugin reads. Slurm's own scheduler and preempt/qos then make every
 //! start and preemption decision inside its scheduling cycle; see docs/design/governance.md.
 //!
-//! One pass: squeue + sinfo (at once) -> `teamshare_policy::governance::plan` -> state file
-//! (written to a temporary file and renamed, so the plugin never reads a half-written one) ->
-//! scontrol/sacctmgr for what changed, on a thread of their own, so that slow actions never
-//! delay the next snapshot or age the published state. If the governor stops, Slurm keeps the last priorities and limits (safe:
+//! One pass: Slurm's jobs and nodes as typed records (libslurm, or squeue + sinfo) ->
+//! `teamshare_policy::governance::plan` -> state file (written to a temporary file and
+//! renamed, so the plugin never reads a half-written one) -> the writes for what changed
+//! ([`crate::slurm_write::SlurmWrite`]: libslurm's RPCs, or scontrol; limits through sacctmgr),
+//! on a thread of their own, so that slow actions never delay the next snapshot or age the
+//! published state (docs/design/slurm-boundary.md). If the governor stops, Slurm keeps the last priorities and limits (safe:
 //! nothing can exceed the ceilings) and the plugin applies `on_stale_state` once the state ages.
 
 use std::collections::BTreeMap;
@@ -214,9 +216,10 @@ pub struct Reading {
     pub holds: Vec<GovernorHold>,
 }
 
-/// How the governor reads Slurm: in process through libslurm (the default), or by running
-/// squeue and sinfo (`TEAMSHARE_SLURM_READER=commands`: a host whose libslurm cannot talk to
-/// its slurmctld, or a test with stand-in commands). Both give the same typed records
+/// How the governor reads Slurm, and writes to it: in process through libslurm (the default),
+/// or by running squeue and sinfo, scontrol, scancel and sacctmgr
+/// (`TEAMSHARE_SLURM_READER=commands`: a host whose libslurm cannot talk to its slurmctld, or
+/// a test with stand-in commands). Team limits go through sacctmgr either way. Both give the same typed records
 /// ([`Records`]: libslurm's directly, squeue's text read into them) to the same reader; the
 /// live test `scale::c03` checks that they agree.
 pub enum SlurmReader {
@@ -409,7 +412,13 @@ impl Governor {
         fairshare_source: Option<FairshareSource>,
         reader: SlurmReader,
     ) -> Governor {
-        let writer: WriterFactory = Box::new(|| Box::new(crate::slurm_write::CommandWriter));
+        // Writes go the way reads do: in process, or through the client commands.
+        let writer: WriterFactory = match reader {
+            SlurmReader::Libslurm(_) => {
+                Box::new(|| Box::new(crate::slurm_api::LibslurmWriter::new()))
+            }
+            SlurmReader::Commands => Box::new(|| Box::new(crate::slurm_write::CommandWriter)),
+        };
         Governor {
             reader,
             actuator: Some(Actuator::new(config.clone(), writer())),

@@ -86,6 +86,40 @@ extern "C" {
     pub fn slurm_node_state_string_compact(state: u32) -> *const c_char;
 }
 
+/// `slurm_load_job` for one job id, whatever the release's signature (26.05 names the job by a
+/// `slurm_step_id_t`). Inlined, so that only a crate that calls it (accountd, which links
+/// libslurm) references the symbol; the plugin never does.
+///
+/// # Safety
+/// As `slurm_load_job`: `resp` is valid for writes; a message written there is freed with
+/// `slurm_free_job_info_msg`.
+#[inline]
+pub unsafe fn load_one_job(
+    resp: *mut *mut job_info_msg_t,
+    job_id: u32,
+    show_flags: u16,
+) -> std::os::raw::c_int {
+    #[cfg(slurm_load_job_step_id)]
+    {
+        // SAFETY: a plain C struct of integers, all of them set below.
+        let mut id: slurm_step_id_t = unsafe { std::mem::zeroed() };
+        id.job_id = job_id;
+        id.step_het_comp = NO_VAL;
+        id.step_id = NO_VAL;
+        // SAFETY: the caller's contract.
+        unsafe { slurm_load_job(resp, id, show_flags) }
+    }
+    #[cfg(not(slurm_load_job_step_id))]
+    {
+        // SAFETY: the caller's contract.
+        unsafe { slurm_load_job(resp, job_id, show_flags) }
+    }
+}
+
+/// `JOB_REQUEUE_HOLD` (`SLURM_BIT(11)`, a flag bindgen cannot evaluate): a requeued job is
+/// held.
+pub const JOB_REQUEUE_HOLD: u32 = 1 << 11;
+
 /// slurmctld's internal job record. Its layout is not in the public headers and changes every
 /// release, so the plugin only ever passes the pointer along, never reads through it.
 #[repr(C)]

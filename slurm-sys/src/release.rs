@@ -7,7 +7,11 @@
 pub const SUPPORTED: [(u32, u32); 3] = [(22, 5), (24, 11), (26, 5)];
 
 /// Every cfg [`release_cfgs`] may set, declared to rustc's cfg checker.
-pub const ALL_CFGS: [&str; 2] = ["slurm_job_modify_err_msg", "slurm_job_state_reason_string"];
+pub const ALL_CFGS: [&str; 3] = [
+    "slurm_job_modify_err_msg",
+    "slurm_job_state_reason_string",
+    "slurm_load_job_step_id",
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Release {
@@ -30,6 +34,10 @@ pub fn release_cfgs(r: &Release) -> Vec<&'static str> {
     // job_reason_string as slurm_job_state_reason_string.
     if at_least(24, 11) {
         cfgs.push("slurm_job_state_reason_string");
+    }
+    // 26.05: slurm_load_job names its job by a slurm_step_id_t, no longer by a job id.
+    if at_least(26, 5) {
+        cfgs.push("slurm_load_job_step_id");
     }
     // Not a cfg, because nothing reads them, but differences all the same: 26.05 replaced
     // job_desc_msg_t.job_id by step_id; from 23.02 job_submit may run on several threads at
@@ -97,6 +105,7 @@ mod tests {
         );
         let r = parse(&header("0x1a0505"), "x").unwrap();
         assert_eq!((r.major, r.minor), (26, 5));
+        assert!(release_cfgs(&r).contains(&"slurm_load_job_step_id"));
         for cfg in release_cfgs(&r) {
             assert!(ALL_CFGS.contains(&cfg));
         }

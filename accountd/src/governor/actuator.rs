@@ -249,9 +249,9 @@ impl Actuator {
             .filter(|j| j.phase == governance::Phase::Running)
             .map(|j| (j.id, j.start))
             .collect();
-        let ids: Vec<String> = targets
+        let ids: Vec<(u64, String)> = targets
             .iter()
-            .filter_map(|(id, _)| address(addresses, *id))
+            .filter_map(|(id, _)| Some((*id, address(addresses, *id)?)))
             .collect();
         let now_running = self.writer.running(&ids)?;
         // A heterogeneous job goes whole, through its leader: once, whichever of its

@@ -29,9 +29,9 @@ impl Actuator {
         if events.is_empty() {
             return Ok(());
         }
-        let names: Vec<String> = events
+        let names: Vec<(u64, String)> = events
             .iter()
-            .filter_map(|e| address(addresses, e.job))
+            .filter_map(|e| Some((e.job, address(addresses, e.job)?)))
             .collect();
         let current = self.writer.running(&names)?;
         for e in events {

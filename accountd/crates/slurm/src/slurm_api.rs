@@ -32,6 +32,9 @@ use crate::period::UnixSeconds;
 use crate::slurm_cli::SLURM_CONF_VAR;
 use teamshare_policy::offered::{Offered, PartitionGpus};
 
+mod write;
+pub use write::LibslurmWriter;
+
 /// The error code libslurm gives when the data has not changed since the time we passed.
 const NO_CHANGE_IN_DATA: i32 = 1900;
 /// `JOB_COMPLETING` (`SLURM_BIT(15)`, a flag bindgen cannot evaluate).

@@ -4,7 +4,8 @@
 //! jobs run now, and which run).
 //!
 //! [`CommandWriter`] runs Slurm's client commands (`scontrol`, `scancel`, `sacctmgr`,
-//! `squeue`), as the governor always has. [`FakeSlurm`] is a table of jobs in memory that
+//! `squeue`), as the governor always has; [`crate::slurm_api::LibslurmWriter`] sends the same
+//! RPCs in process. [`FakeSlurm`] is a table of jobs in memory that
 //! records every write, for tests of the actions without a cluster.
 //!
 //! Jobs are named as Slurm names them to its clients ([`crate::squeue::Addresses`]: a plain
@@ -81,8 +82,9 @@ pub trait SlurmWrite: Send {
     fn cancel_running(&mut self, name: &str) -> Result<(), WriteError>;
     /// Set an account's GrpTRES on `cluster` (through slurmdbd).
     fn set_grp_tres(&mut self, cluster: &str, account: &str, tres: &str) -> Result<(), WriteError>;
-    /// The jobs of `names` that run now, by id; a job Slurm no longer knows is absent.
-    fn running(&mut self, names: &[String]) -> Result<BTreeMap<u64, RunningJob>, WriteError>;
+    /// The jobs of `jobs` (id, name) that run now, by id; a job Slurm no longer knows is
+    /// absent.
+    fn running(&mut self, jobs: &[(u64, String)]) -> Result<BTreeMap<u64, RunningJob>, WriteError>;
     /// Calls made in this process (RPCs); client commands are counted where they are spawned
     /// ([`crate::slurm_cli::calls_on_this_thread`]).
     fn rpcs(&self) -> u64 {
@@ -162,10 +164,11 @@ impl SlurmWrite for CommandWriter {
         Ok(())
     }
 
-    fn running(&mut self, names: &[String]) -> Result<BTreeMap<u64, RunningJob>, WriteError> {
-        if names.is_empty() {
+    fn running(&mut self, jobs: &[(u64, String)]) -> Result<BTreeMap<u64, RunningJob>, WriteError> {
+        if jobs.is_empty() {
             return Ok(BTreeMap::new());
         }
+        let names: Vec<&str> = jobs.iter().map(|(_, n)| n.as_str()).collect();
         let args = ["-h", "-a", "-t", "R", "-j", &names.join(","), "-O"];
         let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         args.push("JobID:|,StartTime:|,BatchFlag:|,UserName:|,admin_comment:|".into());
@@ -290,8 +293,9 @@ impl SlurmWrite for FakeSlurm {
         Ok(())
     }
 
-    fn running(&mut self, names: &[String]) -> Result<BTreeMap<u64, RunningJob>, WriteError> {
-        self.record(Write::Running(names.to_vec()));
+    fn running(&mut self, jobs: &[(u64, String)]) -> Result<BTreeMap<u64, RunningJob>, WriteError> {
+        let names: Vec<String> = jobs.iter().map(|(_, n)| n.clone()).collect();
+        self.record(Write::Running(names.clone()));
         let state = self.state();
         Ok(names
             .iter()

@@ -62,6 +62,7 @@ fn live() -> Live {
         governor_acts: 300,
         governor_act_seconds: 3.0,
         governor_act_slurm_calls: 900,
+        governor_act_processes: 40,
         governor_last_act_seconds: Some(0.01),
         governor_last_act_slurm_calls: Some(3),
         ingest_last_success: Some(NOW - 30),
@@ -72,6 +73,7 @@ fn live() -> Live {
         limits: metrics::LiveLimits {
             in_force: (0..TEAMS).map(|t| (format!("team{t:02}"), 8)).collect(),
             failures: BTreeMap::new(),
+            updates: (0..TEAMS).map(|t| (format!("team{t:02}"), 4)).collect(),
         },
     }
 }

@@ -159,7 +159,10 @@ pub struct PassReport {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Acted {
     pub duration: Duration,
+    /// Calls to Slurm: RPCs in process and client commands.
     pub slurm_calls: u64,
+    /// The client commands among them (processes started); none with the libslurm writer.
+    pub processes: u64,
     /// The plan's `generated_at`.
     pub plan_generated_at: i64,
     /// The number of the pass that made the plan ([`pass_span`]).

@@ -30,6 +30,9 @@ pub(crate) fn count_limits(live: &mut crate::metrics::Live, report: &PassReport)
     for team in &report.limit_failures {
         *live.limits.failures.entry(team.clone()).or_default() += 1;
     }
+    for (team, _) in &report.limit_updates {
+        *live.limits.updates.entry(team.clone()).or_default() += 1;
+    }
 }
 
 pub(crate) fn count_requeued(

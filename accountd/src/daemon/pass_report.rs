@@ -129,6 +129,7 @@ fn publish_pass(
             live.governor_acts += 1;
             live.governor_act_seconds += acted.duration.as_secs_f64();
             live.governor_act_slurm_calls += acted.slurm_calls;
+            live.governor_act_processes += acted.processes;
             live.governor_last_act_seconds = Some(acted.duration.as_secs_f64());
             live.governor_last_act_slurm_calls = Some(acted.slurm_calls);
         }

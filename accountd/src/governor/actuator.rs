@@ -63,7 +63,8 @@ impl Actuator {
     /// anything start), then running jobs, priorities, parking and holds.
     pub(super) fn act(mut self, work: Snapshot) -> (Actuator, PassReport) {
         let started = Instant::now();
-        let calls_before = crate::slurm_cli::calls_on_this_thread() + self.writer.rpcs();
+        let processes_before = crate::slurm_cli::calls_on_this_thread();
+        let calls_before = processes_before + self.writer.rpcs();
         let mut report = PassReport::default();
         if let Err(e) = self.act_on(&work, &mut report) {
             report.failures.push(e.to_string());
@@ -77,6 +78,7 @@ impl Actuator {
             duration: started.elapsed(),
             slurm_calls: crate::slurm_cli::calls_on_this_thread() + self.writer.rpcs()
                 - calls_before,
+            processes: crate::slurm_cli::calls_on_this_thread() - processes_before,
             plan_generated_at: work.plan.state.generated_at,
             pass: work.pass,
         };

@@ -73,6 +73,8 @@ pub struct LiveLimits {
     pub in_force: BTreeMap<String, u32>,
     /// Limit moves Slurm refused or did not answer, per team, since the daemon started.
     pub failures: BTreeMap<String, u64>,
+    /// Limit moves made, per team, since the daemon started.
+    pub updates: BTreeMap<String, u64>,
 }
 
 /// What the daemon knows now.
@@ -93,6 +95,8 @@ pub struct Live {
     pub governor_acts: u64,
     pub governor_act_seconds: f64,
     pub governor_act_slurm_calls: u64,
+    /// Processes (Slurm client commands) among those calls.
+    pub governor_act_processes: u64,
     pub governor_last_act_seconds: Option<f64>,
     pub governor_last_act_slurm_calls: Option<u64>,
     pub ingest_last_success: Option<UnixSeconds>,
@@ -336,6 +340,15 @@ fn team_families(e: &Exposition, config: &Config, live: &Live) -> Result<(), pro
     for (team, n) in &live.limits.failures {
         f.sample(&[team], *n as f64);
     }
+    let f = e.family(
+        "teamshare_governor_limit_updates_total",
+        Kind::Counter,
+        "Team GPU limit moves (sacctmgr) made since accountd started.",
+        &["team"],
+    )?;
+    for (team, n) in &live.limits.updates {
+        f.sample(&[team], *n as f64);
+    }
 
     let f = e.family(
         "teamshare_gpus_in_use",
@@ -546,10 +559,18 @@ fn governor_act_families(e: &Exposition, live: &Live) -> Result<(), prometheus::
         e.family(
             "teamshare_governor_act_slurm_calls_total",
             Kind::Counter,
-            "Slurm client commands the governor's actions on plans ran.",
+            "Calls to Slurm (RPCs in process and client commands) the governor's actions on plans made.",
             &[],
         )?
         .sample(&[], live.governor_act_slurm_calls as f64);
+        e.family(
+            "teamshare_governor_act_processes_total",
+            Kind::Counter,
+            "Processes (Slurm client commands) the governor's actions on plans started: one \
+             sacctmgr per team limit moved, none for the rest with the libslurm writer.",
+            &[],
+        )?
+        .sample(&[], live.governor_act_processes as f64);
     }
     if let Some(d) = live.governor_last_act_seconds {
         e.family(
@@ -749,6 +770,7 @@ weight = 1
             limits: LiveLimits {
                 in_force: BTreeMap::from([("agents".to_string(), 6)]),
                 failures: BTreeMap::from([("agents".to_string(), 3)]),
+                updates: BTreeMap::from([("agents".to_string(), 5)]),
             },
             governor_passes: 4,
             governor_pass_seconds: 0.5,
@@ -758,6 +780,7 @@ weight = 1
             governor_acts: 3,
             governor_act_seconds: 1.5,
             governor_act_slurm_calls: 11,
+            governor_act_processes: 2,
             governor_last_act_seconds: Some(0.75),
             governor_last_act_slurm_calls: Some(5),
         };
@@ -771,6 +794,7 @@ weight = 1
             "teamshare_governor_acts_total 3\n",
             "teamshare_governor_act_seconds_total 1.5\n",
             "teamshare_governor_act_slurm_calls_total 11\n",
+            "teamshare_governor_act_processes_total 2\n",
             "teamshare_governor_last_act_seconds 0.75\n",
             "teamshare_governor_last_act_slurm_calls 5\n",
         ] {
@@ -794,6 +818,7 @@ weight = 1
             text.contains("teamshare_governor_limit_failures_total{team=\"agents\"} 3\n"),
             "{text}"
         );
+        assert!(text.contains("teamshare_governor_limit_updates_total{team=\"agents\"} 5\n"));
         assert!(text.contains("teamshare_gpus_in_use{kind=\"in_quota\",team=\"agents\"} 2\n"));
         assert!(text.contains("teamshare_gpus_in_use{kind=\"borrowed\",team=\"agents\"} 1\n"));
         assert!(text.contains(

@@ -112,7 +112,7 @@ fn limits_agree(c: &Cluster) -> Result<bool, String> {
 }
 
 /// The samples of one metric family: (labels, value), sorted.
-fn samples(text: &str, name: &str) -> Vec<(String, f64)> {
+pub(crate) fn samples(text: &str, name: &str) -> Vec<(String, f64)> {
     let mut out: Vec<(String, f64)> = text
         .lines()
         .filter_map(|l| {

@@ -21,6 +21,10 @@ pub const SCENARIOS: &[Scenario] = &[
         "scale::c03_libslurm_and_the_client_commands_read_the_same",
         readers_agree,
     ),
+    (
+        "scale::c04_only_team_limit_moves_start_a_process",
+        only_limits_spawn,
+    ),
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -548,6 +552,91 @@ fn readers_agree(c: &Cluster) -> TestResult {
             })?;
             let _ = c.run("scancel", &[&array, &held, &whole, &after]);
             Ok(())
+        })
+    })
+}
+
+/// The governor's counters: processes its actions started, and team limit moves (all teams).
+fn spawn_counters(c: &Cluster) -> Result<(f64, f64), String> {
+    let text = c.metrics()?;
+    let sum = |name: &str| -> f64 {
+        crate::faults::samples(&text, name)
+            .iter()
+            .map(|(_, v)| v)
+            .sum()
+    };
+    if crate::faults::samples(&text, "teamshare_governor_act_processes_total").is_empty() {
+        return Err(format!(
+            "no teamshare_governor_act_processes_total in {text}"
+        ));
+    }
+    Ok((
+        sum("teamshare_governor_act_processes_total"),
+        sum("teamshare_governor_limit_updates_total"),
+    ))
+}
+
+/// Each team's GPU limit in force, as the governor last set it.
+fn in_force(c: &Cluster) -> Result<Vec<(String, f64)>, String> {
+    Ok(crate::faults::samples(
+        &c.metrics()?,
+        "teamshare_gpu_limit_in_force",
+    ))
+}
+
+/// Issue 26: the governor's actions write through libslurm and start a process only to move
+/// a team limit (one sacctmgr each): training borrows beyond its quota and its jobs end, the
+/// limits in force move both ways, Slurm's associations hold exactly the limits the governor
+/// says are in force, and the processes started equal the limit moves made.
+fn only_limits_spawn(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        c.wait_governor_pass()?;
+        let before = spawn_counters(c)?;
+        let start = in_force(c)?;
+        let ids = fill(c, "training", 6, &[])?;
+        c.wait_for("a team's limit in force to move", MINUTE, || {
+            Ok((in_force(c)? != start).then_some(()))
+        })?;
+        let borrowed = in_force(c)?;
+        let args: Vec<&str> = ids.iter().map(String::as_str).collect();
+        c.ok("scancel", &args)?;
+        c.wait_for("the limits in force to move back", MINUTE, || {
+            Ok((in_force(c)? != borrowed).then_some(()))
+        })?;
+        c.wait_for(
+            "Slurm's associations to hold the limits in force",
+            MINUTE,
+            || {
+                let mut all = true;
+                for (labels, limit) in in_force(c)? {
+                    let team = labels.trim_start_matches("team=\"").trim_end_matches('"');
+                    let account = format!("account={team}");
+                    let args = [
+                        "-nP",
+                        "show",
+                        "assoc",
+                        "where",
+                        &account,
+                        "user=",
+                        "format=grptres",
+                    ];
+                    let tres = c.ok("sacctmgr", &args)?;
+                    all &= tres
+                        .lines()
+                        .any(|l| l.trim() == format!("gres/gpu={limit}"));
+                }
+                Ok(all.then_some(()))
+            },
+        )?;
+        let after = spawn_counters(c)?;
+        let (processes, moves) = (after.0 - before.0, after.1 - before.1);
+        ensure(moves >= 2.0, || {
+            format!(
+                "{moves} limit moves while training borrowed and ended ({before:?} -> {after:?})"
+            )
+        })?;
+        ensure(processes == moves, || {
+            format!("the actions started {processes} processes for {moves} limit moves")
         })
     })
 }

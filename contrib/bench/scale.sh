@@ -23,8 +23,14 @@
 #   reclaim       TRIALS times, governor running: reserve submits a one-GPU job (inside its
 #                 quota, every GPU busy with borrowers); seconds from sbatch to RUNNING.
 #
+# MODE=native runs the same queue and churn on native Slurm (issue 26's baseline): no job_submit
+# plugin, no governor, one pool (no team limits); reserve's trial jobs ask for QOS `reclaim`,
+# which preempts (requeues) the borrowers' QOS `normal` and `experiment`, so slurmctld does the
+# reclaim itself. Its rows have no governor figures; both windows of a round are Slurm alone.
+# contrib/bench/scale-vs-native.sh runs both modes one after the other and prints the ratios.
+#
 # Prints one table row per size and appends it to DIR.results (the rows of docs/benchmarks.md
-# section 9). Environment: SIZES ("0 1000 10000"), WINDOW (30), TRIALS (20), CHURN (1),
+# section 9). Environment: MODE (teamshare; native), SIZES ("0 1000 10000"), WINDOW (30), TRIALS (20), CHURN (1),
 # READS_WINDOWS (0; 1: see window_reads), NODES (16), GPUS_PER_NODE (8), GOVERN_INTERVAL (500ms: the live tests'; accountd's default
 # is 1s), ACCOUNTD, TEAMSHARE_PLUGIN (default target/release/...),
 # METRICS_PORT (29497), ports (lib.sh). Builds nothing. Run as root, with nothing else running.
@@ -39,6 +45,8 @@ CHURN=${CHURN:-1}
 export NODES=${NODES:-16} GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 METRICS_PORT=${METRICS_PORT:-29497}
 GOVERN_INTERVAL=${GOVERN_INTERVAL:-500ms}
+MODE=${MODE:-teamshare}
+[[ $MODE == teamshare || $MODE == native ]] || bench_die "MODE is teamshare or native (got $MODE)"
 [[ $(id -u) == 0 ]] || bench_die "run as root (the throwaway cluster runs as root)"
 command -v curl >/dev/null || bench_die "curl is needed (apt-get install curl) to read the governor's /metrics"
 CAPACITY=$((NODES * GPUS_PER_NODE))
@@ -108,9 +116,24 @@ EOF
 
 # Slurm's default MaxJobCount (10,000) would refuse the largest size's submissions.
 echo "MaxJobCount=100000" >"$DIR-bin/slurm.conf.extra"
-bench_start "$DIR" TEAMSHARE_CONFIG="$TOML" TEAMSHARE_PLUGIN="$BIN_PLUGIN" ACCOUNTD="$BIN_ACCOUNTD" \
-    SLURM_CONF_EXTRA="$DIR-bin/slurm.conf.extra"
+if [[ $MODE == native ]]; then
+    bench_start "$DIR" TEAMSHARE_CONFIG="$TOML" JOB_SUBMIT_PLUGINS=none ACCOUNTD="$BIN_ACCOUNTD" \
+        SLURM_CONF_EXTRA="$DIR-bin/slurm.conf.extra"
+else
+    bench_start "$DIR" TEAMSHARE_CONFIG="$TOML" TEAMSHARE_PLUGIN="$BIN_PLUGIN" ACCOUNTD="$BIN_ACCOUNTD" \
+        SLURM_CONF_EXTRA="$DIR-bin/slurm.conf.extra"
+fi
 export SLURM_CONF=$DIR/etc/slurm.conf
+RECLAIM_QOS=()
+if [[ $MODE == native ]]; then
+    # One pool (setup-slurm left each team's GrpTRES at its quota); the workload's class is a
+    # plain QOS; reserve's jobs reclaim through a QOS that preempts the others.
+    sacctmgr -i modify account where name=alpha,beta,gamma,reserve set GrpTRES=gres/gpu=-1 >/dev/null
+    sacctmgr -i add qos experiment,reclaim >/dev/null
+    sacctmgr -i modify qos where name=reclaim set Preempt=normal,experiment PreemptMode=requeue Priority=1000 >/dev/null
+    sacctmgr -i modify account where name=alpha,beta,gamma,reserve set qos+=experiment,reclaim >/dev/null
+    RECLAIM_QOS=(--qos=reclaim)
+fi
 STATE=$DIR/etc/state.json
 CTLD_PID=$(cat "$DIR/pids/slurmctld.pid")
 CLK=$(getconf CLK_TCK)
@@ -119,6 +142,7 @@ TEAMS=(alpha beta gamma)
 
 GOV_PID=
 start_governor() {
+    [[ $MODE == teamshare ]] || return 0
     "$BIN_ACCOUNTD" --config "$DIR/etc/teamshare.toml" run --no-ingest --govern-interval "$GOVERN_INTERVAL" \
         >>"$DIR/log/governor.log" 2>&1 &
     GOV_PID=$!
@@ -339,7 +363,7 @@ reclaim_trials() { # n
         done
         free=$((CAPACITY - $(busy_count)))
         t0=$(now)
-        id=$(sbatch "${SB[@]}" -A reserve --gres=gpu:1 --wrap 'sleep 36000')
+        id=$(sbatch "${SB[@]}" -A reserve "${RECLAIM_QOS[@]}" --gres=gpu:1 --wrap 'sleep 36000')
         until [[ $(squeue -h -j "$id" -o %T 2>/dev/null) == RUNNING ]]; do
             awk -v a="$t0" -v b="$(now)" 'BEGIN { exit !(b - a > 120) }' && bench_die "reserve job $id did not run within 120 s"
             sleep 0.05
@@ -379,8 +403,12 @@ for n in $SIZES; do
     sleep 10
     A=() B=()
     for round in 1 2; do
-        [[ -n $GOV_PID ]] || start_governor
-        A+=("$(window_governed "$n")")
+        if [[ $MODE == native ]]; then
+            A+=("- $(window_stopped)")
+        else
+            [[ -n $GOV_PID ]] || start_governor
+            A+=("$(window_governed "$n")")
+        fi
         stop_governor
         B+=("$(window_stopped)")
         bench_log "size $n round $round: governed ${A[-1]}; stopped ${B[-1]}"
@@ -392,7 +420,8 @@ for n in $SIZES; do
     rm -f "$DIR/reclaim-$n"
     mapfile -t REC < <(reclaim_trials "$n")
     stop_churn
-    gov_cpu=$(printf '%s\n' "${A[@]}" | awk '{ s += $1 } END { printf "%.1f%%", 100 * s / NR }')
+    gov_cpu=-
+    [[ $MODE == native ]] || gov_cpu=$(printf '%s\n' "${A[@]}" | awk '{ s += $1 } END { printf "%.1f%%", 100 * s / NR }')
     ctld_on=$(printf '%s\n' "${A[@]}" | awk '{ s += $2 } END { printf "%.1f%%", 100 * s / NR }')
     ctld_off=$(printf '%s\n' "${B[@]}" | awk '{ s += $1 } END { printf "%.1f%%", 100 * s / NR }')
     q_on=$(printf '%s\n' "${A[@]}" | awk '{ print $3 }' | median)
@@ -409,7 +438,7 @@ for n in $SIZES; do
     rmax=$(printf '%s\n' "${REC[@]}" | sort -n | tail -1)
     row=$(printf '| %s | %s / %s / %s | %s / %s | %s / %s / %s, %s / %s | %s | %s / %s | %s | %s / %s | %s / %s | %s / %s / %s | %s | %s | %s |' \
         "$n" "$p50" "$p95" "$pmax" "$c50" "$cmax" "$a50" "$a95" "$amax" "$ac50" "$acmax" "$gov_cpu" "$ctld_on" "$ctld_off" "$age_max" \
-        "$q_on" "$q_off" "$s_on" "$s_off" "$r50" "$r95" "$rmax" "$COMMIT" "$(bench_load)" "$(date -u +%F)")
+        "$q_on" "$q_off" "$s_on" "$s_off" "$r50" "$r95" "$rmax" "$COMMIT $MODE" "$(bench_load)" "$(date -u +%F)")
     echo "$row" | tee -a "$RESULTS"
 done
 stop_churn

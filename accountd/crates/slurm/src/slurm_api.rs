@@ -32,7 +32,11 @@ use crate::period::UnixSeconds;
 use crate::slurm_cli::SLURM_CONF_VAR;
 use teamshare_policy::offered::{Offered, PartitionGpus};
 
+mod limits;
+mod limits_helper;
 mod write;
+pub use limits::serve_limits;
+pub use limits_helper::{LimitsHelper, HELPER_SUBCOMMAND};
 pub use write::LibslurmWriter;
 
 /// The error code libslurm gives when the data has not changed since the time we passed.

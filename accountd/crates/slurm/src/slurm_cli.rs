@@ -50,6 +50,12 @@ pub fn calls_on_this_thread() -> u64 {
     CALLS.with(std::cell::Cell::get)
 }
 
+/// Count a process this thread started to talk to Slurm that is not a [`SlurmCommand`] (the
+/// limits helper, [`crate::slurm_api::LimitsHelper`]).
+pub(crate) fn count_process() {
+    CALLS.with(|c| c.set(c.get() + 1));
+}
+
 /// A Slurm client invocation.
 #[derive(Debug, Clone)]
 pub struct SlurmCommand {

@@ -17,8 +17,9 @@
 //!   own check has the same window in 22.05) would skip it; only the `reclaim_mode = "cancel"`
 //!   configuration cancels batch jobs.
 //!
-//! Team limits still go through sacctmgr ([`CommandWriter::set_grp_tres`]): slurmdbd's API
-//! is not bound yet.
+//! Team limits go through slurmdbd's API in the limits helper process
+//! ([`super::LimitsHelper`], [`LibslurmWriter::with_limits_helper`]), or through sacctmgr
+//! ([`CommandWriter::set_grp_tres`]) where no helper is given.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -27,7 +28,7 @@ use std::ptr;
 
 use slurm_sys as sys;
 
-use super::{errno, init, text, time, SHOW_ALL};
+use super::{errno, init, text, time, LimitsHelper, SHOW_ALL};
 use crate::slurm_write::{Begin, CommandWriter, JobUpdate, RunningJob, SlurmWrite, WriteError};
 
 /// `SIGKILL`, what scancel sends when no signal is named.
@@ -37,12 +38,23 @@ const SIGKILL: u16 = 9;
 #[derive(Debug, Default)]
 pub struct LibslurmWriter {
     rpcs: u64,
-    limits: CommandWriter,
+    /// Where team limits go: the helper, or sacctmgr when there is none.
+    limits: Option<LimitsHelper>,
 }
 
 impl LibslurmWriter {
+    /// Limits through sacctmgr.
     pub fn new() -> LibslurmWriter {
         LibslurmWriter::default()
+    }
+
+    /// Limits through slurmdbd's API in a helper process run as `program
+    /// slurm-limits-helper` (accountd's own binary).
+    pub fn with_limits_helper(program: std::path::PathBuf) -> LibslurmWriter {
+        LibslurmWriter {
+            rpcs: 0,
+            limits: Some(LimitsHelper::new(program)),
+        }
     }
 
     /// One `slurm_update_job2` per name; `Ok(false)` when Slurm refused any.
@@ -217,7 +229,10 @@ impl SlurmWrite for LibslurmWriter {
     }
 
     fn set_grp_tres(&mut self, cluster: &str, account: &str, tres: &str) -> Result<(), WriteError> {
-        self.limits.set_grp_tres(cluster, account, tres)
+        match &mut self.limits {
+            Some(helper) => helper.set_grp_tres(cluster, account, tres),
+            None => CommandWriter.set_grp_tres(cluster, account, tres),
+        }
     }
 
     fn running(&mut self, jobs: &[(u64, String)]) -> Result<BTreeMap<u64, RunningJob>, WriteError> {
@@ -232,7 +247,7 @@ impl SlurmWrite for LibslurmWriter {
     }
 
     fn rpcs(&self) -> u64 {
-        self.rpcs
+        self.rpcs + self.limits.as_ref().map_or(0, |h| h.requests)
     }
 }
 

@@ -417,9 +417,11 @@ impl Governor {
     ) -> Governor {
         // Writes go the way reads do: in process, or through the client commands.
         let writer: WriterFactory = match reader {
-            SlurmReader::Libslurm(_) => {
-                Box::new(|| Box::new(crate::slurm_api::LibslurmWriter::new()))
-            }
+            // Limits through slurmdbd's API in a helper process run from this binary.
+            SlurmReader::Libslurm(_) => Box::new(|| match std::env::current_exe() {
+                Ok(exe) => Box::new(crate::slurm_api::LibslurmWriter::with_limits_helper(exe)),
+                Err(_) => Box::new(crate::slurm_api::LibslurmWriter::new()),
+            }),
             SlurmReader::Commands => Box::new(|| Box::new(crate::slurm_write::CommandWriter)),
         };
         Governor {

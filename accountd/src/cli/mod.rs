@@ -93,6 +93,10 @@ enum Command {
     /// Man pages and shell completions, made from these definitions (for packaging)
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
+    /// The governor's limits helper: team limit changes read on stdin, one per line
+    /// (CLUSTER<TAB>ACCOUNT<TAB>GRPTRES), made through slurmdbd's API, answered on stdout
+    #[command(hide = true)]
+    SlurmLimitsHelper,
 }
 
 /// A mistake in how accountd was called ([`ExitStatus::Invalid`]).
@@ -154,6 +158,10 @@ pub fn run() -> anyhow::Result<ExitCode> {
         .unwrap_or_else(teamshare_config::default_path);
     match &cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::SlurmLimitsHelper => {
+            accountd::slurm_api::serve_limits(std::io::stdin().lock(), std::io::stdout().lock())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::CheckConfig(args) => check_config::run(&config_path, args),
         Command::Ingest(args) => {
             let config = load_config(&config_path)?;

@@ -334,7 +334,7 @@ fn team_families(e: &Exposition, config: &Config, live: &Live) -> Result<(), pro
     let f = e.family(
         "teamshare_governor_limit_failures_total",
         Kind::Counter,
-        "Team GPU limit moves (sacctmgr) that failed since accountd started; each is tried again next pass.",
+        "Team GPU limit moves that failed since accountd started; each is tried again next pass.",
         &["team"],
     )?;
     for (team, n) in &live.limits.failures {
@@ -343,7 +343,7 @@ fn team_families(e: &Exposition, config: &Config, live: &Live) -> Result<(), pro
     let f = e.family(
         "teamshare_governor_limit_updates_total",
         Kind::Counter,
-        "Team GPU limit moves (sacctmgr) made since accountd started.",
+        "Team GPU limit moves made since accountd started.",
         &["team"],
     )?;
     for (team, n) in &live.limits.updates {
@@ -566,8 +566,8 @@ fn governor_act_families(e: &Exposition, live: &Live) -> Result<(), prometheus::
         e.family(
             "teamshare_governor_act_processes_total",
             Kind::Counter,
-            "Processes (Slurm client commands) the governor's actions on plans started: one \
-             sacctmgr per team limit moved, none for the rest with the libslurm writer.",
+            "Processes the governor's actions on plans started: its limits helper when it \
+             starts (again); with the client commands, one per command.",
             &[],
         )?
         .sample(&[], live.governor_act_processes as f64);

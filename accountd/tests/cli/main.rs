@@ -238,6 +238,7 @@ impl Drop for Daemon {
 mod check_config;
 mod daemon;
 mod ingest;
+mod limits_helper;
 mod report;
 use report::*;
 mod run;

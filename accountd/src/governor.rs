@@ -161,7 +161,8 @@ pub struct Acted {
     pub duration: Duration,
     /// Calls to Slurm: RPCs in process and client commands.
     pub slurm_calls: u64,
-    /// The client commands among them (processes started); none with the libslurm writer.
+    /// Processes started among them: the client commands, or the limits helper when it
+    /// starts (again) with the libslurm writer.
     pub processes: u64,
     /// The plan's `generated_at`.
     pub plan_generated_at: i64,

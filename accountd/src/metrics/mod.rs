@@ -95,7 +95,7 @@ pub struct Live {
     pub governor_acts: u64,
     pub governor_act_seconds: f64,
     pub governor_act_slurm_calls: u64,
-    /// Processes (Slurm client commands) among those calls.
+    /// Processes started among those calls (client commands, the limits helper's starts).
     pub governor_act_processes: u64,
     pub governor_last_act_seconds: Option<f64>,
     pub governor_last_act_slurm_calls: Option<u64>,

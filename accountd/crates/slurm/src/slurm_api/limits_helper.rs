@@ -92,13 +92,13 @@ impl LimitsHelper {
     }
 
     fn start(&mut self) -> std::io::Result<Running> {
-        crate::slurm_cli::count_process();
         let mut child = Command::new(&self.program)
             .arg(HELPER_SUBCOMMAND)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()?;
+        crate::slurm_cli::count_process();
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             let _ = child.wait();

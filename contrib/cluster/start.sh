@@ -27,6 +27,8 @@ Environment (defaults in brackets):
   JOB_SUBMIT_PLUGINS  overrides JobSubmitPlugins ("none": no such line; "lua": stock lua plugin)
   JOB_SUBMIT_LUA    job_submit.lua to use with "lua" (default: a pass-through script)
   SLURM_CONF_EXTRA  file whose lines are appended to slurm.conf
+  PARTITION_JOB_DEPTH [20]   SchedulerParameters partition_job_depth (0: Slurm's default, no
+                    limit); see docs/design/governance-at-scale.md
   ACCOUNTD          accountd binary: runs "accountd --config ... setup-slurm --user root"
   CLUSTER_USERS [root]  users setup-slurm adds to every team account (space-separated)
   SLURM_PLUGIN_DIR  the system Slurm plugin directory [autodetected]
@@ -59,12 +61,13 @@ SLURMDBD_PORT=${SLURMDBD_PORT:-16819}
 MARIADB_PORT=${MARIADB_PORT:-13306}
 SLURMD_PORT_BASE=${SLURMD_PORT_BASE:-17001}
 READY_TIMEOUT=${READY_TIMEOUT:-30}
+PARTITION_JOB_DEPTH=${PARTITION_JOB_DEPTH:-20}
 SMOKE_TEST=${SMOKE_TEST:-0}
 SKIP_APT=${SKIP_APT:-0}
 read -r -a GPU_TYPE_OF <<<"${GPU_TYPES:-}"
 
 for v in NODES GPUS_PER_NODE CPUS_PER_NODE NODE_MEMORY_MB SLURMCTLD_PORT SLURMDBD_PORT \
-    MARIADB_PORT SLURMD_PORT_BASE READY_TIMEOUT; do
+    MARIADB_PORT SLURMD_PORT_BASE READY_TIMEOUT PARTITION_JOB_DEPTH; do
     [[ ${!v} =~ ^[0-9]+$ ]] || die_early "$v must be a non-negative integer (got '${!v}')"
 done
 ((NODES >= 1 && NODES <= 64)) || die_early "NODES must be 1..64"
@@ -386,7 +389,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
 SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=5,bf_continue,bf_resolution=60,batch_sched_delay=0
+SchedulerParameters=sched_interval=2,bf_interval=5,bf_continue,bf_resolution=60,batch_sched_delay=0,partition_job_depth=$PARTITION_JOB_DEPTH
 PriorityType=priority/multifactor
 PriorityCalcPeriod=1
 PriorityDecayHalfLife=7-0

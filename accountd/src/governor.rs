@@ -322,6 +322,31 @@ fn gpus_of_grp_tres(tres: &str) -> Option<u32> {
         .and_then(|n| n.parse().ok())
 }
 
+/// What the policy plans for `jobs` on the usable nodes of `cap` (the pass, the dry run and
+/// the unit tests build its input here, and only here).
+pub(crate) fn plan_on(
+    config: &Config,
+    cap: &capacity::Capacity,
+    jobs: &[ClusterJob],
+    fairshare: &BTreeMap<String, f64>,
+    idle: &std::collections::BTreeSet<u64>,
+    now: UnixSeconds,
+    now_ms: i64,
+) -> Plan {
+    governance::plan(&GovernInput {
+        config,
+        capacity: cap.total,
+        jobs,
+        fairshare,
+        now,
+        now_ms,
+        node_gpus: &cap.per_node,
+        capacity_by_type: &cap.by_type,
+        node_types: &cap.per_node_types,
+        idle,
+    })
+}
+
 /// The most GPUs on one usable node, in all and of each type: what a whole-node job holds
 /// per node.
 fn largest_nodes(cap: &capacity::Capacity) -> (u32, BTreeMap<String, u32>) {
@@ -565,18 +590,15 @@ impl Governor {
         } = reading;
         let (unhold, run_ended_holds) = self.releasable_holds(&holds, now);
         self.note_idle_jobs(&jobs, now);
-        let mut plan = governance::plan(&GovernInput {
-            config: &self.config,
-            capacity: cap.total,
-            jobs: &jobs,
-            fairshare: &self.fairshare,
+        let mut plan = plan_on(
+            &self.config,
+            &cap,
+            &jobs,
+            &self.fairshare,
+            &self.idle_jobs,
             now,
-            now_ms: read_at_ms,
-            node_gpus: &cap.per_node,
-            capacity_by_type: &cap.by_type,
-            node_types: &cap.per_node_types,
-            idle: &self.idle_jobs,
-        });
+            read_at_ms,
+        );
         plan.state.acted_at = self.acted_at;
         plan.state.read_at_ms = read_at_ms;
         plan.state.slurm_partitions = slurm_partitions;
@@ -677,18 +699,15 @@ impl Governor {
             .or_else(|| self.idleness.refresh_now(&self.config, now).err());
         let reading = self.read(now)?;
         self.note_idle_jobs(&reading.jobs, now);
-        let plan = governance::plan(&GovernInput {
-            config: &self.config,
-            capacity: reading.capacity.total,
-            jobs: &reading.jobs,
-            fairshare: &self.fairshare,
+        let plan = plan_on(
+            &self.config,
+            &reading.capacity,
+            &reading.jobs,
+            &self.fairshare,
+            &self.idle_jobs,
             now,
-            now_ms: period::now_ms(),
-            node_gpus: &reading.capacity.per_node,
-            capacity_by_type: &reading.capacity.by_type,
-            node_types: &reading.capacity.per_node_types,
-            idle: &self.idle_jobs,
-        });
+            period::now_ms(),
+        );
         Ok((reading, plan, fairshare_error))
     }
 

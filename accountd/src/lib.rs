@@ -39,3 +39,5 @@ pub mod metrics;
 pub mod sample;
 pub mod slurm_setup;
 pub mod status;
+#[cfg(test)]
+mod test_support;

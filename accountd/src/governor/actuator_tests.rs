@@ -12,22 +12,9 @@ const CONFIG: &str = "[cluster]\nname = \"t\"\npartitions = [\"gpu\"]\n\n\
 
 fn job(id: u64, team: &str, phase: Phase, at: i64, batch: bool) -> ClusterJob {
     ClusterJob {
-        id,
-        team: team.into(),
-        phase,
-        gpus: 1,
-        gpu_type: None,
         priority: 5,
-        submit: at - 1,
-        start: (phase == Phase::Running).then_some(at),
-        eligible: true,
-        parked: false,
-        park_held: false,
         batch,
-        nodes: Vec::new(),
-        node_count: 1,
-        completing: false,
-        tasks: 1,
+        ..crate::test_support::job(id, team, phase, at)
     }
 }
 
@@ -43,18 +30,7 @@ fn snapshot() -> (Config, Snapshot) {
     jobs.push(job(20, "vision", Phase::Pending, 500, true));
     jobs.push(job(21, "vision", Phase::Pending, 500, true));
     jobs.push(job(30, "nobody", Phase::Pending, 1_000, true));
-    let plan = governance::plan(&GovernInput {
-        config: &config,
-        capacity: 6,
-        jobs: &jobs,
-        fairshare: &BTreeMap::new(),
-        now: 1_000,
-        now_ms: 1_000 * 1_000,
-        node_gpus: &BTreeMap::new(),
-        capacity_by_type: &BTreeMap::new(),
-        node_types: &BTreeMap::new(),
-        idle: &std::collections::BTreeSet::new(),
-    });
+    let plan = crate::test_support::plan(&config, &crate::test_support::gpus(6), &jobs, 1_000);
     let work = Snapshot {
         plan,
         jobs,

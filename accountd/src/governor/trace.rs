@@ -191,33 +191,13 @@ fn debug_limit(plan: &Plan, config: &Config, team: &str, from: Option<u32>, to: 
 mod tests {
     use super::*;
     use crate::logging::capture;
-    use teamshare_policy::governance::{self, GovernInput, Phase};
+    use crate::test_support::{gpus, job, plan};
+    use teamshare_policy::governance::Phase;
 
     const CONFIG: &str = "[cluster]\nname = \"t\"\npartitions = [\"gpu\"]\n\n\
         [[team]]\nname = \"agents\"\nquota = 2\nborrow_limit = 2\n\n\
         [[team]]\nname = \"training\"\nquota = 4\nborrow_limit = 4\n\n\
         [governance]\nmin_runtime_before_reclaim = \"0s\"\n";
-
-    fn job(id: u64, team: &str, phase: Phase, at: i64) -> ClusterJob {
-        ClusterJob {
-            id,
-            team: team.into(),
-            phase,
-            gpus: 1,
-            gpu_type: None,
-            priority: 1,
-            submit: at - 1,
-            start: (phase == Phase::Running).then_some(at),
-            eligible: true,
-            parked: false,
-            park_held: false,
-            batch: true,
-            nodes: Vec::new(),
-            node_count: 1,
-            completing: false,
-            tasks: 1,
-        }
-    }
 
     /// training runs 6 on its quota of 4 (2 borrowed); agents waits for 2 of its quota; a job
     /// of an account outside every team waits too.
@@ -229,18 +209,7 @@ mod tests {
         jobs.push(job(20, "agents", Phase::Pending, 1_000));
         jobs.push(job(21, "agents", Phase::Pending, 1_000));
         jobs.push(job(30, "nobody", Phase::Pending, 1_000));
-        let plan = governance::plan(&GovernInput {
-            config: &config,
-            capacity: 6,
-            jobs: &jobs,
-            fairshare: &BTreeMap::new(),
-            now: 1_000,
-            now_ms: 1_000 * 1_000,
-            node_gpus: &BTreeMap::new(),
-            capacity_by_type: &BTreeMap::new(),
-            node_types: &BTreeMap::new(),
-            idle: &std::collections::BTreeSet::new(),
-        });
+        let plan = plan(&config, &gpus(6), &jobs, 1_000);
         (config, jobs, plan)
     }
 

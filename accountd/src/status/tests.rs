@@ -1,5 +1,4 @@
 use super::*;
-use teamshare_policy::governance::{plan, GovernInput};
 
 pub(super) const NOW: i64 = 1_796_008_620;
 
@@ -18,22 +17,9 @@ pub(super) fn config(text: &str) -> Config {
 
 pub(super) fn job(id: u64, team: &str, phase: Phase) -> ClusterJob {
     ClusterJob {
-        id,
-        team: team.into(),
-        phase,
-        gpus: 1,
-        gpu_type: None,
         priority: 1000,
         submit: NOW - 100,
-        start: (phase == Phase::Running).then_some(NOW - 50),
-        eligible: true,
-        parked: false,
-        park_held: false,
-        batch: true,
-        nodes: Vec::new(),
-        node_count: 1,
-        completing: false,
-        tasks: 1,
+        ..crate::test_support::job(id, team, phase, NOW - 50)
     }
 }
 
@@ -52,18 +38,7 @@ pub(super) fn capacity(per_node: &[(&str, u32)]) -> Capacity {
 
 /// The state the governor would publish for these jobs.
 pub(super) fn planned(config: &Config, cap: &Capacity, jobs: &[ClusterJob]) -> PublishedState {
-    plan(&GovernInput {
-        config,
-        capacity: cap.total,
-        jobs,
-        fairshare: &BTreeMap::new(),
-        now: NOW,
-        now_ms: NOW.saturating_mul(1_000),
-        node_gpus: &cap.per_node,
-        capacity_by_type: &cap.by_type,
-        node_types: &cap.per_node_types,
-        idle: &std::collections::BTreeSet::new(),
-    })
+    crate::test_support::plan(config, cap, jobs, NOW)
     .state
 }
 

@@ -31,6 +31,7 @@
 #
 # Prints one table row per size and appends it to DIR.results (the rows of docs/benchmarks.md
 # section 9). Environment: MODE (teamshare; native), SIZES ("0 1000 10000"), WINDOW (30), TRIALS (20), CHURN (1),
+# LATENCY_SAMPLES (5 squeue and sbatch per window, each also in DIR/latency-N),
 # READS_WINDOWS (0; 1: see window_reads), NODES (16), GPUS_PER_NODE (8), GOVERN_INTERVAL (500ms: the live tests'; accountd's default
 # is 1s), ACCOUNTD, TEAMSHARE_PLUGIN (default target/release/...),
 # METRICS_PORT (29497), ports (lib.sh). Builds nothing. Run as root, with nothing else running.
@@ -42,6 +43,8 @@ SIZES=${SIZES:-0 1000 10000}
 WINDOW=${WINDOW:-30}
 TRIALS=${TRIALS:-20}
 CHURN=${CHURN:-1}
+LATENCY_SAMPLES=${LATENCY_SAMPLES:-5}
+[[ $LATENCY_SAMPLES =~ ^[1-9][0-9]*$ ]] || bench_die "LATENCY_SAMPLES is a positive integer (got $LATENCY_SAMPLES)"
 export NODES=${NODES:-16} GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 METRICS_PORT=${METRICS_PORT:-29497}
 GOVERN_INTERVAL=${GOVERN_INTERVAL:-500ms}
@@ -255,10 +258,12 @@ stop_churn() {
     CHURN_PID=
 }
 
-# Latency of an unrelated squeue and sbatch --hold, 5 each; prints "squeue_median sbatch_median".
-client_latency() {
+# Latency of an unrelated squeue and sbatch --hold, LATENCY_SAMPLES each; prints
+# "squeue_median sbatch_median" and appends every sample ("LABEL squeue_s sbatch_s") to
+# $DIR/latency-N, so that runs can be pooled.
+client_latency() { # label
     local q=() s=() t id
-    for ((k = 0; k < 5; k++)); do
+    for ((k = 0; k < LATENCY_SAMPLES; k++)); do
         t=$(now)
         squeue -h >/dev/null
         q+=("$(elapsed "$t")")
@@ -266,6 +271,7 @@ client_latency() {
         id=$(sbatch "${SB[@]}" --hold -A gamma --gres=gpu:1 --wrap 'sleep 1' 2>/dev/null || true)
         s+=("$(elapsed "$t")")
         [[ -n $id ]] && scancel "$id" 2>/dev/null || true
+        echo "$1 ${q[-1]} ${s[-1]}" >>"$DIR/latency-$n"
         sleep 0.5
     done
     echo "$(printf '%s\n' "${q[@]}" | median) $(printf '%s\n' "${s[@]}" | median)"
@@ -303,7 +309,7 @@ window_governed() { # n
     local sampler=$!
     bench_track "$sampler"
     sleep 2
-    lat=$(client_latency)
+    lat=$(client_latency governed)
     wait "$sampler" || true
     local secs_spent
     secs_spent=$(elapsed "$t0")
@@ -318,7 +324,7 @@ window_stopped() {
     c0=$(cpu_ticks "$CTLD_PID")
     t0=$(now)
     sleep 2
-    lat=$(client_latency)
+    lat=$(client_latency stopped)
     local rest
     rest=$(awk -v w="$WINDOW" -v e="$(elapsed "$t0")" 'BEGIN { r = w - e; print (r > 0 ? r : 0) }')
     sleep "$rest"
@@ -395,7 +401,7 @@ printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
     "waiting" "pass p50/p95/max s" "calls/pass p50/max" "act p50/p95/max s, calls p50/max" "governor CPU" "slurmctld CPU on/off" \
     "state age max s" "squeue on/off s" "sbatch on/off s" "reclaim p50/p95/max s" "commit" "load" "date" >>"$RESULTS"
 for n in $SIZES; do
-    rm -f "$DIR/passes-$n" "$DIR/acts-$n" "$DIR/ages-$n"
+    rm -f "$DIR/passes-$n" "$DIR/acts-$n" "$DIR/ages-$n" "$DIR/latency-$n"
     stop_churn
     fill_queue "$n"
     bench_log "size $n: $(pending_count) waiting records; churn $CHURN/s"

@@ -29,6 +29,9 @@ Environment (defaults in brackets):
   SLURM_CONF_EXTRA  file whose lines are appended to slurm.conf
   PARTITION_JOB_DEPTH [20]   SchedulerParameters partition_job_depth (0: Slurm's default, no
                     limit); see docs/design/governance-at-scale.md
+  BF_YIELD_INTERVAL [250000]  BF_YIELD_SLEEP [50000]  SchedulerParameters bf_yield_interval
+                    and bf_yield_sleep, microseconds (0: Slurm's default, 2 s and 0.5 s); see
+                    docs/design/governance-at-scale.md, decision 10
   ACCOUNTD          accountd binary: runs "accountd --config ... setup-slurm --user root"
   CLUSTER_USERS [root]  users setup-slurm adds to every team account (space-separated)
   SLURM_PLUGIN_DIR  the system Slurm plugin directory [autodetected]
@@ -62,15 +65,24 @@ MARIADB_PORT=${MARIADB_PORT:-13306}
 SLURMD_PORT_BASE=${SLURMD_PORT_BASE:-17001}
 READY_TIMEOUT=${READY_TIMEOUT:-30}
 PARTITION_JOB_DEPTH=${PARTITION_JOB_DEPTH:-20}
+BF_YIELD_INTERVAL=${BF_YIELD_INTERVAL:-250000}
+BF_YIELD_SLEEP=${BF_YIELD_SLEEP:-50000}
 SMOKE_TEST=${SMOKE_TEST:-0}
 SKIP_APT=${SKIP_APT:-0}
 read -r -a GPU_TYPE_OF <<<"${GPU_TYPES:-}"
 
 for v in NODES GPUS_PER_NODE CPUS_PER_NODE NODE_MEMORY_MB SLURMCTLD_PORT SLURMDBD_PORT \
-    MARIADB_PORT SLURMD_PORT_BASE READY_TIMEOUT PARTITION_JOB_DEPTH; do
+    MARIADB_PORT SLURMD_PORT_BASE READY_TIMEOUT PARTITION_JOB_DEPTH BF_YIELD_INTERVAL \
+    BF_YIELD_SLEEP; do
     [[ ${!v} =~ ^[0-9]+$ ]] || die_early "$v must be a non-negative integer (got '${!v}')"
 done
 ((NODES >= 1 && NODES <= 64)) || die_early "NODES must be 1..64"
+# Slurm takes 1..10,000,000 microseconds for both and falls back to its default otherwise.
+((BF_YIELD_INTERVAL <= 10000000)) || die_early "BF_YIELD_INTERVAL must be 0..10000000 microseconds"
+((BF_YIELD_SLEEP <= 10000000)) || die_early "BF_YIELD_SLEEP must be 0..10000000 microseconds"
+BF_YIELD=
+((BF_YIELD_INTERVAL == 0)) || BF_YIELD+=",bf_yield_interval=$BF_YIELD_INTERVAL"
+((BF_YIELD_SLEEP == 0)) || BF_YIELD+=",bf_yield_sleep=$BF_YIELD_SLEEP"
 ((GPUS_PER_NODE >= 1 && GPUS_PER_NODE <= 64)) || die_early "GPUS_PER_NODE must be 1..64"
 ((${#GPU_TYPE_OF[@]} <= NODES)) || die_early "GPU_TYPES names ${#GPU_TYPE_OF[@]} types for $NODES nodes"
 for t in "${GPU_TYPE_OF[@]}"; do
@@ -389,7 +401,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
 SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=5,bf_continue,bf_resolution=60,batch_sched_delay=0,partition_job_depth=$PARTITION_JOB_DEPTH
+SchedulerParameters=sched_interval=2,bf_interval=5,bf_continue,bf_resolution=60,batch_sched_delay=0,partition_job_depth=$PARTITION_JOB_DEPTH$BF_YIELD
 PriorityType=priority/multifactor
 PriorityCalcPeriod=1
 PriorityDecayHalfLife=7-0

@@ -38,8 +38,7 @@ pub(super) fn capacity(per_node: &[(&str, u32)]) -> Capacity {
 
 /// The state the governor would publish for these jobs.
 pub(super) fn planned(config: &Config, cap: &Capacity, jobs: &[ClusterJob]) -> PublishedState {
-    crate::test_support::plan(config, cap, jobs, NOW)
-    .state
+    crate::test_support::plan(config, cap, jobs, NOW).state
 }
 
 fn run(

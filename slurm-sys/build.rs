@@ -91,6 +91,11 @@ fn generate(include_dir: &Path) -> bindgen::Bindings {
         .allowlist_type("job_info_msg_t")
         .allowlist_type("node_info_msg_t")
         .allowlist_type("partition_info_msg_t")
+        // slurmctld's counters of job events (sdiag's): the governor's cheap check for change.
+        .allowlist_function("slurm_get_statistics")
+        .allowlist_type("stats_info_request_msg_t")
+        .allowlist_type("stats_info_response_msg_t")
+        .allowlist_var("STAT_COMMAND_GET")
         // ... and writes to jobs in process (issue 26): updates, holds, requeues, cancellations,
         // and one job's record just before acting on it.
         .allowlist_function("slurm_init_job_desc_msg")

@@ -69,8 +69,8 @@ extern "C" {
 }
 
 // Symbols of libslurm (the client library) that Slurm's public headers do not declare: the
-// names squeue and sinfo print for a job's state and reason and a node's compact state. They
-// return static strings (never freed). Signatures of src/common/slurm_protocol_defs.h, the same
+// names squeue and sinfo print for a job's state and reason and a node's compact state (static
+// strings, never freed), and the free of sdiag's answer. Signatures of src/common/slurm_protocol_defs.h, the same
 // from 22.05 to 26.05 (one name changed); only accountd, which links libslurm, calls them.
 extern "C" {
     /// `job_state_string` (squeue's State column).
@@ -84,6 +84,9 @@ extern "C" {
     pub fn slurm_job_reason_string(reason: u32) -> *const c_char;
     /// `node_state_string_compact` (sinfo's `%t`, in upper case).
     pub fn slurm_node_state_string_compact(state: u32) -> *const c_char;
+    /// Free the answer of `slurm_get_statistics` (what sdiag calls; the same signature from
+    /// 22.05 to 26.05).
+    pub fn slurm_free_stats_response_msg(msg: *mut stats_info_response_msg_t);
 }
 
 /// `slurm_load_job` for one job id, whatever the release's signature (26.05 names the job by a

@@ -6,6 +6,9 @@
 //! same RPCs run in this process: `slurm_load_jobs`, `slurm_load_node` and
 //! `slurm_load_partitions`, each given the time of the answer it holds, so that slurmctld sends
 //! nothing when nothing changed (`SLURM_NO_CHANGE_IN_DATA`, partitions and nodes most passes).
+//! [`Session::change_mark`] tells without reading the jobs whether they may have changed
+//! (sdiag's job event counters with the nodes' and partitions' times), so that a pass reads
+//! them only then (accountd's `governor::quiet`).
 //!
 //! Jobs become typed records ([`crate::job_record::JobRecord`]) straight from libslurm's
 //! `slurm_job_info_t`, with no text between (states and reasons through the functions squeue
@@ -221,6 +224,12 @@ impl Session {
     /// '%N|%G|%t'` (see [`crate::capacity::sinfo_command`]); all nodes when `partitions` is
     /// empty.
     pub fn nodes_text(&mut self, partitions: &[String]) -> Result<String, ApiError> {
+        self.refresh_nodes()?;
+        Ok(self.held_nodes_text(partitions))
+    }
+
+    /// Ask for the partitions and the nodes again (slurmctld sends them only if they changed).
+    fn refresh_nodes(&mut self) -> Result<(), ApiError> {
         Self::refresh(
             &mut self.partitions,
             &mut self.calls,
@@ -236,9 +245,14 @@ impl Session {
             sys::slurm_load_node,
             sys::slurm_free_node_info_msg,
             |m| m.last_update,
-        )?;
+        )
+    }
+
+    /// [`Session::nodes_text`] of the answers held, without asking again (after
+    /// [`Session::change_mark`], which asked).
+    pub fn held_nodes_text(&self, partitions: &[String]) -> String {
         let (Some(parts), Some(nodes)) = (&self.partitions, &self.nodes) else {
-            return Ok(String::new());
+            return String::new();
         };
         // SAFETY: both messages are alive while the session holds them; each array has
         // `record_count` records, and their strings live as long as the message.
@@ -285,8 +299,82 @@ impl Session {
                 out.push_str(&clean(&state));
                 out.push('\n');
             }
-            Ok(out)
+            out
         }
+    }
+
+    /// What tells whether Slurm's jobs or nodes changed since another mark, without reading
+    /// the jobs (issue 26): the partitions and nodes asked for again (nothing comes back
+    /// when they did not change) and slurmctld's counters of job events (`slurm_get_statistics`,
+    /// what sdiag prints; no lock of slurmctld's is taken for it). Three small RPCs where
+    /// reading 10,000 jobs is a message of megabytes, packed, hashed and unpacked.
+    pub fn change_mark(&mut self) -> Result<ChangeMark, ApiError> {
+        self.refresh_nodes()?;
+        let events = self.job_events()?;
+        let (Some(parts), Some(nodes)) = (&self.partitions, &self.nodes) else {
+            return Err(ApiError::Call {
+                call: "slurm_load_node",
+                message: "no answer held".into(),
+            });
+        };
+        // SAFETY: both messages are alive while the session holds them.
+        let stamps = unsafe { ((*parts.ptr).last_update, (*nodes.ptr).last_update) };
+        #[allow(clippy::useless_conversion)] // time_t is i64 here, narrower elsewhere
+        Ok(ChangeMark {
+            events,
+            nodes: (i64::from(stamps.0), i64::from(stamps.1)),
+        })
+    }
+
+    /// slurmctld's counts of jobs submitted, started, completed, cancelled and failed.
+    fn job_events(&mut self) -> Result<[u32; 5], ApiError> {
+        init()?;
+        #[allow(clippy::unnecessary_cast)] // STAT_COMMAND_GET's type is bindgen's
+        let mut request = sys::stats_info_request_msg_t {
+            command_id: sys::STAT_COMMAND_GET as u16,
+        };
+        let mut out: *mut sys::stats_info_response_msg_t = ptr::null_mut();
+        self.calls += 1;
+        // SAFETY: libslurm writes a message it allocated into `out`, or leaves it NULL; the
+        // request is read during the call only.
+        let rc = unsafe { sys::slurm_get_statistics(&mut out, &mut request) };
+        if rc != 0 || out.is_null() {
+            return Err(last_error("slurm_get_statistics"));
+        }
+        let msg = Owned {
+            ptr: out,
+            free: sys::slurm_free_stats_response_msg,
+        };
+        // SAFETY: the message is alive while `msg` holds it.
+        let m = unsafe { &*msg.ptr };
+        Ok([
+            m.jobs_submitted,
+            m.jobs_started,
+            m.jobs_completed,
+            m.jobs_canceled,
+            m.jobs_failed,
+        ])
+    }
+}
+
+/// Where Slurm stood at one instant, as far as the governor's plan can tell without reading
+/// the jobs ([`Session::change_mark`]): two equal marks mean that no job was submitted,
+/// started, ended or cancelled between them, and that no node or partition changed (a job's
+/// start or end changes its nodes' allocation). What a mark does not show (a user's `scontrol
+/// update` of a pending job, a hold, a begin time reached) only a read of the jobs does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeMark {
+    /// slurmctld's counters of job events, as sdiag prints them (reset at midnight and by
+    /// `sdiag -r`: a reset reads as a change).
+    events: [u32; 5],
+    /// The times of the partitions and nodes answers.
+    nodes: (i64, i64),
+}
+
+impl ChangeMark {
+    /// A mark of these counters and answer times (for tests of what uses marks).
+    pub fn of(events: [u32; 5], nodes: (i64, i64)) -> ChangeMark {
+        ChangeMark { events, nodes }
     }
 }
 

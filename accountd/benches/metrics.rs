@@ -57,6 +57,7 @@ fn live() -> Live {
         governor_passes: 1000,
         governor_last_pass_seconds: Some(0.02),
         governor_last_pass_slurm_calls: Some(2),
+        governor_quiet_passes: 30,
         governor_slurm_calls: 2000,
         governor_pass_seconds: 20.0,
         governor_acts: 300,

@@ -36,6 +36,7 @@ use crate::squeue::{governor_holds, OUTSIDE_HOLD, UNHOLD_LIFTS_WITHIN_SECS, UNTY
 mod actuator;
 mod idle_policy;
 mod idleness;
+mod quiet;
 mod trace;
 
 pub use actuator::{hook_args, IDLE_MARK};
@@ -153,6 +154,10 @@ pub struct PassReport {
     /// stopped did after its last pass ([`Governor::settle`]). Only its action lists, `acted`
     /// and `failures` mean anything.
     pub settled: bool,
+    /// A quiet pass ([`quiet`]): nothing it plans from moved, so it read no jobs and published
+    /// nothing. Its action lists, `acted`, `failures`, `duration` and `slurm_calls` (the
+    /// mark's) mean anything.
+    pub quiet: bool,
 }
 
 /// How long the actions on one plan took, and how many Slurm client commands they ran.
@@ -255,7 +260,18 @@ impl SlurmReader {
         partitions: &[String],
         now: UnixSeconds,
     ) -> Result<Reading, GovernError> {
-        let (capacity, records, slurm_calls) = self.read_records(partitions)?;
+        self.read_fresh(partitions, now, false)
+    }
+
+    /// [`SlurmReader::read`]; with `nodes_held`, the nodes and partitions of the mark just
+    /// taken ([`SlurmReader::change_mark`]) instead of asking for them again.
+    fn read_fresh(
+        &mut self,
+        partitions: &[String],
+        now: UnixSeconds,
+        nodes_held: bool,
+    ) -> Result<Reading, GovernError> {
+        let (capacity, records, slurm_calls) = self.read_records(partitions, nodes_held)?;
         let mut r = reading(capacity, &records, slurm_calls, now);
         if let SlurmReader::Libslurm(session) = self {
             r.partitions = Some(session.offered());
@@ -270,7 +286,7 @@ impl SlurmReader {
         partitions: &[String],
         now: UnixSeconds,
     ) -> Result<(Reading, BTreeMap<u64, String>), GovernError> {
-        let (capacity, records, slurm_calls) = self.read_records(partitions)?;
+        let (capacity, records, slurm_calls) = self.read_records(partitions, false)?;
         let reasons = pending_reasons(&records);
         Ok((reading(capacity, &records, slurm_calls, now), reasons))
     }
@@ -280,11 +296,16 @@ impl SlurmReader {
     fn read_records(
         &mut self,
         partitions: &[String],
+        nodes_held: bool,
     ) -> Result<(capacity::Capacity, Records, u64), GovernError> {
         Ok(match self {
             SlurmReader::Libslurm(session) => {
                 let before = session.calls;
-                let nodes = session.nodes_text(partitions)?;
+                let nodes = if nodes_held {
+                    session.held_nodes_text(partitions)
+                } else {
+                    session.nodes_text(partitions)?
+                };
                 let cap = capacity::parse_sinfo(&nodes)?;
                 let jobs = session.jobs(partitions)?;
                 (cap, jobs, session.calls - before)
@@ -312,6 +333,25 @@ impl SlurmReader {
                 (cap?, records, sinfo_calls + 1)
             }
         })
+    }
+}
+
+impl SlurmReader {
+    /// Where Slurm stands by what changes when its jobs or nodes do, with the RPCs that took
+    /// ([`crate::slurm_api::Session::change_mark`]); `None` with the client commands, which
+    /// have no cheap way to tell (every pass reads everything).
+    pub fn change_mark(
+        &mut self,
+    ) -> Option<(
+        Result<crate::slurm_api::ChangeMark, crate::slurm_api::ApiError>,
+        u64,
+    )> {
+        let SlurmReader::Libslurm(session) = self else {
+            return None;
+        };
+        let before = session.calls;
+        let mark = session.change_mark();
+        Some((mark, session.calls - before))
     }
 }
 
@@ -419,6 +459,8 @@ pub struct Governor {
     /// Makes what writes to Slurm: for the actuator, and again for a new one when an actuator
     /// is lost with a thread that stopped.
     writer: WriterFactory,
+    /// Whether a pass may skip reading the jobs ([`quiet`]).
+    quiet: quiet::QuietPasses,
 }
 
 /// Makes the actuator's writer ([`SlurmWrite`]).
@@ -467,6 +509,7 @@ impl Governor {
             idle_policy: idle_policy::IdlePolicyState::default(),
             idle_now: BTreeMap::new(),
             writer,
+            quiet: quiet::QuietPasses::default(),
         }
     }
 
@@ -497,24 +540,62 @@ impl Governor {
 
     /// Fair-share factors from the source (the usage accountd has ingested, decayed by the
     /// half-life). An error is returned for the pass's report; the previous factors stay in
-    /// use.
-    fn refresh_fairshare(&mut self, now: UnixSeconds) -> Result<(), String> {
+    /// use. Says whether the factors changed.
+    fn refresh_fairshare(&mut self, now: UnixSeconds) -> Result<bool, String> {
         if self
             .fairshare_at
             .is_some_and(|t| t.elapsed() < FAIRSHARE_REFRESH)
         {
-            return Ok(());
+            return Ok(false);
         }
         self.fairshare_at = Some(Instant::now());
         let Some(source) = &mut self.fairshare_source else {
-            return Ok(());
+            return Ok(false);
         };
         match source(&self.config, now) {
-            Ok(Some(factors)) => self.fairshare = factors,
-            Ok(None) => {}
-            Err(e) => return Err(format!("fair-share not refreshed: {e}")),
+            Ok(Some(factors)) => {
+                let changed = factors != self.fairshare;
+                self.fairshare = factors;
+                Ok(changed)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(format!("fair-share not refreshed: {e}")),
         }
-        Ok(())
+    }
+
+    /// Refresh the plan's inputs besides Slurm (fair-share factors, GPU idle windows); errors
+    /// go to the report. Says whether any changed.
+    fn refresh_inputs(&mut self, now: UnixSeconds, report: &mut PassReport) -> bool {
+        let windows_before = self.idleness.windows_taken();
+        let fairshare = self.refresh_fairshare(now).unwrap_or_else(|e| {
+            report.failures.push(e);
+            false
+        });
+        if let Err(e) = self.idleness.refresh(&self.config, now) {
+            report.failures.push(e);
+        }
+        fairshare || self.idleness.windows_taken() != windows_before
+    }
+
+    /// Take the mark of Slurm's state and say in `report` whether this pass is quiet
+    /// ([`quiet`]); the mark, for the full read to keep (none: no marks with this reader, or
+    /// the mark failed and the full read reports why).
+    fn take_mark(
+        &mut self,
+        inputs_changed: bool,
+        started: Instant,
+        report: &mut PassReport,
+    ) -> Option<crate::slurm_api::ChangeMark> {
+        let (mark, calls) = self.reader.change_mark()?;
+        report.slurm_calls = calls;
+        let mark = mark.ok()?;
+        let inputs = quiet::PassInputs {
+            changed: inputs_changed,
+            actuator_idle: self.acting.is_none(),
+            every: quiet::full_read_every(self.config.governance.state_max_age),
+        };
+        report.quiet = self.quiet.quiet(&mark, inputs, started);
+        Some(mark)
     }
 
     /// One pass: read Slurm, plan, publish, then hand the plan to the actuator.
@@ -529,23 +610,28 @@ impl Governor {
     /// refuses them or the next plan corrects them). What the actions did is reported by the
     /// first pass after they end ([`PassReport::acted`]).
     pub fn pass(&mut self) -> Result<PassReport, GovernError> {
-        self.passes += 1;
         let started = Instant::now();
         let mut report = PassReport::default();
         self.collect_actions(&mut report, false);
         let now = period::now();
-        if let Err(e) = self.refresh_fairshare(now) {
-            report.failures.push(e);
+        let inputs_changed = self.refresh_inputs(now, &mut report);
+        let mark = self.take_mark(inputs_changed, started, &mut report);
+        if report.quiet {
+            report.duration = started.elapsed();
+            return Ok(report);
         }
-        if let Err(e) = self.idleness.refresh(&self.config, now) {
-            report.failures.push(e);
-        }
+        self.passes += 1;
+        let mark_calls = report.slurm_calls;
+        let cpu = quiet::thread_cpu();
         // Every job submitted before this instant is in what the pass reads (the plugin keeps
         // counting its admissions made after it).
         let read_at_ms = period::now_ms();
-        let reading = self.read(now)?;
+        self.quiet.read(mark, started);
+        let partitions = &self.config.cluster.partitions;
+        let reading = self.reader.read_fresh(partitions, now, mark.is_some())?;
         let read = started.elapsed();
         let work = self.plan_pass(reading, now, read_at_ms, &mut report);
+        report.slurm_calls += mark_calls;
         let planned = started.elapsed();
         // The plan's actions never wait on the state file: a full disk or a read-only
         // directory leaves the plugin on its last state (stale after state_max_age), while
@@ -556,6 +642,7 @@ impl Governor {
         }
         report.state = Some(work.plan.state.clone());
         report.duration = started.elapsed();
+        self.quiet.cost(quiet::thread_cpu().saturating_sub(cpu));
         let times = trace::PassTimes {
             read,
             plan: planned - read,
@@ -629,10 +716,13 @@ impl Governor {
     /// where the pass does, inside the span of the actions on that plan ([`act_span`]).
     fn hand_over(&mut self, work: Snapshot, report: &mut PassReport) {
         let Some(actuator) = self.actuator.take() else {
-            // Busy: the idle policy's decisions wait for the next hand-over.
+            // Busy: the idle policy's decisions wait for the next hand-over, and the pass
+            // after the actions reads afresh to be acted on.
             self.idle_policy.put_back(work.idle_events);
+            self.quiet.unacted = true;
             return;
         };
+        self.quiet.unacted = false;
         let dispatch = tracing::dispatcher::get_default(Clone::clone);
         let spawned = std::thread::Builder::new()
             .name("governor-act".into())

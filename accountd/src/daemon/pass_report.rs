@@ -29,6 +29,24 @@ pub(super) fn govern(
         Err(e) => return shared.step_result(STEP_GOVERN, Err(e.to_string())),
     };
     let requeued = log_pass(&shared.log, &report);
+    if report.quiet {
+        // No read, no plan: what the actions it collected did, and that the governor lives.
+        let now = period::now();
+        shared.exporter.update_live(|live| {
+            live.governor_last_pass = Some(now);
+            live.governor_quiet_passes += 1;
+            count_acted(live, &report);
+            count_requeued(live, requeued);
+            count_limits(live, &report);
+        });
+        shared.exporter.update_counters(|c| count_holds(c, &report));
+        shared
+            .exporter
+            .update_idle(|f| count_idle_steps(f, &report));
+        shared.step_result(STEP_GOVERN, Ok(()));
+        send_idle_steps(store_tx, &report);
+        return;
+    }
     if report.settled {
         // A replaced or stopped governor's last actions: counted, but no pass of its own.
         shared.exporter.update_live(|live| {
@@ -125,14 +143,7 @@ fn publish_pass(
         live.governor_slurm_calls += report.slurm_calls;
         live.governor_last_pass_seconds = Some(report.duration.as_secs_f64());
         live.governor_last_pass_slurm_calls = Some(report.slurm_calls);
-        if let Some(acted) = report.acted {
-            live.governor_acts += 1;
-            live.governor_act_seconds += acted.duration.as_secs_f64();
-            live.governor_act_slurm_calls += acted.slurm_calls;
-            live.governor_act_processes += acted.processes;
-            live.governor_last_act_seconds = Some(acted.duration.as_secs_f64());
-            live.governor_last_act_slurm_calls = Some(acted.slurm_calls);
-        }
+        count_acted(live, report);
         // With the pass's own figures, so that a scrape never sees them without it.
         live.capacity = Some(report.capacity);
         count_limits(live, report);
@@ -153,4 +164,16 @@ fn publish_pass(
                 .collect();
         }
     });
+}
+
+/// The figures of the actions a pass collected, if it did.
+fn count_acted(live: &mut crate::metrics::Live, report: &PassReport) {
+    if let Some(acted) = report.acted {
+        live.governor_acts += 1;
+        live.governor_act_seconds += acted.duration.as_secs_f64();
+        live.governor_act_slurm_calls += acted.slurm_calls;
+        live.governor_act_processes += acted.processes;
+        live.governor_last_act_seconds = Some(acted.duration.as_secs_f64());
+        live.governor_last_act_slurm_calls = Some(acted.slurm_calls);
+    }
 }

@@ -44,6 +44,15 @@ pub(super) struct Idleness {
     read_of: Option<ReadOf>,
     /// A read under way, and what it reads for.
     reading: Option<(std::thread::JoinHandle<WindowsRead>, Option<ReadOf>)>,
+    /// How many reads replaced the windows (a pass that sees this move plans again).
+    windows_taken: u64,
+}
+
+impl Idleness {
+    /// How many reads replaced the windows so far.
+    pub(super) fn windows_taken(&self) -> u64 {
+        self.windows_taken
+    }
 }
 
 /// A read's collection count and window lengths.
@@ -141,6 +150,7 @@ impl Idleness {
             Ok(Ok(Some(windows))) => {
                 self.windows = windows;
                 self.read_of = read_of;
+                self.windows_taken += 1;
                 Ok(())
             }
             Ok(Ok(None)) => Ok(()),

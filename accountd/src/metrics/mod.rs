@@ -87,6 +87,8 @@ pub struct Live {
     pub governor_passes: u64,
     pub governor_last_pass_seconds: Option<f64>,
     pub governor_last_pass_slurm_calls: Option<u64>,
+    /// Quiet passes: nothing they plan from had moved, so they read no jobs (not in the above).
+    pub governor_quiet_passes: u64,
     /// Slurm client commands all passes ran, and the seconds they took together.
     pub governor_slurm_calls: u64,
     pub governor_pass_seconds: f64,
@@ -518,6 +520,15 @@ fn governor_pass_families(e: &Exposition, live: &Live) -> Result<(), prometheus:
         )?
         .sample(&[], live.governor_slurm_calls as f64);
     }
+    if live.governor_quiet_passes > 0 {
+        e.family(
+            "teamshare_governor_quiet_passes_total",
+            Kind::Counter,
+            "Governor passes that found nothing they plan from moved (no job event, no node or partition change, within the bound between full reads): they read no jobs and published nothing.",
+            &[],
+        )?
+        .sample(&[], live.governor_quiet_passes as f64);
+    }
     if let Some(d) = live.governor_last_pass_seconds {
         e.family(
             "teamshare_governor_last_pass_seconds",
@@ -777,6 +788,7 @@ weight = 1
             governor_slurm_calls: 9,
             governor_last_pass_seconds: Some(0.125),
             governor_last_pass_slurm_calls: Some(2),
+            governor_quiet_passes: 7,
             governor_acts: 3,
             governor_act_seconds: 1.5,
             governor_act_slurm_calls: 11,
@@ -787,6 +799,7 @@ weight = 1
         let text = render(&config(), &live, None);
         for line in [
             "teamshare_governor_passes_total 4\n",
+            "teamshare_governor_quiet_passes_total 7\n",
             "teamshare_governor_pass_seconds_total 0.5\n",
             "teamshare_governor_slurm_calls_total 9\n",
             "teamshare_governor_last_pass_seconds 0.125\n",

@@ -25,6 +25,10 @@ pub const SCENARIOS: &[Scenario] = &[
         "scale::c04_limits_move_through_slurmdbds_api_without_a_process",
         limits_without_processes,
     ),
+    (
+        "scale::c05_quiet_passes_read_no_jobs_until_something_moves",
+        quiet_passes,
+    ),
 ];
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -642,5 +646,80 @@ fn limits_without_processes(c: &Cluster) -> TestResult {
         ensure(processes == 0.0, || {
             format!("the actions started {processes} processes for {moves} limit moves")
         })
+    })
+}
+
+/// The governor's full and quiet passes so far.
+fn pass_counts(c: &Cluster) -> Result<(f64, f64), String> {
+    let text = c.metrics()?;
+    let one = |name: &str| {
+        crate::faults::samples(&text, name)
+            .first()
+            .map_or(0.0, |(_, v)| *v)
+    };
+    Ok((
+        one("teamshare_governor_passes_total"),
+        one("teamshare_governor_quiet_passes_total"),
+    ))
+}
+
+/// Milliseconds since the epoch (the state's `read_at_ms`).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Issue 26, quiet passes (accountd/src/governor/quiet.rs): on a steady cluster most passes
+/// read no jobs, yet every job is read at least every 2 s (the published state never nears
+/// state_max_age, 5 s); and a submission, which moves slurmctld's job counters, is read by
+/// the first pass that begins after sbatch returns: of the passes between, only the one under
+/// way then may be quiet (three times: reads only on the 2 s bound would leave up to three).
+fn quiet_passes(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        c.wait_governor_pass()?;
+        let (p0, q0) = pass_counts(c)?;
+        let mut max_age = 0;
+        let until = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < until {
+            if let Some(g) = c.state()?["generated_at"].as_i64() {
+                max_age = max_age.max(unix_now() - g);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (p1, q1) = pass_counts(c)?;
+        ensure(q1 - q0 >= 2.0 && p1 - p0 >= 2.0, || {
+            format!(
+                "in 8 s of a steady cluster: {} full and {} quiet passes (expected both, full ones at least every 2 s)",
+                p1 - p0,
+                q1 - q0
+            )
+        })?;
+        ensure(max_age <= 4, || {
+            format!("the published state was {max_age} s old on a steady cluster (full reads come at least every 2 s)")
+        })?;
+        for trial in 1..=3 {
+            let (_, before) = pass_counts(c)?;
+            c.wait_for("a quiet pass", MINUTE, || {
+                Ok((pass_counts(c)?.1 > before).then_some(()))
+            })?;
+            let args = ["-A", "training", "-p", "gpu", "--gres=gpu:1", "--hold"];
+            let id = c.sbatch(&[&args[..], &["--wrap", "sleep 1"]].concat())?;
+            let submitted = now_ms();
+            let (_, at_submit) = pass_counts(c)?;
+            let at_read = c.wait_for("a pass that read the submission", MINUTE, || {
+                let (_, quiet) = pass_counts(c)?;
+                let read_at = c.state()?["read_at_ms"].as_i64().unwrap_or(0);
+                Ok((read_at > submitted).then_some(quiet))
+            })?;
+            c.ok("scancel", &[&id])?;
+            ensure(at_read - at_submit <= 1.0, || {
+                format!(
+                    "trial {trial}: {} quiet passes after job {id} was submitted, before one read it",
+                    at_read - at_submit
+                )
+            })?;
+        }
+        Ok(())
     })
 }

@@ -17,7 +17,8 @@
 #                 B: governor stopped (Slurm's own cost). Measured in A: the governor's passes
 #                 (read, plan, publish: duration and Slurm calls per pass, read from its
 #                 /metrics every 0.1 s, one record per pass) and its actions on plans (the
-#                 same, one record per plan acted on), its CPU (process and children, /proc), the age of
+#                 same, one record per plan acted on), its full and quiet passes (DIR/quiet-N:
+#                 a quiet pass found nothing moved and read no jobs), its CPU (process and children, /proc), the age of
 #                 the published state (every 0.1 s); in A and B: slurmctld's CPU, the latency of
 #                 an unrelated `squeue` and `sbatch --hold` (5 each per window).
 #   reclaim       TRIALS times, governor running: reserve submits a one-GPU job (inside its
@@ -280,7 +281,7 @@ client_latency() { # label
 # A window with the governor running: appends pass records to $DIR/passes-N and state ages
 # to $DIR/ages-N; prints "gov_cpu_fraction ctld_cpu_fraction squeue_s sbatch_s".
 window_governed() { # n
-    local n=$1 g0 c0 t0 lat last=-1 last_act=-1 line passes secs calls acts gen mtime age
+    local n=$1 g0 c0 t0 lat last=-1 last_act=-1 line passes secs calls acts gen mtime age quiet
     g0=$(cpu_ticks "$GOV_PID" children)
     c0=$(cpu_ticks "$CTLD_PID")
     t0=$(now)
@@ -295,6 +296,8 @@ window_governed() { # n
                 echo "$passes $secs $calls" >>"$DIR/passes-$n"
                 last=$passes
             fi
+            quiet=$(awk '/^teamshare_governor_quiet_passes_total /{print $2}' <<<"$m")
+            [[ -n $passes ]] && echo "$passes ${quiet:-0}" >>"$DIR/quiet-$n.$$"
             acts=$(awk '/^teamshare_governor_acts_total /{print $2}' <<<"$m")
             if [[ -n $acts && $acts != "$last_act" ]]; then
                 echo "$acts $(awk '/^teamshare_governor_last_act_seconds /{print $2}' <<<"$m") $(awk '/^teamshare_governor_last_act_slurm_calls /{print $2}' <<<"$m")" >>"$DIR/acts-$n"
@@ -311,6 +314,11 @@ window_governed() { # n
     sleep 2
     lat=$(client_latency governed)
     wait "$sampler" || true
+    # Full and quiet passes in the window (quiet: nothing moved, no jobs read; see
+    # accountd/src/governor/quiet.rs), one line per window in $DIR/quiet-N.
+    awk 'NR == 1 { p0 = $1; q0 = $2 } { p = $1; q = $2 } END { if (NR) print p - p0, q - q0 }' \
+        "$DIR"/quiet-"$n".* >>"$DIR/quiet-$n" 2>/dev/null || true
+    rm -f "$DIR"/quiet-"$n".*
     local secs_spent
     secs_spent=$(elapsed "$t0")
     awk -v g0="$g0" -v g1="$(cpu_ticks "$GOV_PID" children)" -v c0="$c0" -v c1="$(cpu_ticks "$CTLD_PID")" \
@@ -401,7 +409,7 @@ printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
     "waiting" "pass p50/p95/max s" "calls/pass p50/max" "act p50/p95/max s, calls p50/max" "governor CPU" "slurmctld CPU on/off" \
     "state age max s" "squeue on/off s" "sbatch on/off s" "reclaim p50/p95/max s" "commit" "load" "date" >>"$RESULTS"
 for n in $SIZES; do
-    rm -f "$DIR/passes-$n" "$DIR/acts-$n" "$DIR/ages-$n" "$DIR/latency-$n"
+    rm -f "$DIR/passes-$n" "$DIR/acts-$n" "$DIR/ages-$n" "$DIR/latency-$n" "$DIR/quiet-$n"
     stop_churn
     fill_queue "$n"
     bench_log "size $n: $(pending_count) waiting records; churn $CHURN/s"
@@ -417,7 +425,7 @@ for n in $SIZES; do
         fi
         stop_governor
         B+=("$(window_stopped)")
-        bench_log "size $n round $round: governed ${A[-1]}; stopped ${B[-1]}"
+        bench_log "size $n round $round: governed ${A[-1]}; stopped ${B[-1]}; full and quiet passes: $(tail -1 "$DIR/quiet-$n" 2>/dev/null)"
         if [[ ${READS_WINDOWS:-0} == 1 ]]; then
             bench_log "size $n round $round: reads only (slurmctld CPU, reads): $(window_reads)"
         fi

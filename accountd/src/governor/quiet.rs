@@ -170,7 +170,7 @@ mod tests {
         q.cost(Duration::from_millis(2));
         assert_eq!(q.spacing(FULL_READ_EVERY), Duration::from_millis(50));
         assert!(!q.quiet(&moved, inputs(), t0 + Duration::from_millis(500)));
-        // A read of 40 ms (10,000 waiting jobs): one a second at most, moves or not.
+        // A read of 40 ms (a queue of several thousand jobs): one a second at most.
         q.cost(Duration::from_millis(40));
         assert!(q.quiet(&moved, inputs(), t0 + Duration::from_millis(500)));
         assert!(!q.quiet(&moved, inputs(), t0 + Duration::from_millis(1000)));

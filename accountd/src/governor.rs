@@ -154,9 +154,10 @@ pub struct PassReport {
     /// stopped did after its last pass ([`Governor::settle`]). Only its action lists, `acted`
     /// and `failures` mean anything.
     pub settled: bool,
-    /// A quiet pass ([`quiet`]): nothing it plans from moved, so it read no jobs and published
-    /// nothing. Its action lists, `acted`, `failures`, `duration` and `slurm_calls` (the
-    /// mark's) mean anything.
+    /// A quiet pass ([`quiet`]): it read no jobs and made no plan (nothing it plans from moved:
+    /// it published the last state again as of now; or the last full read was too recent for
+    /// its cost: it published nothing). Its action lists, `acted`, `failures`, `duration` and
+    /// `slurm_calls` (the mark's) mean anything.
     pub quiet: bool,
 }
 
@@ -461,6 +462,8 @@ pub struct Governor {
     writer: WriterFactory,
     /// Whether a pass may skip reading the jobs ([`quiet`]).
     quiet: quiet::QuietPasses,
+    /// The state last published (a quiet pass that found nothing moved publishes it again).
+    published: Option<PublishedState>,
 }
 
 /// Makes the actuator's writer ([`SlurmWrite`]).
@@ -510,6 +513,7 @@ impl Governor {
             idle_now: BTreeMap::new(),
             writer,
             quiet: quiet::QuietPasses::default(),
+            published: None,
         }
     }
 
@@ -594,8 +598,34 @@ impl Governor {
             actuator_idle: self.acting.is_none(),
             every: quiet::full_read_every(self.config.governance.state_max_age),
         };
-        report.quiet = self.quiet.quiet(&mark, inputs, started);
+        let verdict = self.quiet.verdict(&mark, inputs, started);
+        report.quiet = verdict != quiet::Verdict::Read;
+        if verdict == quiet::Verdict::Unchanged {
+            self.republish(report);
+        }
         Some(mark)
+    }
+
+    /// Publish the last state again as of now (a quiet pass found nothing moved since its
+    /// read, so what it says holds): its read time stays, and where its plan has been acted
+    /// on in full, the state says so of the new time too (the plan is the same).
+    fn republish(&mut self, report: &mut PassReport) {
+        let Some(state) = &mut self.published else {
+            return;
+        };
+        let now = period::now();
+        if now <= state.generated_at {
+            return;
+        }
+        if self.acted_at >= state.generated_at {
+            state.acted_at = now;
+            self.acted_at = now;
+        }
+        state.generated_at = now;
+        if let Err(e) = write_state(&self.config.accountd.state_file, state) {
+            report.failures.push(e.to_string());
+            report.state_write_failed = true;
+        }
     }
 
     /// One pass: read Slurm, plan, publish, then hand the plan to the actuator.
@@ -641,6 +671,7 @@ impl Governor {
             report.state_write_failed = true;
         }
         report.state = Some(work.plan.state.clone());
+        self.published = Some(work.plan.state.clone());
         report.duration = started.elapsed();
         self.quiet.cost(quiet::thread_cpu().saturating_sub(cpu));
         let times = trace::PassTimes {

@@ -24,8 +24,10 @@
 //! (at 10,000 waiting jobs under churn something moves every pass). A small queue's read costs
 //! a few milliseconds and is never held back; the bound above wins over the spacing.
 //!
-//! A quiet pass writes no state: the published one still says what Slurm holds (or what it
-//! held at most the spacing ago), and its age stays under `state_max_age` by the bound above.
+//! A quiet pass that found nothing moved publishes the last state again as of now (its read
+//! time kept): what it says still holds, and the plugin, `accountd status` and the metrics see a
+//! governor that is current. One held back by the spacing publishes nothing: its state is as
+//! old as its read, and stays under `state_max_age` by the bound above.
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +38,18 @@ pub(super) const FULL_READ_EVERY: Duration = Duration::from_secs(2);
 
 /// The share of a core the governor's full reads may take between them (see the module).
 pub(super) const READ_SHARE: f64 = 0.04;
+
+/// What a pass does with what it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Read every job, plan and publish.
+    Read,
+    /// Nothing moved: no read; the last state is published again as of now.
+    Unchanged,
+    /// Something moved, but the last full read was too recent for its cost: no read, nothing
+    /// published.
+    Deferred,
+}
 
 /// What decides whether a pass may be quiet.
 #[derive(Debug, Default)]
@@ -60,19 +74,26 @@ pub(super) struct PassInputs {
 }
 
 impl QuietPasses {
-    /// Whether a pass that took `mark` at `now` may skip reading the jobs.
-    pub(super) fn quiet(&self, mark: &ChangeMark, inputs: PassInputs, now: Instant) -> bool {
+    /// What a pass that took `mark` at `now` does.
+    pub(super) fn verdict(&self, mark: &ChangeMark, inputs: PassInputs, now: Instant) -> Verdict {
         let Some((last, at)) = &self.last else {
-            return false;
+            return Verdict::Read;
         };
         let since = now.saturating_duration_since(*at);
+        let moved = last != mark || inputs.changed || (self.unacted && inputs.actuator_idle);
         if since >= inputs.every {
-            return false;
+            Verdict::Read
+        } else if since < self.spacing(inputs.every) {
+            if moved {
+                Verdict::Deferred
+            } else {
+                Verdict::Unchanged
+            }
+        } else if moved {
+            Verdict::Read
+        } else {
+            Verdict::Unchanged
         }
-        if since < self.spacing(inputs.every) {
-            return true;
-        }
-        last == mark && !inputs.changed && !(self.unacted && inputs.actuator_idle)
     }
 
     /// The least time between the starts of two full reads: the last one's cost over
@@ -126,37 +147,53 @@ mod tests {
         let mark = ChangeMark::of([10, 5, 3, 1, 0], (100, 200));
         let mut q = QuietPasses::default();
         // No full read yet: read.
-        assert!(!q.quiet(&mark, inputs(), t0));
+        assert_eq!(Verdict::Read, q.verdict(&mark, inputs(), t0));
         q.read(Some(mark), t0);
-        assert!(q.quiet(&mark, inputs(), t0 + Duration::from_millis(500)));
+        assert_eq!(
+            Verdict::Unchanged,
+            q.verdict(&mark, inputs(), t0 + Duration::from_millis(500))
+        );
         // A job submitted, started, ended, cancelled, failed; a node or a partition changed.
         for i in 0..5 {
             let mut events = [10, 5, 3, 1, 0];
             events[i] += 1;
             let moved = ChangeMark::of(events, (100, 200));
-            assert!(!q.quiet(&moved, inputs(), t0), "counter {i}");
+            assert_eq!(
+                Verdict::Read,
+                q.verdict(&moved, inputs(), t0),
+                "counter {i}"
+            );
         }
-        assert!(!q.quiet(&ChangeMark::of([10, 5, 3, 1, 0], (101, 200)), inputs(), t0));
-        assert!(!q.quiet(&ChangeMark::of([10, 5, 3, 1, 0], (100, 201)), inputs(), t0));
+        assert_eq!(
+            Verdict::Read,
+            q.verdict(&ChangeMark::of([10, 5, 3, 1, 0], (101, 200)), inputs(), t0)
+        );
+        assert_eq!(
+            Verdict::Read,
+            q.verdict(&ChangeMark::of([10, 5, 3, 1, 0], (100, 201)), inputs(), t0)
+        );
         // The bound on the time between full reads.
-        assert!(!q.quiet(&mark, inputs(), t0 + FULL_READ_EVERY));
+        assert_eq!(
+            Verdict::Read,
+            q.verdict(&mark, inputs(), t0 + FULL_READ_EVERY)
+        );
         // New fair-share factors or idle windows.
         let changed = PassInputs {
             changed: true,
             ..inputs()
         };
-        assert!(!q.quiet(&mark, changed, t0));
+        assert_eq!(Verdict::Read, q.verdict(&mark, changed, t0));
         // A plan no action took: read again once the actions are done, not while they run.
         q.unacted = true;
-        assert!(!q.quiet(&mark, inputs(), t0));
+        assert_eq!(Verdict::Read, q.verdict(&mark, inputs(), t0));
         let busy = PassInputs {
             actuator_idle: false,
             ..inputs()
         };
-        assert!(q.quiet(&mark, busy, t0));
+        assert_eq!(Verdict::Unchanged, q.verdict(&mark, busy, t0));
         // A read without a mark (the mark failed): the next pass reads.
         q.read(None, t0);
-        assert!(!q.quiet(&mark, inputs(), t0));
+        assert_eq!(Verdict::Read, q.verdict(&mark, inputs(), t0));
     }
 
     #[test]
@@ -169,17 +206,32 @@ mod tests {
         // A cheap read (a small queue): the next pass that sees a move reads.
         q.cost(Duration::from_millis(2));
         assert_eq!(q.spacing(FULL_READ_EVERY), Duration::from_millis(50));
-        assert!(!q.quiet(&moved, inputs(), t0 + Duration::from_millis(500)));
+        assert_eq!(
+            Verdict::Read,
+            q.verdict(&moved, inputs(), t0 + Duration::from_millis(500))
+        );
         // A read of 40 ms (a queue of several thousand jobs): one a second at most.
         q.cost(Duration::from_millis(40));
-        assert!(q.quiet(&moved, inputs(), t0 + Duration::from_millis(500)));
-        assert!(!q.quiet(&moved, inputs(), t0 + Duration::from_millis(1000)));
+        assert_eq!(
+            Verdict::Deferred,
+            q.verdict(&moved, inputs(), t0 + Duration::from_millis(500))
+        );
+        assert_eq!(
+            Verdict::Read,
+            q.verdict(&moved, inputs(), t0 + Duration::from_millis(1000))
+        );
         // Nothing moved after the spacing: still quiet.
-        assert!(q.quiet(&mark, inputs(), t0 + Duration::from_millis(1500)));
+        assert_eq!(
+            Verdict::Unchanged,
+            q.verdict(&mark, inputs(), t0 + Duration::from_millis(1500))
+        );
         // A read dearer than the bound allows: the bound wins.
         q.cost(Duration::from_millis(400));
         assert_eq!(q.spacing(FULL_READ_EVERY), FULL_READ_EVERY);
-        assert!(!q.quiet(&moved, inputs(), t0 + FULL_READ_EVERY));
+        assert_eq!(
+            Verdict::Read,
+            q.verdict(&moved, inputs(), t0 + FULL_READ_EVERY)
+        );
         assert!(thread_cpu() > Duration::ZERO);
     }
 

@@ -524,7 +524,7 @@ fn governor_pass_families(e: &Exposition, live: &Live) -> Result<(), prometheus:
         e.family(
             "teamshare_governor_quiet_passes_total",
             Kind::Counter,
-            "Governor passes that found nothing they plan from moved (no job event, no node or partition change, within the bound between full reads): they read no jobs and published nothing.",
+            "Governor passes that read no jobs and made no plan: nothing they plan from had moved (no job event, no node or partition change; the last state is published again as of now), or the last full read was too recent for its cost.",
             &[],
         )?
         .sample(&[], live.governor_quiet_passes as f64);

@@ -581,53 +581,6 @@ impl Governor {
         fairshare || self.idleness.windows_taken() != windows_before
     }
 
-    /// Take the mark of Slurm's state and say in `report` whether this pass is quiet
-    /// ([`quiet`]); the mark, for the full read to keep (none: no marks with this reader, or
-    /// the mark failed and the full read reports why).
-    fn take_mark(
-        &mut self,
-        inputs_changed: bool,
-        started: Instant,
-        report: &mut PassReport,
-    ) -> Option<crate::slurm_api::ChangeMark> {
-        let (mark, calls) = self.reader.change_mark()?;
-        report.slurm_calls = calls;
-        let mark = mark.ok()?;
-        let inputs = quiet::PassInputs {
-            changed: inputs_changed,
-            actuator_idle: self.acting.is_none(),
-            every: quiet::full_read_every(self.config.governance.state_max_age),
-        };
-        let verdict = self.quiet.verdict(&mark, inputs, started);
-        report.quiet = verdict != quiet::Verdict::Read;
-        if verdict == quiet::Verdict::Unchanged {
-            self.republish(report);
-        }
-        Some(mark)
-    }
-
-    /// Publish the last state again as of now (a quiet pass found nothing moved since its
-    /// read, so what it says holds): its read time stays, and where its plan has been acted
-    /// on in full, the state says so of the new time too (the plan is the same).
-    fn republish(&mut self, report: &mut PassReport) {
-        let Some(state) = &mut self.published else {
-            return;
-        };
-        let now = period::now();
-        if now <= state.generated_at {
-            return;
-        }
-        if self.acted_at >= state.generated_at {
-            state.acted_at = now;
-            self.acted_at = now;
-        }
-        state.generated_at = now;
-        if let Err(e) = write_state(&self.config.accountd.state_file, state) {
-            report.failures.push(e.to_string());
-            report.state_write_failed = true;
-        }
-    }
-
     /// One pass: read Slurm, plan, publish, then hand the plan to the actuator.
     ///
     /// The state is published as soon as the plan exists, so the plugin always judges
@@ -999,44 +952,4 @@ pub fn write_state(path: &Path, state: &PublishedState) -> Result<(), GovernErro
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn state_is_written_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub/state.json");
-        let state = PublishedState {
-            version: governance::STATE_VERSION,
-            config_digest: String::new(),
-            generated_at: 5,
-            capacity: 8,
-            capacity_by_type: BTreeMap::new(),
-            free_gpus: 8,
-            pending_in_quota_gpus: 0,
-            reclaim_gpus: 0,
-            spare_gpus: None,
-            teams: BTreeMap::new(),
-            victims: vec![],
-            acted_at: 0,
-            read_at_ms: 0,
-            pools: BTreeMap::new(),
-            slurm_partitions: None,
-            node_gpus: 0,
-            node_gpus_by_type: BTreeMap::new(),
-            unsettled_gpus: 0,
-            unsettled_gpus_by_type: BTreeMap::new(),
-        };
-        write_state(&path, &state).unwrap();
-        let back = PublishedState::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        assert_eq!(back, state);
-        assert!(!path.with_extension("json.tmp").exists());
-        // Issue 25, finding 15: a write that fails says why and leaves no half file behind
-        // (here the rename meets a directory in the state file's place).
-        let blocked = dir.path().join("blocked/state.json");
-        std::fs::create_dir_all(blocked.join("x")).unwrap();
-        let e = write_state(&blocked, &state).unwrap_err().to_string();
-        assert!(e.contains("state"), "{e}");
-        assert!(!blocked.with_extension("json.tmp").exists());
-    }
-}
+mod tests;

@@ -31,6 +31,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::{write_state, PassReport};
+use crate::period;
 use crate::slurm_api::ChangeMark;
 
 /// The longest the governor goes without reading every job, whatever the marks say.
@@ -127,6 +129,55 @@ pub(super) fn thread_cpu() -> Duration {
         u64::try_from(t.tv_sec).unwrap_or(0),
         u32::try_from(t.tv_nsec).unwrap_or(0),
     )
+}
+
+impl super::Governor {
+    /// Take the mark of Slurm's state and say in `report` whether this pass is quiet
+    /// ([`quiet`]); the mark, for the full read to keep (none: no marks with this reader, or
+    /// the mark failed and the full read reports why).
+    pub(super) fn take_mark(
+        &mut self,
+        inputs_changed: bool,
+        started: Instant,
+        report: &mut PassReport,
+    ) -> Option<crate::slurm_api::ChangeMark> {
+        let (mark, calls) = self.reader.change_mark()?;
+        report.slurm_calls = calls;
+        let mark = mark.ok()?;
+        let inputs = PassInputs {
+            changed: inputs_changed,
+            actuator_idle: self.acting.is_none(),
+            every: full_read_every(self.config.governance.state_max_age),
+        };
+        let verdict = self.quiet.verdict(&mark, inputs, started);
+        report.quiet = verdict != Verdict::Read;
+        if verdict == Verdict::Unchanged {
+            self.republish(report);
+        }
+        Some(mark)
+    }
+
+    /// Publish the last state again as of now (a quiet pass found nothing moved since its
+    /// read, so what it says holds): its read time stays, and where its plan has been acted
+    /// on in full, the state says so of the new time too (the plan is the same).
+    fn republish(&mut self, report: &mut PassReport) {
+        let Some(state) = &mut self.published else {
+            return;
+        };
+        let now = period::now();
+        if now <= state.generated_at {
+            return;
+        }
+        if self.acted_at >= state.generated_at {
+            state.acted_at = now;
+            self.acted_at = now;
+        }
+        state.generated_at = now;
+        if let Err(e) = write_state(&self.config.accountd.state_file, state) {
+            report.failures.push(e.to_string());
+            report.state_write_failed = true;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -133,7 +133,7 @@ pub(super) fn thread_cpu() -> Duration {
 
 impl super::Governor {
     /// Take the mark of Slurm's state and say in `report` whether this pass is quiet
-    /// ([`quiet`]); the mark, for the full read to keep (none: no marks with this reader, or
+    /// (this module); the mark, for the full read to keep (none: no marks with this reader, or
     /// the mark failed and the full read reports why).
     pub(super) fn take_mark(
         &mut self,

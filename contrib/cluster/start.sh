@@ -178,6 +178,35 @@ if ((${#busy[@]})); then
     die_early "port(s) already in use: ${busy[*]}; choose others with SLURMCTLD_PORT, SLURMDBD_PORT, MARIADB_PORT, SLURMD_PORT_BASE"
 fi
 
+# Keep the ports out of the kernel's ephemeral range. They lie inside it (32768-60999 on
+# Debian), so an outgoing connection of a daemon already started (slurmctld to a slurmd,
+# slurmdbd to MariaDB) may take one as its source port in the moment before its own daemon binds
+# it: slurmd-n16 failed so once ("Unable to bind listen port (57016): Address already in use").
+# As root, the ports join net.ipv4.ip_local_reserved_ports, which keeps the kernel from choosing
+# them as source ports and changes nothing else (a listener binds them as before); they stay
+# reserved until the machine restarts (clusters side by side share them). Best effort: a write
+# of another cluster's start at the same moment can drop ours (checked and written again).
+reserve_ports() {
+    local f=/proc/sys/net/ipv4/ip_local_reserved_ports try missing
+    [[ -w $f ]] && command -v python3 >/dev/null || return 0
+    for try in 1 2 3 4 5; do
+        # The cluster's ports that no span of the list holds yet, comma-separated.
+        missing=$(python3 - "$f" "${!PORT_OWNER[@]}" <<'EOF'
+import sys
+spans = [s.split("-") for s in open(sys.argv[1]).read().strip().split(",") if s]
+held = lambda p: any(int(s[0]) <= p <= int(s[-1]) for s in spans)
+print(",".join(a for a in sys.argv[2:] if not held(int(a))))
+EOF
+        ) || return 0
+        [[ -n $missing ]] || return 0
+        local have
+        have=$(<"$f")
+        echo "${have:+$have,}$missing" >"$f" 2>/dev/null || return 0
+        sleep 0.$((RANDOM % 3 + 1))
+    done
+}
+reserve_ports
+
 # ------------------------------------------------------------------ packages
 ensure_packages() {
     local -A need=()

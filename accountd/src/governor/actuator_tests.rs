@@ -143,3 +143,47 @@ fn a_refused_limit_is_tried_again_and_only_it() {
     assert_eq!(limits(&fake), vec!["speech"]);
     assert_eq!(report.limit_failures, vec!["speech"]);
 }
+
+/// A pending job still at a level that preempts (a requeued victim keeps its priority) is
+/// lowered even when the borrowers' bands spent the pass's budget first: left there, it would
+/// preempt the jobs below it once its begin time passes.
+#[test]
+fn a_job_lowered_from_a_preempting_level_is_not_put_off_by_the_budget() {
+    use teamshare_policy::priority::{borrow_band, encode, victim_level, BORROW_BASE};
+    let config = teamshare_config::parse(CONFIG, "t.toml").unwrap();
+    let band = encode(borrow_band(1, 0), 0);
+    // Band moves to a higher priority than the lowering's (written first were the order by
+    // priority alone), each update slower than the whole budget.
+    let mut jobs: Vec<ClusterJob> = (100..100 + 3 * UPDATE_CHUNK as u64)
+        .map(|i| ClusterJob {
+            priority: encode(BORROW_BASE, 0),
+            ..job(i, "speech", Phase::Pending, 900, true)
+        })
+        .collect();
+    jobs.push(ClusterJob {
+        priority: encode(victim_level(3), 0),
+        ..job(7, "speech", Phase::Pending, 800, true)
+    });
+    let mut plan = crate::test_support::plan(&config, &crate::test_support::gpus(6), &jobs, 1_000);
+    plan.priorities.clear();
+    for j in &jobs {
+        let want = if j.id == 7 {
+            encode(BORROW_BASE, 0)
+        } else {
+            band
+        };
+        plan.priorities.insert(j.id, want);
+    }
+    let fake = FakeSlurm::default();
+    fake.state().update_delay = PRIORITY_BUDGET + Duration::from_millis(10);
+    let mut writer = fake.clone();
+    let n = apply_priorities(&mut writer, &plan, &jobs, &Addresses::new()).unwrap();
+    let writes = fake.state().writes.clone();
+    let lowered = |w: &Write| {
+        matches!(w, Write::Update(names, u) if names == &["7".to_string()]
+        && u.priority == Some(encode(BORROW_BASE, 0)))
+    };
+    assert!(writes.iter().any(lowered), "{writes:?}");
+    // The lowering came first and spent the budget: the bands wait for the next pass.
+    assert_eq!(n, 1, "{writes:?}");
+}

@@ -226,6 +226,8 @@ pub struct FakeState {
     pub running: BTreeMap<String, (u64, RunningJob)>,
     pub refuse_limits: Vec<String>,
     pub writes: Vec<Write>,
+    /// How long each job update takes (slurmctld queues them behind its scheduler).
+    pub update_delay: std::time::Duration,
 }
 
 impl FakeSlurm {
@@ -253,6 +255,8 @@ impl FakeSlurm {
 impl SlurmWrite for FakeSlurm {
     fn update(&mut self, names: &[String], update: &JobUpdate) -> Result<bool, WriteError> {
         self.record(Write::Update(names.to_vec(), update.clone()));
+        let delay = self.state().update_delay;
+        std::thread::sleep(delay);
         Ok(true)
     }
 

@@ -5,6 +5,7 @@ fn state_is_written_whole() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sub/state.json");
     let state = PublishedState {
+        bands: Default::default(),
         version: governance::STATE_VERSION,
         config_digest: String::new(),
         generated_at: 5,

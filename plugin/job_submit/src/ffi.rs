@@ -393,8 +393,20 @@ unsafe fn copy_request(desc: &job_desc_msg_t, submit_uid: u32) -> SubmitRequest 
                 sockets_per_node: u16_given(desc.sockets_per_node),
             },
             array: opt_string(desc.array_inx),
+            waits: i64::from(desc.begin_time) > unix_now()
+                || given(desc.dependency)
+                || given(desc.reservation),
         }
     }
+}
+
+/// A string field that holds something: not NULL, not empty (read without copying it).
+///
+/// # Safety
+/// `p` is NULL or a valid NUL-terminated string.
+unsafe fn given(p: *const c_char) -> bool {
+    // SAFETY: non-null and NUL-terminated per the contract: its first byte is readable.
+    !p.is_null() && unsafe { *p } != 0
 }
 
 /// A 16-bit count, `None` for NO_VAL16 (not given).

@@ -513,6 +513,7 @@ mod tests {
 
     fn state(generated_at: i64, digest: &str) -> PublishedState {
         PublishedState {
+            bands: Default::default(),
             version: crate::governance::STATE_VERSION,
             generated_at,
             config_digest: digest.to_string(),

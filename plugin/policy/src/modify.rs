@@ -165,6 +165,8 @@ fn judge_as_submitted(
         submit_uid: req.submit_uid,
         gpus: ask,
         array: None,
+        // Only screened: no priority comes of it.
+        waits: false,
     };
     match screen_request(config, &as_submitted) {
         Err(r) => Verdict::Reject(r),
@@ -385,6 +387,7 @@ mod tests {
 
     fn state_of(capacity: u32) -> PublishedState {
         PublishedState {
+            bands: Default::default(),
             version: crate::governance::STATE_VERSION,
             generated_at: 0,
             config_digest: String::new(),

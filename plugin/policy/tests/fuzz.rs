@@ -264,6 +264,7 @@ fn kind(v: &Verdict) -> Option<RejectKind> {
 
 fn state() -> PublishedState {
     PublishedState {
+        bands: Default::default(),
         version: STATE_VERSION,
         generated_at: 100,
         config_digest: String::new(),
@@ -290,6 +291,7 @@ fn submit(c: &Config, j: &Job) -> Verdict {
     let s = state();
     let admitted = Admitted::default();
     let req = SubmitRequest {
+        waits: false,
         account: j.account.map(str::to_string),
         partition: j.partition.map(str::to_string),
         qos: j.qos.map(str::to_string),
@@ -400,7 +402,8 @@ proptest! {
             sockets_per_node: sockets,
         };
         let req = SubmitRequest {
-            account: Some(account.clone()),
+                        waits: false,
+account: Some(account.clone()),
             partition: Some(partition.clone()),
             qos: Some(qos.clone()),
             user_id: uid,

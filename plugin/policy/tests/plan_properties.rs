@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use teamshare_config::Config;
 use teamshare_policy::governance::{
-    plan, reclaim_fallback_due_ms, ClusterJob, GovernInput, Phase, Plan,
+    class_rank, plan, reclaim_fallback_due_ms, ClusterJob, GovernInput, Phase, Plan,
 };
 use teamshare_policy::priority::{self, encode};
 
@@ -323,5 +323,27 @@ proptest! {
         let without_last = all - gpus.last().copied().unwrap_or(0);
         prop_assert!(needed > 0, "reclaimed {:?} with nothing needed", c.plan.reclaim);
         prop_assert!(without_last < needed, "{:?} covers {} without its last, needed {}", gpus, without_last, needed);
+    }
+
+    /// The band the state publishes for a team is the one the plan gives its borrowers
+    /// (issue 26): the plugin queues a new borrower there at submit, and the governor then
+    /// has no priority to write for it.
+    #[test]
+    fn the_published_band_is_the_planned_one(c in case()) {
+        for (id, &p) in &c.plan.priorities {
+            let l = priority::level(p);
+            if l <= priority::BORROW_BASE || l >= priority::GRANTED_LEVEL {
+                continue;
+            }
+            let j = job(&c, *id);
+            prop_assert_eq!(j.phase, Phase::Pending);
+            let class = priority::class_index(j.priority);
+            let slot = c.plan.state.bands.get(&j.team).copied();
+            prop_assert_eq!(
+                slot.map(|s| encode(priority::borrow_band(s, class_rank(&c.config, class)), class)),
+                Some(p),
+                "job {} of {}", id, j.team
+            );
+        }
     }
 }

@@ -119,6 +119,7 @@ pub fn state() -> PublishedState {
         })
         .collect();
     PublishedState {
+        bands: Default::default(),
         version: STATE_VERSION,
         config_digest: String::new(),
         generated_at: NOW - 1,
@@ -153,6 +154,7 @@ pub fn admitted() -> Admitted {
 /// A request as the FFI layer copies it out of `job_desc_msg_t`.
 pub fn request(account: Option<&str>, ask: GpuAsk, qos: Option<&str>) -> SubmitRequest {
     SubmitRequest {
+        waits: false,
         account: account.map(str::to_string),
         partition: Some("gpu".into()),
         qos: qos.map(str::to_string),

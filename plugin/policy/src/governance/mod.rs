@@ -104,6 +104,27 @@ pub fn classes(config: &Config) -> Vec<Class> {
     v
 }
 
+/// A class's place in a borrow band ([`priority::borrow_band`]): how many distinct class
+/// values of [`classes`] are below its value; an index beyond the table counts as "no class".
+/// Allocates nothing (the plugin's submit path reads it).
+pub fn class_rank(config: &Config, class_index: u8) -> u32 {
+    let values = || {
+        std::iter::once(0).chain(
+            config
+                .priority_classes
+                .iter()
+                .take(priority::MAX_CLASSES)
+                .map(|c| c.value),
+        )
+    };
+    let own = values().nth(usize::from(class_index)).unwrap_or(0);
+    let below = values()
+        .enumerate()
+        .filter(|&(i, v)| v < own && !values().take(i).any(|w| w == v))
+        .count();
+    u32::try_from(below).unwrap_or(u32::MAX)
+}
+
 /// The index of a class name in [`classes`].
 pub fn class_index(config: &Config, name: &str) -> Option<u8> {
     config
@@ -277,6 +298,13 @@ pub struct PublishedState {
     pub unsettled_gpus: u32,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unsettled_gpus_by_type: BTreeMap<String, u32>,
+    /// Each team's borrow band slot ([`priority::borrow_band`]) by this pass's fair-share
+    /// order (all 0 under fifo): the plugin queues a borrower in its band when it is
+    /// submitted, so that the governor has no priority to write for it. Empty where a
+    /// governor of an older release wrote the state (the plugin then queues borrowers at
+    /// [`priority::BORROW_BASE`], to be ranked by the next pass).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub bands: BTreeMap<String, u32>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -311,5 +311,6 @@ pub(super) fn new_state(
         node_gpus_by_type: BTreeMap::new(),
         unsettled_gpus: 0,
         unsettled_gpus_by_type: BTreeMap::new(),
+        bands: super::sharing::published_bands(&Rules::new(input.config), input.fairshare),
     }
 }

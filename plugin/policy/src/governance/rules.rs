@@ -29,16 +29,8 @@ pub(super) struct Rules<'a> {
 impl<'a> Rules<'a> {
     pub(super) fn new(config: &'a Config) -> Rules<'a> {
         let table = classes(config);
-        let ranks = table
-            .iter()
-            .map(|c| {
-                let below: BTreeSet<u32> = table
-                    .iter()
-                    .map(|o| o.value)
-                    .filter(|x| *x < c.value)
-                    .collect();
-                u32::try_from(below.len()).unwrap_or(u32::MAX)
-            })
+        let ranks = (0..table.len())
+            .map(|i| super::class_rank(config, u8::try_from(i).unwrap_or(u8::MAX)))
             .collect();
         let mut by_name: Vec<usize> = (0..config.teams.len()).collect();
         by_name.sort_by(|a, b| config.teams[*a].name.cmp(&config.teams[*b].name));

@@ -235,6 +235,20 @@ fn lendable_capacity(
     }
 }
 
+/// Each team's band slot by name, as [`share_idle_capacity`] gives them this pass: what the
+/// published state tells the plugin ([`super::PublishedState::bands`]).
+pub(super) fn published_bands(
+    rules: &Rules<'_>,
+    fairshare: &BTreeMap<String, f64>,
+) -> BTreeMap<String, u32> {
+    let teams = &rules.config.teams;
+    let slots = match rules.config.cluster.idle_sharing {
+        IdleSharing::FairShare => band_slots(&by_fairshare_order(rules, fairshare)),
+        IdleSharing::Fifo => vec![0; teams.len()],
+    };
+    teams.iter().map(|t| t.name.clone()).zip(slots).collect()
+}
+
 /// Band slots follow every team's place by fair-share factor, borrowing or not, so that a
 /// team starting or stopping to borrow moves no other team's jobs; the last team has slot 0.
 /// Indexed by the team's place in the configuration.

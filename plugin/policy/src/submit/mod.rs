@@ -34,6 +34,9 @@ pub struct SubmitRequest {
     pub gpus: GpuAsk,
     /// A job array's index as given (`--array`, e.g. `1-100%10`); each task asks for `gpus`.
     pub array: Option<String>,
+    /// It cannot start as soon as it is queued: it names a begin time ahead, a dependency or
+    /// a reservation (the governor ranks such a borrower once it can start).
+    pub waits: bool,
 }
 
 /// Why a request is refused; the FFI layer maps each kind to a Slurm error code.
@@ -809,8 +812,7 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
         let k = reclaim.needed(admitted.pool(pool).saturating_add(in_quota_gpus));
         governance::reclaim_level_in(victims, k, now)
     } else {
-        // The governor ranks borrowers on its next pass.
-        priority::BORROW_BASE
+        borrower_level(config, state, &team.name, class, preemptible && !req.waits)
     };
     Verdict::Accept(Admission {
         gpus: gpus.total,
@@ -822,6 +824,26 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
         in_quota_gpus,
         park_secs: (!preemptible && !in_quota).then_some(governance::PARK_SECS),
     })
+}
+
+/// A borrower's level at submit: its team's band of the last pass (Slurm serves it after its
+/// team's older borrowers of its rank), so that the governor has no priority to write for it,
+/// which at 10,000 waiting jobs was a write per submission, put off behind the pass's budget
+/// in a burst. The bottom ([`priority::BORROW_BASE`]) where it may not borrow or cannot start
+/// yet, as the governor ranks it, or where the state names no band (an older governor's).
+fn borrower_level(
+    config: &Config,
+    state: &PublishedState,
+    team: &str,
+    class: u8,
+    may_start_borrowing: bool,
+) -> u32 {
+    match state.bands.get(team) {
+        Some(&slot) if may_start_borrowing => {
+            priority::borrow_band(slot, governance::class_rank(config, class))
+        }
+        _ => priority::BORROW_BASE,
+    }
 }
 
 /// The verdict on a governed job while the governor's state is not current

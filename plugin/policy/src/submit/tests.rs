@@ -25,6 +25,7 @@ use crate::test_config::config;
 
 fn idle_state() -> PublishedState {
     PublishedState {
+        bands: Default::default(),
         version: governance::STATE_VERSION,
         config_digest: String::new(),
         generated_at: 100,
@@ -63,6 +64,7 @@ fn check_submit(config: &Config, req: &SubmitRequest) -> Verdict {
 
 fn req(account: Option<&str>, ask: GpuAsk) -> SubmitRequest {
     SubmitRequest {
+        waits: false,
         account: account.map(str::to_string),
         partition: Some("gpu".into()),
         qos: None,
@@ -796,4 +798,61 @@ fn a_new_state_forgets_only_the_admissions_its_pass_read() {
     admitted.record(&one, 12_500);
     admitted.refresh_for(&old);
     assert_eq!(admitted.pool(""), 1);
+}
+
+/// Issue 26: a borrower is queued in its team's band of the last pass, which the governor
+/// then has no reason to write again; one that cannot start yet, may not borrow, or meets a
+/// state without bands (an older governor's) waits at the bottom as before.
+#[test]
+fn a_borrower_is_queued_in_its_teams_band() {
+    let config = config();
+    let mut state = idle_state();
+    state.teams.insert(
+        "agents".into(),
+        governance::TeamState {
+            running_gpus: 2,
+            pending_in_quota_gpus: 0,
+            gpu_limit: 4,
+        },
+    );
+    state.bands = BTreeMap::from([("agents".into(), 1), ("research".into(), 0)]);
+    let priority_of = |state: &PublishedState, req: &SubmitRequest| {
+        let admitted = Admitted::default();
+        let view = StateView::Fresh {
+            state,
+            admitted: &admitted,
+            now: 100,
+        };
+        match super::check_submit(&config, req, view) {
+            Verdict::Accept(a) => {
+                assert!(!a.in_quota, "{a:?}");
+                a.priority.unwrap()
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    let one = per_node("gres:gpu:1", None);
+    let borrower = req(Some("agents"), one.clone());
+    assert_eq!(
+        priority_of(&state, &borrower),
+        priority::encode(priority::borrow_band(1, 0), 0)
+    );
+    // The class's rank in the band: "inference" (value 100) is above "no class" (0).
+    let inference = SubmitRequest {
+        qos: Some("inference".into()),
+        ..borrower.clone()
+    };
+    assert_eq!(
+        priority_of(&state, &inference),
+        priority::encode(priority::borrow_band(1, 1), 1)
+    );
+    let bottom = priority::encode(priority::BORROW_BASE, 0);
+    let waits = SubmitRequest {
+        waits: true,
+        ..borrower.clone()
+    };
+    assert_eq!(priority_of(&state, &waits), bottom);
+    let mut older = state.clone();
+    older.bands.clear();
+    assert_eq!(priority_of(&older, &borrower), bottom);
 }

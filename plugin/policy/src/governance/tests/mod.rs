@@ -917,6 +917,7 @@ fn finding10_the_fallback_reclaims_where_the_waiting_job_then_fits() {
 #[test]
 fn young_victims_are_skipped_when_counting_what_a_reclaim_needs() {
     let mut s = PublishedState {
+        bands: Default::default(),
         version: STATE_VERSION,
         generated_at: 0,
         config_digest: "abc".into(),

@@ -282,6 +282,8 @@ impl Sim<'_> {
                 ..GpuAsk::default()
             },
             array: None,
+            // Only screened: no priority comes of it.
+            waits: false,
         };
         if submit::screen(self.config, &req).is_err() {
             return false;

@@ -139,7 +139,16 @@ fn burst(c: &Cluster) -> TestResult {
                         unsettled.len(),
                         unsettled.iter().take(8).collect::<Vec<_>>()
                     )
-                })
+                })?;
+                // Issue 26: the plugin queued each borrower in its team's band (the one
+                // inference job in ten may not borrow and waits parked at the bottom).
+                let borrowers: Vec<&String> = burst
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % 10 != 0)
+                    .map(|(_, id)| id)
+                    .collect();
+                submitted_in_band(c, &borrowers)
             })();
             done.store(true, Ordering::Relaxed);
             result
@@ -164,6 +173,39 @@ fn burst(c: &Cluster) -> TestResult {
                 latency.as_secs_f64()
             )
         })
+    })
+}
+
+/// Every job of `ids` entered the queue in a borrow band, as slurmctld logged its priority
+/// at submission ("JobId=N InitPrio=P"): none at the bottom, for the governor to move.
+fn submitted_in_band(c: &Cluster, ids: &[&String]) -> TestResult {
+    let log = c.slurmctld_log();
+    let mut init: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    for l in log.lines().filter(|l| l.contains(" InitPrio=")) {
+        let id = l.split("JobId=").nth(1).and_then(|r| r.split(' ').next());
+        let p = l.split(" InitPrio=").nth(1).and_then(|r| r.split(' ').next());
+        if let (Some(id), Some(Ok(p))) = (id, p.map(str::parse::<u32>)) {
+            init.insert(id, p);
+        }
+    }
+    use teamshare_policy::priority::{level, BORROW_BASE, GRANTED_LEVEL};
+    let in_band = |p: &u32| (BORROW_BASE + 1..GRANTED_LEVEL).contains(&level(*p));
+    let outside: Vec<String> = ids
+        .iter()
+        .filter(|id| !init.get(id.as_str()).is_some_and(in_band))
+        .map(|id| format!("{id}: {:?}", init.get(id.as_str())))
+        .collect();
+    eprintln!(
+        "c01: {} of {} borrowers submitted in their band",
+        ids.len() - outside.len(),
+        ids.len()
+    );
+    ensure(outside.is_empty(), || {
+        format!(
+            "{} borrowers entered the queue outside a borrow band (id: InitPrio), first: {:?}",
+            outside.len(),
+            outside.iter().take(8).collect::<Vec<_>>()
+        )
     })
 }
 

@@ -183,7 +183,10 @@ fn submitted_in_band(c: &Cluster, ids: &[&String]) -> TestResult {
     let mut init: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     for l in log.lines().filter(|l| l.contains(" InitPrio=")) {
         let id = l.split("JobId=").nth(1).and_then(|r| r.split(' ').next());
-        let p = l.split(" InitPrio=").nth(1).and_then(|r| r.split(' ').next());
+        let p = l
+            .split(" InitPrio=")
+            .nth(1)
+            .and_then(|r| r.split(' ').next());
         if let (Some(id), Some(Ok(p))) = (id, p.map(str::parse::<u32>)) {
             init.insert(id, p);
         }

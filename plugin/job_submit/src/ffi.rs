@@ -393,11 +393,17 @@ unsafe fn copy_request(desc: &job_desc_msg_t, submit_uid: u32) -> SubmitRequest 
                 sockets_per_node: u16_given(desc.sockets_per_node),
             },
             array: opt_string(desc.array_inx),
-            waits: i64::from(desc.begin_time) > unix_now()
+            waits: begins_later(desc.begin_time)
                 || given(desc.dependency)
                 || given(desc.reservation),
         }
     }
+}
+
+/// A begin time ahead of now (0: none given).
+#[allow(clippy::useless_conversion)] // time_t is i64 here, narrower elsewhere
+fn begins_later(begin: slurm_sys::time_t) -> bool {
+    i64::from(begin) > unix_now()
 }
 
 /// A string field that holds something: not NULL, not empty (read without copying it).

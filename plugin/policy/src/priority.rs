@@ -10,8 +10,8 @@
 //! | borrow | `BORROW_BASE..GRANTED_LEVEL` | pending jobs beyond their team's quota: below every running job, so they never preempt; in bands of (team slot, class) inside which Slurm serves the oldest first |
 //! | granted | `GRANTED_LEVEL` | borrowers the governor's last pass lent to (they fit the idle GPUs now): above every other borrower, so that an older one of their band that fits nowhere cannot stop Slurm's scheduler before them |
 //! | no-preempt | `VICTIM_BASE - 1` | pending in-quota jobs that can start on free GPUs |
-//! | victims | `VICTIM_BASE + 2i` | running borrowed jobs, `i` = rank in reclaim order (first victim lowest) |
-//! | reclaim | `VICTIM_BASE + 2(k-1) + 1` | pending in-quota jobs: above exactly the first `k` victims |
+//! | victims | `VICTIM_BASE + 2s` | running borrowed jobs in reclaim order (first victim lowest); slots `s` with gaps, kept while the order holds |
+//! | reclaim | a victim's level + 1 | pending in-quota jobs: above exactly the first `k` victims |
 //! | protected | `PROTECTED_BASE + class value` | running jobs inside their team's quota, and non-preemptible classes |
 //!
 //! The job's priority class travels in the low [`CLASS_BITS`] bits of the same number (the
@@ -55,11 +55,26 @@ pub fn level(priority: u32) -> u32 {
     priority >> CLASS_BITS
 }
 
-pub fn victim_level(rank: usize) -> u32 {
-    VICTIM_BASE.saturating_add(2u32.saturating_mul(rank as u32))
+/// The highest victim slot: its level and the reclaim level above it stay below
+/// [`PROTECTED_BASE`].
+pub const MAX_VICTIM_SLOT: u32 = (PROTECTED_BASE - 2 - VICTIM_BASE) / 2;
+
+/// The level of victim slot `slot` (a victim's rank, where victims are packed without gaps).
+/// The governor keeps a victim's slot while the reclaim order around it holds, so slots have
+/// gaps ([`crate::governance`] publishes each victim's level).
+pub fn victim_level(slot: usize) -> u32 {
+    let slot = u32::try_from(slot).unwrap_or(u32::MAX).min(MAX_VICTIM_SLOT);
+    VICTIM_BASE + 2 * slot
 }
 
-/// Above exactly the first `k` victims (k >= 1); `k == 0` gives the no-preempt level.
+/// The victim slot a level is, if it is one.
+pub fn victim_slot(level: u32) -> Option<u32> {
+    let offset = level.checked_sub(VICTIM_BASE)?;
+    (offset % 2 == 0 && offset / 2 <= MAX_VICTIM_SLOT).then_some(offset / 2)
+}
+
+/// Above exactly the victims packed in slots `0..k` (k >= 1); `k == 0` gives the no-preempt
+/// level. With victims at any slots, the level above the last one needed is its level + 1.
 pub fn reclaim_level(k: usize) -> u32 {
     if k == 0 {
         VICTIM_BASE - 1
@@ -102,6 +117,15 @@ mod tests {
         assert!(reclaim_level(1) < victim_level(1));
         assert!(reclaim_level(3) > victim_level(2) && reclaim_level(3) < victim_level(3));
         assert!(victim_level(1_000_000) < protected_level(0));
+        assert!(victim_level(usize::MAX) + 1 < protected_level(0));
+        assert_eq!(
+            victim_slot(victim_level(MAX_VICTIM_SLOT as usize)),
+            Some(MAX_VICTIM_SLOT)
+        );
+        assert_eq!(victim_slot(victim_level(7)), Some(7));
+        assert_eq!(victim_slot(reclaim_level(3)), None);
+        assert_eq!(victim_slot(reclaim_level(0)), None);
+        assert_eq!(victim_slot(protected_level(0)), None);
         assert!(protected_level(u32::MAX) <= MAX_LEVEL);
     }
 

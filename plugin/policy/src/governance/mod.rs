@@ -67,6 +67,7 @@ mod rules;
 mod running;
 mod sharing;
 mod typed;
+mod victim_slots;
 mod victims;
 
 use pool::plan_pool;
@@ -420,30 +421,37 @@ impl PublishedState {
 
 /// The reclaim level for `k` GPUs among `victims` (see [`PublishedState::reclaim_level`]).
 pub fn reclaim_level_in(victims: &[Victim], k: u32, now: i64) -> u32 {
-    reclaim_level_by(victims.iter().map(|v| (v.gpus, v.exempt_until)), k, now)
+    reclaim_level_by(
+        victims.iter().map(|v| (v.gpus, v.exempt_until, v.level)),
+        k,
+        now,
+    )
 }
 
-/// [`reclaim_level_in`] over the victims' GPUs and exempt times, in reclaim order.
-fn reclaim_level_by(victims: impl Iterator<Item = (u32, i64)>, k: u32, now: i64) -> u32 {
+/// [`reclaim_level_in`] over the victims' GPUs, exempt times and levels, in reclaim order:
+/// just above the level of the last victim needed (or of the last one).
+fn reclaim_level_by(victims: impl Iterator<Item = (u32, i64, u32)>, k: u32, now: i64) -> u32 {
     if k == 0 {
         return priority::reclaim_level(0);
     }
+    let above = |level: u32| {
+        level
+            .saturating_add(1)
+            .clamp(priority::reclaim_level(1), priority::PROTECTED_BASE - 1)
+    };
     let mut needed = k;
     let mut last = None;
-    for (rank, (gpus, exempt_until)) in victims.enumerate() {
-        last = Some(rank);
+    for (gpus, exempt_until, level) in victims {
+        last = Some(level);
         if exempt_until > now {
             continue;
         }
         needed = needed.saturating_sub(gpus.max(1));
         if needed == 0 {
-            return priority::reclaim_level(rank + 1);
+            return above(level);
         }
     }
-    match last {
-        Some(rank) => priority::reclaim_level(rank + 1),
-        None => priority::reclaim_level(0),
-    }
+    last.map_or(priority::reclaim_level(0), above)
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -423,6 +423,7 @@ impl<'c> Planner<'c> {
             touched,
             walked,
             tail_band,
+            given: given.as_slice(),
         };
         let d = decide(rules, &pass, &queues, &mut sink, Some(kept));
         for (t, walked) in walked.iter_mut().enumerate() {
@@ -532,9 +533,19 @@ struct SlotSink<'a, 'c> {
     touched: &'a [usize],
     walked: &'a [Vec<usize>],
     tail_band: &'a mut [Option<u32>],
+    given: &'a [Option<u32>],
 }
 
 impl Sink for SlotSink<'_, '_> {
+    /// What the previous pass gave it, which the caller applies.
+    fn held(&self, e: Entry<'_>) -> u32 {
+        self.given
+            .get(e.slot)
+            .copied()
+            .flatten()
+            .unwrap_or(e.priority)
+    }
+
     fn set(&mut self, e: Entry<'_>, p: u32) {
         if self.next[e.slot].is_none() {
             self.written.push(e.slot);

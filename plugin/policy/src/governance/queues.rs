@@ -109,6 +109,11 @@ pub(super) trait Sink {
     /// A pending record's priority is the highest any of its tasks earned: one task in quota
     /// ranks the record in quota (the team's limit keeps the others to what it may borrow).
     fn raise(&mut self, e: Entry<'_>, p: u32);
+    /// The priority the job holds now, as far as this sink knows: Slurm's, unless the sink
+    /// keeps what it last gave (a caller that applies what it is given).
+    fn held(&self, e: Entry<'_>) -> u32 {
+        e.priority
+    }
 
     /// Every job of team `team`'s tail ([`Pending::tails`](super::pending::Pending::tails)) gets
     /// `priority(job)`, which depends on the job's own class and state and on `band` alone (its

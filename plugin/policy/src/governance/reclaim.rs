@@ -593,9 +593,13 @@ pub(super) fn ranked<'a>(
     rank_victims(rules, order, now, priorities)
 }
 
-/// The level of the pending in-quota jobs once victims were found for them: just above them.
-pub(super) fn level(found: usize) -> u32 {
-    priority::reclaim_level(found)
+/// The level of the pending in-quota jobs once victims were found for them (the first
+/// `found` of `ranked`): just above them.
+pub(super) fn level(ranked: &[Ranked<'_>], found: usize) -> u32 {
+    match found.checked_sub(1).and_then(|i| ranked.get(i)) {
+        Some(v) => v.level + 1,
+        None => priority::reclaim_level(0),
+    }
 }
 
 #[cfg(test)]
@@ -728,7 +732,7 @@ min_runtime_before_reclaim = "0s"
         assert_eq!(p.state.spare_gpus, Some(0));
         // Slurm may preempt exactly those for it: nothing else ranks below it.
         let l = level(p.priorities[&20]);
-        assert_eq!(l, priority::reclaim_level(3));
+        assert_eq!(l, p.state.victims[2].level + 1);
         for id in [2, 3, 4] {
             assert!(level(p.priorities[&id]) < l, "job {id}");
         }

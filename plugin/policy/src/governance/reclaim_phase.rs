@@ -65,7 +65,9 @@ pub(super) fn reclaim_phase<'a>(
             .iter()
             .fold(0u32, |s, j| s.saturating_add(j.gpus));
         let level = reclaim_level_by(
-            victims.iter().map(|v| (v.job.gpus, v.exempt_until)),
+            victims
+                .iter()
+                .map(|v| (v.job.gpus, v.exempt_until, v.level)),
             gpus.saturating_sub(free),
             now,
         );
@@ -108,9 +110,10 @@ pub(super) fn reclaim_phase<'a>(
             kept,
         )
     };
+    let level = reclaim::level(&victims, found.victims.len());
     Reclaim {
         victims,
-        level: reclaim::level(found.victims.len()),
+        level,
         requeue: found.requeue,
         gpus: found.gpus,
         spare: Some(found.spare),

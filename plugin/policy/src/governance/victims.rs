@@ -3,6 +3,7 @@
 
 use super::queues::{Entry, Sink};
 use super::rules::Rules;
+use super::victim_slots::stable_slots;
 use super::{ClusterJob, Victim};
 use crate::priority::{self, encode};
 
@@ -10,7 +11,7 @@ use crate::priority::{self, encode};
 #[derive(Clone, Copy)]
 pub(super) struct Ranked<'a> {
     pub job: Entry<'a>,
-    level: u32,
+    pub level: u32,
     /// Slurm's PreemptExemptTime protects it until then.
     pub exempt_until: i64,
 }
@@ -59,17 +60,25 @@ pub(super) fn victim_order(
         .then(b.id.cmp(&a.id))
 }
 
-/// Victims in reclaim order given their levels, the first the lowest.
+/// Victims in reclaim order given their levels, the first the lowest. A victim keeps the
+/// level it holds where the order around it holds ([`stable_slots`]): a change in the order
+/// costs Slurm an update for the victims that moved, not for every one behind them.
 pub(super) fn rank_victims<'a>(
     rules: &Rules<'_>,
     victims: impl Iterator<Item = Entry<'a>>,
     now: i64,
     priorities: &mut dyn Sink,
 ) -> Vec<Ranked<'a>> {
+    let victims: Vec<Entry<'a>> = victims.collect();
+    let held: Vec<Option<u32>> = victims
+        .iter()
+        .map(|j| priority::victim_slot(priority::level(priorities.held(*j))))
+        .collect();
     victims
-        .enumerate()
-        .map(|(rank, j)| {
-            let level = priority::victim_level(rank);
+        .into_iter()
+        .zip(stable_slots(&held))
+        .map(|(j, slot)| {
+            let level = priority::victim_level(slot as usize);
             priorities.set(j, encode(level, rules.class_idx(&j)));
             Ranked {
                 job: j,

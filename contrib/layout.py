@@ -49,9 +49,10 @@ LAYERS = {
         # One job as Slurm holds it, typed (issue 26): what both ways of reading give.
         ["job_record"],
         # Slurm's records, read and typed.
-        ["squeue", "sacct", "capacity", "requeue_delay", "requeue_check"],
-        # The governor's writes, behind one trait.
+        ["squeue", "sacct", "capacity", "requeue_delay"],
+        # The governor's writes, behind one trait; the requeue check holds through them.
         ["slurm_write"],
+        ["requeue_check"],
         # libslurm in process: the reads, and the writes behind that trait.
         ["slurm_api"],
     ]),

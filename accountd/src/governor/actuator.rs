@@ -69,7 +69,7 @@ impl Actuator {
         if let Err(e) = self.act_on(&work, &mut report) {
             report.failures.push(e.to_string());
         }
-        let polled = self.checks.poll();
+        let polled = self.checks.poll(self.writer.as_mut());
         report.requeue_held.extend(polled.held);
         report.requeue_unverified.extend(polled.unverified);
         report.failures.extend(polled.failures);

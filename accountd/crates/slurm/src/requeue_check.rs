@@ -14,16 +14,16 @@
 //! job's check is unsettled, the governor does not lift its requeue delay
 //! ([`crate::requeue_delay`]); a check that accounting cannot settle in time leaves the job to
 //! Slurm's own delay. One sacct call every few seconds, only while checks are unsettled, on a
-//! thread of its own.
+//! thread of its own; the holds go through the governor's writer ([`SlurmWrite`]: libslurm in
+//! process, no `scontrol`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::parsable::{self, Shape};
 use crate::slurm_cli::SlurmCommand;
+use crate::slurm_write::{JobUpdate, SlurmWrite};
 use crate::squeue::parse_utc;
-
-const UPDATE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A requeue to check: did the run end by itself just before the requeue reached slurmctld?
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,24 +126,70 @@ impl Checks {
     }
 
     /// Take in what a check found.
-    fn absorb(&mut self, outcome: RequeueOutcome, polled: &mut Polled, now: Instant) {
+    fn absorb(
+        &mut self,
+        outcome: RequeueOutcome,
+        w: &mut dyn SlurmWrite,
+        polled: &mut Polled,
+        now: Instant,
+    ) {
         self.requeues.retain(|r| !outcome.settled.contains(&r.id));
-        for (id, start, name) in outcome.held_runs {
-            self.held.push(RequeueCheck {
-                id,
-                name,
-                start,
-                at: now,
-            });
-        }
         self.held.retain(|r| !outcome.wrong.contains(&r.id));
         self.wrong.extend(outcome.wrong.iter().map(|id| (*id, now)));
-        polled.held = outcome.held;
         polled.failures = outcome.failures;
+        self.hold(outcome.ended, w, polled, now);
     }
 
-    /// Take the previous check's answer if it has come, and start the next one when due.
-    pub fn poll(&mut self) -> Polled {
+    /// Hold the jobs whose requeued run had ended by itself, in process (a user's hold, so
+    /// that their owner may release it, with the reason in the AdminComment), and look at
+    /// them again for a while.
+    fn hold(
+        &mut self,
+        ended: Vec<(u64, i64, String)>,
+        w: &mut dyn SlurmWrite,
+        polled: &mut Polled,
+        now: Instant,
+    ) {
+        if ended.is_empty() {
+            return;
+        }
+        // By name: an array task's plain id may be its array's, which names every task.
+        let names: Vec<String> = ended.iter().map(|(_, _, n)| n.clone()).collect();
+        match w.user_hold(&names) {
+            Ok(all) => {
+                if !all {
+                    polled.failures.push(format!(
+                        "holding {}: slurmctld refused some (ended or cancelled since)",
+                        names.join(",")
+                    ));
+                }
+                let comment = JobUpdate {
+                    admin_comment: Some(crate::squeue::run_ended_hold_comment()),
+                    ..JobUpdate::default()
+                };
+                if let Err(e) = w.update(&names, &comment) {
+                    polled.failures.push(e.to_string());
+                }
+                for (id, start, name) in ended {
+                    polled.held.push(id);
+                    self.held.push(RequeueCheck {
+                        id,
+                        name,
+                        start,
+                        at: now,
+                    });
+                }
+            }
+            Err(e) => polled.failures.push(format!(
+                "holding {} (its run had ended before the requeue): {e}",
+                names.join(",")
+            )),
+        }
+    }
+
+    /// Take the previous check's answer if it has come (holding through `w` the jobs whose
+    /// run had ended by itself), and start the next one when due.
+    pub fn poll(&mut self, w: &mut dyn SlurmWrite) -> Polled {
         let mut polled = Polled::default();
         if self
             .running
@@ -152,7 +198,7 @@ impl Checks {
         {
             if let Some(h) = self.running.take() {
                 match h.join() {
-                    Ok(outcome) => self.absorb(outcome, &mut polled, Instant::now()),
+                    Ok(outcome) => self.absorb(outcome, w, &mut polled, Instant::now()),
                     Err(_) => polled
                         .failures
                         .push("the requeue check stopped with an internal error".into()),
@@ -223,17 +269,16 @@ impl Checks {
 struct RequeueOutcome {
     /// Requeues whose run's end is known (no further check).
     settled: Vec<u64>,
-    /// Jobs held because their run had ended by itself.
-    held: Vec<u64>,
-    /// Those jobs with their run's start and name, to be looked at again.
-    held_runs: Vec<(u64, i64, String)>,
+    /// Requeued jobs whose run had ended by itself, with the run's start and the job's name:
+    /// to be held by the governor's writer ([`Checks::poll`]), then looked at again.
+    ended: Vec<(u64, i64, String)>,
     /// Held jobs whose run accounting now says the requeue killed: the hold was wrong.
     wrong: Vec<u64>,
     failures: Vec<String>,
 }
 
-/// Read the requeued runs' batch steps with one sacct call and hold the jobs whose run had
-/// ended by itself (see the module's documentation).
+/// Read the requeued runs' batch steps with one sacct call: which runs the requeue killed,
+/// and which had ended by itself (see the module's documentation).
 fn settle_requeues(due: &[(u64, i64, String)], recheck: &[(u64, i64, String)]) -> RequeueOutcome {
     let mut outcome = RequeueOutcome::default();
     let ids: Vec<String> = due
@@ -263,46 +308,15 @@ fn settle_requeues(due: &[(u64, i64, String)], recheck: &[(u64, i64, String)]) -
         }
     };
     outcome.wrong = wrong_holds_in(&text, recheck);
-    let mut finished = Vec::new();
-    let mut names = Vec::new();
     for (id, start, name) in due {
         match requeued_run_end(&text, *id, *start) {
             Some(RunEnd::Killed) => outcome.settled.push(*id),
             Some(RunEnd::ByItself) => {
                 outcome.settled.push(*id);
-                finished.push((*id, *start, name.clone()));
-                names.push(name.as_str());
+                outcome.ended.push((*id, *start, name.clone()));
             }
             None => {}
         }
-    }
-    if finished.is_empty() {
-        return outcome;
-    }
-    // By name: an array task's plain id may be its array's, which names every task.
-    let list = names.join(",");
-    match SlurmCommand::new(
-        "scontrol",
-        vec!["uhold".into(), list.clone()],
-        UPDATE_TIMEOUT,
-    )
-    .run()
-    {
-        Ok(_) => {
-            let _ = SlurmCommand::new(
-                "scontrol",
-                vec![
-                    "update".into(),
-                    format!("jobid={list}"),
-                    format!("AdminComment={}", crate::squeue::run_ended_hold_comment()),
-                ],
-                UPDATE_TIMEOUT,
-            )
-            .run_unchecked();
-            outcome.held = finished.iter().map(|(id, _, _)| *id).collect();
-            outcome.held_runs = finished;
-        }
-        Err(e) => outcome.failures.push(e.to_string()),
     }
     outcome
 }
@@ -375,6 +389,7 @@ fn requeued_run_end(sacct: &str, id: u64, start: i64) -> Option<RunEnd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::slurm_write::{FakeSlurm, Write};
 
     #[test]
     fn a_requeue_is_unsettled_until_checked_and_one_without_a_start_stays_so() {
@@ -387,14 +402,14 @@ mod tests {
         assert_eq!(c.requeues.len(), 1);
         assert_eq!(c.unsettled(), BTreeSet::from([7, 8]));
         // Too young to ask accounting: nothing started, nothing settled.
-        let polled = c.poll();
+        let polled = c.poll(&mut FakeSlurm::default());
         assert!(polled.held.is_empty() && polled.failures.is_empty());
         assert!(c.running.is_none());
         assert_eq!(c.unsettled(), BTreeSet::from([7, 8]));
         // The one that cannot be checked is told once.
         assert_eq!(polled.unverified, [8]);
         c.add(8, "8_1".into(), None, now);
-        assert!(c.poll().unverified.is_empty());
+        assert!(c.poll(&mut FakeSlurm::default()).unverified.is_empty());
     }
 
     #[test]
@@ -453,19 +468,33 @@ mod tests {
         let mut polled = Polled::default();
         let first = RequeueOutcome {
             settled: vec![174, 175],
-            held: vec![174, 175],
-            held_runs: held.clone(),
+            ended: held.clone(),
             ..RequeueOutcome::default()
         };
-        c.absorb(first, &mut polled, now);
+        let fake = FakeSlurm::default();
+        c.absorb(first, &mut fake.clone(), &mut polled, now);
         assert_eq!(polled.held, [174, 175]);
+        // Held in process, by their names, with the reason where their owner sees it.
+        let names = vec!["174".to_string(), "175".to_string()];
+        let comment = JobUpdate {
+            admin_comment: Some(crate::squeue::run_ended_hold_comment()),
+            ..JobUpdate::default()
+        };
+        assert_eq!(
+            fake.state().writes,
+            [
+                Write::UserHold(names.clone()),
+                Write::Update(names, comment)
+            ]
+        );
         assert_eq!(c.held.len(), 2);
         assert!(c.wrong_holds().is_empty());
         let recheck = RequeueOutcome {
             wrong: vec![175],
             ..RequeueOutcome::default()
         };
-        c.absorb(recheck, &mut Polled::default(), now);
+        c.absorb(recheck, &mut fake.clone(), &mut Polled::default(), now);
+        assert_eq!(fake.state().writes.len(), 2, "a recheck holds nobody");
         assert_eq!(c.wrong_holds(), BTreeSet::from([175]));
         assert_eq!(c.held.iter().map(|r| r.id).collect::<Vec<_>>(), [174]);
         c.released(&[175]);

@@ -19,7 +19,12 @@ Environment (defaults in brackets):
   NODES [2]  GPUS_PER_NODE [4]  CPUS_PER_NODE [64]  NODE_MEMORY_MB [262144]
   GPU_TYPES [none]  gres type of each node's GPUs, in node order, space-separated ("h100 h100
                     a100"; "-" or a missing entry: untyped); typed GPUs are listed in
-                    AccountingStorageTRES too
+                    AccountingStorageTRES too. An entry may mix types with counts, which
+                    then replace GPUS_PER_NODE for that node: "a100:1+1g.10gb:7" is one
+                    whole A100 and seven MIG-like 1g.10gb slices (each its own device file)
+  SHARDS [none]     gres/shard per GPU of each node, in node order, space-separated ("0 4":
+                    node 2 offers 4 shards of each of its GPUs; "-", 0 or a missing entry:
+                    none); any shard adds GresTypes=shard and gres/shard to accounting
   CLUSTER_NAME [teamshare-dev]
   SLURMCTLD_PORT [16817]  SLURMDBD_PORT [16819]  MARIADB_PORT [13306]  SLURMD_PORT_BASE [17001]
   TEAMSHARE_PLUGIN  path to libjob_submit_teamshare.so (enables JobSubmitPlugins=teamshare)
@@ -70,6 +75,7 @@ BF_YIELD_SLEEP=${BF_YIELD_SLEEP:-50000}
 SMOKE_TEST=${SMOKE_TEST:-0}
 SKIP_APT=${SKIP_APT:-0}
 read -r -a GPU_TYPE_OF <<<"${GPU_TYPES:-}"
+read -r -a SHARDS_OF <<<"${SHARDS:-}"
 
 for v in NODES GPUS_PER_NODE CPUS_PER_NODE NODE_MEMORY_MB SLURMCTLD_PORT SLURMDBD_PORT \
     MARIADB_PORT SLURMD_PORT_BASE READY_TIMEOUT PARTITION_JOB_DEPTH BF_YIELD_INTERVAL \
@@ -86,10 +92,32 @@ BF_YIELD=
 ((GPUS_PER_NODE >= 1 && GPUS_PER_NODE <= 64)) || die_early "GPUS_PER_NODE must be 1..64"
 ((${#GPU_TYPE_OF[@]} <= NODES)) || die_early "GPU_TYPES names ${#GPU_TYPE_OF[@]} types for $NODES nodes"
 for t in "${GPU_TYPE_OF[@]}"; do
-    [[ $t == - || $t =~ ^[A-Za-z0-9_.-]+$ ]] || die_early "GPU_TYPES: '$t' is not a gres type"
+    [[ $t == - || $t =~ ^[A-Za-z0-9_.-]+$ || $t =~ ^[A-Za-z0-9_.-]+:[0-9]+(\+[A-Za-z0-9_.-]+:[0-9]+)*$ ]] ||
+        die_early "GPU_TYPES: '$t' is neither a gres type nor TYPE:COUNT[+TYPE:COUNT...]"
 done
-# The type of node i's GPUs ("" when untyped).
-node_type() { local t=${GPU_TYPE_OF[$(($1 - 1))]:-}; [[ $t == - ]] && t=; echo "$t"; }
+((${#SHARDS_OF[@]} <= NODES)) || die_early "SHARDS names ${#SHARDS_OF[@]} counts for $NODES nodes"
+for n in "${SHARDS_OF[@]}"; do
+    [[ $n == - || $n =~ ^[0-9]+$ ]] && ((${n/-/0} <= 128)) || die_early "SHARDS: '$n' is not a count 0..128"
+done
+# Node i's GPUs as "TYPE COUNT" lines (TYPE "-" when untyped).
+node_gres() {
+    local t=${GPU_TYPE_OF[$(($1 - 1))]:-} part
+    if [[ $t == *:* ]]; then
+        for part in ${t//+/ }; do echo "${part%%:*} ${part##*:}"; done
+    else
+        echo "${t:--} $GPUS_PER_NODE"
+    fi
+}
+# The GPU types node i carries, one a line (none when untyped).
+node_type() { node_gres "$1" | awk '$1 != "-" {print $1}'; }
+# How many GPU devices node i has.
+node_gpus() { node_gres "$1" | awk '{n += $2} END {print n + 0}'; }
+# gres/shard per GPU of node i (0: none).
+node_shards() { local n=${SHARDS_OF[$(($1 - 1))]:-0}; [[ $n == - ]] && n=0; echo "$n"; }
+for ((i = 1; i <= NODES; i++)); do
+    g=$(node_gpus "$i")
+    ((g >= 1 && g <= 64)) || die_early "node n$i would have $g GPUs (1..64)"
+done
 [[ $CLUSTER_NAME =~ ^[a-z0-9][a-z0-9_-]*$ ]] ||
     die_early "CLUSTER_NAME must be lower case letters, digits, '-' or '_' (got '$CLUSTER_NAME')"
 for f in TEAMSHARE_PLUGIN TEAMSHARE_CONFIG SLURM_CONF_EXTRA JOB_SUBMIT_LUA; do
@@ -323,7 +351,7 @@ HOST=$(hostname -s)
 # Fake GPUs: one device directory per node, each with its own nvidia0..N-1 (char 1,3 = /dev/null).
 for ((i = 1; i <= NODES; i++)); do
     mkdir -p "$DIR/dev/n$i" "$STATE/slurmd/n$i"
-    for ((g = 0; g < GPUS_PER_NODE; g++)); do
+    for ((g = 0; g < $(node_gpus "$i"); g++)); do
         if ! mknod "$DIR/dev/n$i/nvidia$g" c 1 3 2>/dev/null; then
             # mknod can be forbidden in some containers. slurmd then logs "not a valid character
             # or block device" for a plain file but still counts and hands it out.
@@ -332,9 +360,19 @@ for ((i = 1; i <= NODES; i++)); do
         fi
     done
 done
-gpu_files() { # node index
-    if ((GPUS_PER_NODE == 1)); then echo "$DIR/dev/n$1/nvidia0"; else echo "$DIR/dev/n$1/nvidia[0-$((GPUS_PER_NODE - 1))]"; fi
+gpu_files() { # node index, first device, count
+    if (($3 == 1)); then echo "$DIR/dev/n$1/nvidia$2"; else echo "$DIR/dev/n$1/nvidia[$2-$(($2 + $3 - 1))]"; fi
 }
+# Node i's Gres= value: its GPUs by type, then its shards.
+node_gres_conf() {
+    local t n out=
+    while read -r t n; do
+        if [[ $t == - ]]; then out+="${out:+,}gpu:$n"; else out+="${out:+,}gpu:$t:$n"; fi
+    done < <(node_gres "$1")
+    (($(node_shards "$1") == 0)) || out+=",shard:$(($(node_shards "$1") * $(node_gpus "$1")))"
+    echo "$out"
+}
+any_shards() { local i; for ((i = 1; i <= NODES; i++)); do (($(node_shards "$i") == 0)) || return 0; done; return 1; }
 if ((NODES == 1)); then NODELIST=n1; else NODELIST="n[1-$NODES]"; fi
 
 # --------------------------------------------------------- teamshare bits
@@ -428,7 +466,7 @@ SlurmdTimeout=120
 # batch jobs at once (default: at most every 3 s); sched_interval=2 is the full-queue pass.
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-GresTypes=gpu
+GresTypes=gpu$(any_shards && echo ,shard)
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=5,bf_continue,bf_resolution=60,batch_sched_delay=0,partition_job_depth=$PARTITION_JOB_DEPTH$BF_YIELD
 PriorityType=priority/multifactor
@@ -449,7 +487,7 @@ AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$SLURMDBD_PORT
 AccountingStoragePass=$MUNGE_SOCKET
 AccountingStorageEnforce=associations,limits,qos
-AccountingStorageTRES=gres/gpu$(for t in $(for ((i = 1; i <= NODES; i++)); do node_type "$i"; done | sort -u); do printf ',gres/gpu:%s' "$t"; done)
+AccountingStorageTRES=gres/gpu$(for t in $(for ((i = 1; i <= NODES; i++)); do node_type "$i"; done | sort -u); do printf ',gres/gpu:%s' "$t"; done)$(any_shards && echo ,gres/shard)
 EOF
     if [[ $JSP != none ]]; then echo "JobSubmitPlugins=$JSP"; fi
     cat <<EOF
@@ -457,7 +495,7 @@ EOF
 SlurmdParameters=config_overrides
 EOF
     for ((i = 1; i <= NODES; i++)); do
-        echo "NodeName=n$i NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + i - 1)) CPUs=$CPUS_PER_NODE RealMemory=$NODE_MEMORY_MB Gres=gpu:$(t=$(node_type "$i"); [[ -n $t ]] && echo "$t:")$GPUS_PER_NODE State=UNKNOWN"
+        echo "NodeName=n$i NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + i - 1)) CPUs=$CPUS_PER_NODE RealMemory=$NODE_MEMORY_MB Gres=$(node_gres_conf "$i") State=UNKNOWN"
     done
     echo "PartitionName=gpu Nodes=$NODELIST Default=YES MaxTime=INFINITE State=UP"
     if [[ -n ${SLURM_CONF_EXTRA:-} ]]; then
@@ -469,8 +507,14 @@ EOF
 {
     echo "AutoDetect=off"
     for ((i = 1; i <= NODES; i++)); do
-        t=$(node_type "$i")
-        echo "NodeName=n$i Name=gpu${t:+ Type=$t} File=$(gpu_files "$i")"
+        first=0
+        while read -r t n; do
+            t=${t#-}
+            echo "NodeName=n$i Name=gpu${t:+ Type=$t} File=$(gpu_files "$i" "$first" "$n")"
+            first=$((first + n))
+        done < <(node_gres "$i")
+        # Shards spread evenly over the node's GPUs (no File=: Slurm shares them out).
+        (($(node_shards "$i") == 0)) || echo "NodeName=n$i Name=shard Count=$(($(node_shards "$i") * $(node_gpus "$i")))"
     done
 } >"$ETC/gres.conf"
 
@@ -612,7 +656,7 @@ launch slurmctld slurmctld -D
 wait_until "slurmctld" "$READY_TIMEOUT" slurmctld ctld_ok
 
 # ------------------------------------------------------------------- slurmd
-step "starting $NODES slurmd (ports $SLURMD_PORT_BASE-$((SLURMD_PORT_BASE + NODES - 1)), $GPUS_PER_NODE GPUs each)" \
+step "starting $NODES slurmd (ports $SLURMD_PORT_BASE-$((SLURMD_PORT_BASE + NODES - 1)), $(for ((i = 1; i <= NODES; i++)); do node_gpus "$i"; done | paste -sd/) GPUs)" \
     "$LOG/slurmctld.log" "$LOG/slurmd-n1.log" "$LOG/slurmd-n1.out"
 for ((i = 1; i <= NODES; i++)); do launch "slurmd-n$i" slurmd -D -N "n$i"; done
 deadline=$(($(now_us) + READY_TIMEOUT * 1000000))
@@ -687,7 +731,7 @@ if [[ $SMOKE_TEST == 1 ]]; then
 fi
 
 trap - ERR INT TERM
-say "ready: cluster '$CLUSTER_NAME', $NODES nodes x $GPUS_PER_NODE GPUs, partition gpu, JobSubmitPlugins=$JSP"
+say "ready: cluster '$CLUSTER_NAME', $NODES nodes ($(for ((i = 1; i <= NODES; i++)); do node_gres_conf "$i"; done | paste -sd' ')), partition gpu, JobSubmitPlugins=$JSP"
 if ((${#ACCOUNTS[@]})); then echo "  accounts (user root is in each): ${ACCOUNTS[*]}"; fi
 cat <<EOF
 

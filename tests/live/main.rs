@@ -16,6 +16,7 @@ mod accounting;
 mod adversarial;
 mod crash;
 mod faults;
+mod fractional;
 mod governance;
 mod hostile;
 mod idle;
@@ -52,7 +53,8 @@ fn main() -> std::process::ExitCode {
     // Each cluster is started by the first scenario that needs it (so a filtered run starts only
     // the clusters its scenarios use); if it cannot start, every scenario on it fails.
     let shared_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
-    // The per-GPU-type scenarios have a cluster of their own, and so do the placement ones.
+    // The per-GPU-type scenarios (and those of GPU shares) have a cluster of their own, and
+    // so do the placement ones.
     let typed_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
     let placement_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
 
@@ -81,10 +83,15 @@ fn main() -> std::process::ExitCode {
             Trial::test(name, move || run(&cluster, &Spec::SHARED, f))
         })
         .collect();
-    trials.extend(typed::SCENARIOS.iter().map(|&(name, f)| {
-        let cluster = typed_cluster.clone();
-        Trial::test(name, move || run(&cluster, &Spec::TYPED, f))
-    }));
+    trials.extend(
+        typed::SCENARIOS
+            .iter()
+            .chain(fractional::SCENARIOS)
+            .map(|&(name, f)| {
+                let cluster = typed_cluster.clone();
+                Trial::test(name, move || run(&cluster, &Spec::TYPED, f))
+            }),
+    );
     trials.extend(
         placement::SCENARIOS
             .iter()

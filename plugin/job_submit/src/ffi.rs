@@ -353,9 +353,10 @@ fn error_code(kind: RejectKind) -> c_int {
         RejectKind::NoConfiguration | RejectKind::StaleState => err::ESLURM_ACCOUNTING_POLICY,
         RejectKind::UnknownClass | RejectKind::InternalQos => err::ESLURM_INVALID_QOS,
         RejectKind::LargerThanCluster => err::ESLURM_INVALID_GRES,
-        RejectKind::UntypedGpus | RejectKind::SeveralGpuTypes | RejectKind::GpuTypeNotOffered => {
-            err::ESLURM_INVALID_GRES
-        }
+        RejectKind::UntypedGpus
+        | RejectKind::SeveralGpuTypes
+        | RejectKind::GpuTypeNotOffered
+        | RejectKind::GpuShare => err::ESLURM_INVALID_GRES,
         // job_modify: 22.05 shows only the code's text, so the code carries the gist there.
         RejectKind::QosChange | RejectKind::PriorityChange => err::ESLURM_ACCESS_DENIED,
         RejectKind::IncompleteUpdate => err::ESLURM_INVALID_GRES,

@@ -151,6 +151,43 @@ pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
     })
 }
 
+/// The GRES that share a GPU between jobs (`shard`, `mps`) a TRES/GRES string asks for, in
+/// either request form (`gres:shard:2`, `gres/shard:a100:1`, `gres/mps:50`): the first such
+/// name with a count other than 0 (a missing count is 1, as for GPUs), or `None`.
+///
+/// Slurm counts them apart from `gres/gpu` (a job with `shard:2` holds `gres/shard=2` and no
+/// `gres/gpu`), so [`gpu_count`] leaves them out; teamshare's quotas are in GPUs, and a share
+/// counted as nothing would run beside every limit (docs/design/fractional-gpus.md).
+pub fn gpu_share(spec: &str) -> Option<&'static str> {
+    for raw in spec.split([',', ';']) {
+        let entry = raw.trim();
+        let Some(rest) = entry
+            .strip_prefix("gres:")
+            .or_else(|| entry.strip_prefix("gres/"))
+        else {
+            continue;
+        };
+        let (name, count) = match rest.split_once('=') {
+            Some((name, count)) => (name, Some(count)),
+            None => {
+                let (_, count) = split_request_count(entry);
+                (rest.split(':').next().unwrap_or(rest), count)
+            }
+        };
+        let name = name.split(':').next().unwrap_or(name);
+        let share = match name {
+            "shard" => "shard",
+            "mps" => "mps",
+            _ => continue,
+        };
+        // An unreadable count is a request all the same.
+        if count.is_none_or(|c| parse_count(c) != Ok(0)) {
+            return Some(share);
+        }
+    }
+    None
+}
+
 /// `gres:gpu:h100:2` -> (`gres:gpu:h100`, Some("2")); `gres:gpu:h100` -> (same, None);
 /// `gres/gpu:4` -> (`gres/gpu`, Some("4")).
 ///
@@ -238,6 +275,34 @@ mod tests {
 
     fn total(s: &str) -> u64 {
         gpu_count(s).unwrap().total
+    }
+
+    #[test]
+    fn gpu_shares_are_found_in_every_form() {
+        for spec in [
+            "gres:shard:2",
+            "gres/shard:2",
+            "gres/shard:a100:1",
+            "gres:gpu:1,gres:shard",
+            "gres/mps:50",
+            "billing=1,gres/shard=3",
+            "gres/shard:1k",
+            "gres/shard:x",
+        ] {
+            assert!(gpu_share(spec).is_some(), "{spec}");
+        }
+        assert_eq!(gpu_share("gres/mps:a100:25"), Some("mps"));
+        for spec in [
+            "gres:gpu:2",
+            "gres/gpu:1g.10gb:1",
+            "gres/shardx:1",
+            "license/shard:1",
+            "gres/shard:0",
+            "gres:shard:a100:0",
+            "",
+        ] {
+            assert_eq!(gpu_share(spec), None, "{spec}");
+        }
     }
 
     #[test]

@@ -444,6 +444,15 @@ mod tests {
             kind(&check_modify(&c, &restated("nosuch", "gres:gpu:1"), None)),
             Some(RejectKind::UnknownTeam)
         );
+        // Issue 30: a share of a GPU is refused as at submit.
+        assert_eq!(
+            kind(&check_modify(
+                &c,
+                &restated("agents", "gres/shard:2"),
+                Some(&eight)
+            )),
+            Some(RejectKind::GpuShare)
+        );
         // The default account ("") cannot be judged: a GPU job must name its team.
         assert_eq!(
             kind(&check_modify(&c, &restated("", "gres:gpu:1"), None)),

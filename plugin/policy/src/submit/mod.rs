@@ -8,6 +8,9 @@ use crate::gres::{gpu_count, GpuCount, GresError, MAX_GPUS_PER_JOB};
 use crate::priority::{self, INTERNAL_QOS};
 use teamshare_config::{Config, OnStaleState, Team};
 
+mod reject;
+pub use reject::{RejectKind, Rejection};
+
 /// The parts of a job request that decide how many GPUs it will hold, copied out of Slurm's
 /// `job_desc_msg_t`. `None` stands for Slurm's NO_VAL ("not given").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,76 +40,6 @@ pub struct SubmitRequest {
     /// It cannot start as soon as it is queued: it names a begin time ahead, a dependency or
     /// a reservation (the governor ranks such a borrower once it can start).
     pub waits: bool,
-}
-
-/// Why a request is refused; the FFI layer maps each kind to a Slurm error code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RejectKind {
-    /// The job names no account and asks for GPUs in a governed partition.
-    NoTeam,
-    /// The account is not a team of teamshare.toml.
-    UnknownTeam,
-    /// The GPU request cannot be read.
-    InvalidGres,
-    /// More GPUs than the team may ever hold (quota + borrow limit).
-    OverTeamLimit,
-    /// No configuration could be loaded, so nothing can be checked.
-    NoConfiguration,
-    /// `--qos` names neither a priority class nor nothing.
-    UnknownClass,
-    /// A user named teamshare's internal QOS.
-    InternalQos,
-    /// More GPUs than the governed partitions have (of the type asked for).
-    LargerThanCluster,
-    /// Untyped GPUs where GPUs are governed per type.
-    UntypedGpus,
-    /// GPUs of several types in one job where GPUs are governed per type.
-    SeveralGpuTypes,
-    /// A GPU type the configuration does not govern.
-    GpuTypeNotOffered,
-    /// The governor's state is stale and `on_stale_state = "fail-closed"`.
-    StaleState,
-    /// `scontrol update` of a job's QOS (or clearing it) by a user: the QOS is teamshare's.
-    QosChange,
-    /// `scontrol update` of a job's priority by a user, other than hold and release.
-    PriorityChange,
-    /// `scontrol update` of what decides a job's GPUs, team or partition, without the whole
-    /// GPU request teamshare needs to judge the job as it will be.
-    IncompleteUpdate,
-    /// A component of a heterogeneous job names a partition Slurm does not have
-    /// ([`het_component_partition`]).
-    UnknownPartition,
-}
-
-impl RejectKind {
-    /// A short key for log lines.
-    pub fn key(self) -> &'static str {
-        match self {
-            RejectKind::NoTeam => "no_team",
-            RejectKind::UnknownTeam => "unknown_team",
-            RejectKind::InvalidGres => "invalid_gres",
-            RejectKind::OverTeamLimit => "over_team_limit",
-            RejectKind::NoConfiguration => "no_configuration",
-            RejectKind::UnknownClass => "unknown_class",
-            RejectKind::InternalQos => "internal_qos",
-            RejectKind::LargerThanCluster => "larger_than_cluster",
-            RejectKind::UntypedGpus => "untyped_gpus",
-            RejectKind::SeveralGpuTypes => "several_gpu_types",
-            RejectKind::GpuTypeNotOffered => "gpu_type_not_offered",
-            RejectKind::StaleState => "stale_state",
-            RejectKind::QosChange => "qos_change",
-            RejectKind::PriorityChange => "priority_change",
-            RejectKind::IncompleteUpdate => "incomplete_update",
-            RejectKind::UnknownPartition => "unknown_partition",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    pub kind: RejectKind,
-    /// One line for the user's terminal: why, and what would be accepted.
-    pub message: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -609,6 +542,9 @@ pub(crate) fn screen_request<'c>(
             .split(',')
             .any(|p| config.cluster.partitions.iter().any(|g| g == p.trim())),
     };
+    if governed {
+        reject::shares_refused(config, &req.gpus)?;
+    }
     // An empty account is Slurm's "the default account", as unknown here as no account.
     let account = req.account.as_deref().filter(|a| !a.is_empty());
     if !governed || gpus.is_zero() && account.is_none() {

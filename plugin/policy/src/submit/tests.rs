@@ -856,3 +856,44 @@ fn a_borrower_is_queued_in_its_teams_band() {
     older.bands.clear();
     assert_eq!(priority_of(&older, &borrower), bottom);
 }
+
+/// Issue 30: a share of a GPU (`--gres=shard:N`, `mps`) holds `gres/shard`, not `gres/gpu`, so
+/// it was counted as no GPU at all and ran beside every quota. In a governed partition it is
+/// refused, for every team and for root; elsewhere it is not teamshare's.
+#[test]
+fn gpu_shares_are_refused_in_governed_partitions() {
+    let c = config();
+    for (spec, name) in [
+        ("gres:shard:2", "gres/shard"),
+        ("gres/shard:a100:1", "gres/shard"),
+        ("gres:gpu:1,gres:shard:1", "gres/shard"),
+        ("gres/mps:50", "gres/mps"),
+    ] {
+        for (account, uid) in [(Some("agents"), 1000), (None, 1000), (Some("agents"), 0)] {
+            let mut r = req(account, per_node(spec, None));
+            r.submit_uid = uid;
+            let Verdict::Reject(rej) = check_submit(&c, &r) else {
+                panic!("{spec} by {account:?} (uid {uid}) was accepted");
+            };
+            assert_eq!(rej.kind, RejectKind::GpuShare, "{spec}: {}", rej.message);
+            assert!(rej.message.contains(name), "{}", rej.message);
+            assert!(rej.message.contains("--gres=gpu:N"), "{}", rej.message);
+        }
+    }
+    let per_job = GpuAsk {
+        tres_per_job: Some("gres/shard:4".into()),
+        ..GpuAsk::default()
+    };
+    let v = check_submit(&c, &req(Some("agents"), per_job));
+    assert!(matches!(v, Verdict::Reject(r) if r.kind == RejectKind::GpuShare));
+    // Outside the governed partitions a share is not teamshare's to judge.
+    let mut elsewhere = req(Some("agents"), per_node("gres:shard:2", None));
+    elsewhere.partition = Some("cpu".into());
+    assert!(matches!(check_submit(&c, &elsewhere), Verdict::Accept(_)));
+    // A count of 0 asks for no share.
+    let none = check_submit(
+        &c,
+        &req(Some("agents"), per_node("gres:gpu:1,gres:shard:0", None)),
+    );
+    assert!(matches!(none, Verdict::Accept(_)), "{none:?}");
+}

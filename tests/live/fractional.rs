@@ -1,0 +1,111 @@
+//! Fractional GPUs (issue 30), on the per-type cluster (`Spec::TYPED`), whose n3 offers its 4
+//! H100 as 4 shards each (`gres/shard`, 16 in all) beside the whole GPUs.
+//!
+//! Slurm counts a share apart from `gres/gpu` (a job with `--gres=shard:2` holds `gres/shard=2`
+//! and no GPU; sbatch itself refuses a job asking for both), so until shares are governed in GPU-equivalents a share in a governed
+//! partition is refused, at submit and at `scontrol update` (docs/design/fractional-gpus.md).
+
+use teamshare_live_tests::{ensure, gres_text, Cluster, TestResult};
+
+use crate::governance::isolated;
+
+type Scenario = (&'static str, fn(&Cluster) -> TestResult);
+
+pub const SCENARIOS: &[Scenario] = &[(
+    "fractional::f01_gpu_shares_are_refused_where_teams_are_governed",
+    shares_refused,
+)];
+
+const SAYS: &str = "teamshare: GPU shares (gres/shard) are not counted in team quotas, so partitions gpu take whole GPUs only: --gres=gpu:N or --gpus=N";
+
+fn refused(r: Result<String, String>, what: &str) -> TestResult {
+    match r {
+        Ok(id) => Err(format!("{what} was accepted as job {id}")),
+        Err(e) => ensure(e.contains(SAYS), || {
+            format!("{what}: refusal {e:?} does not say {SAYS:?}")
+        }),
+    }
+}
+
+fn shares_refused(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        // The cluster really offers shards: without them the refusals below would prove
+        // nothing about shares Slurm could have run.
+        let gres = c.ok("sinfo", &["-h", "-N", "-n", "n3", "-o", "%G"])?;
+        ensure(gres.contains("shard:"), || {
+            format!("n3 offers no shards ({gres:?}): the cluster was not started with SHARDS")
+        })?;
+        refused(
+            c.sbatch(&[
+                "-A",
+                "agents",
+                "-p",
+                "gpu",
+                "--gres=shard:2",
+                "--wrap",
+                "sleep 60",
+            ]),
+            "two shards for agents",
+        )?;
+        refused(
+            c.sbatch_as_user(&[
+                "-A",
+                "research",
+                "-p",
+                "gpu",
+                "--gres=shard:h100:1",
+                "--wrap",
+                "sleep 60",
+            ]),
+            "a typed shard by a user",
+        )?;
+        refused(
+            c.sbatch(&[
+                "-p",
+                "gpu",
+                "-N",
+                "2",
+                "--gres=shard:1",
+                "--wrap",
+                "sleep 60",
+            ]),
+            "a shard per node on two nodes without an account",
+        )?;
+
+        // A user's update of a waiting job to a share is refused like a submission, and the
+        // job keeps its request.
+        let held = c.sbatch_as_user(&[
+            "-A",
+            "agents",
+            "-p",
+            "gpu",
+            "--gres=gpu:h100:1",
+            "--hold",
+            "--wrap",
+            "sleep 60",
+        ])?;
+        let update = c.run_as_user(
+            "scontrol",
+            &[
+                "update",
+                &format!("jobid={held}"),
+                "Account=agents",
+                "TresPerJob=",
+                "TresPerNode=gres:shard:2",
+                "TresPerTask=",
+                "TresPerSocket=",
+                "NumNodes=1",
+            ],
+        )?;
+        let said = c
+            .modify_refusal(&update)
+            .map_err(|e| format!("an update to two shards: {e}"))?;
+        ensure(said.contains("GPU shares (gres/shard)"), || {
+            format!("an update to two shards was refused with {said:?}")
+        })?;
+        let tres = c.ok("squeue", &["-h", "-j", &held, "-O", "tres-per-node"])?;
+        ensure(gres_text(&tres) == "gres:gpu:h100:1", || {
+            format!("the refused update changed the job's request to {tres:?}")
+        })
+    })
+}

@@ -546,6 +546,7 @@ mod per_type {
                         ("a100".to_string(), a100),
                         (DEFAULT_RATE.to_string(), default),
                     ])),
+                    gpu_equivalents: BTreeMap::new(),
                     currency: None,
                     cost_rule: CostRule {
                         borrowed_cost_factor,

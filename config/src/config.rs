@@ -51,10 +51,32 @@ pub enum IdleSharing {
 pub const DEFAULT_GPU_TYPE: &str = "default";
 
 /// `[gpu_types.<gres type>]`
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GpuType {
-    /// Cost of one GPU for one hour, in the cluster's currency; finite and >= 0.
+    /// Cost of one GPU for one hour, in the cluster's currency; finite and >= 0. A slice
+    /// without a rate of its own costs its part of its GPU's rate.
     pub rate_per_hour: f64,
+    /// A part of another type's GPU that Slurm offers as a GPU of this type (a MIG profile):
+    /// `slices_of` and `gpus` (docs/design/fractional-gpus.md). `None`: a whole GPU.
+    pub slice: Option<Slice>,
+}
+
+/// A GPU type that is a slice of another's GPU: `slices_of = "a100"`, `gpus = "1/7"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slice {
+    /// The type of the GPU it is cut from: a declared whole type, not `default`.
+    pub of: String,
+    /// Its size as a part of one GPU, `numerator / denominator` in lowest terms, above 0 and
+    /// at most 1.
+    pub numerator: u32,
+    pub denominator: u32,
+}
+
+impl Slice {
+    /// Its size in GPUs.
+    pub fn gpus(&self) -> f64 {
+        f64::from(self.numerator) / f64::from(self.denominator)
+    }
 }
 
 /// `[[team]]`: a Slurm account with a guaranteed quota.
@@ -347,6 +369,20 @@ impl Config {
                 .filter(|t| *t != DEFAULT_GPU_TYPE),
         );
         types
+    }
+
+    /// What one GPU of `gpu_type` is worth in whole GPUs (GPU-equivalents): a slice's size,
+    /// 1 for any other type (and for GPUs without a type).
+    pub fn gpu_equivalents(&self, gpu_type: &str) -> f64 {
+        self.gpu_types
+            .get(gpu_type)
+            .and_then(|t| t.slice.as_ref())
+            .map_or(1.0, Slice::gpus)
+    }
+
+    /// Whether some type is declared a slice of another: GPU-hours then have equivalents.
+    pub fn has_slices(&self) -> bool {
+        self.gpu_types.values().any(|t| t.slice.is_some())
     }
 
     /// Whether jobs may ask for `gpu_type` in a typed configuration: a type with a rate

@@ -84,6 +84,7 @@ fn design_example_parses_to_the_expected_values() {
             "h100".to_owned(),
             GpuType {
                 rate_per_hour: 69.44,
+                slice: None,
             },
         )]),
         teams: vec![Team {
@@ -128,7 +129,13 @@ fn shipped_example_is_the_dev_cluster() {
     assert_eq!(config.cluster.currency, "USD");
     assert_eq!(
         config.gpu_types,
-        BTreeMap::from([("default".to_owned(), GpuType { rate_per_hour: 2.5 })])
+        BTreeMap::from([(
+            "default".to_owned(),
+            GpuType {
+                rate_per_hour: 2.5,
+                slice: None
+            }
+        )])
     );
     let teams: Vec<(&str, u32, Option<u32>, u32, u32)> = config
         .teams

@@ -134,7 +134,13 @@ fn summary(path: &Path, config: &Config) -> String {
     let rates: Vec<String> = config
         .gpu_types
         .iter()
-        .map(|(k, t)| format!("{k} {:.2}", t.rate_per_hour))
+        .map(|(k, t)| match &t.slice {
+            None => format!("{k} {:.2}", t.rate_per_hour),
+            Some(s) => format!(
+                "{k} {:.2} ({}/{} of {})",
+                t.rate_per_hour, s.numerator, s.denominator, s.of
+            ),
+        })
         .collect();
     let mut s = format!(
         "{} is valid. Cluster {} governs partition{} {}. {} team{} with {} GPUs of quota in all: {}.",

@@ -116,3 +116,18 @@ fn usage_errors_exit_2_and_help_documents_exit_codes() {
     assert!(stdout(&o).contains("Exit codes:"));
     assert!(stdout(&o).contains("2  invalid configuration or usage"));
 }
+
+/// Issue 30: a slice type shows its size and the rate it costs (its GPU's, times its size).
+#[test]
+fn check_config_shows_slices_with_their_size_and_rate() {
+    let sliced = CONFIG.replace(
+        "[gpu_types.h100]\nrate_per_hour = 70.0\n",
+        "[gpu_types.h100]\nrate_per_hour = 70.0\n\n[gpu_types.\"1g.10gb\"]\nslices_of = \"h100\"\ngpus = \"1/7\"\n",
+    );
+    let site = Site::new(&sliced);
+    let o = site.run(false, &["check-config"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("1g.10gb 10.00 (1/7 of h100)"), "{out}");
+    assert!(out.contains("h100 70.00"), "{out}");
+}

@@ -653,10 +653,10 @@ fn report_csv_and_team_filter() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost,kind,gpu_type,rate_per_hour,quota_gpu_hours,quota_used_percent\n\
-         training,1,2.0000,4,140.00,BRL,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z,2.0000,0.0000,1.9048,140.00,3625.00,3765.00,team,,,96.0000,2.08\n\
-         training,1,2.0000,,140.00,BRL,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z,2.0000,0.0000,0.0000,140.00,3290.00,3430.00,team,h100,70,,\n\
-         training,0,0.0000,,0.00,BRL,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z,0.0000,0.0000,1.9048,0.00,335.00,335.00,team,default,10,,\n"
+        "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost,kind,gpu_type,rate_per_hour,quota_gpu_hours,quota_used_percent,gpu_equivalents,gpu_equivalent_hours\n\
+         training,1,2.0000,4,140.00,BRL,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z,2.0000,0.0000,1.9048,140.00,3625.00,3765.00,team,,,96.0000,2.08,,2.0000\n\
+         training,1,2.0000,,140.00,BRL,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z,2.0000,0.0000,0.0000,140.00,3290.00,3430.00,team,h100,70,,,1,2.0000\n\
+         training,0,0.0000,,0.00,BRL,2024-05-01T00:00:00Z,2024-05-02T00:00:00Z,0.0000,0.0000,1.9048,0.00,335.00,335.00,team,default,10,,,1,0.0000\n"
     );
 }
 

@@ -3,6 +3,7 @@
 //! The document is walked by hand rather than deserialised: a deserialiser stops at the first
 //! problem, and we want all of them, each at the key or value it is about.
 
+mod gpu_types;
 mod idle_policy;
 mod reader;
 
@@ -29,7 +30,6 @@ const SECTIONS: &[(&str, &str)] = &[
     ("accountd", "[accountd]"),
 ];
 const CLUSTER_KEYS: &[&str] = &["name", "partitions", "idle_sharing", "currency"];
-const GPU_TYPE_KEYS: &[&str] = &["rate_per_hour"];
 const TEAM_KEYS: &[&str] = &[
     "name",
     "quota",
@@ -130,6 +130,16 @@ fn is_gres_type(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+}
+
+/// The types declared slices of `gpu_type`'s GPUs, named in a list; `None` when none is.
+fn sliced(gpu_types: &BTreeMap<String, GpuType>, gpu_type: &str) -> Option<String> {
+    let names: Vec<&str> = gpu_types
+        .iter()
+        .filter(|(_, t)| t.slice.as_ref().is_some_and(|s| s.of == gpu_type))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    (!names.is_empty()).then(|| names.join(", "))
 }
 
 /// `"50%"` -> 50.
@@ -316,58 +326,6 @@ impl Checker<'_> {
             }
         }
         partitions
-    }
-
-    fn gpu_types(&mut self, top: &Section<'_>) -> BTreeMap<String, GpuType> {
-        let mut gpu_types = BTreeMap::new();
-        let Some(field) = top.field("gpu_types") else {
-            return gpu_types;
-        };
-        let Some(section) = self.table(
-            &field,
-            "[gpu_types]".into(),
-            "write one [gpu_types.<type>] section per GPU type, with its rate_per_hour",
-        ) else {
-            return gpu_types;
-        };
-        for field in section.fields() {
-            let name = field.name().to_owned();
-            if !is_gres_type(&name) {
-                self.error(
-                    field.key_span(),
-                    format!("GPU type \"{name}\" is not a gres type Slurm accepts"),
-                    "use the Type= of gres.conf: letters, digits, `_`, `-` and `.`; \"default\" for untyped GPUs",
-                );
-            }
-            let title = format!("[gpu_types.{name}]");
-            let hint = format!("write {title} and below it rate_per_hour = 2.5");
-            // Declared even when its rate is wrong: quotas naming it are not "not offered".
-            let rate = self.table(&field, title, &hint).and_then(|mut gpu_type| {
-                self.unknown_keys(&mut gpu_type, GPU_TYPE_KEYS);
-                let rate_field = self.required(
-                    &gpu_type,
-                    "rate_per_hour",
-                    "give the cost of one GPU for one hour, e.g. rate_per_hour = 2.5",
-                )?;
-                let rate = self.number(&rate_field, "2.5")?;
-                if rate < 0.0 {
-                    self.error(
-                        rate_field.span(),
-                        format!("negative rate {rate} for {}", rate_field.what()),
-                        "a rate is the cost of one GPU-hour: use 0 or more",
-                    );
-                    return None;
-                }
-                Some(rate)
-            });
-            gpu_types.insert(
-                name,
-                GpuType {
-                    rate_per_hour: rate.unwrap_or(0.0),
-                },
-            );
-        }
-        gpu_types
     }
 
     fn teams(&mut self, top: &Section<'_>, gpu_types: &BTreeMap<String, GpuType>) -> Vec<Team> {
@@ -578,6 +536,17 @@ impl Checker<'_> {
                     entry.key_span(),
                     format!("GPU type `{gpu_type}` in {} is not offered", entry.section),
                     hint,
+                );
+                by_type = None;
+            }
+            if let Some(slices) = sliced(gpu_types, gpu_type) {
+                self.error(
+                    entry.key_span(),
+                    format!(
+                        "{} of `{gpu_type}` would count its slices ({slices}) in GPU-equivalents, which teamshare does not govern yet",
+                        entry.section
+                    ),
+                    format!("give the slice types their own counts (e.g. `{}` = 7) and leave `{gpu_type}` out, or remove `slices_of` from them", slices.split(", ").next().unwrap_or(gpu_type)),
                 );
                 by_type = None;
             }

@@ -460,7 +460,7 @@ mod tests {
         );
         assert_eq!(
             render_teams_by_day(&[], Format::Csv, false, &Utc),
-            "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost,kind,gpu_type,rate_per_hour,quota_gpu_hours,quota_used_percent\n"
+            "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost,kind,gpu_type,rate_per_hour,quota_gpu_hours,quota_used_percent,gpu_equivalents,gpu_equivalent_hours\n"
         );
     }
 

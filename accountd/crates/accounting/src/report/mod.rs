@@ -204,6 +204,7 @@ mod tests {
             quota_by_type: BTreeMap::new(),
             partitions: vec!["gpu".into()],
             rates: Rates::new(BTreeMap::from([(DEFAULT_RATE.to_string(), 10.0)])),
+            gpu_equivalents: BTreeMap::new(),
             currency: Some("BRL".into()),
             cost_rule: CostRule {
                 borrowed_cost_factor: 0.5,

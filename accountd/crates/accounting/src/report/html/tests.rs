@@ -54,6 +54,7 @@ fn params() -> UsageParams {
         quota_by_type: BTreeMap::new(),
         partitions: vec!["gpu".into()],
         rates: Rates::new(BTreeMap::from([("default".to_string(), 10.0)])),
+        gpu_equivalents: BTreeMap::new(),
         currency: Some("BRL".into()),
         cost_rule: CostRule {
             borrowed_cost_factor: 1.0,

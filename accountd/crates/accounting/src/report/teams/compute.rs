@@ -196,6 +196,7 @@ fn compute_usage_with(
             .filter_map(|a| a.of_key(DEFAULT_RATE))
             .map(|k| k.gpu_seconds as f64)
             .sum(),
+        gpu_equivalents: params.gpu_equivalents.clone(),
     }
 }
 

@@ -29,6 +29,8 @@ fn row_quota_hours(r: &TeamRow, outside: bool) -> Option<f64> {
 const HOURS: Option<usize> = Some(4);
 const MONEY: Option<usize> = Some(2);
 const PERCENT: Option<usize> = Some(2);
+/// A slice's size in GPUs, in full (1/7 is 0.14285714285714285), as rates are.
+const EQUIVALENTS: Option<usize> = None;
 
 /// One row of the teams report, with its GPU types: an element of the JSON array, and the CSV
 /// lines of the row and of each type ([`TeamsCsvLine`]). Keys are an interface: keep them.
@@ -57,6 +59,8 @@ pub(super) struct TeamsRow<'a, N: Numbers> {
     kind: &'static str,
     quota_gpu_hours: Option<N::Number>,
     quota_used_percent: Option<N::Number>,
+    /// GPU-hours in GPU-equivalents: a slice's hours times its size.
+    gpu_equivalent_hours: N::Number,
     by_type: Vec<TeamsTypeRow<'a, N>>,
 }
 
@@ -77,6 +81,9 @@ struct TeamsTypeRow<'a, N: Numbers> {
     allocated_cost: Option<N::Number>,
     idle_cost: Option<N::Number>,
     total_cost: Option<N::Number>,
+    /// What one GPU of the type is worth in whole GPUs (a slice's size; 1 for whole GPUs).
+    gpu_equivalents: N::Number,
+    gpu_equivalent_hours: N::Number,
 }
 
 /// A line of the teams CSV: a row ([`TeamsRow`], `gpu_type` and `rate_per_hour` empty) or one
@@ -103,6 +110,8 @@ struct TeamsCsvLine<'r> {
     rate_per_hour: Option<CsvNumber>,
     quota_gpu_hours: Option<CsvNumber>,
     quota_used_percent: Option<CsvNumber>,
+    gpu_equivalents: Option<CsvNumber>,
+    gpu_equivalent_hours: CsvNumber,
 }
 
 /// The teams CSV: each row's line, then its types' lines.
@@ -128,6 +137,8 @@ pub(super) fn teams_csv(rows: &[TeamsRow<'_, CsvNumbers>]) -> String {
             rate_per_hour: None,
             quota_gpu_hours: r.quota_gpu_hours,
             quota_used_percent: r.quota_used_percent,
+            gpu_equivalents: None,
+            gpu_equivalent_hours: r.gpu_equivalent_hours,
         };
         let types = r.by_type.iter().map(move |t| TeamsCsvLine {
             jobs: t.jobs,
@@ -144,6 +155,8 @@ pub(super) fn teams_csv(rows: &[TeamsRow<'_, CsvNumbers>]) -> String {
             rate_per_hour: t.rate_per_hour,
             quota_gpu_hours: t.quota_gpu_hours,
             quota_used_percent: t.quota_used_percent,
+            gpu_equivalents: Some(t.gpu_equivalents),
+            gpu_equivalent_hours: t.gpu_equivalent_hours,
             ..row
         });
         std::iter::once(row).chain(types)
@@ -180,6 +193,7 @@ pub(super) fn team_rows<N: Numbers>(report: &UsageReport) -> Vec<TeamsRow<'_, N>
             kind: kind_name(r.kind, outside),
             quota_gpu_hours: opt(row_quota_hours(r, outside), HOURS),
             quota_used_percent: opt(r.quota_used_percent(), PERCENT),
+            gpu_equivalent_hours: num(report.equivalent_hours(r), HOURS),
             by_type: r
                 .by_type
                 .iter()
@@ -198,6 +212,11 @@ pub(super) fn team_rows<N: Numbers>(report: &UsageReport) -> Vec<TeamsRow<'_, N>
                     allocated_cost: opt(t.allocated_cost, MONEY),
                     idle_cost: opt(t.idle_cost, MONEY),
                     total_cost: opt(t.total_cost, MONEY),
+                    gpu_equivalents: num(report.equivalents_of(&t.gpu_type), EQUIVALENTS),
+                    gpu_equivalent_hours: num(
+                        t.gpu_hours() * report.equivalents_of(&t.gpu_type),
+                        HOURS,
+                    ),
                 })
                 .collect(),
         })

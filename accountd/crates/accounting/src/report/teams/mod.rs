@@ -80,6 +80,9 @@ pub struct UsageParams {
     /// no team's quota usage. Empty: every partition is governed.
     pub partitions: Vec<String>,
     pub rates: Rates,
+    /// What one GPU of each slice type is worth in whole GPUs ([`Config::gpu_equivalents`]);
+    /// a type not here is a whole GPU. Empty: no slices.
+    pub gpu_equivalents: BTreeMap<String, f64>,
     pub currency: Option<String>,
     pub cost_rule: CostRule,
     /// Only these rows; empty: every row.
@@ -111,6 +114,12 @@ impl UsageParams {
             quota_by_type,
             partitions: config.cluster.partitions.clone(),
             rates: Rates::from_config(config),
+            gpu_equivalents: config
+                .gpu_types
+                .iter()
+                .filter(|(_, t)| t.slice.is_some())
+                .map(|(name, _)| (name.clone(), config.gpu_equivalents(name)))
+                .collect(),
             currency: Some(config.cluster.currency.clone()).filter(|c| !c.is_empty()),
             cost_rule: CostRule::from_settings(&config.accountd),
             only: only.iter().map(|t| slurm_name(t)).collect(),
@@ -431,9 +440,24 @@ pub struct UsageReport {
     pub over_lendable_seconds: f64,
     /// The governed GPU-seconds allocated without a GPU type (under [`DEFAULT_RATE`]).
     pub untyped_gpu_seconds: f64,
+    /// The slice types' worth in whole GPUs ([`UsageParams::gpu_equivalents`]).
+    pub gpu_equivalents: BTreeMap<String, f64>,
 }
 
 impl UsageReport {
+    /// What one GPU of `gpu_type` is worth in whole GPUs: a slice's size, else 1.
+    pub fn equivalents_of(&self, gpu_type: &str) -> f64 {
+        self.gpu_equivalents.get(gpu_type).copied().unwrap_or(1.0)
+    }
+
+    /// A row's GPU-hours in GPU-equivalents: each type's hours times its worth.
+    pub fn equivalent_hours(&self, r: &TeamRow) -> f64 {
+        r.by_type
+            .iter()
+            .map(|t| t.gpu_hours() * self.equivalents_of(&t.gpu_type))
+            .sum()
+    }
+
     /// The row of `team` (or of `(pool)`, `(idle)`) in the governed partitions.
     pub fn row(&self, team: &str) -> Option<&TeamRow> {
         self.rows.iter().find(|r| r.team == team)

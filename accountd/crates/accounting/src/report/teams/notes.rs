@@ -19,7 +19,6 @@ pub(crate) fn teams_notes<Tz: chrono::TimeZone>(
 where
     Tz::Offset: std::fmt::Display,
 {
-    let currency = currency_suffix(report);
     let mut out = String::new();
     let source = match report.capacity_source {
         CapacitySource::Samples => "recorded by accountd run".to_string(),
@@ -29,14 +28,7 @@ where
         ),
         CapacitySource::Estimate => "estimated: no capacity recorded".to_string(),
     };
-    let _ = write!(
-        out,
-        "capacity: {} GPU-hours",
-        hours(report.capacity_gpu_seconds / SECONDS_PER_HOUR)
-    );
-    if let Some(c) = report.capacity_cost {
-        let _ = write!(out, " costing {}{currency}", money(Some(c)));
-    }
+    capacity_line(&mut out, report);
     let _ = writeln!(out, " ({source})");
     if report.capacity_by_type.len() > 1 {
         let parts: Vec<String> = report
@@ -140,4 +132,30 @@ fn outside_table(report: &UsageReport, by_type: bool) -> String {
         "\nGPU usage outside the governed partitions ({partitions}): no team's quota, in none of the figures above\n{}",
         table::render(&header, &lines, 1, None)
     )
+}
+
+/// `capacity: H GPU-hours` (with slices, also in GPU-equivalents) and its cost, without the
+/// line's end.
+fn capacity_line(out: &mut String, report: &UsageReport) {
+    let currency = currency_suffix(report);
+    let _ = write!(
+        out,
+        "capacity: {} GPU-hours",
+        hours(report.capacity_gpu_seconds / SECONDS_PER_HOUR)
+    );
+    if !report.gpu_equivalents.is_empty() {
+        let equivalents: f64 = report
+            .capacity_by_type
+            .iter()
+            .map(|c| c.capacity_seconds * report.equivalents_of(&c.gpu_type))
+            .sum();
+        let _ = write!(
+            out,
+            " ({} in GPU-equivalents)",
+            hours(equivalents / SECONDS_PER_HOUR)
+        );
+    }
+    if let Some(c) = report.capacity_cost {
+        let _ = write!(out, " costing {}{currency}", money(Some(c)));
+    }
 }

@@ -341,21 +341,21 @@ fn csv_keeps_the_old_columns_first_and_gives_each_type_a_line() {
     let lines: Vec<&str> = c.lines().collect();
     assert_eq!(
         lines[0],
-        "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost,kind,gpu_type,rate_per_hour,quota_gpu_hours,quota_used_percent"
+        "team,jobs,gpu_hours,quota,cost,currency,since,until,in_quota_hours,borrowed_hours,lent_hours,allocated_cost,idle_cost,total_cost,kind,gpu_type,rate_per_hour,quota_gpu_hours,quota_used_percent,gpu_equivalents,gpu_equivalent_hours"
     );
     assert_eq!(
         lines[1],
-        "a,2,10.0000,2,100.00,BRL,2024-03-01T00:00:00Z,2024-03-01T06:00:00Z,6.0000,4.0000,0.7500,80.00,69.23,149.23,team,,,12.0000,50.00"
+        "a,2,10.0000,2,100.00,BRL,2024-03-01T00:00:00Z,2024-03-01T06:00:00Z,6.0000,4.0000,0.7500,80.00,69.23,149.23,team,,,12.0000,50.00,,10.0000"
     );
     // Untyped quotas: the type line has no quota of its own.
     assert_eq!(
         lines[2],
-        "a,2,10.0000,,100.00,BRL,2024-03-01T00:00:00Z,2024-03-01T06:00:00Z,6.0000,4.0000,0.7500,80.00,69.23,149.23,team,default,10,,"
+        "a,2,10.0000,,100.00,BRL,2024-03-01T00:00:00Z,2024-03-01T06:00:00Z,6.0000,4.0000,0.7500,80.00,69.23,149.23,team,default,10,,,1,10.0000"
     );
     // Each of a, b, c, (pool), (idle) and its one type.
     assert_eq!(lines.len(), 11, "{c}");
     assert!(lines[7].starts_with("(pool),0,0.0000,,0.00,"), "{c}");
-    assert!(lines[7].ends_with(",pool,,,4.0000,"), "{c}");
+    assert!(lines[7].ends_with(",pool,,,4.0000,,,0.0000"), "{c}");
     assert!(lines[9].starts_with("(idle),"), "{c}");
     assert!(lines[10].contains(",idle,default,10,,"), "{c}");
     assert_eq!(csv_field("a,b"), "\"a,b\"");
@@ -381,6 +381,7 @@ fn json_has_stable_keys_and_full_precision() {
             "by_type",
             "cost",
             "currency",
+            "gpu_equivalent_hours",
             "gpu_hours",
             "idle_cost",
             "in_quota_hours",
@@ -402,6 +403,8 @@ fn json_has_stable_keys_and_full_precision() {
             "allocated_cost",
             "borrowed_hours",
             "cost",
+            "gpu_equivalent_hours",
+            "gpu_equivalents",
             "gpu_hours",
             "gpu_type",
             "idle_cost",

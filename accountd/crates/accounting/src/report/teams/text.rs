@@ -211,6 +211,8 @@ struct Line<'a> {
     jobs: u64,
     quota: Option<u64>,
     hours: [f64; 4],
+    /// GPU-hours in GPU-equivalents (shown where some type is a slice).
+    equivalent_hours: f64,
     quota_used: Option<f64>,
     costs: [Option<f64>; 3],
 }
@@ -249,34 +251,28 @@ pub(crate) struct TableCells {
 /// the total of each type).
 pub(crate) fn teams_table_cells(report: &UsageReport, by_type: bool) -> TableCells {
     let with_cost = report.capacity_cost.is_some();
+    let with_equivalents = !report.gpu_equivalents.is_empty();
     let mut header: Vec<String> = vec!["TEAM".into()];
     if by_type {
         header.push("TYPE".into());
     }
-    header.extend(
-        [
-            "JOBS",
-            "QUOTA",
-            "GPU-HOURS",
-            "IN-QUOTA",
-            "BORROWED",
-            "LENT",
-            "QUOTA-USED",
-        ]
-        .map(String::from),
-    );
+    header.extend(["JOBS", "QUOTA", "GPU-HOURS"].map(String::from));
+    if with_equivalents {
+        header.push("GPU-EQ-HOURS".into());
+    }
+    header.extend(["IN-QUOTA", "BORROWED", "LENT", "QUOTA-USED"].map(String::from));
     if with_cost {
         header.push("ALLOC-COST".into());
         header.push("IDLE-COST".into());
         header.push(format!("TOTAL-COST{}", currency_suffix(report)));
     }
-    let cells = |l: Line<'_>| l.cells(by_type, with_cost);
+    let cells = |l: Line<'_>| l.cells(by_type, with_cost, with_equivalents);
     let mut lines: Vec<Vec<String>> = Vec::new();
     for r in &report.rows {
-        lines.push(cells(Line::of_row(r)));
+        lines.push(cells(Line::of_row(report, r)));
         if by_type {
             for t in &r.by_type {
-                lines.push(cells(Line::of_type(r, t)));
+                lines.push(cells(Line::of_type(report, r, t)));
             }
         }
     }
@@ -301,8 +297,9 @@ fn sum_cost(costs: impl Iterator<Item = Option<f64>>) -> Option<f64> {
 }
 
 impl<'a> Line<'a> {
-    /// The line's cells: `by_type`, with its type; `with_cost`, with its costs.
-    fn cells(self, by_type: bool, with_cost: bool) -> Vec<String> {
+    /// The line's cells: `by_type`, with its type; `with_cost`, with its costs;
+    /// `with_equivalents`, with its GPU-equivalent hours.
+    fn cells(self, by_type: bool, with_cost: bool, with_equivalents: bool) -> Vec<String> {
         let mut v = vec![self.team.to_string()];
         if by_type {
             v.push(self.gpu_type.to_string());
@@ -311,6 +308,11 @@ impl<'a> Line<'a> {
             self.jobs.to_string(),
             self.quota.map(|q| q.to_string()).unwrap_or_default(),
             hours(self.hours[0]),
+        ]);
+        if with_equivalents {
+            v.push(hours(self.equivalent_hours));
+        }
+        v.extend([
             hours(self.hours[1]),
             hours(self.hours[2]),
             hours(self.hours[3]),
@@ -322,8 +324,9 @@ impl<'a> Line<'a> {
         v
     }
 
-    fn of_row(r: &'a TeamRow) -> Line<'a> {
+    fn of_row(report: &UsageReport, r: &'a TeamRow) -> Line<'a> {
         Line {
+            equivalent_hours: report.equivalent_hours(r),
             team: &r.team,
             gpu_type: ALL_TYPES,
             jobs: r.jobs,
@@ -339,8 +342,9 @@ impl<'a> Line<'a> {
         }
     }
 
-    fn of_type(r: &'a TeamRow, t: &'a TypeRow) -> Line<'a> {
+    fn of_type(report: &UsageReport, r: &'a TeamRow, t: &'a TypeRow) -> Line<'a> {
         Line {
+            equivalent_hours: t.gpu_hours() * report.equivalents_of(&t.gpu_type),
             team: &r.team,
             gpu_type: &t.gpu_type,
             jobs: t.jobs,
@@ -364,6 +368,7 @@ impl<'a> Line<'a> {
         let team_in_quota: f64 = teams().map(|r| r.in_quota_seconds).sum();
         let total_seconds: u128 = rows.iter().map(|r| r.gpu_seconds).sum();
         Line {
+            equivalent_hours: rows.iter().map(|r| report.equivalent_hours(r)).sum(),
             team: "total",
             gpu_type: ALL_TYPES,
             jobs: rows.iter().map(|r| r.jobs).sum(),
@@ -398,6 +403,7 @@ impl<'a> Line<'a> {
         let in_quota: f64 = team_types().map(|(_, t)| t.in_quota_seconds).sum();
         let h = |f: fn(&TypeRow) -> f64| of_type.iter().map(|(_, t)| f(t)).sum::<f64>();
         Line {
+            equivalent_hours: h(TypeRow::gpu_hours) * report.equivalents_of(gpu_type),
             team: "total",
             gpu_type,
             jobs: of_type.iter().map(|(_, t)| t.jobs).sum(),

@@ -1,0 +1,157 @@
+//! GPU types that are slices of another type's GPU (issue 30): `slices_of` and `gpus`, the
+//! rate a slice costs, and what the file may not say of them.
+
+use teamshare_config::{parse, Config, ConfigError, Diagnostic, Slice};
+
+const HEAD: &str = "[cluster]\nname = \"c\"\n\n[gpu_types.a100]\nrate_per_hour = 2.8\n\n";
+
+/// A team, which every file needs; after the `[gpu_types]` sections.
+const TEAM: &str = "\n[[team]]\nname = \"t\"\nquota = 0\n";
+
+fn valid(source: &str) -> Config {
+    parse(source, "teamshare.toml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn problems(source: &str) -> Vec<Diagnostic> {
+    let source = if source.contains("[[team]]") {
+        source.to_owned()
+    } else {
+        format!("{source}{TEAM}")
+    };
+    match parse(&source, "teamshare.toml") {
+        Ok(config) => panic!("expected an invalid file, got {config:#?}"),
+        Err(ConfigError::Invalid(diagnostics)) => diagnostics.0,
+        Err(error) => panic!("expected diagnostics, got {error}"),
+    }
+}
+
+fn one_problem(source: &str) -> Diagnostic {
+    let mut p = problems(source);
+    assert_eq!(p.len(), 1, "expected one problem, got {p:#?}");
+    p.remove(0)
+}
+
+#[test]
+fn a_slice_is_a_part_of_its_gpu_and_costs_that_part_unless_priced() {
+    let c = valid(&format!(
+        "{HEAD}[gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"\n\n\
+         [gpu_types.\"3g.40gb\"]\nslices_of = \"a100\"\ngpus = 0.428571\nrate_per_hour = 1.5\n\n\
+         [[team]]\nname = \"inference\"\nquota = {{ \"1g.10gb\" = 7 }}\n"
+    ));
+    let one = &c.gpu_types["1g.10gb"];
+    assert_eq!(
+        one.slice,
+        Some(Slice {
+            of: "a100".into(),
+            numerator: 1,
+            denominator: 7
+        })
+    );
+    assert!(
+        (one.rate_per_hour - 0.4).abs() < 1e-12,
+        "{}",
+        one.rate_per_hour
+    );
+    let three = &c.gpu_types["3g.40gb"];
+    assert_eq!(
+        three.slice.as_ref().map(|s| (s.numerator, s.denominator)),
+        Some((3, 7))
+    );
+    assert_eq!(three.rate_per_hour, 1.5);
+    assert!((c.gpu_equivalents("3g.40gb") - 3.0 / 7.0).abs() < 1e-12);
+    assert_eq!(c.gpu_equivalents("a100"), 1.0);
+    assert_eq!(c.gpu_equivalents("default"), 1.0);
+    assert!(c.has_slices());
+    assert_eq!(c.gpu_types["a100"].slice, None);
+    // Per-type quotas of slices are governed as any type's.
+    assert!(c.is_typed());
+    assert_eq!(c.teams[0].quota_of("1g.10gb"), 7);
+}
+
+#[test]
+fn slices_of_and_gpus_go_together() {
+    let p = one_problem(&format!("{HEAD}[gpu_types.s]\nslices_of = \"a100\"\n"));
+    assert!(p.message.contains("needs `gpus`"), "{p}");
+    let p = one_problem(&format!("{HEAD}[gpu_types.s]\ngpus = \"1/2\"\n"));
+    assert!(p.message.contains("needs `slices_of`"), "{p}");
+    // A whole type still needs its rate.
+    let p = one_problem(&format!("{HEAD}[gpu_types.h100]\n"));
+    assert!(p.message.contains("missing `rate_per_hour`"), "{p}");
+}
+
+#[test]
+fn a_slice_is_cut_from_a_declared_whole_gpu() {
+    for (of, says) in [
+        ("a10", "not declared"),
+        ("s", "of itself"),
+        ("default", "typed GPU"),
+        ("t", "is itself a slice"),
+    ] {
+        let p = one_problem(&format!(
+            "{HEAD}[gpu_types.default]\nrate_per_hour = 1\n\n\
+             [gpu_types.t]\nslices_of = \"a100\"\ngpus = \"1/2\"\n\n\
+             [gpu_types.s]\nslices_of = \"{of}\"\ngpus = \"1/2\"\n"
+        ));
+        assert!(p.message.contains(says), "{of}: {p}");
+        assert_eq!(p.line, 15, "{of}: at the second `slices_of`: {p}");
+    }
+    let p = one_problem(&format!(
+        "{HEAD}[gpu_types.s]\nslices_of = \"a10\"\ngpus = \"1/2\"\n"
+    ));
+    assert!(
+        p.hint
+            .as_deref()
+            .unwrap_or("")
+            .contains("did you mean `a100`?"),
+        "{p}"
+    );
+}
+
+#[test]
+fn a_slice_has_a_size_above_0_and_at_most_one_gpu() {
+    for size in [
+        "0",
+        "\"0/7\"",
+        "\"8/7\"",
+        "1.5",
+        "-0.5",
+        "\"1/0\"",
+        "\"1/300\"",
+        "0.333",
+        "\"x\"",
+        "true",
+    ] {
+        let p = one_problem(&format!(
+            "{HEAD}[gpu_types.s]\nslices_of = \"a100\"\ngpus = {size}\n"
+        ));
+        assert!(p.message.contains("`gpus` in [gpu_types.s]"), "{size}: {p}");
+    }
+    let c = valid(&format!(
+        "{HEAD}[gpu_types.s]\nslices_of = \"a100\"\ngpus = 1\n{TEAM}"
+    ));
+    assert_eq!(c.gpu_equivalents("s"), 1.0);
+}
+
+/// Until GPU-equivalents are governed, a quota or limit of a GPU type with slices would mean
+/// something else once they are: refused, with what to write instead.
+#[test]
+fn a_quota_of_a_sliced_gpu_type_is_refused() {
+    for field in [
+        "quota = { a100 = 2 }",
+        "quota = { x = 1 }\nborrow_limit = { a100 = 1 }",
+        "quota = { x = 1 }\nlend_limit = { a100 = 1 }",
+    ] {
+        let p = one_problem(&format!(
+            "{HEAD}[gpu_types.x]\nrate_per_hour = 1\n\n[gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"\n\n[[team]]\nname = \"t\"\n{field}\n"
+        ));
+        assert!(
+            p.message
+                .contains("would count its slices (1g.10gb) in GPU-equivalents"),
+            "{field}: {p}"
+        );
+        assert!(
+            p.hint.as_deref().unwrap_or("").contains("`1g.10gb` = 7"),
+            "{field}: {p}"
+        );
+    }
+}

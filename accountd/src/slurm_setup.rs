@@ -29,8 +29,15 @@ pub enum SetupError {
     Malformed(#[from] MalformedLine),
 }
 
-/// GPU limits of a GrpTRES: `""` for `gres/gpu`, a type for `gres/gpu:TYPE`.
+/// GPU limits of a GrpTRES: `""` for `gres/gpu`, a type for `gres/gpu:TYPE`, and a share of a
+/// GPU by its TRES name ([`SHARE_TRES`]; a gres type has no `/`, so the keys never meet).
 pub type GpuLimits = BTreeMap<String, u64>;
+
+/// The TRES that share a GPU between jobs. Teams hold none of them (`GrpTRES=gres/shard=0`):
+/// Slurm counts a share apart from `gres/gpu`, so no GPU limit would hold it, and teamshare
+/// does not govern shares yet (docs/design/fractional-gpus.md). Only those slurmdbd accounts
+/// can carry a limit ([`keep_known_shares`]).
+pub const SHARE_TRES: [&str; 2] = ["gres/mps", "gres/shard"];
 
 /// A team account as the configuration wants it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +72,10 @@ pub fn desired(config: &Config) -> Vec<AccountSpec> {
                     .map(|b| u64::from(t.quota.total) + u64::from(b)),
             )]);
             let mut quota = GpuLimits::from([(String::new(), u64::from(t.quota.total))]);
+            for share in SHARE_TRES {
+                gpu_limit.insert(share.to_string(), Some(0));
+                quota.insert(share.to_string(), 0);
+            }
             for k in &types {
                 let b = t.borrow_limit_for(k);
                 gpu_limit.insert(
@@ -98,6 +109,8 @@ fn limits_text(limits: &GpuLimits) -> String {
             };
             if k.is_empty() {
                 format!("gres/gpu={n}")
+            } else if k.starts_with("gres/") {
+                format!("{k}={n}")
             } else {
                 format!("gres/gpu:{k}={n}")
             }
@@ -125,6 +138,26 @@ pub fn missing_tres(config: &Config, known: &str) -> Vec<String> {
         .filter(|k| !known.contains(format!("gpu:{k}").as_str()))
         .map(|k| format!("gres/gpu:{k}"))
         .collect()
+}
+
+/// Keeps in `accounts` only the limits on shares of a GPU that slurmdbd accounts (`known`:
+/// `sacctmgr show tres`' `Type|Name` lines, `gres|shard`): a limit on a TRES it does not know
+/// cannot be set. The plugin refuses shares at submit either way.
+pub fn keep_known_shares(accounts: &mut [AccountSpec], known: &str) {
+    let known: BTreeSet<String> = parsable::lines(known)
+        .filter_map(|(_, l)| match parsable::fields(l.trim(), Shape::Leading) {
+            Ok(["gres", name]) => Some(format!("gres/{name}")),
+            _ => None,
+        })
+        .collect();
+    for a in accounts {
+        for share in SHARE_TRES {
+            if !known.contains(share) {
+                a.gpu_limit.remove(share);
+                a.quota.remove(share);
+            }
+        }
+    }
 }
 
 /// Lists the TRES slurmdbd knows (`Type|Name`).
@@ -213,6 +246,14 @@ fn grp_gpu_limit(grp_tres: &str) -> Result<GpuLimits, String> {
     for e in grp_tres.split(',').map(str::trim) {
         let key = match e.split('=').next() {
             Some("gres/gpu") => String::new(),
+            Some(share) if SHARE_TRES.contains(&share) => {
+                let n = e.split_once('=').map_or("", |(_, n)| n);
+                let n = n
+                    .parse::<u64>()
+                    .map_err(|_| format!("GrpTRES: `{e}` is not a count"))?;
+                limits.insert(share.to_string(), n);
+                continue;
+            }
             Some(name) => match name.strip_prefix("gres/gpu:") {
                 Some(k) => k.to_string(),
                 None => continue,
@@ -674,7 +715,9 @@ borrow_limit = { h100 = 1 }
             "t.toml",
         )
         .unwrap();
-        let want = desired(&config);
+        let mut want = desired(&config);
+        // A slurmdbd that accounts no share of a GPU: no limit on them.
+        keep_known_shares(&mut want, "gres|gpu\ngres|gpu:a100\ngres|gpu:h100\n");
         // agents: a number holds for every type; training: its table (A100 0 beyond quota).
         assert_eq!(
             want[0].gpu_limit,
@@ -712,5 +755,47 @@ borrow_limit = { h100 = 1 }
         let known = "gres|gpu\ngres|gpu:h100\ncpu|\n";
         assert_eq!(missing_tres(&config, known), ["gres/gpu:a100"]);
         assert!(missing_tres(&config, "gres|gpu:a100\ngres|gpu:h100\n").is_empty());
+    }
+
+    /// Issue 30: where slurmdbd accounts `gres/shard` (or `gres/mps`), every team holds none, so
+    /// that Slurm itself keeps a share of a GPU from starting beside the quotas (the plugin
+    /// refuses them at submit; this holds the ones queued before, or submitted while it let
+    /// jobs through on a stale state).
+    #[test]
+    fn teams_hold_no_share_of_a_gpu_where_slurmdbd_accounts_them() {
+        let config = teamshare_config::parse(
+            "[cluster]\nname = \"c\"\n[[team]]\nname = \"agents\"\nquota = 2\nborrow_limit = 1\n",
+            "t.toml",
+        )
+        .unwrap();
+        let mut want = desired(&config);
+        keep_known_shares(&mut want, "cpu|\ngres|gpu\ngres|shard\n");
+        assert_eq!(want[0].gpu_limit.get("gres/shard"), Some(&Some(0)));
+        assert!(!want[0].gpu_limit.contains_key("gres/mps"));
+        assert_eq!(
+            Change::AddAccount(want[0].clone()).command("c").display(),
+            "sacctmgr -i add account agents Cluster=c Parent=root Fairshare=1 GrpTRES=gres/gpu=2,gres/shard=0"
+        );
+        // An account without the limit gets it; one with shares allowed is brought to 0; one
+        // at 0 is left alone.
+        for (have, change) in [
+            (
+                "gres/gpu=2",
+                Some("modify account agents: GrpTRES none -> gres/shard=0"),
+            ),
+            (
+                "gres/gpu=2,gres/shard=8",
+                Some("modify account agents: GrpTRES gres/shard=8 -> gres/shard=0"),
+            ),
+            ("gres/gpu=2,gres/shard=0", None),
+        ] {
+            let current = parse_associations(&format!("agents||root|1|{have}\n")).unwrap();
+            let text: Vec<String> = plan(&want, &[], &current)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            assert_eq!(text, change.into_iter().collect::<Vec<_>>(), "{have}");
+        }
+        assert!(parse_associations("agents||root|1|gres/shard=x\n").is_err());
     }
 }

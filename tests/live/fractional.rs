@@ -5,16 +5,24 @@
 //! and no GPU; sbatch itself refuses a job asking for both), so until shares are governed in GPU-equivalents a share in a governed
 //! partition is refused, at submit and at `scontrol update` (docs/design/fractional-gpus.md).
 
+use std::time::Duration;
+
 use teamshare_live_tests::{ensure, gres_text, Cluster, TestResult};
 
 use crate::governance::isolated;
 
 type Scenario = (&'static str, fn(&Cluster) -> TestResult);
 
-pub const SCENARIOS: &[Scenario] = &[(
-    "fractional::f01_gpu_shares_are_refused_where_teams_are_governed",
-    shares_refused,
-)];
+pub const SCENARIOS: &[Scenario] = &[
+    (
+        "fractional::f01_gpu_shares_are_refused_where_teams_are_governed",
+        shares_refused,
+    ),
+    (
+        "fractional::f02_teams_hold_no_shard_in_slurm_through_the_governors_limit_moves",
+        shards_held_at_zero,
+    ),
+];
 
 const SAYS: &str = "teamshare: GPU shares (gres/shard) are not counted in team quotas, so partitions gpu take whole GPUs only: --gres=gpu:N or --gpus=N";
 
@@ -107,5 +115,75 @@ fn shares_refused(c: &Cluster) -> TestResult {
         ensure(gres_text(&tres) == "gres:gpu:h100:1", || {
             format!("the refused update changed the job's request to {tres:?}")
         })
+    })
+}
+
+/// A team's GrpTRES as slurmdbd has it (its account's association, not its users').
+fn grp_tres(c: &Cluster, team: &str) -> Result<String, String> {
+    let out = c.ok(
+        "sacctmgr",
+        &[
+            "-n",
+            "-P",
+            "show",
+            "associations",
+            "where",
+            &format!("account={team}"),
+            "format=User,GrpTRES",
+        ],
+    )?;
+    out.lines()
+        .find_map(|l| l.strip_prefix('|'))
+        .map(|t| t.trim().to_string())
+        .ok_or_else(|| format!("no association of account {team} in {out:?}"))
+}
+
+/// setup-slurm gave every team `GrpTRES=gres/shard=0`, since slurmdbd accounts shards here:
+/// Slurm itself keeps a team's shard job from starting, whatever reached the queue. The
+/// governor's limit moves (here agents borrowing a third H100) keep it.
+fn shards_held_at_zero(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        for team in ["agents", "training", "research"] {
+            let tres = grp_tres(c, team)?;
+            ensure(tres.split(',').any(|e| e == "gres/shard=0"), || {
+                format!("{team}'s GrpTRES {tres:?} does not hold shards at 0")
+            })?;
+        }
+        // agents: quota 2 H100, borrow limit 4 of any type; n3's 4 H100 are free.
+        let jobs: Vec<String> = (0..3)
+            .map(|_| {
+                c.sbatch(&[
+                    "-A",
+                    "agents",
+                    "-p",
+                    "gpu",
+                    "--gres=gpu:h100:1",
+                    "--wrap",
+                    "sleep 300",
+                ])
+            })
+            .collect::<Result<_, _>>()?;
+        c.wait_for(
+            "agents' three H100 jobs to run (the third borrowed)",
+            Duration::from_secs(60),
+            || {
+                let out = c.ok(
+                    "squeue",
+                    &["-h", "-t", "R", "-o", "%i", "-j", &jobs.join(",")],
+                )?;
+                Ok((out.lines().count() == 3).then_some(()))
+            },
+        )
+        .map_err(|e| format!("{e}\n{}", c.diagnosis()))?;
+        let tres = grp_tres(c, "agents")?;
+        ensure(
+            tres.split(',').any(|e| e == "gres/shard=0")
+                && tres.split(',').any(|e| {
+                    e.strip_prefix("gres/gpu:h100=")
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .is_some_and(|n| n >= 3)
+                }),
+            || format!("after the governor raised agents' H100 limit its GrpTRES is {tres:?}"),
+        )
     })
 }

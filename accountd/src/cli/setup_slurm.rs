@@ -33,7 +33,15 @@ pub(super) fn run(config: &Config, path: &Path, args: &SetupSlurmArgs) -> anyhow
         return Err(UsageError(format!("--user `{bad}` is not a user name")).into());
     }
     let cluster = &slurm_cli::slurm_name(&config.cluster.name);
-    let want = slurm_setup::desired(config);
+    let mut want = slurm_setup::desired(config);
+    // Shares of a GPU are held at 0 where slurmdbd accounts them.
+    match slurm_setup::show_tres().run() {
+        Ok(out) => slurm_setup::keep_known_shares(&mut want, &out.stdout),
+        Err(e) => {
+            say_err!("accountd: warning: cannot list Slurm's TRES ({e}); GPU shares get no limit");
+            slurm_setup::keep_known_shares(&mut want, "");
+        }
+    }
     let current = match slurm_setup::show_associations(cluster)
         .run()
         .map_err(slurm_setup::SetupError::from)

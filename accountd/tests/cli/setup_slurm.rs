@@ -24,9 +24,11 @@ fn setup_slurm_dry_run_prints_only_the_needed_commands() {
          sacctmgr -i modify qos where name=teamshare set PreemptMode=requeue,within GraceTime=30 PreemptExemptTime=0:05:00\n\
          sacctmgr -i modify account where name=agents,training cluster=testcluster set qos+=teamshare\n"
     );
-    // Only the read-only query ran.
+    // Only the read-only queries ran: the associations, and the TRES slurmdbd accounts (here
+    // no gres/shard, so no share limit).
     let calls = site.args_of("sacctmgr");
-    assert_eq!(calls.iter().filter(|a| *a == "--").count(), 1);
+    assert_eq!(calls.iter().filter(|a| *a == "--").count(), 2);
+    assert!(calls.contains(&"tres".to_string()));
     assert!(calls.contains(&"show".to_string()));
 }
 
@@ -47,8 +49,8 @@ fn setup_slurm_applies_and_prints_each_change() {
             .iter()
             .filter(|a| *a == "--")
             .count(),
-        // the query, 2 association changes, 3 for the QOS
-        6
+        // the two queries, 2 association changes, 3 for the QOS
+        7
     );
 }
 

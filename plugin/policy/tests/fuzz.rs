@@ -233,6 +233,11 @@ fn reference_kind(j: &Job) -> Option<RejectKind> {
         None | Some("") => true,
         Some(p) => p.split(',').any(|p| p == "gpu"),
     };
+    // Issue 30: a share of a GPU in a governed partition, whoever asks (the only share the
+    // generator writes is two shards).
+    if governed && j.spec.split(',').any(|e| e == "gres:shard:2") {
+        return Some(RejectKind::GpuShare);
+    }
     let account = j.account.filter(|a| !a.is_empty());
     if !governed || gpus == 0 && account.is_none() {
         return None;

@@ -38,6 +38,11 @@
 # vision (quota 5) runs one job on n3. vision submits one `--gres=gpu:4` job: n1 is the only
 # node it can have, by preempting all four of ops' jobs there (ops stays at its quota). The
 # preempted column must list exactly those four.
+#
+# MODE=slices (issue 30): MIG-like slices, on 2 nodes (n1: one A100 cut into 7 `1g.10gb`
+# slices; n2: one whole A100) with tests/live/teamshare-fractional.toml. inference fills the 7
+# slices (its 4 of quota and 3 of dev's idle quota, borrowed); dev submits one slice of its
+# quota: exactly one of inference's borrowed slices must go.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -53,6 +58,9 @@ if [[ $MODE == typed ]]; then
 elif [[ $MODE == wholenode ]]; then
     TOML=$BENCH_ROOT/tests/live/teamshare-placement.toml
     CLUSTER_ENV=(NODES=3 CLUSTER_NAME=teamshare-place)
+elif [[ $MODE == slices ]]; then
+    TOML=$BENCH_ROOT/tests/live/teamshare-fractional.toml
+    CLUSTER_ENV=(NODES=2 "GPU_TYPES=1g.10gb:7 a100:1" CLUSTER_NAME=teamshare-frac)
 fi
 [[ $(id -u) == 0 ]] || bench_die "run as root (the throwaway cluster runs as root)"
 
@@ -87,12 +95,15 @@ single) FILLER=training VICTIMS=4 CLAIMER=agents CLAIM_GRES=gpu:1 ;;
 spread) FILLER=research VICTIMS=6 CLAIMER=training CLAIM_GRES=gpu:3 ;;
 typed) FILLER=research VICTIMS=6 CLAIMER=research CLAIM_GRES=gpu:h100:1 ;;
 wholenode) FILLER=ops VICTIMS=4 CLAIMER=vision CLAIM_GRES=gpu:4 ;;
-*) bench_die "MODE is single, spread, typed or wholenode, not $MODE" ;;
+slices) FILLER=inference VICTIMS=3 CLAIMER=dev CLAIM_GRES=gpu:1g.10gb:1 ;;
+*) bench_die "MODE is single, spread, typed, wholenode or slices, not $MODE" ;;
 esac
 if [[ $MODE == wholenode ]]; then
     filled() { [[ $(running ops) -eq 7 && $(running apps) -eq 4 && $(running vision) -eq 1 && $(victims) -eq $VICTIMS ]]; }
 elif [[ $MODE == typed ]]; then
     filled() { [[ $(running research) -eq 6 && $(running agents) -eq 4 && $(victims) -eq $VICTIMS ]]; }
+elif [[ $MODE == slices ]]; then
+    filled() { [[ $(running inference) -eq 7 && $(victims) -eq $VICTIMS ]]; }
 else
     filled() { [[ $(running "$FILLER") -eq 8 && $(victims) -eq $VICTIMS ]]; }
 fi
@@ -121,6 +132,9 @@ for ((t = 1; t <= TRIALS; t++)); do
             # borrowed), the borrowed ones after the quota's.
             ((i < 6)) && sbatch "${SB[@]}" -A research --gres=gpu:a100:1 --wrap 'sleep 3600' >/dev/null
             ((i < 4)) && sbatch "${SB[@]}" -A agents --gres=gpu:h100:1 --wrap 'sleep 3600' >/dev/null
+            continue
+        elif [[ $MODE == slices ]]; then
+            ((i < 7)) && sbatch "${SB[@]}" -A inference --gres=gpu:1g.10gb:1 --wrap 'sleep 3600' >/dev/null
             continue
         elif [[ $MODE == spread ]]; then
             j=$(sbatch "${SB[@]}" -A "$FILLER" --gres=gpu:1 -w "n$((i % 2 + 1))" --wrap 'sleep 3600')

@@ -1,11 +1,13 @@
-//! Fractional GPUs (issue 30), on the per-type cluster (`Spec::TYPED`), whose n3 offers its 4
-//! H100 as 4 shards each (`gres/shard`, 16 in all) beside the whole GPUs.
+//! Fractional GPUs (issue 30). The shares run on the per-type cluster (`Spec::TYPED`), whose
+//! n3 offers its 4 H100 as 4 shards each (`gres/shard`, 16 in all) beside the whole GPUs; the
+//! MIG-like slices on a cluster of their own (`Spec::FRACTIONAL`, [`SLICES`]).
 //!
 //! Slurm counts a share apart from `gres/gpu` (a job with `--gres=shard:2` holds `gres/shard=2`
 //! and no GPU; sbatch itself refuses a job asking for both), so until shares are governed in GPU-equivalents a share in a governed
 //! partition is refused, at submit and at `scontrol update` (docs/design/fractional-gpus.md).
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use teamshare_live_tests::{ensure, gres_text, Cluster, TestResult};
 
@@ -13,6 +15,13 @@ use crate::governance::isolated;
 
 type Scenario = (&'static str, fn(&Cluster) -> TestResult);
 
+/// On `Spec::FRACTIONAL`.
+pub const SLICES: &[Scenario] = &[(
+    "fractional::f03_slices_are_governed_per_type_borrowed_and_reclaimed_slice_by_slice",
+    slices_borrowed_and_reclaimed,
+)];
+
+/// On `Spec::TYPED`.
 pub const SCENARIOS: &[Scenario] = &[
     (
         "fractional::f01_gpu_shares_are_refused_where_teams_are_governed",
@@ -185,5 +194,105 @@ fn shards_held_at_zero(c: &Cluster) -> TestResult {
                 }),
             || format!("after the governor raised agents' H100 limit its GrpTRES is {tres:?}"),
         )
+    })
+}
+
+const SLICE: &str = "1g.10gb";
+
+/// `n` one-slice sleeps for `team`.
+fn slices(c: &Cluster, team: &str, n: usize) -> Result<Vec<String>, String> {
+    let gres = format!("--gres=gpu:{SLICE}:1");
+    (0..n)
+        .map(|_| c.sbatch(&["-A", team, "-p", "gpu", &gres, "--wrap", "sleep 3600"]))
+        .collect()
+}
+
+/// Slices each team holds now (its allocations' `gres/gpu:1g.10gb`).
+fn held_slices(c: &Cluster) -> Result<BTreeMap<String, u32>, String> {
+    let out = c.ok(
+        "squeue",
+        &["-h", "-t", "R,CG", "-O", "Account:|,tres-alloc:|"],
+    )?;
+    let mut held = BTreeMap::new();
+    for line in out.lines() {
+        let Some((team, tres)) = line.split_once('|') else {
+            continue;
+        };
+        for entry in tres.trim().trim_end_matches('|').split(',') {
+            if let Some(n) = entry.strip_prefix(&format!("gres/gpu:{SLICE}=")) {
+                let n: u32 = n.parse().map_err(|_| format!("bad TRES in {line:?}"))?;
+                *held.entry(team.trim().to_string()).or_insert(0) += n;
+            }
+        }
+    }
+    Ok(held)
+}
+
+fn wait_slices(c: &Cluster, team: &str, n: u32) -> TestResult {
+    c.wait_for(
+        &format!("{team} to hold {n} slices"),
+        Duration::from_secs(120),
+        || Ok((held_slices(c)?.get(team).copied().unwrap_or(0) == n).then_some(())),
+    )
+    .map_err(|e| format!("{e}\n{}", c.diagnosis()))
+}
+
+/// MIG-like slices (`1g.10gb`, a seventh of an A100, each a device of its own) are governed
+/// as a GPU type. inference (quota 4 slices, borrow limit 3) fills n1's 7 slices, 3 of them
+/// on dev's idle quota, and never holds more: its Slurm limit stays at 7 while an 8th waits.
+/// dev then takes its 3 back: exactly inference's 3 borrowed slices are requeued, and each of
+/// dev's jobs runs within 2 s.
+fn slices_borrowed_and_reclaimed(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let own = slices(c, "inference", 4)?;
+        wait_slices(c, "inference", 4)?;
+        let borrowed = slices(c, "inference", 3)?;
+        wait_slices(c, "inference", 7)?;
+        let eighth = slices(c, "inference", 1)?.remove(0);
+        for _ in 0..2 {
+            c.wait_governor_pass()?;
+        }
+        ensure(c.job_state(&eighth)? == "PENDING", || {
+            "inference ran an 8th slice beyond its 7".into()
+        })?;
+        let tres = grp_tres(c, "inference")?;
+        ensure(
+            tres.split(',').any(|e| e == format!("gres/gpu:{SLICE}=7")),
+            || format!("inference's GrpTRES is {tres:?}, expected its {SLICE} ceiling of 7"),
+        )?;
+
+        let mut latencies = Vec::new();
+        let mut dev = Vec::new();
+        for _ in 0..3 {
+            dev.push((slices(c, "dev", 1)?.remove(0), Instant::now()));
+        }
+        for (id, t0) in &dev {
+            c.wait_for(
+                &format!("dev's slice job {id} to run"),
+                Duration::from_secs(60),
+                || Ok((c.job_state(id)? == "RUNNING").then_some(())),
+            )
+            .map_err(|e| format!("{e}\n{}", c.diagnosis()))?;
+            latencies.push(t0.elapsed());
+        }
+        eprintln!("slice reclaim: sbatch to RUNNING of dev's 3 slices: {latencies:?}");
+        let slowest = latencies.iter().max().copied().unwrap_or_default();
+        ensure(slowest <= Duration::from_secs(2), || {
+            format!("an in-quota slice job took {slowest:?} to run (at most 2 s)")
+        })?;
+        wait_slices(c, "inference", 4)?;
+        for id in &own {
+            let st = c.job_state(id)?;
+            ensure(st == "RUNNING", || {
+                format!("inference's in-quota slice {id} is {st}")
+            })?;
+        }
+        for id in &borrowed {
+            let st = c.job_state(id)?;
+            ensure(st == "PENDING", || {
+                format!("inference's borrowed slice {id} is {st}, not requeued")
+            })?;
+        }
+        Ok(())
     })
 }

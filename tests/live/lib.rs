@@ -150,6 +150,21 @@ impl Spec {
         install: Install::Build,
     };
 
+    /// The cluster of the fractional-GPU scenarios (issue 30): n1 with one A100 cut into 7
+    /// MIG-like `1g.10gb` slices, n2 with one whole A100; tests/live/teamshare-fractional.toml.
+    pub const FRACTIONAL: Spec = Spec {
+        name: "teamshare-frac",
+        config: "teamshare-fractional.toml",
+        nodes: 2,
+        gpu_types: "1g.10gb:7 a100:1",
+        shards: "",
+        port_offset: 400,
+        metrics_addr: "127.0.0.1:29481",
+        dir_suffix: "-frac",
+        logs_suffix: "-frac",
+        install: Install::Build,
+    };
+
     /// The cluster of the packaging scenario: 1 node x 4 untyped GPUs, run by the installed
     /// Debian packages; tests/live/teamshare-packaged.toml.
     pub const PACKAGED: Spec = Spec {

@@ -57,6 +57,7 @@ fn main() -> std::process::ExitCode {
     // so do the placement ones.
     let typed_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
     let placement_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
+    let fractional_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
 
     let run = |cluster: &OnceLock<Result<Arc<Cluster>, String>>,
                spec: &Spec,
@@ -101,6 +102,10 @@ fn main() -> std::process::ExitCode {
                 Trial::test(name, move || run(&cluster, &Spec::PLACEMENT, f))
             }),
     );
+    trials.extend(fractional::SLICES.iter().map(|&(name, f)| {
+        let cluster = fractional_cluster.clone();
+        Trial::test(name, move || run(&cluster, &Spec::FRACTIONAL, f))
+    }));
     // Scenarios that start what they need themselves (the Debian packages and their cluster).
     trials.extend(packaging::SCENARIOS.iter().map(|&(name, f)| {
         Trial::test(name, move || {
@@ -116,6 +121,7 @@ fn main() -> std::process::ExitCode {
         shared_cluster.get(),
         typed_cluster.get(),
         placement_cluster.get(),
+        fractional_cluster.get(),
     ]
     .into_iter()
     .flatten()

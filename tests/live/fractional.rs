@@ -6,12 +6,12 @@
 //! and no GPU; sbatch itself refuses a job asking for both), so until shares are governed in GPU-equivalents a share in a governed
 //! partition is refused, at submit and at `scontrol update` (docs/design/fractional-gpus.md).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use teamshare_live_tests::{ensure, gres_text, Cluster, TestResult};
 
 use crate::governance::isolated;
+use crate::typed::{held, held_of};
 
 type Scenario = (&'static str, fn(&Cluster) -> TestResult);
 
@@ -36,12 +36,7 @@ pub const SCENARIOS: &[Scenario] = &[
 const SAYS: &str = "teamshare: GPU shares (gres/shard) are not counted in team quotas, so partitions gpu take whole GPUs only: --gres=gpu:N or --gpus=N";
 
 fn refused(r: Result<String, String>, what: &str) -> TestResult {
-    match r {
-        Ok(id) => Err(format!("{what} was accepted as job {id}")),
-        Err(e) => ensure(e.contains(SAYS), || {
-            format!("{what}: refusal {e:?} does not say {SAYS:?}")
-        }),
-    }
+    crate::governance::refused(r, what, SAYS)
 }
 
 fn shares_refused(c: &Cluster) -> TestResult {
@@ -207,32 +202,11 @@ fn slices(c: &Cluster, team: &str, n: usize) -> Result<Vec<String>, String> {
         .collect()
 }
 
-/// Slices each team holds now (its allocations' `gres/gpu:1g.10gb`).
-fn held_slices(c: &Cluster) -> Result<BTreeMap<String, u32>, String> {
-    let out = c.ok(
-        "squeue",
-        &["-h", "-t", "R,CG", "-O", "Account:|,tres-alloc:|"],
-    )?;
-    let mut held = BTreeMap::new();
-    for line in out.lines() {
-        let Some((team, tres)) = line.split_once('|') else {
-            continue;
-        };
-        for entry in tres.trim().trim_end_matches('|').split(',') {
-            if let Some(n) = entry.strip_prefix(&format!("gres/gpu:{SLICE}=")) {
-                let n: u32 = n.parse().map_err(|_| format!("bad TRES in {line:?}"))?;
-                *held.entry(team.trim().to_string()).or_insert(0) += n;
-            }
-        }
-    }
-    Ok(held)
-}
-
 fn wait_slices(c: &Cluster, team: &str, n: u32) -> TestResult {
     c.wait_for(
         &format!("{team} to hold {n} slices"),
         Duration::from_secs(120),
-        || Ok((held_slices(c)?.get(team).copied().unwrap_or(0) == n).then_some(())),
+        || Ok((held_of(&held(c)?, team, SLICE) == n).then_some(())),
     )
     .map_err(|e| format!("{e}\n{}", c.diagnosis()))
 }

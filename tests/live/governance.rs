@@ -393,7 +393,8 @@ fn min_runtime(c: &Cluster) -> TestResult {
     })
 }
 
-fn refused(r: Result<String, String>, what: &str, message: &str) -> TestResult {
+/// A submission that must have been refused with `message` in what sbatch said.
+pub fn refused(r: Result<String, String>, what: &str, message: &str) -> TestResult {
     match r {
         Ok(id) => Err(format!("{what}: job {id} was accepted")),
         Err(e) => ensure(e.contains(message), || {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use teamshare_live_tests::{ensure, gres_text, Cluster, TestResult};
 
-use crate::governance::isolated;
+use crate::governance::{isolated, refused};
 
 type Scenario = (&'static str, fn(&Cluster) -> TestResult);
 
@@ -54,7 +54,7 @@ fn submit(
 }
 
 /// GPUs each (team, type) holds now, from one squeue call (its allocation's typed TRES).
-fn held(c: &Cluster) -> Result<BTreeMap<(String, String), u32>, String> {
+pub(crate) fn held(c: &Cluster) -> Result<BTreeMap<(String, String), u32>, String> {
     let out = c.ok(
         "squeue",
         &["-h", "-t", "R,CG", "-O", "Account:|,tres-alloc:|"],
@@ -81,7 +81,7 @@ fn held(c: &Cluster) -> Result<BTreeMap<(String, String), u32>, String> {
     Ok(held)
 }
 
-fn held_of(h: &BTreeMap<(String, String), u32>, team: &str, gpu_type: &str) -> u32 {
+pub(crate) fn held_of(h: &BTreeMap<(String, String), u32>, team: &str, gpu_type: &str) -> u32 {
     h.get(&(team.to_string(), gpu_type.to_string()))
         .copied()
         .unwrap_or(0)
@@ -471,15 +471,6 @@ fn sample(c: &Cluster, stop: &AtomicBool) -> Result<Vec<String>, String> {
         return Err(format!("only {n} samples were taken"));
     }
     Ok(bad)
-}
-
-fn refused(r: Result<String, String>, what: &str, message: &str) -> TestResult {
-    match r {
-        Ok(id) => Err(format!("{what} was accepted as job {id}")),
-        Err(e) => ensure(e.contains(message), || {
-            format!("{what}: refusal {e:?} does not say {message:?}")
-        }),
-    }
 }
 
 /// Acceptance 4: the design's answer to untyped requests (docs/design/gpu-types.md):

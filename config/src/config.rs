@@ -419,6 +419,10 @@ impl Config {
             .flat_map(|team| team.quota.by_type.keys())
             .collect();
         for gpu_type in types {
+            if self.family_units(gpu_type).is_some() {
+                diagnostics.extend(self.over_family_capacity(gpu_type, capacity_by_type, &partitions));
+                continue;
+            }
             let capacity = capacity_by_type.get(gpu_type).copied().unwrap_or(0);
             let typed = self
                 .teams

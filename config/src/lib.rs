@@ -15,6 +15,7 @@
 mod config;
 mod diagnostic;
 mod duration;
+mod family;
 pub mod read;
 mod suggest;
 mod validate;
@@ -27,6 +28,7 @@ pub use crate::config::{
     IdlePolicy, IdleSharing, OnStaleState, PriorityClass, Quota, ReclaimMode, Slice, Team,
     WithinTeam, DEFAULT_GPU_TYPE,
 };
+pub use crate::family::{format_equivalents, names_type, Member};
 pub use crate::diagnostic::{ConfigError, Diagnostic, Diagnostics, Location};
 pub use crate::duration::{format_duration, parse_duration, parse_duration_ms};
 

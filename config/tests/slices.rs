@@ -132,26 +132,75 @@ fn a_slice_has_a_size_above_0_and_at_most_one_gpu() {
     assert_eq!(c.gpu_equivalents("s"), 1.0);
 }
 
-/// Until GPU-equivalents are governed, a quota or limit of a GPU type with slices would mean
-/// something else once they are: refused, with what to write instead.
+const FAMILY: &str = "[gpu_types.x]\nrate_per_hour = 1\n\n[gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"\n\n[gpu_types.\"3g.40gb\"]\nslices_of = \"a100\"\ngpus = \"3/7\"\n\n";
+
+/// A quota, borrow table or lend table naming a type with slices counts the family (the
+/// whole A100s and their slices) in GPU-equivalents: units of 1/7 here.
 #[test]
-fn a_quota_of_a_sliced_gpu_type_is_refused() {
-    for field in [
-        "quota = { a100 = 2 }",
-        "quota = { x = 1 }\nborrow_limit = { a100 = 1 }",
-        "quota = { x = 1 }\nlend_limit = { a100 = 1 }",
+fn a_sliced_type_in_a_team_figure_counts_its_family() {
+    let c = valid(&format!(
+        "{HEAD}{FAMILY}[[team]]\nname = \"t\"\nquota = {{ a100 = 2 }}\nborrow_limit = {{ a100 = 1 }}\nlend_limit = {{ a100 = 1 }}\n"
+    ));
+    let m = c.family_of("3g.40gb").expect("a member");
+    assert_eq!((m.whole, m.units, m.per_gpu), ("a100", 3, 7));
+    assert_eq!(c.family_of("a100").map(|m| m.units), Some(7));
+    assert_eq!(c.family_of("x"), None);
+    assert_eq!(
+        c.family_members("a100"),
+        vec![("a100", 7), ("1g.10gb", 1), ("3g.40gb", 3)]
+    );
+    assert_eq!(c.governed_families(), vec!["a100"]);
+    let t = &c.teams[0];
+    assert!(c.counts_family(t, "1g.10gb") && !c.counts_family(t, "x"));
+    assert_eq!(t.family_quota_units(&m), 14);
+    assert_eq!(t.family_borrow_units(&m), Some(7));
+    assert_eq!(t.family_lend_units(&m), 7);
+    // Slices counted one by one (by a team naming them) are not the family.
+    let c = valid(&format!("{HEAD}{FAMILY}[[team]]\nname = \"t\"\nquota = {{ \"1g.10gb\" = 3 }}\n"));
+    assert!(c.governed_families().is_empty());
+    assert!(!c.counts_family(&c.teams[0], "1g.10gb"));
+}
+
+/// A family team names the family, not also its slices; its borrow and lend limits say per
+/// type how much of the family they mean, since a number counts a slice as one GPU.
+#[test]
+fn a_family_team_names_neither_its_slices_nor_numbers() {
+    for (field, says) in [
+        ("quota = { a100 = 1, \"1g.10gb\" = 2 }", "names both `a100`"),
+        ("quota = { a100 = 1 }\nborrow_limit = { \"3g.40gb\" = 1 }", "its slice `3g.40gb`"),
+        ("quota = { a100 = 1 }\nborrow_limit = 2", "borrow_limit"),
+        ("quota = { a100 = 1 }\nborrow_limit = \"50%\"", "borrow_limit"),
+        ("quota = { a100 = 1 }\nlend_limit = 1", "lend_limit"),
     ] {
-        let p = one_problem(&format!(
-            "{HEAD}[gpu_types.x]\nrate_per_hour = 1\n\n[gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"\n\n[[team]]\nname = \"t\"\n{field}\n"
-        ));
-        assert!(
-            p.message
-                .contains("would count its slices (1g.10gb) in GPU-equivalents"),
-            "{field}: {p}"
-        );
-        assert!(
-            p.hint.as_deref().unwrap_or("").contains("`1g.10gb` = 7"),
-            "{field}: {p}"
-        );
+        let p = one_problem(&format!("{HEAD}{FAMILY}[[team]]\nname = \"t\"\n{field}\n"));
+        assert!(p.message.contains(says), "{field}: {p}");
     }
+    // Lending all or nothing needs no count.
+    for lend in ["lend = true", "lend = false"] {
+        valid(&format!("{HEAD}{FAMILY}[[team]]\nname = \"t\"\nquota = {{ a100 = 1 }}\n{lend}\n"));
+    }
+}
+
+/// Rule 1 for a family: its teams' quotas (the family's and its slice types', each at its
+/// size) against the family's GPUs, each at its size.
+#[test]
+fn a_family_quota_is_checked_against_the_family_capacity() {
+    use std::collections::BTreeMap;
+    let c = valid(&format!(
+        "{HEAD}{FAMILY}[[team]]\nname = \"a\"\nquota = {{ a100 = 1 }}\n\n[[team]]\nname = \"b\"\nquota = {{ \"1g.10gb\" = 3 }}\n"
+    ));
+    // One A100 cut into 7 slices: 1 GPU of capacity, 10/7 of quotas.
+    let cut: BTreeMap<String, u32> = [("1g.10gb".to_string(), 7)].into();
+    let d = c.check_capacity(7, &cut);
+    assert_eq!(d.len(), 1, "{d:#?}");
+    assert!(
+        d[0].message.contains("(1 3/7 GPU-equivalents)") && d[0].message.contains("capacity (1)"),
+        "{}",
+        d[0]
+    );
+    assert!(d[0].message.contains("team `b`"), "{}", d[0]);
+    // A second, whole A100 makes room: no whole A100 is needed for a family quota.
+    let more: BTreeMap<String, u32> = [("1g.10gb".to_string(), 7), ("a100".to_string(), 1)].into();
+    assert!(c.check_capacity(8, &more).is_empty());
+    assert_eq!(teamshare_config::format_equivalents(3, 7), "3/7");
 }

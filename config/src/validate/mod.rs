@@ -3,6 +3,7 @@
 //! The document is walked by hand rather than deserialised: a deserialiser stops at the first
 //! problem, and we want all of them, each at the key or value it is about.
 
+mod families;
 mod gpu_types;
 mod idle_policy;
 mod reader;
@@ -130,16 +131,6 @@ fn is_gres_type(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
-}
-
-/// The types declared slices of `gpu_type`'s GPUs, named in a list; `None` when none is.
-fn sliced(gpu_types: &BTreeMap<String, GpuType>, gpu_type: &str) -> Option<String> {
-    let names: Vec<&str> = gpu_types
-        .iter()
-        .filter(|(_, t)| t.slice.as_ref().is_some_and(|s| s.of == gpu_type))
-        .map(|(n, _)| n.as_str())
-        .collect();
-    (!names.is_empty()).then(|| names.join(", "))
 }
 
 /// `"50%"` -> 50.
@@ -421,6 +412,12 @@ impl Checker<'_> {
             .map(|field| self.borrow_limit(&field, quota.as_ref(), gpu_types))
             .unwrap_or((None, None));
         let (lend_limit, lend_by_type) = self.lend_limit(section, quota.as_ref(), gpu_types);
+        self.family_figures(
+            section,
+            quota.as_ref(),
+            [borrow_by_type.as_ref(), lend_by_type.as_ref()],
+            gpu_types,
+        );
         let weight = section
             .field("weight")
             .and_then(|field| {
@@ -536,17 +533,6 @@ impl Checker<'_> {
                     entry.key_span(),
                     format!("GPU type `{gpu_type}` in {} is not offered", entry.section),
                     hint,
-                );
-                by_type = None;
-            }
-            if let Some(slices) = sliced(gpu_types, gpu_type) {
-                self.error(
-                    entry.key_span(),
-                    format!(
-                        "{} of `{gpu_type}` would count its slices ({slices}) in GPU-equivalents, which teamshare does not govern yet",
-                        entry.section
-                    ),
-                    format!("give the slice types their own counts (e.g. `{}` = 7) and leave `{gpu_type}` out, or remove `slices_of` from them", slices.split(", ").next().unwrap_or(gpu_type)),
                 );
                 by_type = None;
             }

@@ -420,7 +420,11 @@ impl Config {
             .collect();
         for gpu_type in types {
             if self.family_units(gpu_type).is_some() {
-                diagnostics.extend(self.over_family_capacity(gpu_type, capacity_by_type, &partitions));
+                diagnostics.extend(self.over_family_capacity(
+                    gpu_type,
+                    capacity_by_type,
+                    &partitions,
+                ));
                 continue;
             }
             let capacity = capacity_by_type.get(gpu_type).copied().unwrap_or(0);

@@ -166,7 +166,11 @@ impl Config {
             .map(|(t, q)| format!("{} {}", t.name, eq(*q)))
             .collect::<Vec<_>>()
             .join(", ");
-        let types = members.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ");
+        let types = members
+            .iter()
+            .map(|(k, _)| *k)
+            .collect::<Vec<_>>()
+            .join(", ");
         Some(
             Diagnostic::new(
                 &culprit.location,

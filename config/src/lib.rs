@@ -28,9 +28,9 @@ pub use crate::config::{
     IdlePolicy, IdleSharing, OnStaleState, PriorityClass, Quota, ReclaimMode, Slice, Team,
     WithinTeam, DEFAULT_GPU_TYPE,
 };
-pub use crate::family::{format_equivalents, names_type, Member};
 pub use crate::diagnostic::{ConfigError, Diagnostic, Diagnostics, Location};
 pub use crate::duration::{format_duration, parse_duration, parse_duration_ms};
+pub use crate::family::{format_equivalents, names_type, Member};
 
 /// The configuration's file name; it lives beside `slurm.conf`.
 pub const FILE_NAME: &str = "teamshare.toml";

@@ -156,7 +156,9 @@ fn a_sliced_type_in_a_team_figure_counts_its_family() {
     assert_eq!(t.family_borrow_units(&m), Some(7));
     assert_eq!(t.family_lend_units(&m), 7);
     // Slices counted one by one (by a team naming them) are not the family.
-    let c = valid(&format!("{HEAD}{FAMILY}[[team]]\nname = \"t\"\nquota = {{ \"1g.10gb\" = 3 }}\n"));
+    let c = valid(&format!(
+        "{HEAD}{FAMILY}[[team]]\nname = \"t\"\nquota = {{ \"1g.10gb\" = 3 }}\n"
+    ));
     assert!(c.governed_families().is_empty());
     assert!(!c.counts_family(&c.teams[0], "1g.10gb"));
 }
@@ -167,9 +169,15 @@ fn a_sliced_type_in_a_team_figure_counts_its_family() {
 fn a_family_team_names_neither_its_slices_nor_numbers() {
     for (field, says) in [
         ("quota = { a100 = 1, \"1g.10gb\" = 2 }", "names both `a100`"),
-        ("quota = { a100 = 1 }\nborrow_limit = { \"3g.40gb\" = 1 }", "its slice `3g.40gb`"),
+        (
+            "quota = { a100 = 1 }\nborrow_limit = { \"3g.40gb\" = 1 }",
+            "its slice `3g.40gb`",
+        ),
         ("quota = { a100 = 1 }\nborrow_limit = 2", "borrow_limit"),
-        ("quota = { a100 = 1 }\nborrow_limit = \"50%\"", "borrow_limit"),
+        (
+            "quota = { a100 = 1 }\nborrow_limit = \"50%\"",
+            "borrow_limit",
+        ),
         ("quota = { a100 = 1 }\nlend_limit = 1", "lend_limit"),
     ] {
         let p = one_problem(&format!("{HEAD}{FAMILY}[[team]]\nname = \"t\"\n{field}\n"));
@@ -177,7 +185,9 @@ fn a_family_team_names_neither_its_slices_nor_numbers() {
     }
     // Lending all or nothing needs no count.
     for lend in ["lend = true", "lend = false"] {
-        valid(&format!("{HEAD}{FAMILY}[[team]]\nname = \"t\"\nquota = {{ a100 = 1 }}\n{lend}\n"));
+        valid(&format!(
+            "{HEAD}{FAMILY}[[team]]\nname = \"t\"\nquota = {{ a100 = 1 }}\n{lend}\n"
+        ));
     }
 }
 

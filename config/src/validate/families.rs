@@ -58,7 +58,10 @@ impl Checker<'_> {
                 );
             }
         }
-        for (key, form) in [("borrow_limit", "borrow_limit"), ("lend_limit", "lend_limit")] {
+        for (key, form) in [
+            ("borrow_limit", "borrow_limit"),
+            ("lend_limit", "lend_limit"),
+        ] {
             let Some(field) = section.field(key) else {
                 continue;
             };

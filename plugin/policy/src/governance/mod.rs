@@ -52,6 +52,7 @@ use crate::priority;
 
 mod allowance;
 mod displace;
+mod families;
 pub mod idleness;
 mod limits;
 mod nodes;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use teamshare_config::{Config, Team};
 
+use super::families::split_families;
 use super::pool::{new_state, plan_pool, PoolPlan};
 use super::queues::is_outside;
 use super::{ClusterJob, GovernInput, Phase, Plan, PoolState, PublishedState, TeamState};
@@ -36,9 +37,11 @@ fn outside_jobs(input: &GovernInput<'_>) -> Vec<u64> {
 /// victims only, and Slurm preempts only where the job can run, so victims of another type
 /// sharing a level are never candidates where each node carries one GPU type.
 pub(super) fn plan_typed(input: &GovernInput<'_>) -> Plan {
-    let config = input.config;
     let types = pool_types(input);
     let (pool_jobs, untyped) = jobs_by_pool(input, &types);
+    // Family figures split into per-type ones for this pass.
+    let split = split_families(input.config, &pool_jobs, input.capacity_by_type);
+    let config = split.as_ref().unwrap_or(input.config);
     let used = running_by_team_and_type(&pool_jobs);
     let mut merged = Plan {
         priorities: BTreeMap::new(),

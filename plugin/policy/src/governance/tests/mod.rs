@@ -958,4 +958,5 @@ fn young_victims_are_skipped_when_counting_what_a_reclaim_needs() {
 }
 
 /// Quotas per GPU type.
+mod families;
 mod typed;

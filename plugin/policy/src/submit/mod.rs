@@ -8,7 +8,9 @@ use crate::gres::{gpu_count, GpuCount, GresError, MAX_GPUS_PER_JOB};
 use crate::priority::{self, INTERNAL_QOS};
 use teamshare_config::{Config, OnStaleState, Team};
 
+mod ceiling;
 mod reject;
+pub(crate) use ceiling::{family_room, over_ceiling, over_family_ceiling};
 pub use reject::{RejectKind, Rejection};
 
 /// The parts of a job request that decide how many GPUs it will hold, copied out of Slurm's
@@ -253,7 +255,7 @@ impl HetJobTally {
             .or_insert(0);
         *sum = sum.saturating_add(admission.gpus);
         let asked = *sum;
-        if let Some(r) = over_ceiling(team, gpu_type, asked, || {
+        if let Some(r) = over_ceiling(config, team, gpu_type, asked, || {
             format!("the components of this heterogeneous job ask for {asked} together")
         }) {
             return Some(r);
@@ -267,7 +269,10 @@ impl HetJobTally {
             .filter(|((t, _), _)| *t == team.name)
             .map(|(_, n)| *n)
             .sum();
-        over_ceiling(team, None, all, || {
+        if let Some(r) = over_family_ceiling(config, team, gpu_type, &self.by_team) {
+            return Some(r);
+        }
+        over_ceiling(config, team, None, all, || {
             format!("the components of this heterogeneous job ask for {all} of all types together")
         })
     }
@@ -414,40 +419,6 @@ pub(crate) enum Screened<'c> {
     },
 }
 
-/// The most GPUs (of `gpu_type`, in a typed configuration) `team` may ever hold, with the
-/// quota and borrow limit it is made of; `None` without a borrow limit.
-pub(crate) fn team_ceiling(team: &Team, gpu_type: Option<&str>) -> Option<(u64, u32, u32)> {
-    let (quota, borrow) = match gpu_type {
-        Some(k) => (team.quota_of(k), team.borrow_limit_for(k)?),
-        None => (team.quota.total, team.borrow_limit?),
-    };
-    Some((u64::from(quota) + u64::from(borrow), quota, borrow))
-}
-
-/// The refusal of a job asking for more than `team` may ever hold.
-pub(crate) fn over_ceiling(
-    team: &Team,
-    gpu_type: Option<&str>,
-    asked: u64,
-    what: impl FnOnce() -> String,
-) -> Option<Rejection> {
-    let (ceiling, quota, borrow) = team_ceiling(team, gpu_type)?;
-    (asked > ceiling).then(|| {
-        let (kind, of) = match gpu_type {
-            Some(k) => (format!("{k} "), format!("{k} quota")),
-            None => (String::new(), "quota".to_string()),
-        };
-        reject(
-            RejectKind::OverTeamLimit,
-            format!(
-                "teamshare: team {} may hold at most {ceiling} {kind}GPUs ({of} {quota} + borrow limit {borrow}); {}",
-                team.name,
-                what()
-            ),
-        )
-    })
-}
-
 /// In a typed configuration, the one GPU type a governed request names; a refusal when it
 /// names none (or GPUs without a type beside typed ones), several, or one not governed.
 fn governed_type(config: &Config, gpus: &GpuCount) -> Result<Option<String>, Rejection> {
@@ -499,7 +470,7 @@ fn governed_type(config: &Config, gpus: &GpuCount) -> Result<Option<String>, Rej
     Ok(Some(k.clone()))
 }
 
-fn reject(kind: RejectKind, message: String) -> Rejection {
+pub(crate) fn reject(kind: RejectKind, message: String) -> Rejection {
     Rejection { kind, message }
 }
 
@@ -579,7 +550,7 @@ pub(crate) fn screen_request<'c>(
     };
 
     let gpu_type = governed_type(config, &gpus)?;
-    if let Some(r) = over_ceiling(team, gpu_type.as_deref(), gpus.total, || {
+    if let Some(r) = over_ceiling(config, team, gpu_type.as_deref(), gpus.total, || {
         format!("this job asks for {}", gpus.total)
     }) {
         return Err(r);
@@ -724,19 +695,24 @@ pub fn check_submit(config: &Config, req: &SubmitRequest, view: StateView<'_>) -
     // The pool the job is judged in: its type's, or all GPUs.
     let pool = gpu_type.as_deref().unwrap_or("");
     let (teams, victims, reclaim) = pool_state(state, gpu_type.as_deref());
-    let quota = match gpu_type.as_deref() {
-        Some(k) => team.quota_of(k),
-        None => team.quota.total,
+    let room = match gpu_type.as_deref() {
+        Some(k) if config.counts_family(team, k) => family_room(config, state, admitted, team, k),
+        _ => {
+            let quota = match gpu_type.as_deref() {
+                Some(k) => team.quota_of(k),
+                None => team.quota.total,
+            };
+            let (running, pending) = teams
+                .get(&team.name)
+                .map(|t| (t.running_gpus, t.pending_in_quota_gpus))
+                .unwrap_or((0, 0));
+            quota.saturating_sub(
+                running
+                    .saturating_add(pending)
+                    .saturating_add(admitted.team(pool, &team.name)),
+            )
+        }
     };
-    let (running, pending) = teams
-        .get(&team.name)
-        .map(|t| (t.running_gpus, t.pending_in_quota_gpus))
-        .unwrap_or((0, 0));
-    let room = quota.saturating_sub(
-        running
-            .saturating_add(pending)
-            .saturating_add(admitted.team(pool, &team.name)),
-    );
     // An array's tasks each ask for `gpus`: as many as may run at once and fit the room are
     // in quota (the record is ranked in quota when one is; the team's limit keeps the others
     // to what it may borrow).
@@ -905,5 +881,7 @@ fn class_names(config: &Config) -> String {
     }
 }
 
+#[cfg(test)]
+mod family_tests;
 #[cfg(test)]
 mod tests;

@@ -23,7 +23,7 @@ fn issue25_10_a_users_begin_time_is_never_overwritten_by_parking() {
 
 use crate::test_config::config;
 
-fn idle_state() -> PublishedState {
+pub(super) fn idle_state() -> PublishedState {
     PublishedState {
         bands: Default::default(),
         version: governance::STATE_VERSION,
@@ -62,7 +62,7 @@ fn check_submit(config: &Config, req: &SubmitRequest) -> Verdict {
     )
 }
 
-fn req(account: Option<&str>, ask: GpuAsk) -> SubmitRequest {
+pub(super) fn req(account: Option<&str>, ask: GpuAsk) -> SubmitRequest {
     SubmitRequest {
         waits: false,
         account: account.map(str::to_string),
@@ -614,7 +614,7 @@ fn typed_verdict(config: &Config, account: &str, spec: &str, admitted: &Admitted
     )
 }
 
-fn refusal(v: Verdict) -> (RejectKind, String) {
+pub(super) fn refusal(v: Verdict) -> (RejectKind, String) {
     match v {
         Verdict::Reject(r) => (r.kind, r.message),
         Verdict::Accept(a) => panic!("accepted: {a:?}"),

@@ -77,12 +77,12 @@ pub fn desired(config: &Config) -> Vec<AccountSpec> {
                 quota.insert(share.to_string(), 0);
             }
             for k in &types {
-                let b = t.borrow_limit_for(k);
-                gpu_limit.insert(
-                    (*k).to_string(),
-                    b.map(|b| u64::from(t.quota_of(k)) + u64::from(b)),
-                );
-                quota.insert((*k).to_string(), u64::from(t.quota_of(k)));
+                let (ceiling, own) = type_figures(config, t, k);
+                gpu_limit.insert((*k).to_string(), ceiling);
+                quota.insert((*k).to_string(), own);
+            }
+            if let Some(all) = family_total_ceiling(config, t, &types) {
+                gpu_limit.insert(String::new(), all);
             }
             AccountSpec {
                 name: t.name.clone(),
@@ -92,6 +92,69 @@ pub fn desired(config: &Config) -> Vec<AccountSpec> {
             }
         })
         .collect()
+}
+
+/// A team's ceiling and quota of GPU type `k`. Where the team counts `k`'s family in
+/// GPU-equivalents (docs/design/fractional-gpus.md), the ceiling is the most of `k` alone the
+/// family's quota and borrow limit allow, and the quota of a new account is the family's
+/// whole GPUs (its slices 0): the governor's first pass splits it between the types, so the
+/// limits never add up to more than the family's.
+fn type_figures(config: &Config, t: &teamshare_config::Team, k: &str) -> (Option<u64>, u64) {
+    match config.family_of(k).filter(|m| config.counts_family(t, m.whole)) {
+        Some(m) => {
+            let most = t
+                .family_borrow_units(&m)
+                .map(|b| (t.family_quota_units(&m) + b) / u64::from(m.units.max(1)));
+            let own = if m.whole == k { u64::from(t.quota_of(k)) } else { 0 };
+            (most, own)
+        }
+        None => {
+            let b = t.borrow_limit_for(k);
+            (
+                b.map(|b| u64::from(t.quota_of(k)) + u64::from(b)),
+                u64::from(t.quota_of(k)),
+            )
+        }
+    }
+}
+
+/// A family team's `gres/gpu` ceiling: its types' ceilings, each family counted once at its
+/// smallest slice (a slice is one `gres/gpu`); `None` for a team counting no family.
+fn family_total_ceiling(
+    config: &Config,
+    t: &teamshare_config::Team,
+    types: &[&str],
+) -> Option<Option<u64>> {
+    let families: BTreeSet<&str> = types
+        .iter()
+        .filter_map(|k| config.family_of(k))
+        .filter(|m| config.counts_family(t, m.whole))
+        .map(|m| m.whole)
+        .collect();
+    if families.is_empty() {
+        return None;
+    }
+    let mut all = 0u64;
+    for k in types {
+        if config.family_of(k).is_some_and(|m| families.contains(m.whole)) {
+            continue;
+        }
+        let Some(c) = type_figures(config, t, k).0 else {
+            return Some(None);
+        };
+        all = all.saturating_add(c);
+    }
+    for whole in families {
+        let per_gpu = config.family_units(whole)?;
+        let smallest = config.family_members(whole).iter().map(|(_, u)| *u).min()?;
+        let m = teamshare_config::Member { whole, units: per_gpu, per_gpu };
+        let Some(borrow) = t.family_borrow_units(&m) else {
+            return Some(None);
+        };
+        let units = t.family_quota_units(&m) + borrow;
+        all = all.saturating_add(units / u64::from(smallest.max(1)));
+    }
+    Some(Some(all))
 }
 
 /// `gres/gpu=4,gres/gpu:h100=2` (`none` when empty).
@@ -691,6 +754,51 @@ research||root|20|gres/gpu=0
             show_associations("c").display(),
             "sacctmgr -n -P show associations where cluster=c WOPLimits format=Account,User,ParentName,Fairshare,GrpTRES"
         );
+    }
+
+    /// A team counting the A100 family in GPU-equivalents (1 + borrow 1): each type's
+    /// ceiling is the most of it alone (14 slices, 2 whole), gres/gpu's counts every slice,
+    /// and a new account starts with its whole A100 and no slice (the governor splits).
+    #[test]
+    fn a_family_team_is_limited_per_member_type() {
+        let config = teamshare_config::parse(
+            r#"
+[cluster]
+name = "c"
+[gpu_types.a100]
+rate_per_hour = 2.8
+[gpu_types."1g.10gb"]
+slices_of = "a100"
+gpus = "1/7"
+[gpu_types.h100]
+rate_per_hour = 4
+[[team]]
+name = "inference"
+quota = { a100 = 1, h100 = 1 }
+borrow_limit = { a100 = 1 }
+[[team]]
+name = "dev"
+quota = { a100 = 1 }
+"#,
+            "t.toml",
+        )
+        .unwrap();
+        let mut want = desired(&config);
+        keep_known_shares(&mut want, "gres|gpu\n");
+        assert_eq!(
+            want[0].gpu_limit,
+            BTreeMap::from([
+                (String::new(), Some(15)),
+                ("1g.10gb".to_string(), Some(14)),
+                ("a100".to_string(), Some(2)),
+                ("h100".to_string(), Some(1))
+            ])
+        );
+        assert_eq!(want[0].quota["a100"], 1);
+        assert_eq!(want[0].quota["1g.10gb"], 0);
+        // No borrow limit: no ceiling.
+        assert_eq!(want[1].gpu_limit[""], None);
+        assert_eq!(want[1].gpu_limit["1g.10gb"], None);
     }
 
     #[test]

@@ -100,12 +100,19 @@ pub fn desired(config: &Config) -> Vec<AccountSpec> {
 /// whole GPUs (its slices 0): the governor's first pass splits it between the types, so the
 /// limits never add up to more than the family's.
 fn type_figures(config: &Config, t: &teamshare_config::Team, k: &str) -> (Option<u64>, u64) {
-    match config.family_of(k).filter(|m| config.counts_family(t, m.whole)) {
+    match config
+        .family_of(k)
+        .filter(|m| config.counts_family(t, m.whole))
+    {
         Some(m) => {
             let most = t
                 .family_borrow_units(&m)
                 .map(|b| (t.family_quota_units(&m) + b) / u64::from(m.units.max(1)));
-            let own = if m.whole == k { u64::from(t.quota_of(k)) } else { 0 };
+            let own = if m.whole == k {
+                u64::from(t.quota_of(k))
+            } else {
+                0
+            };
             (most, own)
         }
         None => {
@@ -136,7 +143,10 @@ fn family_total_ceiling(
     }
     let mut all = 0u64;
     for k in types {
-        if config.family_of(k).is_some_and(|m| families.contains(m.whole)) {
+        if config
+            .family_of(k)
+            .is_some_and(|m| families.contains(m.whole))
+        {
             continue;
         }
         let Some(c) = type_figures(config, t, k).0 else {
@@ -147,7 +157,11 @@ fn family_total_ceiling(
     for whole in families {
         let per_gpu = config.family_units(whole)?;
         let smallest = config.family_members(whole).iter().map(|(_, u)| *u).min()?;
-        let m = teamshare_config::Member { whole, units: per_gpu, per_gpu };
+        let m = teamshare_config::Member {
+            whole,
+            units: per_gpu,
+            per_gpu,
+        };
         let Some(borrow) = t.family_borrow_units(&m) else {
             return Some(None);
         };

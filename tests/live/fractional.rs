@@ -17,7 +17,7 @@ type Scenario = (&'static str, fn(&Cluster) -> TestResult);
 
 /// On `Spec::FRACTIONAL`.
 pub const SLICES: &[Scenario] = &[(
-    "fractional::f03_slices_are_governed_per_type_borrowed_and_reclaimed_slice_by_slice",
+    "fractional::f03_slices_under_quotas_in_gpu_equivalents_are_capped_borrowed_and_reclaimed_one_by_one",
     slices_borrowed_and_reclaimed,
 )];
 
@@ -211,29 +211,25 @@ fn wait_slices(c: &Cluster, team: &str, n: u32) -> TestResult {
     .map_err(|e| format!("{e}\n{}", c.diagnosis()))
 }
 
-/// MIG-like slices (`1g.10gb`, a seventh of an A100, each a device of its own) are governed
-/// as a GPU type. inference (quota 4 slices, borrow limit 3) fills n1's 7 slices, 3 of them
-/// on dev's idle quota, and never holds more: its Slurm limit stays at 7 while an 8th waits.
-/// dev then takes its 3 back: exactly inference's 3 borrowed slices are requeued, and each of
-/// dev's jobs runs within 2 s.
+/// MIG-like slices (`1g.10gb`, a seventh of an A100, each a device of its own) under quotas
+/// in GPU-equivalents. serve (quota 1 A100's worth, borrows nothing) runs 7 slices and no
+/// more while 14 stand idle: its 8th waits, and Slurm's limits say 7 slices and no whole A100.
+/// inference (1 + borrow 1) fills the 14: 7 of its quota and dev's 7 idle ones, borrowed; a
+/// 15th waits. dev then takes 3 back: exactly 3 of inference's borrowed slices are requeued,
+/// none of its own.
 fn slices_borrowed_and_reclaimed(c: &Cluster) -> TestResult {
     isolated(c, |c| {
-        let own = slices(c, "inference", 4)?;
-        wait_slices(c, "inference", 4)?;
-        let borrowed = slices(c, "inference", 3)?;
+        slices(c, "serve", 7)?;
+        wait_slices(c, "serve", 7)?;
+        let eighth = slices(c, "serve", 1)?.remove(0);
+        held_back(c, "serve", &eighth, &[(SLICE, 7), ("a100", 0)])?;
+
+        let own = slices(c, "inference", 7)?;
         wait_slices(c, "inference", 7)?;
-        let eighth = slices(c, "inference", 1)?.remove(0);
-        for _ in 0..2 {
-            c.wait_governor_pass()?;
-        }
-        ensure(c.job_state(&eighth)? == "PENDING", || {
-            "inference ran an 8th slice beyond its 7".into()
-        })?;
-        let tres = grp_tres(c, "inference")?;
-        ensure(
-            tres.split(',').any(|e| e == format!("gres/gpu:{SLICE}=7")),
-            || format!("inference's GrpTRES is {tres:?}, expected its {SLICE} ceiling of 7"),
-        )?;
+        let borrowed = slices(c, "inference", 7)?;
+        wait_slices(c, "inference", 14)?;
+        let fifteenth = slices(c, "inference", 1)?.remove(0);
+        held_back(c, "inference", &fifteenth, &[(SLICE, 14)])?;
 
         let mut latencies = Vec::new();
         let mut dev = Vec::new();
@@ -249,24 +245,44 @@ fn slices_borrowed_and_reclaimed(c: &Cluster) -> TestResult {
             .map_err(|e| format!("{e}\n{}", c.diagnosis()))?;
             latencies.push(t0.elapsed());
         }
+        // The time is the benchmark's to judge (reclaim-latency.sh MODE=slices); here, that
+        // dev's jobs run at all shows the reclaim, as no idle slice was left.
         eprintln!("slice reclaim: sbatch to RUNNING of dev's 3 slices: {latencies:?}");
-        let slowest = latencies.iter().max().copied().unwrap_or_default();
-        ensure(slowest <= Duration::from_secs(2), || {
-            format!("an in-quota slice job took {slowest:?} to run (at most 2 s)")
-        })?;
-        wait_slices(c, "inference", 4)?;
+        wait_slices(c, "inference", 11)?;
         for id in &own {
             let st = c.job_state(id)?;
             ensure(st == "RUNNING", || {
                 format!("inference's in-quota slice {id} is {st}")
             })?;
         }
-        for id in &borrowed {
-            let st = c.job_state(id)?;
-            ensure(st == "PENDING", || {
-                format!("inference's borrowed slice {id} is {st}, not requeued")
-            })?;
-        }
-        Ok(())
+        let requeued: Vec<&String> = borrowed
+            .iter()
+            .filter(|id| c.job_state(id).is_ok_and(|st| st == "PENDING"))
+            .collect();
+        ensure(requeued.len() == 3, || {
+            format!(
+                "{} of inference's borrowed slices were requeued, not 3: {requeued:?}",
+                requeued.len()
+            )
+        })
     })
+}
+
+/// `job` of `team` still waits after two governor passes, and the team's GrpTRES holds the
+/// given per-type ceilings.
+fn held_back(c: &Cluster, team: &str, job: &str, ceilings: &[(&str, u32)]) -> TestResult {
+    for _ in 0..2 {
+        c.wait_governor_pass()?;
+    }
+    ensure(c.job_state(job)? == "PENDING", || {
+        format!("{team} ran {job} beyond its ceiling")
+    })?;
+    let tres = grp_tres(c, team)?;
+    for (kind, n) in ceilings {
+        ensure(
+            tres.split(',').any(|e| e == format!("gres/gpu:{kind}={n}")),
+            || format!("{team}'s GrpTRES is {tres:?}, expected its {kind} ceiling of {n}"),
+        )?;
+    }
+    Ok(())
 }

@@ -150,13 +150,15 @@ impl Spec {
         install: Install::Build,
     };
 
-    /// The cluster of the fractional-GPU scenarios (issue 30): n1 with one A100 cut into 7
-    /// MIG-like `1g.10gb` slices, n2 with one whole A100; tests/live/teamshare-fractional.toml.
+    /// The cluster of the fractional-GPU scenarios (issue 30): n1, n2 and n3 each with one A100
+    /// cut into 7 MIG-like `1g.10gb` slices, n3 with a whole A100 too (4 GPU-equivalents);
+    /// tests/live/teamshare-fractional.toml, where every team counts the A100 family in
+    /// GPU-equivalents.
     pub const FRACTIONAL: Spec = Spec {
         name: "teamshare-frac",
         config: "teamshare-fractional.toml",
-        nodes: 2,
-        gpu_types: "1g.10gb:7 a100:1",
+        nodes: 3,
+        gpu_types: "1g.10gb:7 1g.10gb:7 a100:1+1g.10gb:7",
         shards: "",
         port_offset: 400,
         metrics_addr: "127.0.0.1:29481",

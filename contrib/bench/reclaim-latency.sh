@@ -39,10 +39,11 @@
 # node it can have, by preempting all four of ops' jobs there (ops stays at its quota). The
 # preempted column must list exactly those four.
 #
-# MODE=slices (issue 30): MIG-like slices, on 2 nodes (n1: one A100 cut into 7 `1g.10gb`
-# slices; n2: one whole A100) with tests/live/teamshare-fractional.toml. inference fills the 7
-# slices (its 4 of quota and 3 of dev's idle quota, borrowed); dev submits one slice of its
-# quota: exactly one of inference's borrowed slices must go.
+# MODE=slices (issue 30): MIG-like slices under quotas in GPU-equivalents, on 3 nodes (each
+# with one A100 cut into 7 `1g.10gb` slices, n3 with a whole A100 too) with
+# tests/live/teamshare-fractional.toml. serve fills 7 slices (its A100's worth), inference 14
+# (its 7 of quota and dev's 7 idle ones, borrowed); dev submits one slice of its quota:
+# exactly one of inference's borrowed slices must go.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -60,7 +61,7 @@ elif [[ $MODE == wholenode ]]; then
     CLUSTER_ENV=(NODES=3 CLUSTER_NAME=teamshare-place)
 elif [[ $MODE == slices ]]; then
     TOML=$BENCH_ROOT/tests/live/teamshare-fractional.toml
-    CLUSTER_ENV=(NODES=2 "GPU_TYPES=1g.10gb:7 a100:1" CLUSTER_NAME=teamshare-frac)
+    CLUSTER_ENV=(NODES=3 "GPU_TYPES=1g.10gb:7 1g.10gb:7 a100:1+1g.10gb:7" CLUSTER_NAME=teamshare-frac)
 fi
 [[ $(id -u) == 0 ]] || bench_die "run as root (the throwaway cluster runs as root)"
 
@@ -95,7 +96,7 @@ single) FILLER=training VICTIMS=4 CLAIMER=agents CLAIM_GRES=gpu:1 ;;
 spread) FILLER=research VICTIMS=6 CLAIMER=training CLAIM_GRES=gpu:3 ;;
 typed) FILLER=research VICTIMS=6 CLAIMER=research CLAIM_GRES=gpu:h100:1 ;;
 wholenode) FILLER=ops VICTIMS=4 CLAIMER=vision CLAIM_GRES=gpu:4 ;;
-slices) FILLER=inference VICTIMS=3 CLAIMER=dev CLAIM_GRES=gpu:1g.10gb:1 ;;
+slices) FILLER=inference VICTIMS=7 CLAIMER=dev CLAIM_GRES=gpu:1g.10gb:1 ;;
 *) bench_die "MODE is single, spread, typed, wholenode or slices, not $MODE" ;;
 esac
 if [[ $MODE == wholenode ]]; then
@@ -103,7 +104,7 @@ if [[ $MODE == wholenode ]]; then
 elif [[ $MODE == typed ]]; then
     filled() { [[ $(running research) -eq 6 && $(running agents) -eq 4 && $(victims) -eq $VICTIMS ]]; }
 elif [[ $MODE == slices ]]; then
-    filled() { [[ $(running inference) -eq 7 && $(victims) -eq $VICTIMS ]]; }
+    filled() { [[ $(running serve) -eq 7 && $(running inference) -eq 14 && $(victims) -eq $VICTIMS ]]; }
 else
     filled() { [[ $(running "$FILLER") -eq 8 && $(victims) -eq $VICTIMS ]]; }
 fi
@@ -134,7 +135,15 @@ for ((t = 1; t <= TRIALS; t++)); do
             ((i < 4)) && sbatch "${SB[@]}" -A agents --gres=gpu:h100:1 --wrap 'sleep 3600' >/dev/null
             continue
         elif [[ $MODE == slices ]]; then
-            ((i < 7)) && sbatch "${SB[@]}" -A inference --gres=gpu:1g.10gb:1 --wrap 'sleep 3600' >/dev/null
+            # serve's 7 first, then inference's 7 of quota and 7 borrowed.
+            if ((i == 0)); then
+                for team in serve inference inference; do
+                    for ((k = 0; k < 7; k++)); do
+                        sbatch "${SB[@]}" -A "$team" --gres=gpu:1g.10gb:1 --wrap 'sleep 3600' >/dev/null
+                    done
+                    [[ $team == serve ]] && wait_until 60 "serve's 7 slices running" bash -c "[[ \$(squeue -h -A serve -t R -o %i | wc -l) -eq 7 ]]"
+                done
+            fi
             continue
         elif [[ $MODE == spread ]]; then
             j=$(sbatch "${SB[@]}" -A "$FILLER" --gres=gpu:1 -w "n$((i % 2 + 1))" --wrap 'sleep 3600')

@@ -6,8 +6,8 @@
 //! so placement, victims and reclaim stay per type. What the family shares is the figures:
 //! - the quota goes to the team's running jobs first, in phase-1 order while they fit; then to
 //!   its ranked pending jobs, in its order while they fit and the type has capacity no other
-//!   quota holds; what is left goes to the types other teams wait for, then where most
-//!   capacity is free;
+//!   quota holds; what is left and lendable goes to the types other teams use (run or wait
+//!   for), the rest to those they do not, then where most capacity is free;
 //! - the borrow limit goes to its running jobs beyond the quota, then its pending ones;
 //! - the lend limit to the idle part of each type's quota.
 //!
@@ -170,14 +170,14 @@ fn split_family(
     for (s, j) in splits.iter_mut().zip(jobs) {
         quota_to_pending(s, j, members, &mut free);
     }
-    let waiting = waiting_units(jobs, members);
+    let used = use_units(jobs, members);
     let family = config.family_of(members[0].0);
     for ((s, mine), &i) in splits
         .iter_mut()
-        .zip(waiting_units_each(jobs, members))
+        .zip(use_units_each(jobs, members))
         .zip(teams)
     {
-        let others: Vec<u64> = waiting
+        let others: Vec<u64> = used
             .iter()
             .zip(&mine)
             .map(|(a, b)| a.saturating_sub(*b))
@@ -237,11 +237,14 @@ fn quota_to_pending(s: &mut Split, j: &TeamJobs, members: &[(&str, u32)], free: 
     }
 }
 
-/// Units each member type's ranked pending jobs ask for, per team.
-fn waiting_units_each(jobs: &[TeamJobs], members: &[(&str, u32)]) -> Vec<Vec<u64>> {
+/// Units of each member type a team's jobs hold or ask for (running, and ranked pending).
+fn use_units_each(jobs: &[TeamJobs], members: &[(&str, u32)]) -> Vec<Vec<u64>> {
     jobs.iter()
         .map(|j| {
             let mut w = vec![0u64; members.len()];
+            for &(m, gpus) in &j.running {
+                w[m] = w[m].saturating_add(units(members, m, gpus));
+            }
             for &(m, gpus, tasks) in &j.pending {
                 w[m] = w[m].saturating_add(units(members, m, gpus) * u64::from(tasks));
             }
@@ -251,8 +254,8 @@ fn waiting_units_each(jobs: &[TeamJobs], members: &[(&str, u32)]) -> Vec<Vec<u64
 }
 
 /// The same, over all the family's teams.
-fn waiting_units(jobs: &[TeamJobs], members: &[(&str, u32)]) -> Vec<u64> {
-    waiting_units_each(jobs, members)
+fn use_units(jobs: &[TeamJobs], members: &[(&str, u32)]) -> Vec<u64> {
+    use_units_each(jobs, members)
         .into_iter()
         .fold(vec![0u64; members.len()], |mut a, w| {
             a.iter_mut()
@@ -262,9 +265,10 @@ fn waiting_units(jobs: &[TeamJobs], members: &[(&str, u32)]) -> Vec<u64> {
         })
 }
 
-/// What is left of the quota: the part the team lends goes where other teams wait (it is
-/// lent there), the rest where they do not (so that it blocks no borrower), each then where
-/// most capacity is free; a remainder no type's GPU fits stays ungiven.
+/// What is left of the quota: the part the team lends goes where other teams run or wait
+/// (it is lent there, and stays there from pass to pass while they do), the rest where they
+/// do not (so that it blocks no borrower), each then where most capacity is free; a
+/// remainder no type's GPU fits stays ungiven.
 fn quota_left_over(
     s: &mut Split,
     members: &[(&str, u32)],

@@ -179,3 +179,21 @@ fn a_family_lend_limit_bounds_what_others_borrow_of_its_idle_quota() {
     let l = &p.type_limits["inference"];
     assert_eq!((l["1g.10gb"], l["a100"]), (14, 0), "{l:?}");
 }
+
+#[test]
+fn a_lent_family_quota_stays_where_it_is_lent() {
+    // inference runs 10 slices, 3 on dev's idle quota, and waits for nothing more. dev's
+    // lendable quota stays with the slices that run on it (not the whole A100s, where as
+    // much is free): when dev asks for a slice, Slurm's limit already lets it start and
+    // preempt, with no pass to wait for.
+    let c = family_config("1");
+    let jobs: Vec<ClusterJob> = (1..=10)
+        .map(|i| slice(running(i, "inference", 100 + i as i64)))
+        .collect();
+    let p = family_plan(&c, &jobs);
+    assert!(
+        p.type_limits["dev"]["1g.10gb"] >= 4,
+        "{:?}",
+        p.type_limits["dev"]
+    );
+}

@@ -539,6 +539,7 @@ mod per_type {
                     now: period.until + 1_000_000,
                     teams: teams.clone(),
                     typed_teams: BTreeMap::new(),
+                    families: Vec::new(),
                     quota_by_type: BTreeMap::new(),
                     partitions: vec!["gpu".into()],
                     rates: Rates::new(BTreeMap::from([

@@ -8,6 +8,7 @@
 
 pub mod cost;
 pub mod fairshare;
+pub mod family;
 pub mod usage;
 
 pub use cost::{
@@ -18,6 +19,7 @@ pub use fairshare::{
     decayed_seconds, decayed_usage, decayed_weighted_usage, factor, factors, hierarchy_factors,
     team_fair_shares, weights_from_config, Association, AssociationFairShare,
 };
+pub use family::FamilyQuotas;
 pub use usage::{
     peak_gpus, split_usage, split_usage_by_day, CapacityStep, DaySplit, Run, SplitTotals,
     TeamQuota, TeamSplit, UsageSplit, POOL,

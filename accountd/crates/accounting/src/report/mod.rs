@@ -201,6 +201,7 @@ mod tests {
             now: T0 + now_h * H,
             teams: vec![quota("a", 2, 2), quota("b", 4, 1), quota("c", 2, 2)],
             typed_teams: BTreeMap::new(),
+            families: Vec::new(),
             quota_by_type: BTreeMap::new(),
             partitions: vec!["gpu".into()],
             rates: Rates::new(BTreeMap::from([(DEFAULT_RATE.to_string(), 10.0)])),

@@ -51,6 +51,7 @@ fn params() -> UsageParams {
         now: T0 + 100 * H,
         teams: vec![quota("a", 2), quota("b", 4)],
         typed_teams: BTreeMap::new(),
+        families: Vec::new(),
         quota_by_type: BTreeMap::new(),
         partitions: vec!["gpu".into()],
         rates: Rates::new(BTreeMap::from([("default".to_string(), 10.0)])),

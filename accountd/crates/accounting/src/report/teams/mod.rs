@@ -35,6 +35,7 @@ mod compute;
 mod config_tests;
 mod cost;
 mod export;
+mod family_split;
 mod notes;
 mod split;
 #[cfg(test)]
@@ -46,6 +47,7 @@ use std::collections::BTreeMap;
 use teamshare_config::Config;
 
 use crate::model::cost::CostRule;
+use crate::model::family::FamilyQuotas;
 use crate::model::usage::TeamQuota;
 use crate::period::{Period, UnixSeconds};
 use crate::slurm_cli::slurm_name;
@@ -73,6 +75,9 @@ pub struct UsageParams {
     /// its quota Q_{T,k} and lend limit L_{T,k} of that type. Empty: an untyped configuration,
     /// whose split is on total quotas.
     pub typed_teams: BTreeMap<String, Vec<TeamQuota>>,
+    /// The GPU families some team counts in GPU-equivalents: each is split as one pool, in
+    /// units ([`FamilyQuotas`]); its member types' entries of `typed_teams` are not used.
+    pub families: Vec<FamilyQuotas>,
     /// The sum of the teams' typed quotas per GPU type (part of the capacity estimate where no
     /// capacity was recorded).
     pub quota_by_type: BTreeMap<String, u32>,
@@ -111,6 +116,7 @@ impl UsageParams {
             now,
             teams: TeamQuota::all_from_config(config),
             typed_teams: TeamQuota::typed_from_config(config),
+            families: FamilyQuotas::all_from_config(config),
             quota_by_type,
             partitions: config.cluster.partitions.clone(),
             rates: Rates::from_config(config),

@@ -10,6 +10,7 @@ use crate::model::usage::{
 
 use super::capacity::key_steps;
 use super::compute::ReportBasis;
+use super::family_split::split_family;
 use super::{RowKind, TeamRow};
 use crate::report::SECONDS_PER_HOUR;
 
@@ -21,8 +22,13 @@ pub(super) struct SplitRows {
 }
 
 impl SplitRows {
+    /// `name`'s row, if it has one.
+    pub(super) fn row(&self, name: &str) -> Option<&TeamRow> {
+        self.index.get(name).map(|&i| &self.rows[i])
+    }
+
     /// The index of `name`'s row, made empty if there is none yet.
-    fn of(&mut self, basis: &ReportBasis, name: &str) -> usize {
+    pub(super) fn of(&mut self, basis: &ReportBasis, name: &str) -> usize {
         let rows = &mut self.rows;
         *self.index.entry(name.to_string()).or_insert_with(|| {
             rows.push(TeamRow::empty(
@@ -56,7 +62,17 @@ pub(super) fn split_typed(
         .collect();
     let mut priced = Vec::with_capacity(basis.keys.len());
     let mut totals = SplitTotals::default();
+    let in_family = |key: &str| {
+        basis
+            .params
+            .families
+            .iter()
+            .any(|f| f.units_of(key).is_some())
+    };
     for (&key, &capacity) in basis.keys.iter().zip(&basis.capacity_seconds) {
+        if in_family(key) {
+            continue;
+        }
         let runs = key_runs
             .iter()
             .find(|(k, _)| *k == key)
@@ -88,6 +104,14 @@ pub(super) fn split_typed(
         totals.allocated += split.totals.allocated;
         totals.over_lendable += split.totals.over_lendable;
         priced.push(TypedUsage::from_split(key, basis.rate_of(key), &split));
+    }
+    for family in &basis.params.families {
+        let (p, t) = split_family(basis, family, key_runs, rows);
+        priced.extend(p);
+        totals.capacity += t.capacity;
+        totals.unallocated += t.unallocated;
+        totals.allocated += t.allocated;
+        totals.over_lendable += t.over_lendable;
     }
     (priced, totals)
 }

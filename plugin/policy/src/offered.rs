@@ -65,7 +65,14 @@ pub fn refusals(config: &Config, offered: &Offered) -> Vec<String> {
     let mut unknown: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for team in &config.teams {
         for (t, n) in &team.quota.by_type {
-            if *n > 0 && !types.contains(t.as_str()) {
+            // A family's quota (issue 30) is offered where any of its types is: an A100's
+            // worth may be slices only.
+            let offered = types.contains(t.as_str())
+                || config
+                    .family_members(t)
+                    .iter()
+                    .any(|(k, _)| types.contains(k));
+            if *n > 0 && !offered {
                 unknown
                     .entry(t.as_str())
                     .or_default()
@@ -172,5 +179,16 @@ mod tests {
         let why = refusal(&c, &h100_only).unwrap();
         assert!(why.contains("\"a100\" (the quota of a)"), "{why}");
         assert!(why.contains("types there: h100"), "{why}");
+    }
+
+    /// Issue 30: a family's quota (an A100's worth) is offered by slices alone.
+    #[test]
+    fn a_family_quota_is_offered_by_any_of_its_types() {
+        let text = "[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\n\n[gpu_types.a100]\nrate_per_hour = 1\n\n[gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"\n\n[[team]]\nname = \"a\"\nquota = { a100 = 1 }\n";
+        let c = config(text);
+        let sliced = offered(&[("gpu", 7, &[("1g.10gb", 7)])]);
+        assert!(refusal(&c, &sliced).is_none());
+        let other = offered(&[("gpu", 4, &[("h100", 4)])]);
+        assert!(refusal(&c, &other).is_some());
     }
 }

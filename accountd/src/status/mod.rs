@@ -38,6 +38,7 @@ use crate::capacity::Capacity;
 use crate::model::{split_usage, Run, TeamQuota, POOL};
 use crate::period::{format_local, Period, UnixSeconds};
 
+mod family;
 pub mod job;
 pub mod user;
 
@@ -195,6 +196,13 @@ pub fn read_state(path: &Path) -> Result<PublishedState, String> {
 /// The status at `input.now`, for every team, or for `team` alone (`None` when the
 /// configuration has no such team).
 pub fn status(input: &StatusInput<'_>, team: Option<&str>) -> Option<Status> {
+    // A team counting a GPU family in GPU-equivalents is shown per type as the governor's
+    // pass splits it.
+    let split = family::split_config(input);
+    let split_input = split
+        .as_ref()
+        .map(|config| family::with_config(input, config));
+    let input = split_input.as_ref().unwrap_or(input);
     let config = input.config;
     if let Some(name) = team {
         config.team(name)?;

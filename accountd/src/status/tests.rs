@@ -536,3 +536,48 @@ fn typed_quotas_have_a_line_per_type() {
     let cells: Vec<&str> = h100_line.split_whitespace().collect();
     assert_eq!(&cells[..6], ["training", "h100", "0", "2", "0", "2"]);
 }
+
+/// Issue 30: a team counting the A100 family in GPU-equivalents is shown per type as the
+/// governor's pass splits it: inference's A100's worth is its 7 running slices, 3 more are
+/// borrowed on dev's idle A100's worth, which shows them lent.
+#[test]
+fn a_family_quota_is_shown_as_the_pass_splits_it() {
+    let text = "\
+[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\n\n\
+[gpu_types.a100]\nrate_per_hour = 2.8\n\n\
+[gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"\n\n\
+[[team]]\nname = \"inference\"\nquota = { a100 = 1 }\nborrow_limit = { a100 = 1 }\n\n\
+[[team]]\nname = \"dev\"\nquota = { a100 = 1 }\n\n\
+[governance]\nstate_max_age = \"5s\"\n";
+    let config = config(text);
+    let mut cap = capacity(&[("n1", 7), ("n2", 7)]);
+    cap.by_type = BTreeMap::from([("1g.10gb".to_string(), 14)]);
+    for node in ["n1", "n2"] {
+        cap.per_node_types
+            .insert(node.into(), BTreeMap::from([("1g.10gb".to_string(), 7)]));
+    }
+    let mut jobs = running(1..11, "inference");
+    for j in &mut jobs {
+        j.gpu_type = Some("1g.10gb".into());
+    }
+    let split = teamshare_policy::governance::families::split_for(&config, &jobs, &cap.by_type)
+        .expect("a family");
+    let state = planned(&split, &cap, &jobs);
+    let s = run(&config, Ok(&state), &cap, &jobs, &[], None).unwrap();
+    let inference = team(&s, "inference");
+    let slices = inference
+        .by_type
+        .iter()
+        .find(|t| t.gpu_type == "1g.10gb")
+        .expect("a 1g.10gb line");
+    assert_eq!(
+        (
+            slices.figures.quota,
+            slices.figures.in_quota,
+            slices.figures.borrowed
+        ),
+        (7, 7, 3)
+    );
+    let dev_lent: f64 = team(&s, "dev").by_type.iter().map(|t| t.figures.lent).sum();
+    assert_eq!(dev_lent, 3.0);
+}

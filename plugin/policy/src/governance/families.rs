@@ -366,3 +366,23 @@ fn write_split(team: &mut Team, whole: &str, members: &[(&str, u32)], s: &Split)
 fn sum(m: &BTreeMap<String, u32>) -> u32 {
     m.values().fold(0u32, |a, n| a.saturating_add(*n))
 }
+
+/// The configuration a governor pass over `jobs` plans with, each family figure split per
+/// type as the pass splits it; `None` when no team counts a family. For tools that show the
+/// governor's figures (`accountd status`): jobs are placed by the type they name.
+pub fn split_for(
+    config: &Config,
+    jobs: &[ClusterJob],
+    capacity_by_type: &BTreeMap<String, u32>,
+) -> Option<Config> {
+    if config.governed_families().is_empty() {
+        return None;
+    }
+    let mut pool_jobs: BTreeMap<&str, Vec<ClusterJob>> = BTreeMap::new();
+    for j in jobs {
+        if let Some(k) = j.gpu_type.as_deref() {
+            pool_jobs.entry(k).or_default().push(j.clone());
+        }
+    }
+    split_families(config, &pool_jobs, capacity_by_type)
+}

@@ -52,7 +52,7 @@ use crate::priority;
 
 mod allowance;
 mod displace;
-mod families;
+pub mod families;
 pub mod idleness;
 mod limits;
 mod nodes;

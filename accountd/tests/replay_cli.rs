@@ -268,6 +268,30 @@ fn a_team_map_naming_teams_the_configuration_lacks_is_refused_with_their_names()
     );
 }
 
+/// Issue 30: the simulator models quotas per type; a configuration counting a GPU family in
+/// GPU-equivalents is refused (exit 2) rather than replayed as if an A100's worth were one
+/// whole A100.
+#[test]
+fn a_configuration_counting_a_gpu_family_is_refused() {
+    let dir = setup(false);
+    let family = CONFIG
+        .replace(
+            "[gpu_types.default]\nrate_per_hour = 2.0\n",
+            "[gpu_types.a100]\nrate_per_hour = 2.8\n\n[gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"\n",
+        )
+        .replace("quota = 4\n\n[[team]]", "quota = { a100 = 1 }\n\n[[team]]")
+        .replace("quota = 4\n\n[governance]", "quota = { \"1g.10gb\" = 7 }\n\n[governance]");
+    fs::write(dir.path().join("teamshare.toml"), &family).unwrap();
+    let out = run(dir.path(), &["--skip-calibration"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("counts the a100 family") && stderr.contains("replay does not model"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn an_unknown_wait_is_left_out_of_the_waits_and_its_run_still_counts() {
     let dir = setup(false);

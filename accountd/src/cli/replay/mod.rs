@@ -248,6 +248,7 @@ pub(super) fn run(
     // Every configuration is read before the long work starts.
     let current = current_settings(config, config_path, args)?;
     let candidates = candidates(config, config_path, args)?;
+    refuse_families(config_path, config, &candidates)?;
     if args.capacity_curve.is_some() && candidates.iter().all(|c| c.config.is_none()) {
         return Err(UsageError(
             "--capacity-curve replays simulated candidates: as-today alone has none".into(),
@@ -470,6 +471,28 @@ fn refuse_unknown_teams(
                 if missing.len() == 1 { "" } else { "s" },
                 path.display(),
                 missing.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A configuration counting a GPU family in GPU-equivalents (issue 30): the simulator models
+/// quotas per type, and would read an A100's worth as one whole A100 and no slice. Refused
+/// rather than replayed wrong.
+fn refuse_families(
+    config_path: &Path,
+    config: &Config,
+    candidates: &[Candidate],
+) -> Result<(), UsageError> {
+    let files = candidates
+        .iter()
+        .filter_map(|c| Some((c.path.as_deref()?, c.config.as_ref()?)));
+    for (path, cfg) in std::iter::once((config_path, config)).chain(files) {
+        if let Some(whole) = cfg.governed_families().first() {
+            return Err(UsageError(format!(
+                "{} counts the {whole} family (whole GPUs and their slices) in GPU-equivalents, which replay does not model yet; replay a copy that gives each slice type its own quota",
+                path.display()
             )));
         }
     }

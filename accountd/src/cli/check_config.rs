@@ -104,7 +104,11 @@ fn summary(path: &Path, config: &Config) -> String {
                     .quota
                     .by_type
                     .iter()
-                    .map(|(k, n)| format!("{k} {n}"))
+                    .map(|(k, n)| match config.family_units(k) {
+                        // A family counts in GPU-equivalents: its slices in any mix.
+                        Some(_) => format!("{k} family {n} GPU-equivalents"),
+                        None => format!("{k} {n}"),
+                    })
                     .collect();
                 format!("{} ({})", t.quota.total, parts.join(", "))
             } else {

@@ -130,4 +130,18 @@ fn check_config_shows_slices_with_their_size_and_rate() {
     let out = stdout(&o);
     assert!(out.contains("1g.10gb 10.00 (1/7 of h100)"), "{out}");
     assert!(out.contains("h100 70.00"), "{out}");
+    // A quota naming the sliced type counts its family in GPU-equivalents, and says so.
+    let family = sliced
+        .replace("quota = 2\n", "quota = { h100 = 2 }\nborrow_limit = { h100 = 1 }\n")
+        .replace("borrow_limit = 2\n", "")
+        .replace("quota = 4\n", "quota = { \"1g.10gb\" = 7 }\n");
+    let site = Site::new(&family);
+    let o = site.run(false, &["check-config"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("agents (quota 2 (h100 family 2 GPU-equivalents), borrow 1"),
+        "{out}"
+    );
+    assert!(out.contains("training (quota 7 (1g.10gb 7)"), "{out}");
 }

@@ -158,6 +158,14 @@ fn publish_pass(
                         LiveTeam {
                             gpu_limit: t.gpu_limit,
                             running_gpus: t.running_gpus,
+                            running_by_type: state
+                                .pools
+                                .iter()
+                                .filter_map(|(k, p)| {
+                                    let n = p.teams.get(team)?.running_gpus;
+                                    (n > 0).then(|| (k.clone(), n))
+                                })
+                                .collect(),
                         },
                     )
                 })

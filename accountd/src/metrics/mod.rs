@@ -59,10 +59,12 @@ pub enum MetricsError {
 }
 
 /// One team as the governor's last pass left it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LiveTeam {
     pub gpu_limit: u32,
     pub running_gpus: u32,
+    /// Its running GPUs per type, in a typed configuration (the pass's pools).
+    pub running_by_type: BTreeMap<String, u32>,
 }
 
 /// What the governor's actions left in Slurm, per team.
@@ -359,12 +361,77 @@ fn team_families(e: &Exposition, config: &Config, live: &Live) -> Result<(), pro
         &["team", "kind"],
     )?;
     for (team, t) in &live.teams {
-        let in_quota = t.running_gpus.min(quota(team).unwrap_or(0));
+        let in_quota = match config.team(team).filter(|c| counts_any_family(config, c)) {
+            // GPUs of types counted at different sizes: in quota in the proportion of the
+            // team's GPU-equivalents that are.
+            Some(c) => {
+                let (eq, in_eq) = equivalents(config, c, t);
+                if eq > 0.0 {
+                    (f64::from(t.running_gpus) * in_eq / eq + 1e-9).floor() as u32
+                } else {
+                    0
+                }
+            }
+            None => t.running_gpus.min(quota(team).unwrap_or(0)),
+        };
         f.sample(&[team, "in_quota"], f64::from(in_quota));
         f.sample(&[team, "borrowed"], f64::from(t.running_gpus - in_quota));
     }
+    equivalents_family(e, config, live)
+}
 
+/// `teamshare_gpu_equivalents_in_use` (issue 30): the GPUs in use where each slice counts at
+/// its size; the same as `teamshare_gpus_in_use` where no type is a slice.
+fn equivalents_family(
+    e: &Exposition,
+    config: &Config,
+    live: &Live,
+) -> Result<(), prometheus::Error> {
+    let f = e.family(
+        "teamshare_gpu_equivalents_in_use",
+        Kind::Gauge,
+        "GPU-equivalents held by the team's running jobs at the governor's last pass (a slice counts at its size, gpu_types slices_of/gpus; without slices, its GPUs), in quota and borrowed.",
+        &["team", "kind"],
+    )?;
+    for (team, t) in &live.teams {
+        let Some(c) = config.team(team) else {
+            continue;
+        };
+        let (eq, in_eq) = equivalents(config, c, t);
+        f.sample(&[team, "in_quota"], in_eq);
+        f.sample(&[team, "borrowed"], eq - in_eq);
+    }
     Ok(())
+}
+
+/// Whether a team's figures count a GPU family in GPU-equivalents.
+fn counts_any_family(config: &Config, team: &teamshare_config::Team) -> bool {
+    team.quota
+        .by_type
+        .keys()
+        .any(|k| config.family_units(k).is_some())
+}
+
+/// A team's running GPU-equivalents and those in its quota (its quota in equivalents: a
+/// family's count as is, a slice type's count at its size).
+fn equivalents(config: &Config, team: &teamshare_config::Team, t: &LiveTeam) -> (f64, f64) {
+    let typed: u32 = t.running_by_type.values().sum();
+    let eq = t
+        .running_by_type
+        .iter()
+        .map(|(k, n)| f64::from(*n) * config.gpu_equivalents(k))
+        .sum::<f64>()
+        + f64::from(t.running_gpus.saturating_sub(typed));
+    let quota: f64 = if team.quota.is_typed() {
+        team.quota
+            .by_type
+            .iter()
+            .map(|(k, n)| f64::from(*n) * config.gpu_equivalents(k))
+            .sum()
+    } else {
+        f64::from(team.quota.total)
+    };
+    (eq, eq.min(quota))
 }
 
 /// The month so far, from the database: usage, fair-share and cost.

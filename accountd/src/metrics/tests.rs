@@ -73,6 +73,7 @@ fn live_values_without_the_database() {
             LiveTeam {
                 gpu_limit: 4,
                 running_gpus: 3,
+                ..LiveTeam::default()
             },
         )]),
         displaced: BTreeMap::from([("agents\"x".to_string(), 2)]),
@@ -298,4 +299,48 @@ fn a_panicking_body_does_not_stop_the_server() {
         b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n",
     );
     assert!(second.ends_with("\r\n\r\nok\n"), "{second}");
+}
+
+/// Issue 30: a team counting the A100 family (1 A100's worth) runs 10 slices of 1/7: 10/7
+/// GPU-equivalents, 1 in quota and 3/7 borrowed; its 10 GPUs are 7 in quota and 3 borrowed.
+#[test]
+fn gpu_equivalents_in_use_where_some_type_is_a_slice() {
+    let config = teamshare_config::parse(
+        "[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\n\n\
+         [gpu_types.a100]\nrate_per_hour = 2.8\n\n\
+         [gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"\n\n\
+         [[team]]\nname = \"inference\"\nquota = { a100 = 1 }\nborrow_limit = { a100 = 1 }\n",
+        "t.toml",
+    )
+    .unwrap();
+    let live = Live {
+        teams: BTreeMap::from([(
+            "inference".to_string(),
+            LiveTeam {
+                gpu_limit: 14,
+                running_gpus: 10,
+                running_by_type: BTreeMap::from([("1g.10gb".to_string(), 10)]),
+            },
+        )]),
+        ..Live::default()
+    };
+    let text = render(&config, &live, None);
+    let sample = |kind: &str| {
+        let prefix =
+            format!("teamshare_gpu_equivalents_in_use{{kind=\"{kind}\",team=\"inference\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {kind} in {text}"))
+    };
+    assert!((sample("in_quota") - 1.0).abs() < 1e-9, "{text}");
+    assert!((sample("borrowed") - 3.0 / 7.0).abs() < 1e-9, "{text}");
+    assert!(
+        text.contains("teamshare_gpus_in_use{kind=\"in_quota\",team=\"inference\"} 7\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("teamshare_gpus_in_use{kind=\"borrowed\",team=\"inference\"} 3\n"),
+        "{text}"
+    );
 }

@@ -132,7 +132,10 @@ fn check_config_shows_slices_with_their_size_and_rate() {
     assert!(out.contains("h100 70.00"), "{out}");
     // A quota naming the sliced type counts its family in GPU-equivalents, and says so.
     let family = sliced
-        .replace("quota = 2\n", "quota = { h100 = 2 }\nborrow_limit = { h100 = 1 }\n")
+        .replace(
+            "quota = 2\n",
+            "quota = { h100 = 2 }\nborrow_limit = { h100 = 1 }\n",
+        )
         .replace("borrow_limit = 2\n", "")
         .replace("quota = 4\n", "quota = { \"1g.10gb\" = 7 }\n");
     let site = Site::new(&family);

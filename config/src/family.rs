@@ -45,6 +45,11 @@ impl Config {
     /// The family of `gpu_type`: its whole type, its worth and the whole GPU's, in units;
     /// `None` for a type without slices and not a slice.
     pub fn family_of<'c>(&'c self, gpu_type: &'c str) -> Option<Member<'c>> {
+        // Cheap where nothing is sliced (the plugin asks on every typed submission): no
+        // lookup by name.
+        if !self.has_slices() {
+            return None;
+        }
         let (whole, slice) = match self.gpu_types.get(gpu_type)?.slice.as_ref() {
             Some(s) => (s.of.as_str(), Some(s)),
             None => (gpu_type, None),

@@ -59,26 +59,29 @@ pub(crate) fn over_ceiling(
     }
     let (ceiling, quota, borrow) = team_ceiling(config, team, gpu_type)?;
     (asked > ceiling).then(|| {
-        let of = match gpu_type {
+        // One format! per refusal: a message built in pieces costs an allocation each.
+        let message = match gpu_type {
             Some(k) => match family(config, team, k) {
                 Some(m) => format!(
-                    "{} family quota {quota} + borrow limit {borrow} GPU-equivalents; a {k} is {} of a GPU",
+                    "teamshare: team {} may hold at most {ceiling} {k} GPUs ({} family quota {quota} + borrow limit {borrow} GPU-equivalents; a {k} is {} of a GPU); {}",
+                    team.name,
                     m.whole,
-                    size(&m)
+                    size(&m),
+                    what()
                 ),
-                None => format!("{k} quota {quota} + borrow limit {borrow}"),
+                None => format!(
+                    "teamshare: team {} may hold at most {ceiling} {k} GPUs ({k} quota {quota} + borrow limit {borrow}); {}",
+                    team.name,
+                    what()
+                ),
             },
-            None => format!("quota {quota} + borrow limit {borrow}"),
-        };
-        let kind = gpu_type.map_or(String::new(), |k| format!("{k} "));
-        reject(
-            RejectKind::OverTeamLimit,
-            format!(
-                "teamshare: team {} may hold at most {ceiling} {kind}GPUs ({of}); {}",
+            None => format!(
+                "teamshare: team {} may hold at most {ceiling} GPUs (quota {quota} + borrow limit {borrow}); {}",
                 team.name,
                 what()
             ),
-        )
+        };
+        reject(RejectKind::OverTeamLimit, message)
     })
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The demo: build, start a throwaway Slurm cluster (n1: 4 H100, n2: 4 A100) with the plugin
-# registered and the governor running, show the plugin's refusals, a team borrowing idle H100
-# beside its own A100 and two teams reclaiming their H100 quota by preemption (with the
-# timeline), then accountd's reports.
+# The demo: build, start a throwaway Slurm cluster (n1: 4 H100, n2: 4 A100, n3: a whole A30
+# and two A30s cut into 8 MIG-like slices) with the plugin registered and the governor running,
+# show the plugin's refusals, a team borrowing idle H100 beside its own A100 and two teams
+# reclaiming their H100 quota by preemption, a serving team on slices borrowing another team's
+# idle slices and giving one back (with the timeline), then accountd's reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -26,7 +27,7 @@ trap cleanup EXIT
 export TEAMSHARE_PLUGIN="$PWD/target/release/libjob_submit_teamshare.so"
 export TEAMSHARE_CONFIG="$PWD/contrib/demo/teamshare.toml"
 export ACCOUNTD="$PWD/target/release/accountd"
-export GPU_TYPES="h100 a100"
+export NODES=3 GPU_TYPES="h100 a100 a30:1+1g.6gb:8"
 contrib/cluster/start.sh "$dir"
 export SLURM_CONF="$dir/etc/slurm.conf"
 accountd() { "$ACCOUNTD" --config "$dir/etc/teamshare.toml" "$@"; }
@@ -39,8 +40,14 @@ teams() {
     python3 - "$dir/etc/state.json" "$dir/etc/teamshare.toml" <<'PY'
 import json, sys, tomllib
 s = json.load(open(sys.argv[1]))
-teams = tomllib.load(open(sys.argv[2], "rb"))["team"]
+conf = tomllib.load(open(sys.argv[2], "rb"))
+teams = conf["team"]
+# A family's quota is in GPU-equivalents: `accountd status` shows those pools as split.
+family = {k for k, t in conf["gpu_types"].items() if "slices_of" in t}
+family |= {t["slices_of"] for t in conf["gpu_types"].values() if "slices_of" in t}
 for k, pool in sorted(s["pools"].items()):
+    if k in family:
+        continue
     for t in teams:
         v = pool["teams"][t["name"]]
         q = t["quota"].get(k, 0) if isinstance(t["quota"], dict) else 0
@@ -106,6 +113,24 @@ if [ "$(squeue -h -A training -t R -o %b | grep -c ':a100:')" -ne 4 ]; then
     echo "demo: an H100 reclaim touched training's A100 jobs" >&2; exit 1
 fi
 
+step "MIG slices: serving (1 A30's worth = 4 slices of 1/4) fills n3's 8 slices: 4 in quota, 4 borrowed on training's idle A30 quota"
+for _ in 1 2 3 4 5 6 7 8; do submit serving 1g.6gb 300; done
+wait_running serving 1g.6gb 8
+sleep 1.5
+accountd status --team serving
+
+step "training takes one slice of its A30 quota back: Slurm preempts exactly one of serving's borrowed slices"
+t_submit=$(date +%s.%N)
+submit training 1g.6gb 300
+wait_running training 1g.6gb 1
+printf '   training running %.2f s after sbatch\n' "$(echo "$(date +%s.%N) - $t_submit" | bc)"
+sleep 1.5
+if [ "$(squeue -h -A serving -t R -o %b | grep -c ':1g.6gb:')" -ne 7 ]; then
+    echo "demo: a slice reclaim took more or less than one of serving's slices" >&2; exit 1
+fi
+accountd status --team serving
+accountd status --team training
+
 step "timeline (sacct, every run of every job; requeued jobs went back to the queue)"
 scancel "${ids[@]}"
 list=$(IFS=,; echo "${ids[*]}")
@@ -126,4 +151,4 @@ accountd report fairshare
 
 step "Prometheus metrics served by accountd run (a few of them)"
 python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:19477/metrics").read().decode())' |
-    grep -E '^teamshare_(quota_gpus|gpus_in_use|governor_requeues_total|month_preempted_runs|capacity_gpus)' | head -20
+    grep -E '^teamshare_(quota_gpus|gpus_in_use|gpu_equivalents_in_use|governor_requeues_total|month_preempted_runs|capacity_gpus)' | head -30

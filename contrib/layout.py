@@ -82,6 +82,8 @@ LAYERS = {
     "teamshare-config": ("config/src", "teamshare_config", [
         ["diagnostic", "duration", "suggest"],
         ["config", "read"],
+        # GPU families (a whole type and its slices) counted in GPU-equivalents.
+        ["family"],
         ["validate"],
     ]),
 }

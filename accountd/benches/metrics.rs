@@ -46,6 +46,7 @@ fn live() -> Live {
             let team = LiveTeam {
                 gpu_limit: 24,
                 running_gpus: (t as u32 * 7) % 30,
+                ..LiveTeam::default()
             };
             (format!("team{t:02}"), team)
         })

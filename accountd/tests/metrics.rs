@@ -398,6 +398,7 @@ fn the_exposition_is_well_formed_and_matches_the_reports() {
                 LiveTeam {
                     gpu_limit: 4,
                     running_gpus: 3,
+                    ..LiveTeam::default()
                 },
             ),
             (
@@ -405,6 +406,7 @@ fn the_exposition_is_well_formed_and_matches_the_reports() {
                 LiveTeam {
                     gpu_limit: 4,
                     running_gpus: 0,
+                    ..LiveTeam::default()
                 },
             ),
         ]),

@@ -94,26 +94,30 @@ pub(super) fn run(path: &Path, args: &CheckConfigArgs) -> anyhow::Result<ExitCod
     Ok(ExitStatus::Success.into())
 }
 
+/// A team's quota as the summary says it: `2 (h100 2, a100 family 1 GPU-equivalents)`.
+fn quota_text(config: &Config, t: &teamshare_config::Team) -> String {
+    if !t.quota.is_typed() {
+        return t.quota.total.to_string();
+    }
+    let parts: Vec<String> = t
+        .quota
+        .by_type
+        .iter()
+        .map(|(k, n)| match config.family_units(k) {
+            // A family counts in GPU-equivalents: its slices in any mix.
+            Some(_) => format!("{k} family {n} GPU-equivalents"),
+            None => format!("{k} {n}"),
+        })
+        .collect();
+    format!("{} ({})", t.quota.total, parts.join(", "))
+}
+
 fn summary(path: &Path, config: &Config) -> String {
     let teams: Vec<String> = config
         .teams
         .iter()
         .map(|t| {
-            let quota = if t.quota.is_typed() {
-                let parts: Vec<String> = t
-                    .quota
-                    .by_type
-                    .iter()
-                    .map(|(k, n)| match config.family_units(k) {
-                        // A family counts in GPU-equivalents: its slices in any mix.
-                        Some(_) => format!("{k} family {n} GPU-equivalents"),
-                        None => format!("{k} {n}"),
-                    })
-                    .collect();
-                format!("{} ({})", t.quota.total, parts.join(", "))
-            } else {
-                t.quota.total.to_string()
-            };
+            let quota = quota_text(config, t);
             let borrow = match t.borrow_limit {
                 Some(b) => b.to_string(),
                 None => "unlimited".to_string(),

@@ -451,6 +451,18 @@ fn candidates(
     Ok(out)
 }
 
+/// The configuration and every candidate read from a file, with where each was read.
+fn config_files<'a>(
+    config_path: &'a Path,
+    config: &'a Config,
+    candidates: &'a [Candidate],
+) -> impl Iterator<Item = (&'a Path, &'a Config)> {
+    let files = candidates
+        .iter()
+        .filter_map(|c| Some((c.path.as_deref()?, c.config.as_ref()?)));
+    std::iter::once((config_path, config)).chain(files)
+}
+
 /// A team map whose teams a configuration lacks: every job of those teams would be rejected
 /// by every candidate built on it, and the replay would say nothing useful about them.
 fn refuse_unknown_teams(
@@ -459,10 +471,7 @@ fn refuse_unknown_teams(
     config: &Config,
     candidates: &[Candidate],
 ) -> Result<(), UsageError> {
-    let files = candidates
-        .iter()
-        .filter_map(|c| Some((c.path.as_deref()?, c.config.as_ref()?)));
-    for (path, cfg) in std::iter::once((config_path, config)).chain(files) {
+    for (path, cfg) in config_files(config_path, config, candidates) {
         let missing = replay_model::teams_not_configured(trace, cfg);
         if !missing.is_empty() {
             return Err(UsageError(format!(
@@ -485,10 +494,7 @@ fn refuse_families(
     config: &Config,
     candidates: &[Candidate],
 ) -> Result<(), UsageError> {
-    let files = candidates
-        .iter()
-        .filter_map(|c| Some((c.path.as_deref()?, c.config.as_ref()?)));
-    for (path, cfg) in std::iter::once((config_path, config)).chain(files) {
+    for (path, cfg) in config_files(config_path, config, candidates) {
         if let Some(whole) = cfg.governed_families().first() {
             return Err(UsageError(format!(
                 "{} counts the {whole} family (whole GPUs and their slices) in GPU-equivalents, which replay does not model yet; replay a copy that gives each slice type its own quota",

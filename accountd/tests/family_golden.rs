@@ -4,16 +4,14 @@
 //! Every figure is worked out by hand in the comments, in units of 1/7 of an A100 where the
 //! family is split.
 
+mod golden_support;
+
 use std::collections::BTreeMap;
 
 use accountd::period::Period;
-use accountd::report::{compute_usage, TeamRow, TypeRow, UsageParams, UsageReport};
-use accountd::store::{CapacitySample, GpuTypes, RunUsage};
-
-const H: i64 = 3600;
-/// 2024-06-01T00:00:00Z: June has 30 days, 720 hours.
-const T0: i64 = 1_717_200_000;
-const MONTH: i64 = 720;
+use accountd::report::{compute_usage, TypeRow, UsageParams, UsageReport};
+use accountd::store::{CapacitySample, RunUsage};
+use golden_support::{of, row, run, H, MONTH, T0};
 
 /// A100 2.80/h, its slice 2.80 / 7 = 0.40/h; H100 5.00/h. Borrowed hours at list price; the
 /// idle cost of each type split by the teams' quotas.
@@ -49,18 +47,6 @@ quota = { h100 = 2 }
 borrowed_cost_factor = 1.0
 idle_cost_split = "quota-share"
 "#;
-
-fn run(id: i64, team: &str, gpu_type: &str, gpus: u64, from_h: i64, to_h: i64) -> RunUsage {
-    RunUsage {
-        id,
-        account: team.into(),
-        partition: "gpu".into(),
-        start: T0 + from_h * H,
-        end: Some(T0 + to_h * H),
-        gpus,
-        gpus_by_type: GpuTypes::new(&BTreeMap::from([(gpu_type.to_string(), gpus)])),
-    }
-}
 
 /// | run | team      | GPUs        | hours      | units (1/7 A100) |
 /// |-----|-----------|-------------|------------|------------------|
@@ -106,27 +92,6 @@ fn report() -> UsageReport {
     };
     let params = UsageParams::from_config(&config, period, T0 + 800 * H, Vec::new());
     compute_usage(&runs(), &capacity(), &params)
-}
-
-macro_rules! assert_close {
-    ($actual:expr, $expected:expr, $what:expr) => {{
-        let (a, e): (f64, f64) = ($actual, $expected);
-        assert!(
-            (a - e).abs() <= 1e-6 * e.abs().max(1.0),
-            "{}: got {a}, expected {e}",
-            $what
-        );
-    }};
-}
-
-fn row<'r>(r: &'r UsageReport, team: &str) -> &'r TeamRow {
-    r.row(team).unwrap_or_else(|| panic!("no row {team}"))
-}
-
-fn of<'r>(r: &'r UsageReport, team: &str, gpu_type: &str) -> &'r TypeRow {
-    row(r, team)
-        .of_type(gpu_type)
-        .unwrap_or_else(|| panic!("no {gpu_type} in {team}"))
 }
 
 /// The family split in units, capacity 14 throughout, quotas 7 + 7 (nothing unallocated):

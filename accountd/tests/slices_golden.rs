@@ -2,18 +2,14 @@
 //! half-way, two slice types (one priced by its size, one by its own rate), every figure
 //! worked out by hand in the comments.
 
+mod golden_support;
+
 use std::collections::BTreeMap;
 
 use accountd::period::Period;
-use accountd::report::{
-    compute_usage, render_teams, Format, TeamRow, TypeRow, UsageParams, UsageReport,
-};
-use accountd::store::{CapacitySample, GpuTypes, RunUsage};
-
-const H: i64 = 3600;
-/// 2024-06-01T00:00:00Z: June has 30 days, 720 hours.
-const T0: i64 = 1_717_200_000;
-const MONTH: i64 = 720;
+use accountd::report::{compute_usage, render_teams, Format, UsageParams, UsageReport};
+use accountd::store::{CapacitySample, RunUsage};
+use golden_support::{close, of, row, run, H, MONTH, T0};
 
 /// A100 at 2.80/h; its `1g.10gb` slice (1/7 of one) has no rate, so it costs 2.80 / 7 =
 /// 0.40/h; its `3g.40gb` slice (3/7) is priced by the site at 1.50/h (less than 3 x 0.40 =
@@ -57,18 +53,6 @@ quota = { h100 = 2 }
 borrowed_cost_factor = 1.0
 idle_cost_split = "idle-row"
 "#;
-
-fn run(id: i64, team: &str, gpu_type: &str, gpus: u64, from_h: i64, to_h: i64) -> RunUsage {
-    RunUsage {
-        id,
-        account: team.into(),
-        partition: "gpu".into(),
-        start: T0 + from_h * H,
-        end: Some(T0 + to_h * H),
-        gpus,
-        gpus_by_type: GpuTypes::new(&BTreeMap::from([(gpu_type.to_string(), gpus)])),
-    }
-}
 
 /// | run | team      | GPUs          | hours      |                                          |
 /// |-----|-----------|---------------|------------|------------------------------------------|
@@ -118,27 +102,6 @@ fn report() -> UsageReport {
     };
     let params = UsageParams::from_config(&config, period, T0 + 800 * H, Vec::new());
     compute_usage(&runs(), &capacity(), &params)
-}
-
-fn close(actual: f64, expected: f64) -> bool {
-    (actual - expected).abs() <= 1e-6 * expected.abs().max(1.0)
-}
-
-macro_rules! assert_close {
-    ($actual:expr, $expected:expr, $what:expr) => {{
-        let (a, e) = ($actual, $expected);
-        assert!(close(a, e), "{}: got {a}, expected {e}", $what);
-    }};
-}
-
-fn row<'r>(r: &'r UsageReport, team: &str) -> &'r TeamRow {
-    r.row(team).unwrap_or_else(|| panic!("no row {team}"))
-}
-
-fn of<'r>(r: &'r UsageReport, team: &str, gpu_type: &str) -> &'r TypeRow {
-    row(r, team)
-        .of_type(gpu_type)
-        .unwrap_or_else(|| panic!("no {gpu_type} in {team}"))
 }
 
 /// GPU-hours per row, and in GPU-equivalents:

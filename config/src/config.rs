@@ -50,6 +50,11 @@ pub enum IdleSharing {
 /// The `[gpu_types]` key that prices GPUs without a gres type.
 pub const DEFAULT_GPU_TYPE: &str = "default";
 
+/// The type that stands for Slurm's `gres/shard` (issue 30): a share of one GPU of the type
+/// its `slices_of` names, `gpus = "1/N"` for N shards per GPU. Slurm counts shards apart from
+/// `gres/gpu` and untyped (`gres/shard=16`), so there is one such type.
+pub const SHARE_TYPE: &str = "shard";
+
 /// `[gpu_types.<gres type>]`
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuType {
@@ -383,6 +388,12 @@ impl Config {
     /// Whether some type is declared a slice of another: GPU-hours then have equivalents.
     pub fn has_slices(&self) -> bool {
         self.gpu_types.values().any(|t| t.slice.is_some())
+    }
+
+    /// The shards' size and GPU type where `[gpu_types.shard]` governs `gres/shard`
+    /// ([`SHARE_TYPE`]); `None` where it does not (shares are then refused).
+    pub fn shares(&self) -> Option<&Slice> {
+        self.gpu_types.get(SHARE_TYPE)?.slice.as_ref()
     }
 
     /// Whether jobs may ask for `gpu_type` in a typed configuration: a type with a rate

@@ -141,8 +141,10 @@ impl Config {
     ) -> Option<Diagnostic> {
         let members = self.family_members(whole);
         let per_gpu = self.family_units(whole)?;
+        // Shards are shares of the whole type's GPUs, counted there already.
         let capacity: u64 = members
             .iter()
+            .filter(|(k, _)| *k != crate::config::SHARE_TYPE)
             .map(|(k, u)| u64::from(capacity_by_type.get(*k).copied().unwrap_or(0)) * u64::from(*u))
             .sum();
         let quotas: Vec<(&Team, u64)> = self

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 pub use crate::config::{
     AccountdSettings, ClusterSettings, Config, Governance, GpuType, IdleAction, IdleCostSplit,
     IdlePolicy, IdleSharing, OnStaleState, PriorityClass, Quota, ReclaimMode, Slice, Team,
-    WithinTeam, DEFAULT_GPU_TYPE,
+    WithinTeam, DEFAULT_GPU_TYPE, SHARE_TYPE,
 };
 pub use crate::diagnostic::{ConfigError, Diagnostic, Diagnostics, Location};
 pub use crate::duration::{format_duration, parse_duration, parse_duration_ms};

@@ -214,3 +214,60 @@ fn a_family_quota_is_checked_against_the_family_capacity() {
     assert!(c.check_capacity(8, &more).is_empty());
     assert_eq!(teamshare_config::format_equivalents(3, 7), "3/7");
 }
+
+const SHARDS: &str = "[gpu_types.shard]\nslices_of = \"a100\"\ngpus = \"1/4\"\n\n";
+
+/// `[gpu_types.shard]` governs Slurm's gres/shard: a quarter of an A100 in its family, priced
+/// at that part of its rate, and left out of the family's capacity (a shard is a share of
+/// GPUs counted already).
+#[test]
+fn shards_are_members_of_their_gpus_family_without_capacity_of_their_own() {
+    use std::collections::BTreeMap;
+    let c = valid(&format!(
+        "{HEAD}{SHARDS}[[team]]\nname = \"a\"\nquota = {{ a100 = 1 }}\n\n[[team]]\nname = \"b\"\nquota = {{ a100 = 1 }}\n"
+    ));
+    let shard = c.shares().expect("shards governed");
+    assert_eq!(
+        (shard.of.as_str(), shard.numerator, shard.denominator),
+        ("a100", 1, 4)
+    );
+    assert!((c.gpu_types["shard"].rate_per_hour - 0.7).abs() < 1e-9);
+    let m = c.family_of("shard").expect("in the a100 family");
+    assert_eq!((m.whole, m.units, m.per_gpu), ("a100", 1, 4));
+    // Two A100s offered as 8 shards hold two A100s' worth of quota, not four.
+    let two: BTreeMap<String, u32> = [("a100".to_string(), 2), ("shard".to_string(), 8)].into();
+    assert!(c.check_capacity(2, &two).is_empty());
+    let one: BTreeMap<String, u32> = [("a100".to_string(), 1), ("shard".to_string(), 4)].into();
+    let d = c.check_capacity(1, &one);
+    assert!(
+        d.iter()
+            .any(|d| d.message.contains("a100 family capacity (1)")),
+        "{d:#?}"
+    );
+    // Without the section, shards are not governed (and refused at submit).
+    assert!(valid(&format!("{HEAD}{TEAM}")).shares().is_none());
+}
+
+#[test]
+fn a_shard_type_is_one_equal_share_of_a_gpu_without_a_rate() {
+    for (section, says) in [
+        (
+            "[gpu_types.shard]\nslices_of = \"a100\"\ngpus = \"3/4\"\n",
+            "not 3/4",
+        ),
+        (
+            "[gpu_types.shard]\nslices_of = \"a100\"\ngpus = \"1/4\"\nrate_per_hour = 1\n",
+            "no rate of its own",
+        ),
+        ("[gpu_types.shard]\n", "stands for Slurm's gres/shard"),
+    ] {
+        let d = one_problem(&format!("{HEAD}{section}"));
+        assert!(d.message.contains(says), "{section}: {d}");
+        assert!(
+            d.hint
+                .as_deref()
+                .is_some_and(|h| h.contains("gpus = \"1/4\"")),
+            "{d}"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{GpuType, Slice, DEFAULT_GPU_TYPE};
+use crate::config::{GpuType, Slice, DEFAULT_GPU_TYPE, SHARE_TYPE};
 use crate::suggest::closest;
 
 use super::is_gres_type;
@@ -81,6 +81,9 @@ impl Checker<'_> {
         };
         self.unknown_keys(&mut section, GPU_TYPE_KEYS);
         let slice = self.slice(&section, name);
+        if name == SHARE_TYPE {
+            return (None, self.share(&section, field.key_span(), slice));
+        }
         // A slice costs its part of its GPU's rate unless it has its own (and one written
         // wrong is reported as such, not as a whole GPU without a rate).
         let says_slice = section.field("slices_of").is_some() || section.field("gpus").is_some();
@@ -108,6 +111,49 @@ impl Checker<'_> {
             return (None, slice);
         }
         (Some(rate), slice)
+    }
+
+    /// `[gpu_types.shard]`: Slurm's `gres/shard`, a share of one GPU of its `slices_of` type,
+    /// `gpus = "1/N"` for N shards per GPU. It has no rate of its own (a shard costs its part
+    /// of its GPU: Slurm counts the GPU's time, not the shard's use of it).
+    fn share(
+        &mut self,
+        section: &Section<'_>,
+        at: Option<super::Span>,
+        slice: Option<Written>,
+    ) -> Option<Written> {
+        const HINT: &str = "write [gpu_types.shard] with slices_of = \"a100\" (the GPUs shared) and gpus = \"1/4\" (4 shards per GPU, as gres.conf's Count)";
+        if let Some(f) = section.field("rate_per_hour") {
+            self.error(
+                f.span(),
+                "a shard has no rate of its own: it costs its part of its GPU's rate".to_owned(),
+                HINT,
+            );
+        }
+        let has_keys = section.field("slices_of").is_some() || section.field("gpus").is_some();
+        match slice {
+            Some(w) if w.numerator == 1 => Some(w),
+            Some(w) => {
+                self.error(
+                    section.field("gpus").and_then(|f| f.span()),
+                    format!(
+                        "a shard is one of the equal shares of a GPU: gpus = \"1/N\", not {}/{}",
+                        w.numerator, w.denominator
+                    ),
+                    HINT,
+                );
+                None
+            }
+            None if has_keys => None,
+            None => {
+                self.error(
+                    at,
+                    "[gpu_types.shard] stands for Slurm's gres/shard: it needs the GPU type it shares and its size".to_owned(),
+                    HINT,
+                );
+                None
+            }
+        }
     }
 
     /// `slices_of` and `gpus`, which go together; `None` when neither is given or either is

@@ -83,6 +83,23 @@ pub const MAX_GPUS_PER_JOB: u64 = 1 << 20;
 /// instead of a guess; so is text before `gres:` in an entry, which Slurm skips and reads the
 /// rest of.
 pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
+    gres_count(spec, "gpu")
+}
+
+/// The shards (`gres/shard`, issue 30) a TRES/GRES string names, in all: requests
+/// (`gres:shard:2`, `gres/shard:a100:1`), accounting (`gres/shard=3`) and a node's gres
+/// (`gres:shard:a100:16`), read as [`gpu_count`] reads GPUs. Slurm counts shards untyped in
+/// its TRES (`gres/shard=16`), so the type a request names is left out.
+pub fn shard_count(spec: &str) -> Result<u64, GresError> {
+    // Nearly every string names no shard: one pass over the bytes decides.
+    if !spec.as_bytes().windows(5).any(|w| w == b"shard") {
+        return Ok(0);
+    }
+    gres_count(spec, "shard").map(|c| c.total)
+}
+
+/// The count of GRES `gres` (`gpu`, `shard`) in a TRES/GRES string: see [`gpu_count`].
+fn gres_count(spec: &str, gres: &str) -> Result<GpuCount, GresError> {
     let mut untyped: Option<u64> = None;
     let mut typed: BTreeMap<String, u64> = BTreeMap::new();
     let mut accounting = false;
@@ -108,12 +125,13 @@ pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
             }
             None => split_request_count(entry),
         };
-        let rest = if let Some(r) = name.strip_prefix("gres/gpu") {
-            r
-        } else if let Some(r) = name.strip_prefix("gres:gpu") {
-            r
-        } else {
-            continue;
+        let rest = match name
+            .strip_prefix("gres/")
+            .or_else(|| name.strip_prefix("gres:"))
+            .and_then(|r| r.strip_prefix(gres))
+        {
+            Some(r) => r,
+            None => continue,
         };
         let gpu_type = match rest {
             "" => None,
@@ -284,6 +302,27 @@ mod tests {
 
     fn total(s: &str) -> u64 {
         gpu_count(s).unwrap().total
+    }
+
+    /// Issue 30: shards counted in every form, apart from GPUs; typed or not, one count.
+    #[test]
+    fn shards_are_counted_apart_from_gpus() {
+        for (spec, n) in [
+            ("gres:shard:2", 2),
+            ("gres/shard:a100:3", 3),
+            ("gres:shard", 1),
+            ("billing=1,cpu=1,gres/shard=3,node=1", 3),
+            ("gres:gpu:a100:4,gres:shard:a100:16", 16),
+            ("gres/shard:1,gres/shard:a100:2", 3),
+            ("gres/gpu:2", 0),
+            ("gres/shardx:1", 0),
+            ("gres/shard:0", 0),
+            ("", 0),
+        ] {
+            assert_eq!(shard_count(spec), Ok(n), "{spec}");
+        }
+        assert_eq!(total("gres:gpu:a100:4,gres:shard:a100:16"), 4);
+        assert!(shard_count("gres/shard=x").is_err());
     }
 
     #[test]

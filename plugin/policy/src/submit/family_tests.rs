@@ -34,6 +34,7 @@ fn state(slices: u32) -> PublishedState {
         ("1g.10gb".into(), 14),
         ("3g.40gb".into(), 4),
         ("a100".into(), 2),
+        ("shard".into(), 8),
     ]);
     for (k, n) in &s.capacity_by_type.clone() {
         let teams = if k == "1g.10gb" {
@@ -143,5 +144,35 @@ fn a_heterogeneous_job_is_held_to_its_family_ceiling_together() {
             && r.message.contains("ask for 2 1/7 together"),
         "{}",
         r.message
+    );
+}
+
+/// Issue 30: with `[gpu_types.shard]` a shard request is a job of type `shard`, judged in
+/// quarters of an A100 (the ceiling: 8 shards for 1 + 1 A100s' worth); more shards on a node
+/// than one GPU has is refused, since Slurm takes them from one GPU; without the section a
+/// shard is refused as before.
+#[test]
+fn governed_shards_are_judged_in_quarters_of_their_gpu() {
+    let text = FAMILY.replace(
+        "[gpu_types.\"3g.40gb\"]\nslices_of = \"a100\"\ngpus = \"3/7\"",
+        "[gpu_types.shard]\nslices_of = \"a100\"\ngpus = \"1/4\"",
+    );
+    let c = teamshare_config::parse(&text, "t.toml").unwrap();
+    let ok = verdict(&c, 0, "gres:shard:4");
+    let a = ok.admission().expect("admitted");
+    assert_eq!((a.gpus, a.gpu_type.as_deref()), (4, Some("shard")));
+    assert!(verdict(&c, 0, "gres/shard:a100:2").admission().is_some());
+    let (kind, msg) = refusal(verdict(&c, 0, "gres:shard:5"));
+    assert_eq!(kind, RejectKind::InvalidGres);
+    assert!(
+        msg.contains("5 shards on one node") && msg.contains("--gres=shard:4"),
+        "{msg}"
+    );
+    let (kind, _) = refusal(verdict(&c, 0, "gres:mps:50"));
+    assert_eq!(kind, RejectKind::GpuShare);
+    let plain = teamshare_config::parse(FAMILY, "t.toml").unwrap();
+    assert_eq!(
+        refusal(verdict(&plain, 0, "gres:shard:1")).0,
+        RejectKind::GpuShare
     );
 }

@@ -286,6 +286,39 @@ impl HetJobTally {
 /// `None` and an empty string are the same here (nothing asked for); a count of 0 is the same
 /// as no count.
 pub fn gpus_requested(ask: &GpuAsk) -> Result<GpuCount, GresError> {
+    requested(ask, gpu_count)
+}
+
+/// [`gpus_requested`] where `[gpu_types.shard]` governs shards: a request for shards and no
+/// GPU (Slurm takes no job asking both) counts its shards as GPUs of type
+/// [`SHARE_TYPE`](teamshare_config::SHARE_TYPE).
+pub fn shares_requested(ask: &GpuAsk) -> Result<GpuCount, GresError> {
+    let gpus = gpus_requested(ask)?;
+    if !gpus.is_zero() {
+        return Ok(gpus);
+    }
+    let shards = requested(ask, |s| {
+        let n = crate::gres::shard_count(s)?;
+        Ok(GpuCount {
+            total: n,
+            by_type: BTreeMap::new(),
+        })
+    })?
+    .total;
+    Ok(GpuCount {
+        total: shards,
+        by_type: [(teamshare_config::SHARE_TYPE.to_string(), shards)]
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+    })
+}
+
+/// The fewest of what `count` counts (GPUs, shards) the request can end up holding.
+fn requested(
+    ask: &GpuAsk,
+    count: impl Fn(&str) -> Result<GpuCount, GresError>,
+) -> Result<GpuCount, GresError> {
     let given = |v: Option<u32>| v.filter(|&n| n != 0);
     let nodes = u64::from(given(ask.min_nodes).unwrap_or(1));
     let tasks = match (given(ask.num_tasks), given(ask.ntasks_per_node)) {
@@ -304,7 +337,7 @@ pub fn gpus_requested(ask: &GpuAsk) -> Result<GpuCount, GresError> {
     ];
     for (spec, factor) in parts {
         if let Some(spec) = spec {
-            total.add(&gpu_count(spec)?.times(factor));
+            total.add(&count(spec)?.times(factor));
         }
     }
     Ok(total)
@@ -481,8 +514,12 @@ pub(crate) fn screen_request<'c>(
     config: &'c Config,
     req: &SubmitRequest,
 ) -> Result<Screened<'c>, Rejection> {
-    let gpus = gpus_requested(&req.gpus)
-        .map_err(|e| reject(RejectKind::InvalidGres, format!("teamshare: {e}")))?;
+    let gpus = if config.shares().is_some() {
+        shares_requested(&req.gpus)
+    } else {
+        gpus_requested(&req.gpus)
+    }
+    .map_err(|e| reject(RejectKind::InvalidGres, format!("teamshare: {e}")))?;
     if gpus.total > MAX_GPUS_PER_JOB {
         return Err(reject(
             RejectKind::InvalidGres,

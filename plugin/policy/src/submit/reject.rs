@@ -87,7 +87,12 @@ impl Rejection {
 
 /// A share of a GPU asked for in a governed partition is refused, whoever asks: quotas,
 /// limits and reclaim count whole GPUs, and Slurm counts shares apart from them.
+///
+/// Where `[gpu_types.shard]` governs shards (issue 30), a shard request is counted instead
+/// ([`super::shares_requested`]), and refused only where it asks for more shards on a node
+/// than one GPU has: Slurm takes a job's shards on a node from one GPU.
 pub(super) fn shares_refused(config: &Config, ask: &GpuAsk) -> Result<(), Rejection> {
+    let shares = config.shares();
     let share = [
         &ask.tres_per_job,
         &ask.tres_per_node,
@@ -96,7 +101,10 @@ pub(super) fn shares_refused(config: &Config, ask: &GpuAsk) -> Result<(), Reject
     ]
     .into_iter()
     .flatten()
-    .find_map(|spec| crate::gres::gpu_share(spec));
+    .find_map(|spec| crate::gres::gpu_share(spec).filter(|s| shares.is_none() || *s != "shard"));
+    if let (None, Some(size)) = (share, shares) {
+        return shards_per_node(config, ask, size.denominator, &size.of);
+    }
     match share {
         None => Ok(()),
         Some(name) => Err(Rejection::new(
@@ -107,4 +115,23 @@ pub(super) fn shares_refused(config: &Config, ask: &GpuAsk) -> Result<(), Reject
             ),
         )),
     }
+}
+
+/// A request for more shards on one node than one GPU of `of` has (`per_gpu`), refused.
+fn shards_per_node(config: &Config, ask: &GpuAsk, per_gpu: u32, of: &str) -> Result<(), Rejection> {
+    let per_node = ask
+        .tres_per_node
+        .as_deref()
+        .map_or(Ok(0), crate::gres::shard_count)
+        .unwrap_or(0);
+    if per_node <= u64::from(per_gpu) {
+        return Ok(());
+    }
+    Err(Rejection::new(
+        RejectKind::InvalidGres,
+        format!(
+            "teamshare: this job asks for {per_node} shards on one node, more than one {of} GPU has ({per_gpu}), and Slurm takes a job's shards on a node from one GPU; in partitions {} ask for at most --gres=shard:{per_gpu} per node, or for whole GPUs: --gres=gpu:{of}:N",
+            config.cluster.partitions.join(",")
+        ),
+    ))
 }

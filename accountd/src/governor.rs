@@ -27,9 +27,9 @@ use crate::slurm_write::{Begin, JobUpdate, RunningJob, SlurmWrite, WriteError};
 
 // The squeue reader lives in its own module; its public names stay reachable from here.
 pub use crate::squeue::{
-    address, expand_hostlist, grp_tres, parse_squeue, pending_reasons, read_records, read_squeue,
-    squeue_command, squeue_records, whole_address, Addresses, GovernorHold, Leaders, Records,
-    SqueueRead, Unreadable,
+    address, expand_hostlist, grp_tres, parse_squeue, pending_reasons, read_records,
+    read_records_with, read_squeue, squeue_command, squeue_records, whole_address, Addresses,
+    GovernorHold, Leaders, Records, SqueueRead, Unreadable,
 };
 use crate::squeue::{governor_holds, OUTSIDE_HOLD, UNHOLD_LIFTS_WITHIN_SECS, UNTYPED_HOLD};
 
@@ -256,24 +256,21 @@ impl SlurmReader {
 
     /// Read what a pass plans from: the governed capacity and the jobs of the governed
     /// partitions, through libslurm or with sinfo and squeue.
-    pub fn read(
-        &mut self,
-        partitions: &[String],
-        now: UnixSeconds,
-    ) -> Result<Reading, GovernError> {
-        self.read_fresh(partitions, now, false)
+    pub fn read(&mut self, config: &Config, now: UnixSeconds) -> Result<Reading, GovernError> {
+        self.read_fresh(config, now, false)
     }
 
     /// [`SlurmReader::read`]; with `nodes_held`, the nodes and partitions of the mark just
     /// taken ([`SlurmReader::change_mark`]) instead of asking for them again.
     fn read_fresh(
         &mut self,
-        partitions: &[String],
+        config: &Config,
         now: UnixSeconds,
         nodes_held: bool,
     ) -> Result<Reading, GovernError> {
+        let partitions = &config.cluster.partitions;
         let (capacity, records, slurm_calls) = self.read_records(partitions, nodes_held)?;
-        let mut r = reading(capacity, &records, slurm_calls, now);
+        let mut r = reading(config, capacity, &records, slurm_calls, now);
         if let SlurmReader::Libslurm(session) = self {
             r.partitions = Some(session.offered());
         }
@@ -284,12 +281,16 @@ impl SlurmReader {
     /// `accountd status` says why jobs wait; the governor's passes do without).
     pub fn read_with_reasons(
         &mut self,
-        partitions: &[String],
+        config: &Config,
         now: UnixSeconds,
     ) -> Result<(Reading, BTreeMap<u64, String>), GovernError> {
-        let (capacity, records, slurm_calls) = self.read_records(partitions, false)?;
+        let (capacity, records, slurm_calls) =
+            self.read_records(&config.cluster.partitions, false)?;
         let reasons = pending_reasons(&records);
-        Ok((reading(capacity, &records, slurm_calls, now), reasons))
+        Ok((
+            reading(config, capacity, &records, slurm_calls, now),
+            reasons,
+        ))
     }
 
     /// The capacity, the jobs' records, and the Slurm calls that took: typed records from
@@ -401,20 +402,28 @@ fn largest_nodes(cap: &capacity::Capacity) -> (u32, BTreeMap<String, u32>) {
     (cap.per_node.values().copied().max().unwrap_or(0), by_type)
 }
 
-/// A [`Reading`] of the capacity and the jobs' records.
+/// A [`Reading`] of the capacity and the jobs' records; where `config` governs shards
+/// (`[gpu_types.shard]`), they are GPUs of that type, in the capacity and in the jobs.
 fn reading(
+    config: &Config,
     capacity: capacity::Capacity,
     records: &Records,
     slurm_calls: u64,
     now: UnixSeconds,
 ) -> Reading {
+    let shares = config.shares().is_some();
+    let capacity = if shares {
+        capacity.with_shares()
+    } else {
+        capacity
+    };
     let node_gpus = capacity.per_node.values().copied().max().unwrap_or(0);
     let SqueueRead {
         jobs,
         unreadable,
         addresses,
         leaders,
-    } = read_records(records, now, node_gpus);
+    } = read_records_with(records, now, node_gpus, shares);
     Reading {
         capacity,
         jobs,
@@ -610,8 +619,7 @@ impl Governor {
         // counting its admissions made after it).
         let read_at_ms = period::now_ms();
         self.quiet.read(mark, started);
-        let partitions = &self.config.cluster.partitions;
-        let reading = self.reader.read_fresh(partitions, now, mark.is_some())?;
+        let reading = self.reader.read_fresh(&self.config, now, mark.is_some())?;
         let read = started.elapsed();
         let work = self.plan_pass(reading, now, read_at_ms, &mut report);
         report.slurm_calls += mark_calls;
@@ -730,7 +738,7 @@ impl Governor {
 
     /// Read what a pass plans from ([`SlurmReader::read`]).
     pub fn read(&mut self, now: UnixSeconds) -> Result<Reading, GovernError> {
-        self.reader.read(&self.config.cluster.partitions, now)
+        self.reader.read(&self.config, now)
     }
 
     /// The governor's holds that may go, each with whether the requeue delay left by the

@@ -48,7 +48,7 @@ pub(super) fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode
     let mut reader = accountd::governor::SlurmReader::from_env().map_err(UsageError)?;
     let now = period::now();
     let (reading, reasons) = reader
-        .read_with_reasons(&config.cluster.partitions, now)
+        .read_with_reasons(config, now)
         .context("cannot read Slurm's jobs and nodes")?;
     let state_file = &config.accountd.state_file;
     let state = status::read_state(state_file);

@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use teamshare_policy::gres::{gpu_count, GresError};
+use teamshare_config::SHARE_TYPE;
+use teamshare_policy::gres::{gpu_count, shard_count, GresError};
 
 use crate::parsable::{self, MalformedLine, Shape};
 use crate::slurm_cli::{SlurmCommand, SlurmCommandError};
@@ -39,6 +40,27 @@ pub struct Capacity {
     /// ever get (DESIGN §4 rule 7).
     pub unsettled_total: u32,
     pub unsettled_by_type: BTreeMap<String, u32>,
+    /// Shards (`gres/shard`) on each usable node that offers some: counted apart from its
+    /// GPUs, which they share, until [`Capacity::with_shares`] makes them a type.
+    pub shards_per_node: BTreeMap<String, u32>,
+}
+
+impl Capacity {
+    /// Where the configuration governs `gres/shard` (issue 30): the shards as GPUs of type
+    /// [`SHARE_TYPE`], in `by_type` and each node's types (not in the totals: a shard is a
+    /// share of a GPU counted there already).
+    pub fn with_shares(mut self) -> Capacity {
+        for (node, n) in std::mem::take(&mut self.shards_per_node) {
+            let e = self.by_type.entry(SHARE_TYPE.to_string()).or_insert(0);
+            *e = e.saturating_add(n);
+            self.per_node_types
+                .entry(node.clone())
+                .or_default()
+                .insert(SHARE_TYPE.to_string(), n);
+            self.shards_per_node.insert(node, n);
+        }
+        self
+    }
 }
 
 /// The sinfo invocation: one line per node and partition, `name|gres|compact state`.
@@ -88,6 +110,16 @@ pub fn is_unsettled(state: &str) -> bool {
 /// `%G` of sinfo (`gpu:h100:4(S:0-1),shard:8`, `gpu:2`, `(null)`) in the one GRES parser's
 /// request form.
 pub fn node_gpus(gres: &str) -> Result<teamshare_policy::gres::GpuCount, GresError> {
+    gpu_count(&node_gres_spec(gres))
+}
+
+/// The shards of a node's `%G`.
+pub fn node_shards(gres: &str) -> Result<u64, GresError> {
+    shard_count(&node_gres_spec(gres))
+}
+
+/// `%G` in the GRES parser's request form.
+fn node_gres_spec(gres: &str) -> String {
     // Drop the socket/index annotations in parentheses, which may contain commas themselves.
     let mut plain = String::with_capacity(gres.len());
     let mut depth = 0usize;
@@ -105,7 +137,7 @@ pub fn node_gpus(gres: &str) -> Result<teamshare_policy::gres::GpuCount, GresErr
         .filter(|e| !e.is_empty() && *e != "null")
         .map(|e| format!("gres:{e}"))
         .collect();
-    gpu_count(&spec.join(","))
+    spec.join(",")
 }
 
 pub fn parse_sinfo(text: &str) -> Result<Capacity, CapacityError> {
@@ -133,6 +165,11 @@ pub fn parse_sinfo(text: &str) -> Result<Capacity, CapacityError> {
             continue;
         }
         let gpus = node_gpus(gres).map_err(|e| malformed(e.to_string()))?;
+        let shards = node_shards(gres).map_err(|e| malformed(e.to_string()))?;
+        if shards > 0 {
+            cap.shards_per_node
+                .insert(name.to_string(), saturate(shards));
+        }
         cap.usable_nodes += 1;
         cap.total = cap.total.saturating_add(saturate(gpus.total));
         cap.per_node.insert(name.to_string(), saturate(gpus.total));

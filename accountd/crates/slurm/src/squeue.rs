@@ -6,10 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use teamshare_config::SHARE_TYPE;
 use teamshare_policy::array;
 use teamshare_policy::governance::{self, ClusterJob, Phase};
-use teamshare_policy::gres::{gpu_count, GpuCount};
-use teamshare_policy::submit::{gpus_requested, GpuAsk};
+use teamshare_policy::gres::{gpu_count, shard_count, GpuCount};
+use teamshare_policy::submit::{gpus_requested, shares_requested, GpuAsk};
 
 pub use crate::job_record::{JobRecord, JobState, Records};
 use crate::job_record::{Origin, TresAsk};
@@ -190,6 +191,18 @@ pub fn read_squeue(text: &str, now: UnixSeconds, node_gpus: u32) -> SqueueRead {
 /// (`--exclusive`) is given every GPU of each, so it asks for at least that many per node
 /// (issue 25, finding 7).
 pub fn read_records(records: &Records, now: UnixSeconds, node_gpus: u32) -> SqueueRead {
+    read_records_with(records, now, node_gpus, false)
+}
+
+/// [`read_records`]; with `shares` (the configuration governs `gres/shard`, issue 30), a job
+/// holding or asking for shards and no GPU is a job of that many GPUs of type
+/// [`SHARE_TYPE`]. Without, it holds no GPU, as before.
+pub fn read_records_with(
+    records: &Records,
+    now: UnixSeconds,
+    node_gpus: u32,
+    shares: bool,
+) -> SqueueRead {
     let mut jobs: Vec<ClusterJob> = Vec::new();
     let mut unreadable = Vec::new();
     let mut pending_ids = std::collections::BTreeSet::new();
@@ -210,7 +223,7 @@ pub fn read_records(records: &Records, now: UnixSeconds, node_gpus: u32) -> Sque
             JobState::Running | JobState::Completing | JobState::Suspended => Phase::Running,
             JobState::Other => continue,
         };
-        let mut job = record_job(r, phase, now, &mut bad);
+        let mut job = record_job(r, phase, now, shares, &mut bad);
         if phase == Phase::Pending && r.whole_node && job.gpus != governance::UNREADABLE_GPUS {
             job.gpus = job
                 .gpus
@@ -298,6 +311,7 @@ fn record_job(
     r: &JobRecord,
     phase: Phase,
     now: UnixSeconds,
+    shares: bool,
     mut bad: impl FnMut(&str),
 ) -> ClusterJob {
     let priority = r.priority.unwrap_or_else(|| {
@@ -308,7 +322,7 @@ fn record_job(
         bad("bad submit time (taken as now)");
         now
     });
-    let (gpus, gpu_type) = record_gpus(r, phase, bad);
+    let (gpus, gpu_type) = record_gpus(r, phase, shares, bad);
     // Held by teamshare's parking: priority 0 and teamshare's mark, which only an
     // administrator (or the governor) can write.
     let park_held = phase == Phase::Pending
@@ -357,9 +371,21 @@ fn record_job(
 
 /// The GPUs of a record and their type where there is one: a running job's allocation, a
 /// pending job's request.
-fn record_gpus(r: &JobRecord, phase: Phase, mut bad: impl FnMut(&str)) -> (u32, Option<String>) {
+fn record_gpus(
+    r: &JobRecord,
+    phase: Phase,
+    shares: bool,
+    mut bad: impl FnMut(&str),
+) -> (u32, Option<String>) {
     if phase == Phase::Running {
         return match gpu_count(&r.tres_alloc) {
+            Ok(c) if c.is_zero() && shares => match shard_count(&r.tres_alloc) {
+                Ok(0) | Err(_) => (0, None),
+                Ok(n) => (
+                    u32::try_from(n).unwrap_or(u32::MAX),
+                    Some(SHARE_TYPE.to_string()),
+                ),
+            },
             Ok(c) => (u32::try_from(c.total).unwrap_or(u32::MAX), one_type(&c)),
             Err(e) => {
                 // Slurm writes the allocation itself; counted as none rather than stop.
@@ -380,7 +406,12 @@ fn record_gpus(r: &JobRecord, phase: Phase, mut bad: impl FnMut(&str)) -> (u32, 
         ntasks_per_node: None,
         sockets_per_node: r.ask.sockets_per_node,
     };
-    match gpus_requested(&ask) {
+    let asked = if shares {
+        shares_requested(&ask)
+    } else {
+        gpus_requested(&ask)
+    };
+    match asked {
         Ok(c) => (
             u32::try_from(c.total).unwrap_or(governance::UNREADABLE_GPUS),
             one_type(&c),
@@ -495,11 +526,16 @@ fn one_type(count: &GpuCount) -> Option<String> {
 
 /// A team's GrpTRES: its GPUs in all and, in a typed configuration, of each type
 /// (`gres/gpu=5,gres/gpu:a100=2,gres/gpu:h100=3`). Slurm counts a typed request against both
-/// its type and `gres/gpu`.
+/// its type and `gres/gpu`. The shards' type ([`SHARE_TYPE`]) is `gres/shard`.
 pub fn grp_tres(total: u32, by_type: Option<&BTreeMap<String, u32>>) -> String {
     let mut tres = format!("gres/gpu={total}");
     for (k, n) in by_type.into_iter().flatten() {
-        tres.push_str(&format!(",gres/gpu:{k}={n}"));
+        if k == SHARE_TYPE {
+            // Shards are `gres/shard` to Slurm, untyped (issue 30).
+            tres.push_str(&format!(",gres/shard={n}"));
+        } else {
+            tres.push_str(&format!(",gres/gpu:{k}={n}"));
+        }
     }
     tres
 }

@@ -360,3 +360,48 @@ fn issue25_11_a_heterogeneous_job_is_one_job_acted_on_through_its_leader() {
         Some("8")
     );
 }
+
+/// Issue 30: where the configuration governs shards, a job holding or asking for shards and
+/// no GPU is that many GPUs of type `shard`; where it does not, it holds none, as before. A
+/// node's shards become that type only then.
+#[test]
+fn shard_jobs_are_of_the_shard_type_only_where_shards_are_governed() {
+    let text = "\
+21|serve|RUNNING|640000640|2026-11-30T03:13:02|2026-11-30T03:15:04|cpu=1,node=1,billing=1,gres/shard=3|N/A|gres:shard:3|N/A|1|1|None|1|n1|2026-11-30T03:16:00|21|N/A|N/A|*|OK|N/A|N/A|(null)|
+22|serve|PENDING|64000|2026-11-30T03:16:00|N/A|N/A|N/A|gres/shard:a100:2|N/A|2|2|Priority|1|n1|2026-11-30T03:16:00|22|N/A|N/A|*|OK|N/A|N/A|(null)|
+";
+    let records = squeue_records(text);
+    let governed = read_records_with(&records, 1_796_008_620, 4, true);
+    assert!(governed.unreadable.is_empty(), "{:?}", governed.unreadable);
+    let seen: Vec<(u32, Option<&str>)> = governed
+        .jobs
+        .iter()
+        .map(|j| (j.gpus, j.gpu_type.as_deref()))
+        .collect();
+    // Pending: 2 shards per node on 2 nodes.
+    assert_eq!(seen, [(3, Some("shard")), (4, Some("shard"))]);
+    let before = read_records(&records, 1_796_008_620, 4);
+    let seen: Vec<(u32, Option<&str>)> = before
+        .jobs
+        .iter()
+        .map(|j| (j.gpus, j.gpu_type.as_deref()))
+        .collect();
+    assert_eq!(seen, [(0, None), (0, None)]);
+
+    let cap = crate::capacity::parse_sinfo("n1|gpu:a100:2(S:0),shard:a100:8|idle\n").unwrap();
+    assert_eq!((cap.total, cap.by_type.get("shard")), (2, None));
+    let cap = cap.with_shares();
+    assert_eq!(
+        (cap.total, cap.by_type["shard"], cap.by_type["a100"]),
+        (2, 8, 2)
+    );
+    assert_eq!(cap.per_node_types["n1"]["shard"], 8);
+    assert_eq!(cap.per_node["n1"], 2, "shards are no GPUs of the node");
+    assert_eq!(
+        grp_tres(
+            2,
+            Some(&BTreeMap::from([("a100".into(), 2), ("shard".into(), 8)]))
+        ),
+        "gres/gpu=2,gres/gpu:a100=2,gres/shard=8"
+    );
+}

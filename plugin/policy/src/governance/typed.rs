@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use teamshare_config::{Config, Team};
+use teamshare_config::{Config, Team, SHARE_TYPE};
 
 use super::families::split_families;
 use super::pool::{new_state, plan_pool, PoolPlan};
@@ -112,7 +112,10 @@ fn node_type<'n>(
     node_types: &'n BTreeMap<String, BTreeMap<String, u32>>,
     node: &str,
 ) -> Option<&'n str> {
-    let mut kinds = node_types.get(node)?.iter().filter(|(_, n)| **n > 0);
+    let mut kinds = node_types
+        .get(node)?
+        .iter()
+        .filter(|(k, n)| **n > 0 && k.as_str() != SHARE_TYPE);
     let (t, _) = kinds.next()?;
     kinds.next().is_none().then_some(t.as_str())
 }
@@ -263,9 +266,14 @@ fn node_gpus_of_type(
 /// up to their gres/gpu limits; its lists and state join the others.
 fn merge_pool(merged: &mut Plan, k: &str, p: Plan) {
     merged.priorities.extend(p.priorities);
+    // Shards hold no `gres/gpu` (Slurm counts them apart): their limit is `gres/shard`'s
+    // alone, never part of the team's GPUs.
+    let gpus = k != SHARE_TYPE;
     for (team, limit) in p.gpu_limits {
         let e = merged.gpu_limits.entry(team.clone()).or_insert(0);
-        *e = e.saturating_add(limit);
+        if gpus {
+            *e = e.saturating_add(limit);
+        }
         merged
             .type_limits
             .entry(team)
@@ -285,6 +293,27 @@ fn merge_pool(merged: &mut Plan, k: &str, p: Plan) {
 
 /// Pool `k`'s state kept as the pool's, and added into the totals the plugin reads.
 fn merge_pool_state(st: &mut PublishedState, k: &str, pool: PublishedState) {
+    if k != SHARE_TYPE {
+        add_pool_totals(st, &pool);
+    }
+    st.victims.extend(pool.victims.iter().cloned());
+    st.pools.insert(
+        k.to_string(),
+        PoolState {
+            capacity: pool.capacity,
+            free_gpus: pool.free_gpus,
+            pending_in_quota_gpus: pool.pending_in_quota_gpus,
+            reclaim_gpus: pool.reclaim_gpus,
+            spare_gpus: pool.spare_gpus,
+            teams: pool.teams,
+            victims: pool.victims,
+        },
+    );
+}
+
+/// A pool's GPUs added into the totals the plugin reads (shards are not GPUs: their pool
+/// stays apart).
+fn add_pool_totals(st: &mut PublishedState, pool: &PublishedState) {
     st.free_gpus = st.free_gpus.saturating_add(pool.free_gpus);
     st.pending_in_quota_gpus = st
         .pending_in_quota_gpus
@@ -306,17 +335,4 @@ fn merge_pool_state(st: &mut PublishedState, k: &str, pool: PublishedState) {
             .saturating_add(ts.pending_in_quota_gpus);
         e.gpu_limit = e.gpu_limit.saturating_add(ts.gpu_limit);
     }
-    st.victims.extend(pool.victims.iter().cloned());
-    st.pools.insert(
-        k.to_string(),
-        PoolState {
-            capacity: pool.capacity,
-            free_gpus: pool.free_gpus,
-            pending_in_quota_gpus: pool.pending_in_quota_gpus,
-            reclaim_gpus: pool.reclaim_gpus,
-            spare_gpus: pool.spare_gpus,
-            teams: pool.teams,
-            victims: pool.victims,
-        },
-    );
 }

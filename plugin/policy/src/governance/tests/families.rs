@@ -197,3 +197,76 @@ fn a_lent_family_quota_stays_where_it_is_lent() {
         p.type_limits["dev"]
     );
 }
+
+/// Shards governed (`[gpu_types.shard]`, 4 to an A100): n1 with 2 A100, offered as 8 shards.
+fn shard_plan(config: &Config, jobs: &[ClusterJob]) -> Plan {
+    let node = BTreeMap::from([("a100".to_string(), 2), ("shard".to_string(), 8)]);
+    let node_types = BTreeMap::from([("n1".to_string(), node)]);
+    let by_type = BTreeMap::from([("a100".to_string(), 2), ("shard".to_string(), 8)]);
+    let node_gpus = BTreeMap::from([("n1".to_string(), 2)]);
+    plan(&GovernInput {
+        config,
+        capacity: 2,
+        jobs,
+        fairshare: &BTreeMap::new(),
+        now: 1_000,
+        now_ms: 1_000 * 1_000,
+        node_gpus: &node_gpus,
+        capacity_by_type: &by_type,
+        node_types: &node_types,
+        idle: &std::collections::BTreeSet::new(),
+    })
+}
+
+fn shard(mut j: ClusterJob) -> ClusterJob {
+    j.gpu_type = Some("shard".into());
+    j.nodes = vec!["n1".into()];
+    j
+}
+
+/// A shard is a quarter of an A100 in the family: inference (1 A100's worth, borrow 1) runs
+/// 6 shards, 4 in quota and 2 borrowed; its shard ceiling is a number of shards, never part
+/// of its `gres/gpu` total (a shard holds no `gres/gpu`); dev's claim of 4 shards, with 2
+/// free, prices exactly the borrowed shards below it.
+#[test]
+fn shards_are_counted_capped_and_reclaimed_in_quarters_of_a_gpu() {
+    let text = FAMILY.replace("BORROW", "1").replace(
+        "[gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"",
+        "[gpu_types.shard]\nslices_of = \"a100\"\ngpus = \"1/4\"",
+    );
+    let c = teamshare_config::parse(&text, "t.toml").expect("valid");
+    let mut jobs: Vec<ClusterJob> = (1..=6)
+        .map(|i| shard(running(i, "inference", 100 + i as i64)))
+        .collect();
+    let p = shard_plan(&c, &jobs);
+    let l = &p.type_limits["inference"];
+    let units = l.get("shard").copied().unwrap_or(0) + 4 * l.get("a100").copied().unwrap_or(0);
+    assert!((6..=8).contains(&units), "{l:?}");
+    assert_eq!(
+        p.gpu_limits["inference"],
+        l.get("a100").copied().unwrap_or(0)
+    );
+    assert_eq!(
+        p.state.teams["inference"].running_gpus, 0,
+        "shards are no GPUs"
+    );
+    assert_eq!(p.state.pools["shard"].teams["inference"].running_gpus, 6);
+    let victims: Vec<u64> = p.state.pools["shard"]
+        .victims
+        .iter()
+        .map(|v| v.job_id)
+        .collect();
+    assert_eq!(victims, [6, 5]);
+    jobs.extend((20..24).map(|i| shard(pending(i, "dev", 900 + i as i64))));
+    let p = shard_plan(&c, &jobs);
+    let first = level(p.priorities[&20]);
+    for id in 5..=6 {
+        assert!(level(p.priorities[&id]) < first, "victim {id}");
+    }
+    for id in 1..=4 {
+        assert!(
+            level(p.priorities[&id]) >= priority::PROTECTED_BASE,
+            "job {id}"
+        );
+    }
+}

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
-use teamshare_config::Config;
+use teamshare_config::{Config, SHARE_TYPE};
 use teamshare_policy::gres::gpu_count;
 
 use crate::parsable::{self, MalformedLine, Shape};
@@ -78,8 +78,10 @@ pub fn desired(config: &Config) -> Vec<AccountSpec> {
             }
             for k in &types {
                 let (ceiling, own) = type_figures(config, t, k);
-                gpu_limit.insert((*k).to_string(), ceiling);
-                quota.insert((*k).to_string(), own);
+                // Governed shards (`[gpu_types.shard]`) are `gres/shard` to Slurm.
+                let key = tres_key(k);
+                gpu_limit.insert(key.clone(), ceiling);
+                quota.insert(key, own);
             }
             if let Some(all) = family_total_ceiling(config, t, &types) {
                 gpu_limit.insert(String::new(), all);
@@ -125,8 +127,18 @@ fn type_figures(config: &Config, t: &teamshare_config::Team, k: &str) -> (Option
     }
 }
 
+/// The key of [`GpuLimits`] for GPU type `k`: the type, or `gres/shard` for the shards.
+fn tres_key(k: &str) -> String {
+    if k == SHARE_TYPE {
+        "gres/shard".to_string()
+    } else {
+        k.to_string()
+    }
+}
+
 /// A family team's `gres/gpu` ceiling: its types' ceilings, each family counted once at its
-/// smallest slice (a slice is one `gres/gpu`); `None` for a team counting no family.
+/// smallest slice (a slice is one `gres/gpu`; a shard is none); `None` for a team counting
+/// no family.
 fn family_total_ceiling(
     config: &Config,
     t: &teamshare_config::Team,
@@ -143,9 +155,10 @@ fn family_total_ceiling(
     }
     let mut all = 0u64;
     for k in types {
-        if config
-            .family_of(k)
-            .is_some_and(|m| families.contains(m.whole))
+        if *k == SHARE_TYPE
+            || config
+                .family_of(k)
+                .is_some_and(|m| families.contains(m.whole))
         {
             continue;
         }
@@ -156,7 +169,12 @@ fn family_total_ceiling(
     }
     for whole in families {
         let per_gpu = config.family_units(whole)?;
-        let smallest = config.family_members(whole).iter().map(|(_, u)| *u).min()?;
+        let smallest = config
+            .family_members(whole)
+            .iter()
+            .filter(|(k, _)| *k != SHARE_TYPE)
+            .map(|(_, u)| *u)
+            .min()?;
         let m = teamshare_config::Member {
             whole,
             units: per_gpu,
@@ -212,8 +230,12 @@ pub fn missing_tres(config: &Config, known: &str) -> Vec<String> {
     config
         .governed_types()
         .into_iter()
-        .filter(|k| !known.contains(format!("gpu:{k}").as_str()))
-        .map(|k| format!("gres/gpu:{k}"))
+        .map(|k| match k {
+            SHARE_TYPE => ("shard".to_string(), "gres/shard".to_string()),
+            k => (format!("gpu:{k}"), format!("gres/gpu:{k}")),
+        })
+        .filter(|(name, _)| !known.contains(name.as_str()))
+        .map(|(_, tres)| tres)
         .collect()
 }
 
@@ -813,6 +835,26 @@ quota = { a100 = 1 }
         // No borrow limit: no ceiling.
         assert_eq!(want[1].gpu_limit[""], None);
         assert_eq!(want[1].gpu_limit["1g.10gb"], None);
+    }
+
+    /// Governed shards are `gres/shard` to Slurm: the ceiling in shards (8 for 1 + 1 A100s'
+    /// worth at 4 per GPU), 0 on a new account, never in `gres/gpu`; slurmdbd must know it.
+    #[test]
+    fn governed_shards_get_a_gres_shard_ceiling() {
+        let text = "[cluster]\nname = \"c\"\n[gpu_types.a100]\nrate_per_hour = 2.8\n\
+            [gpu_types.shard]\nslices_of = \"a100\"\ngpus = \"1/4\"\n\
+            [[team]]\nname = \"inference\"\nquota = { a100 = 1 }\nborrow_limit = { a100 = 1 }\n";
+        let config = teamshare_config::parse(text, "t.toml").unwrap();
+        let want = desired(&config);
+        assert_eq!(want[0].gpu_limit["gres/shard"], Some(8));
+        assert_eq!(want[0].quota["gres/shard"], 0);
+        assert_eq!(want[0].gpu_limit[""], Some(2));
+        assert!(!want[0].gpu_limit.contains_key("shard"));
+        assert_eq!(
+            missing_tres(&config, "gres|gpu\ngres|gpu:a100\n"),
+            ["gres/shard"]
+        );
+        assert!(missing_tres(&config, "gres|gpu:a100\ngres|shard\n").is_empty());
     }
 
     #[test]

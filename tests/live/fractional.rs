@@ -1,10 +1,13 @@
-//! Fractional GPUs (issue 30). The shares run on the per-type cluster (`Spec::TYPED`), whose
-//! n3 offers its 4 H100 as 4 shards each (`gres/shard`, 16 in all) beside the whole GPUs; the
-//! MIG-like slices on a cluster of their own (`Spec::FRACTIONAL`, [`SLICES`]).
+//! Fractional GPUs (issue 30). Refused shares run on the per-type cluster (`Spec::TYPED`),
+//! whose n3 offers its 4 H100 as 4 shards each (`gres/shard`, 16 in all) beside the whole
+//! GPUs, and whose configuration declares no `[gpu_types.shard]`; the MIG-like slices on a
+//! cluster of their own (`Spec::FRACTIONAL`, [`SLICES`]); governed shards on another
+//! (`Spec::SHARDS`, [`SHARDS`]).
 //!
 //! Slurm counts a share apart from `gres/gpu` (a job with `--gres=shard:2` holds `gres/shard=2`
-//! and no GPU; sbatch itself refuses a job asking for both), so until shares are governed in GPU-equivalents a share in a governed
-//! partition is refused, at submit and at `scontrol update` (docs/design/fractional-gpus.md).
+//! and no GPU; sbatch itself refuses a job asking for both), so where the configuration does
+//! not govern shards in GPU-equivalents a share in a governed partition is refused, at submit
+//! and at `scontrol update` (docs/design/fractional-gpus.md).
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +22,12 @@ type Scenario = (&'static str, fn(&Cluster) -> TestResult);
 pub const SLICES: &[Scenario] = &[(
     "fractional::f03_slices_under_quotas_in_gpu_equivalents_are_capped_borrowed_and_reclaimed_one_by_one",
     slices_borrowed_and_reclaimed,
+)];
+
+/// On `Spec::SHARDS`.
+pub const SHARDS: &[Scenario] = &[(
+    "fractional::f04_shards_under_quotas_in_gpu_equivalents_are_counted_capped_borrowed_and_reclaimed_one_by_one",
+    shards_borrowed_and_reclaimed,
 )];
 
 /// On `Spec::TYPED`.
@@ -192,21 +201,40 @@ fn shards_held_at_zero(c: &Cluster) -> TestResult {
     })
 }
 
-const SLICE: &str = "1g.10gb";
+/// A part of a GPU a scenario runs jobs of: its type, as `held` names it, and how a job asks
+/// for one.
+#[derive(Clone, Copy)]
+struct Part {
+    kind: &'static str,
+    gres: &'static str,
+    /// How many make one A100's worth.
+    per_gpu: u32,
+}
 
-/// `n` one-slice sleeps for `team`.
-fn slices(c: &Cluster, team: &str, n: usize) -> Result<Vec<String>, String> {
-    let gres = format!("--gres=gpu:{SLICE}:1");
+const SLICE: Part = Part {
+    kind: "1g.10gb",
+    gres: "--gres=gpu:1g.10gb:1",
+    per_gpu: 7,
+};
+
+const SHARD: Part = Part {
+    kind: "shard",
+    gres: "--gres=shard:1",
+    per_gpu: 4,
+};
+
+/// `n` sleeps of one `part` each for `team`.
+fn parts(c: &Cluster, part: Part, team: &str, n: u32) -> Result<Vec<String>, String> {
     (0..n)
-        .map(|_| c.sbatch(&["-A", team, "-p", "gpu", &gres, "--wrap", "sleep 3600"]))
+        .map(|_| c.sbatch(&["-A", team, "-p", "gpu", part.gres, "--wrap", "sleep 3600"]))
         .collect()
 }
 
-fn wait_slices(c: &Cluster, team: &str, n: u32) -> TestResult {
+fn wait_parts(c: &Cluster, part: Part, team: &str, n: u32) -> TestResult {
     c.wait_for(
-        &format!("{team} to hold {n} slices"),
+        &format!("{team} to hold {n} of {}", part.kind),
         Duration::from_secs(120),
-        || Ok((held_of(&held(c)?, team, SLICE) == n).then_some(())),
+        || Ok((held_of(&held(c)?, team, part.kind) == n).then_some(())),
     )
     .map_err(|e| format!("{e}\n{}", c.diagnosis()))
 }
@@ -218,27 +246,41 @@ fn wait_slices(c: &Cluster, team: &str, n: u32) -> TestResult {
 /// 15th waits. dev then takes 3 back: exactly 3 of inference's borrowed slices are requeued,
 /// none of its own.
 fn slices_borrowed_and_reclaimed(c: &Cluster) -> TestResult {
-    isolated(c, |c| {
-        slices(c, "serve", 7)?;
-        wait_slices(c, "serve", 7)?;
-        let eighth = slices(c, "serve", 1)?.remove(0);
-        held_back(c, "serve", &eighth, &[(SLICE, 7), ("a100", 0)])?;
+    parts_borrowed_and_reclaimed(c, SLICE)
+}
 
-        let own = slices(c, "inference", 7)?;
-        wait_slices(c, "inference", 7)?;
-        let borrowed = slices(c, "inference", 7)?;
-        wait_slices(c, "inference", 14)?;
-        let fifteenth = slices(c, "inference", 1)?.remove(0);
-        held_back(c, "inference", &fifteenth, &[(SLICE, 14)])?;
+/// Shares of a GPU (`gres/shard`, 4 per A100) counted in GPU-equivalents, on a cluster of
+/// three A100s offering 12 shards: the same story as [`slices_borrowed_and_reclaimed`], with
+/// 4 shards to an A100's worth. serve runs 4 shards and no more while 8 stand idle (Slurm's
+/// `gres/shard` limit says 4); inference fills the 8 (4 borrowed of dev's idle quota); dev
+/// takes 3 back, requeueing exactly 3 of inference's borrowed shards.
+fn shards_borrowed_and_reclaimed(c: &Cluster) -> TestResult {
+    parts_borrowed_and_reclaimed(c, SHARD)
+}
+
+fn parts_borrowed_and_reclaimed(c: &Cluster, part: Part) -> TestResult {
+    let n = part.per_gpu;
+    isolated(c, |c| {
+        parts(c, part, "serve", n)?;
+        wait_parts(c, part, "serve", n)?;
+        let beyond = parts(c, part, "serve", 1)?.remove(0);
+        held_back(c, "serve", &beyond, &[(part.kind, n), ("a100", 0)])?;
+
+        let own = parts(c, part, "inference", n)?;
+        wait_parts(c, part, "inference", n)?;
+        let borrowed = parts(c, part, "inference", n)?;
+        wait_parts(c, part, "inference", 2 * n)?;
+        let beyond = parts(c, part, "inference", 1)?.remove(0);
+        held_back(c, "inference", &beyond, &[(part.kind, 2 * n)])?;
 
         let mut latencies = Vec::new();
         let mut dev = Vec::new();
         for _ in 0..3 {
-            dev.push((slices(c, "dev", 1)?.remove(0), Instant::now()));
+            dev.push((parts(c, part, "dev", 1)?.remove(0), Instant::now()));
         }
         for (id, t0) in &dev {
             c.wait_for(
-                &format!("dev's slice job {id} to run"),
+                &format!("dev's {} job {id} to run", part.kind),
                 Duration::from_secs(60),
                 || Ok((c.job_state(id)? == "RUNNING").then_some(())),
             )
@@ -247,12 +289,15 @@ fn slices_borrowed_and_reclaimed(c: &Cluster) -> TestResult {
         }
         // The time is the benchmark's to judge (reclaim-latency.sh MODE=slices); here, that
         // dev's jobs run at all shows the reclaim, as no idle slice was left.
-        eprintln!("slice reclaim: sbatch to RUNNING of dev's 3 slices: {latencies:?}");
-        wait_slices(c, "inference", 11)?;
+        eprintln!(
+            "{} reclaim: sbatch to RUNNING of dev's 3: {latencies:?}",
+            part.kind
+        );
+        wait_parts(c, part, "inference", 2 * n - 3)?;
         for id in &own {
             let st = c.job_state(id)?;
             ensure(st == "RUNNING", || {
-                format!("inference's in-quota slice {id} is {st}")
+                format!("inference's in-quota {} {id} is {st}", part.kind)
             })?;
         }
         let requeued: Vec<&String> = borrowed
@@ -261,8 +306,9 @@ fn slices_borrowed_and_reclaimed(c: &Cluster) -> TestResult {
             .collect();
         ensure(requeued.len() == 3, || {
             format!(
-                "{} of inference's borrowed slices were requeued, not 3: {requeued:?}",
-                requeued.len()
+                "{} of inference's borrowed {} jobs were requeued, not 3: {requeued:?}",
+                requeued.len(),
+                part.kind
             )
         })
     })
@@ -279,10 +325,13 @@ fn held_back(c: &Cluster, team: &str, job: &str, ceilings: &[(&str, u32)]) -> Te
     })?;
     let tres = grp_tres(c, team)?;
     for (kind, n) in ceilings {
-        ensure(
-            tres.split(',').any(|e| e == format!("gres/gpu:{kind}={n}")),
-            || format!("{team}'s GrpTRES is {tres:?}, expected its {kind} ceiling of {n}"),
-        )?;
+        let name = match *kind {
+            "shard" => "gres/shard".to_string(),
+            k => format!("gres/gpu:{k}"),
+        };
+        ensure(tres.split(',').any(|e| e == format!("{name}={n}")), || {
+            format!("{team}'s GrpTRES is {tres:?}, expected its {kind} ceiling of {n}")
+        })?;
     }
     Ok(())
 }

@@ -167,6 +167,22 @@ impl Spec {
         install: Install::Build,
     };
 
+    /// The cluster of the governed shards (issue 30): n1 with 2 A100, n2 with 1, each offered
+    /// as 4 shards (12 in all); tests/live/teamshare-shards.toml, where every team counts the
+    /// A100 family, shards at a quarter each.
+    pub const SHARDS: Spec = Spec {
+        name: "teamshare-shard",
+        config: "teamshare-shards.toml",
+        nodes: 2,
+        gpu_types: "a100:2 a100:1",
+        shards: "4 4",
+        port_offset: 500,
+        metrics_addr: "127.0.0.1:29482",
+        dir_suffix: "-shard",
+        logs_suffix: "-shard",
+        install: Install::Build,
+    };
+
     /// The cluster of the packaging scenario: 1 node x 4 untyped GPUs, run by the installed
     /// Debian packages; tests/live/teamshare-packaged.toml.
     pub const PACKAGED: Spec = Spec {

@@ -58,6 +58,7 @@ fn main() -> std::process::ExitCode {
     let typed_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
     let placement_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
     let fractional_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
+    let shard_cluster: Arc<OnceLock<Result<Arc<Cluster>, String>>> = Arc::new(OnceLock::new());
 
     let run = |cluster: &OnceLock<Result<Arc<Cluster>, String>>,
                spec: &Spec,
@@ -106,6 +107,10 @@ fn main() -> std::process::ExitCode {
         let cluster = fractional_cluster.clone();
         Trial::test(name, move || run(&cluster, &Spec::FRACTIONAL, f))
     }));
+    trials.extend(fractional::SHARDS.iter().map(|&(name, f)| {
+        let cluster = shard_cluster.clone();
+        Trial::test(name, move || run(&cluster, &Spec::SHARDS, f))
+    }));
     // Scenarios that start what they need themselves (the Debian packages and their cluster).
     trials.extend(packaging::SCENARIOS.iter().map(|&(name, f)| {
         Trial::test(name, move || {
@@ -122,6 +127,7 @@ fn main() -> std::process::ExitCode {
         typed_cluster.get(),
         placement_cluster.get(),
         fractional_cluster.get(),
+        shard_cluster.get(),
     ]
     .into_iter()
     .flatten()

@@ -53,7 +53,8 @@ fn submit(
         .collect()
 }
 
-/// GPUs each (team, type) holds now, from one squeue call (its allocation's typed TRES).
+/// GPUs each (team, type) holds now, from one squeue call (its allocation's typed TRES);
+/// shards as type `shard`.
 pub(crate) fn held(c: &Cluster) -> Result<BTreeMap<(String, String), u32>, String> {
     let out = c.ok(
         "squeue",
@@ -68,7 +69,11 @@ pub(crate) fn held(c: &Cluster) -> Result<BTreeMap<(String, String), u32>, Strin
             let Some((name, n)) = entry.split_once('=') else {
                 continue;
             };
-            if let Some(k) = name.strip_prefix("gres/gpu:") {
+            // Shards (`gres/shard=N`) as the type teamshare governs them under.
+            let kind = name
+                .strip_prefix("gres/gpu:")
+                .or((name == "gres/shard").then_some("shard"));
+            if let Some(k) = kind {
                 let n: u32 = n
                     .parse()
                     .map_err(|_| format!("bad TRES count in {line:?}"))?;

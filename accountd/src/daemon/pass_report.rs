@@ -76,11 +76,16 @@ pub(super) fn govern(
     });
     shared.step_result(STEP_GOVERN, Ok(()));
     send_idle_steps(store_tx, &report);
-    // What the pass read: the ingest thread records it, and runs no second sinfo.
+    // What the pass read: the ingest thread records it, and runs no second sinfo. Governed
+    // shards are shares of GPUs recorded already, not capacity of their own.
     let sample = CapacitySample {
         ts: now,
         gpus: report.capacity,
-        by_type: report.capacity_by_type,
+        by_type: report
+            .capacity_by_type
+            .into_iter()
+            .filter(|(k, _)| k != teamshare_config::SHARE_TYPE)
+            .collect(),
     };
     *shared
         .governed_capacity

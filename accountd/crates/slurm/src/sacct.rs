@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::TimeZone;
-use teamshare_policy::gres::{gpu_count, GresError};
+use teamshare_config::SHARE_TYPE;
+use teamshare_policy::gres::{gpu_count, shard_count, GresError};
 
 use crate::parsable::{self, FieldCount, Shape};
 use crate::period::{format_local, parse_local_datetime, UnixSeconds};
@@ -290,7 +291,15 @@ pub fn read_line<'a, Tz: TimeZone>(line: &'a str, tz: &Tz) -> Result<Record<'a>,
     let start = optional_time("Start", start, tz)?;
     let end = optional_time("End", end, tz)?;
     let elapsed = parse_elapsed(elapsed).ok_or_else(|| LineError::Elapsed(elapsed.to_string()))?;
-    let gpus = gpu_count(alloc_tres).map_err(LineError::AllocTres)?;
+    let mut gpus = gpu_count(alloc_tres).map_err(LineError::AllocTres)?;
+    if gpus.is_zero() {
+        // Shards (issue 30) hold no gres/gpu: kept as their own type beside a total of 0 GPUs,
+        // which only a configuration governing them counts (`count_shards` in the reports).
+        let shards = shard_count(alloc_tres).map_err(LineError::AllocTres)?;
+        if shards > 0 {
+            gpus.by_type.insert(SHARE_TYPE.to_string(), shards);
+        }
+    }
     let eligible = optional_time("Eligible", eligible, tz)?;
     let time_limit =
         parse_time_limit(time_limit).ok_or_else(|| LineError::Timelimit(time_limit.to_string()))?;
@@ -518,6 +527,17 @@ mod tests {
         assert_eq!(r.elapsed, Some(86_400 + 2 * 3600 + 3 * 60 + 4));
         assert_eq!(r.gpus, 4);
         assert_eq!(r.gpus_by_type.get("h100"), Some(&4));
+    }
+
+    /// Issue 30: a shard job holds `gres/shard` and no GPU; its shards are kept as type
+    /// `shard` beside a total of 0 GPUs (only a configuration governing shards counts them).
+    #[test]
+    fn a_shard_job_keeps_its_shards_as_their_own_type() {
+        let r = one("104|104|c|serve|bob|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T01:00:00|01:00:00|billing=1,cpu=1,gres/shard=3,node=1|2024-05-01T00:00:00|2880|1|gres/shard=3");
+        assert_eq!(r.gpus, 0);
+        assert_eq!(r.gpus_by_type.get("shard"), Some(&3));
+        let r = one("105|105|c|serve|bob|gpu|normal|COMPLETED|2024-05-01T00:00:00|2024-05-01T00:00:00|2024-05-01T01:00:00|01:00:00|cpu=1,gres/gpu=1,gres/gpu:a100=1|2024-05-01T00:00:00|2880|1|gres/gpu=1");
+        assert!(!r.gpus_by_type.contains_key("shard"));
     }
 
     #[test]

@@ -140,7 +140,8 @@ pub fn fairshare_report(
     store: &Store,
     params: &FairshareParams,
 ) -> Result<FairshareReport, StoreError> {
-    let runs = store.runs_overlapping(&params.cluster, params.since, params.as_of)?;
+    let mut runs = store.runs_overlapping(&params.cluster, params.since, params.as_of)?;
+    super::count_shards(&mut runs, &params.rates);
     Ok(compute_fairshare(&runs, params))
 }
 

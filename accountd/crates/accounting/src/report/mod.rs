@@ -89,6 +89,12 @@ impl Rates {
         }
     }
 
+    /// Whether the configuration governs shards (`[gpu_types.shard]`, issue 30): their runs
+    /// then count ([`count_shards`]).
+    pub fn governs_shares(&self) -> bool {
+        self.per_hour.contains_key(teamshare_config::SHARE_TYPE)
+    }
+
     /// Whether fair-share usage is weighted by rates: some rate is above 0. Without rates, or
     /// with every rate at 0, usage is plain GPU-seconds.
     pub fn weigh_usage(&self) -> bool {
@@ -104,6 +110,20 @@ impl Rates {
         }
         self.get(gpu_type)
             .unwrap_or_else(|| self.per_hour.values().copied().fold(0.0, f64::max))
+    }
+}
+
+/// Where `rates` govern shards, a run holding shards and no GPU (stored as 0 GPUs and its
+/// shards under type `shard`) counts its shards as GPUs of that type; elsewhere it holds no
+/// GPU, as before shards were governed.
+pub fn count_shards(runs: &mut [RunUsage], rates: &Rates) {
+    if !rates.governs_shares() {
+        return;
+    }
+    for r in runs.iter_mut().filter(|r| r.gpus == 0) {
+        if let Some(n) = r.gpus_by_type.get(teamshare_config::SHARE_TYPE) {
+            r.gpus = n;
+        }
     }
 }
 

@@ -9,6 +9,8 @@
 //! Each type's GPU-seconds are then priced at its own rate, as before; the idle cost of each
 //! type is split by the teams' family quotas.
 
+use teamshare_config::SHARE_TYPE;
+
 use crate::model::cost::{TeamHours, TypedUsage};
 use crate::model::family::FamilyQuotas;
 use crate::model::usage::{split_usage, CapacityStep, Run, SplitTotals, UsageSplit, POOL};
@@ -58,13 +60,23 @@ pub(super) fn split_family(
     }
     let mut totals = SplitTotals::default();
     let mut priced = Vec::with_capacity(family.members.len());
+    let shard_seconds = shard_capacity(family, rows);
     for ((k, u), share) in family.members.iter().zip(&shares) {
-        let capacity = basis
+        let mut capacity = basis
             .keys
             .iter()
             .zip(&basis.capacity_seconds)
             .find(|(key, _)| *key == k)
             .map_or(0.0, |(_, c)| *c);
+        if let Some((shards, worth)) = shard_seconds {
+            capacity = if k == SHARE_TYPE {
+                shards
+            } else if *k == family.whole {
+                (capacity - shards * f64::from(worth) / f64::from(*u)).max(0.0)
+            } else {
+                capacity
+            };
+        }
         let to_type = share / f64::from(*u);
         totals.capacity += capacity;
         totals.unallocated += split.totals.unallocated * to_type;
@@ -73,6 +85,22 @@ pub(super) fn split_family(
     }
     totals.allocated = priced_allocated(rows, family);
     (priced, totals)
+}
+
+/// Shards (issue 30) have no capacity of their own: they are shares of the whole type's
+/// GPUs. The shard-seconds the family's teams held, with a shard's worth in units, so that the
+/// shards are priced as capacity they used and the whole type's capacity is lowered by as
+/// much (its idle cost is then what no GPU, whole or shared, held); `None` without shards.
+fn shard_capacity(family: &FamilyQuotas, rows: &SplitRows) -> Option<(f64, u32)> {
+    let worth = family.units_of(SHARE_TYPE)?;
+    let held = rows
+        .rows
+        .iter()
+        .flat_map(|r| r.by_type.iter())
+        .filter(|t| t.gpu_type == SHARE_TYPE)
+        .map(|t| t.in_quota_seconds + t.borrowed_seconds)
+        .sum();
+    Some((held, worth))
 }
 
 /// Each member type's share of the family's capacity in units over the period (equal shares

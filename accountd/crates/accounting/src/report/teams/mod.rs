@@ -493,7 +493,8 @@ pub fn counted_period(period: Period, now: UnixSeconds) -> Period {
 /// Read the runs and the capacity of the period and compute the report.
 pub fn usage_report(store: &Store, params: &UsageParams) -> Result<UsageReport, StoreError> {
     let counted = counted_period(params.period, params.now);
-    let runs = store.runs_overlapping(&params.cluster, counted.since, counted.until)?;
+    let mut runs = store.runs_overlapping(&params.cluster, counted.since, counted.until)?;
+    super::count_shards(&mut runs, &params.rates);
     let capacity = store.capacity_history(&params.cluster, counted.since, counted.until)?;
     Ok(compute_usage(&runs, &capacity, params))
 }
@@ -509,7 +510,8 @@ pub fn usage_report_by_day<Tz: chrono::TimeZone>(
     tz: &Tz,
 ) -> Result<Vec<UsageReport>, StoreError> {
     let counted = counted_period(params.period, params.now);
-    let runs = store.runs_overlapping(&params.cluster, counted.since, counted.until)?;
+    let mut runs = store.runs_overlapping(&params.cluster, counted.since, counted.until)?;
+    super::count_shards(&mut runs, &params.rates);
     let capacity = store.capacity_history(&params.cluster, counted.since, counted.until)?;
     Ok(compute_usage_by_day(&runs, &capacity, params, tz))
 }

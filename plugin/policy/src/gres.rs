@@ -83,7 +83,7 @@ pub const MAX_GPUS_PER_JOB: u64 = 1 << 20;
 /// instead of a guess; so is text before `gres:` in an entry, which Slurm skips and reads the
 /// rest of.
 pub fn gpu_count(spec: &str) -> Result<GpuCount, GresError> {
-    gres_count(spec, "gpu")
+    gres_count::<false>(spec)
 }
 
 /// The shards (`gres/shard`, issue 30) a TRES/GRES string names, in all: requests
@@ -95,11 +95,14 @@ pub fn shard_count(spec: &str) -> Result<u64, GresError> {
     if !spec.as_bytes().windows(5).any(|w| w == b"shard") {
         return Ok(0);
     }
-    gres_count(spec, "shard").map(|c| c.total)
+    gres_count::<true>(spec).map(|c| c.total)
 }
 
-/// The count of GRES `gres` (`gpu`, `shard`) in a TRES/GRES string: see [`gpu_count`].
-fn gres_count(spec: &str, gres: &str) -> Result<GpuCount, GresError> {
+/// The count of GPUs, or of shards (`SHARDS`), in a TRES/GRES string: see [`gpu_count`]. The
+/// name is a constant of each instance, so the submit path's GPU count compares against a
+/// literal as before shards were read.
+fn gres_count<const SHARDS: bool>(spec: &str) -> Result<GpuCount, GresError> {
+    let gres = if SHARDS { "shard" } else { "gpu" };
     let mut untyped: Option<u64> = None;
     let mut typed: BTreeMap<String, u64> = BTreeMap::new();
     let mut accounting = false;

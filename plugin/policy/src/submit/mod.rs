@@ -514,12 +514,12 @@ pub(crate) fn screen_request<'c>(
     config: &'c Config,
     req: &SubmitRequest,
 ) -> Result<Screened<'c>, Rejection> {
-    let gpus = if config.shares().is_some() {
-        shares_requested(&req.gpus)
-    } else {
-        gpus_requested(&req.gpus)
+    let invalid = |e: GresError| reject(RejectKind::InvalidGres, format!("teamshare: {e}"));
+    let mut gpus = gpus_requested(&req.gpus).map_err(invalid)?;
+    // Only a request for no GPU can be one for shards (Slurm takes no job asking both).
+    if gpus.is_zero() && config.shares().is_some() {
+        gpus = shares_requested(&req.gpus).map_err(invalid)?;
     }
-    .map_err(|e| reject(RejectKind::InvalidGres, format!("teamshare: {e}")))?;
     if gpus.total > MAX_GPUS_PER_JOB {
         return Err(reject(
             RejectKind::InvalidGres,

@@ -92,19 +92,30 @@ impl Rejection {
 /// ([`super::shares_requested`]), and refused only where it asks for more shards on a node
 /// than one GPU has: Slurm takes a job's shards on a node from one GPU.
 pub(super) fn shares_refused(config: &Config, ask: &GpuAsk) -> Result<(), Rejection> {
-    let shares = config.shares();
-    let share = [
+    let fields = [
         &ask.tres_per_job,
         &ask.tres_per_node,
         &ask.tres_per_task,
         &ask.tres_per_socket,
-    ]
-    .into_iter()
-    .flatten()
-    .find_map(|spec| crate::gres::gpu_share(spec).filter(|s| shares.is_none() || *s != "shard"));
-    if let (None, Some(size)) = (share, shares) {
-        return shards_per_node(config, ask, size.denominator, &size.of);
-    }
+    ];
+    let shares_in = |keep: fn(&str) -> bool| {
+        fields
+            .into_iter()
+            .flatten()
+            .find_map(|spec| crate::gres::gpu_share(spec).filter(|s| keep(s)))
+    };
+    // Nearly every request asks for no share: decided before the configuration is asked.
+    let Some(first) = shares_in(|_| true) else {
+        return Ok(());
+    };
+    let share = match config.shares() {
+        // Governed shards are counted; any other share is still refused.
+        Some(size) => match shares_in(|s| s != "shard") {
+            None => return shards_per_node(config, ask, size.denominator, &size.of),
+            other => other,
+        },
+        None => Some(first),
+    };
     match share {
         None => Ok(()),
         Some(name) => Err(Rejection::new(

@@ -169,6 +169,25 @@ fn shards_are_priced_as_part_of_their_gpus_and_the_idle_cost_is_what_no_share_he
     );
 }
 
+/// With no capacity recorded, the estimate counts the A100s (the family quotas, 2) and the
+/// H100s, never the shards as GPUs of their own; the bill still adds up to its capacity.
+#[test]
+fn an_estimated_capacity_has_no_shards_of_its_own() {
+    let config = teamshare_config::parse(CONFIG, "teamshare.toml").unwrap();
+    let period = Period {
+        since: T0,
+        until: T0 + MONTH * H,
+    };
+    let params = UsageParams::from_config(&config, period, T0 + 800 * H, Vec::new());
+    let mut runs = runs();
+    count_shards(&mut runs, &params.rates);
+    let r = compute_usage(&runs, &[], &params);
+    let estimate = r.estimate.as_ref().expect("estimated");
+    assert_eq!(estimate.gpus, 4, "{estimate:?}");
+    assert!(estimate.by_type.iter().all(|t| t.gpu_type != "shard"));
+    assert_close!(r.capacity_cost.unwrap(), 11232.0, "capacity cost");
+}
+
 /// Without `[gpu_types.shard]` a shard run holds no GPU, as before shards were governed.
 #[test]
 fn shards_count_only_where_the_configuration_governs_them() {

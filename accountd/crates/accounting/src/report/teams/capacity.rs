@@ -65,7 +65,8 @@ pub(super) fn estimate_capacity(
         .keys()
         .map(String::as_str)
         .chain(by_key.keys().copied())
-        .filter(|&k| k != DEFAULT_RATE)
+        // Shards are shares of GPUs estimated already (issue 30): no capacity of their own.
+        .filter(|&k| k != DEFAULT_RATE && k != teamshare_config::SHARE_TYPE)
         .collect();
     types.sort_unstable();
     types.dedup();

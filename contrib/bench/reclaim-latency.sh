@@ -44,6 +44,10 @@
 # tests/live/teamshare-fractional.toml. serve fills 7 slices (its A100's worth), inference 14
 # (its 7 of quota and dev's 7 idle ones, borrowed); dev submits one slice of its quota:
 # exactly one of inference's borrowed slices must go.
+#
+# MODE=shards (issue 30): the same with shares of a GPU (`gres/shard`, 4 per A100) on 2 nodes
+# (2 and 1 A100, 12 shards) with tests/live/teamshare-shards.toml: serve fills 4 shards,
+# inference 8 (4 borrowed); dev's one shard must take exactly one borrowed shard.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -62,6 +66,9 @@ elif [[ $MODE == wholenode ]]; then
 elif [[ $MODE == slices ]]; then
     TOML=$BENCH_ROOT/tests/live/teamshare-fractional.toml
     CLUSTER_ENV=(NODES=3 "GPU_TYPES=1g.10gb:7 1g.10gb:7 a100:1+1g.10gb:7" CLUSTER_NAME=teamshare-frac)
+elif [[ $MODE == shards ]]; then
+    TOML=$BENCH_ROOT/tests/live/teamshare-shards.toml
+    CLUSTER_ENV=(NODES=2 "GPU_TYPES=a100:2 a100:1" "SHARDS=4 4" CLUSTER_NAME=teamshare-shard)
 fi
 [[ $(id -u) == 0 ]] || bench_die "run as root (the throwaway cluster runs as root)"
 
@@ -96,15 +103,16 @@ single) FILLER=training VICTIMS=4 CLAIMER=agents CLAIM_GRES=gpu:1 ;;
 spread) FILLER=research VICTIMS=6 CLAIMER=training CLAIM_GRES=gpu:3 ;;
 typed) FILLER=research VICTIMS=6 CLAIMER=research CLAIM_GRES=gpu:h100:1 ;;
 wholenode) FILLER=ops VICTIMS=4 CLAIMER=vision CLAIM_GRES=gpu:4 ;;
-slices) FILLER=inference VICTIMS=7 CLAIMER=dev CLAIM_GRES=gpu:1g.10gb:1 ;;
-*) bench_die "MODE is single, spread, typed, wholenode or slices, not $MODE" ;;
+slices) FILLER=inference VICTIMS=7 CLAIMER=dev CLAIM_GRES=gpu:1g.10gb:1 PER=7 ;;
+shards) FILLER=inference VICTIMS=4 CLAIMER=dev CLAIM_GRES=shard:1 PER=4 ;;
+*) bench_die "MODE is single, spread, typed, wholenode, slices or shards, not $MODE" ;;
 esac
 if [[ $MODE == wholenode ]]; then
     filled() { [[ $(running ops) -eq 7 && $(running apps) -eq 4 && $(running vision) -eq 1 && $(victims) -eq $VICTIMS ]]; }
 elif [[ $MODE == typed ]]; then
     filled() { [[ $(running research) -eq 6 && $(running agents) -eq 4 && $(victims) -eq $VICTIMS ]]; }
-elif [[ $MODE == slices ]]; then
-    filled() { [[ $(running serve) -eq 7 && $(running inference) -eq 14 && $(victims) -eq $VICTIMS ]]; }
+elif [[ $MODE == slices || $MODE == shards ]]; then
+    filled() { [[ $(running serve) -eq $PER && $(running inference) -eq $((2 * PER)) && $(victims) -eq $VICTIMS ]]; }
 else
     filled() { [[ $(running "$FILLER") -eq 8 && $(victims) -eq $VICTIMS ]]; }
 fi
@@ -134,14 +142,14 @@ for ((t = 1; t <= TRIALS; t++)); do
             ((i < 6)) && sbatch "${SB[@]}" -A research --gres=gpu:a100:1 --wrap 'sleep 3600' >/dev/null
             ((i < 4)) && sbatch "${SB[@]}" -A agents --gres=gpu:h100:1 --wrap 'sleep 3600' >/dev/null
             continue
-        elif [[ $MODE == slices ]]; then
-            # serve's 7 first, then inference's 7 of quota and 7 borrowed.
+        elif [[ $MODE == slices || $MODE == shards ]]; then
+            # serve's PER first, then inference's PER of quota and PER borrowed.
             if ((i == 0)); then
                 for team in serve inference inference; do
-                    for ((k = 0; k < 7; k++)); do
-                        sbatch "${SB[@]}" -A "$team" --gres=gpu:1g.10gb:1 --wrap 'sleep 3600' >/dev/null
+                    for ((k = 0; k < PER; k++)); do
+                        sbatch "${SB[@]}" -A "$team" --gres="$CLAIM_GRES" --wrap 'sleep 3600' >/dev/null
                     done
-                    [[ $team == serve ]] && wait_until 60 "serve's 7 slices running" bash -c "[[ \$(squeue -h -A serve -t R -o %i | wc -l) -eq 7 ]]"
+                    [[ $team == serve ]] && wait_until 60 "serve's $PER running" bash -c "[[ \$(squeue -h -A serve -t R -o %i | wc -l) -eq $PER ]]"
                 done
             fi
             continue

@@ -180,6 +180,12 @@ fn gres_count<const SHARDS: bool>(spec: &str) -> Result<GpuCount, GresError> {
 /// `gres/gpu`), so [`gpu_count`] leaves them out; teamshare's quotas are in GPUs, and a share
 /// counted as nothing would run beside every limit (docs/design/fractional-gpus.md).
 pub fn gpu_share(spec: &str) -> Option<&'static str> {
+    gpu_share_but(spec, None)
+}
+
+/// [`gpu_share`], passing over `skip` (`shard` where the configuration governs shards): the
+/// first other share asked for, wherever it stands in the string.
+pub fn gpu_share_but(spec: &str, skip: Option<&str>) -> Option<&'static str> {
     // Nearly every request names neither: one pass over the bytes decides (the submit path;
     // a substring search per name cost more than the rest of the check).
     if !spec
@@ -211,7 +217,7 @@ pub fn gpu_share(spec: &str) -> Option<&'static str> {
             _ => continue,
         };
         // An unreadable count is a request all the same.
-        if count.is_none_or(|c| parse_count(c) != Ok(0)) {
+        if Some(share) != skip && count.is_none_or(|c| parse_count(c) != Ok(0)) {
             return Some(share);
         }
     }
@@ -343,6 +349,12 @@ mod tests {
             assert!(gpu_share(spec).is_some(), "{spec}");
         }
         assert_eq!(gpu_share("gres/mps:a100:25"), Some("mps"));
+        // Governed shards passed over, another share is still found behind them.
+        assert_eq!(
+            gpu_share_but("gres:shard:1,gres:mps:50", Some("shard")),
+            Some("mps")
+        );
+        assert_eq!(gpu_share_but("gres:shard:1", Some("shard")), None);
         for spec in [
             "gres:gpu:2",
             "gres/gpu:1g.10gb:1",

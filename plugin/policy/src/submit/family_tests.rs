@@ -168,8 +168,11 @@ fn governed_shards_are_judged_in_quarters_of_their_gpu() {
         msg.contains("5 shards on one node") && msg.contains("--gres=shard:4"),
         "{msg}"
     );
-    let (kind, _) = refusal(verdict(&c, 0, "gres:mps:50"));
-    assert_eq!(kind, RejectKind::GpuShare);
+    for spec in ["gres:mps:50", "gres:shard:1,gres:mps:50"] {
+        let (kind, msg) = refusal(verdict(&c, 0, spec));
+        assert_eq!(kind, RejectKind::GpuShare, "{spec}");
+        assert!(msg.contains("gres/mps"), "{spec}: {msg}");
+    }
     let plain = teamshare_config::parse(FAMILY, "t.toml").unwrap();
     assert_eq!(
         refusal(verdict(&plain, 0, "gres:shard:1")).0,

@@ -98,19 +98,19 @@ pub(super) fn shares_refused(config: &Config, ask: &GpuAsk) -> Result<(), Reject
         &ask.tres_per_task,
         &ask.tres_per_socket,
     ];
-    let shares_in = |keep: fn(&str) -> bool| {
+    let shares_in = |skip: Option<&str>| {
         fields
             .into_iter()
             .flatten()
-            .find_map(|spec| crate::gres::gpu_share(spec).filter(|s| keep(s)))
+            .find_map(|spec| crate::gres::gpu_share_but(spec, skip))
     };
     // Nearly every request asks for no share: decided before the configuration is asked.
-    let Some(first) = shares_in(|_| true) else {
+    let Some(first) = shares_in(None) else {
         return Ok(());
     };
     let share = match config.shares() {
         // Governed shards are counted; any other share is still refused.
-        Some(size) => match shares_in(|s| s != "shard") {
+        Some(size) => match shares_in(Some("shard")) {
             None => return shards_per_node(config, ask, size.denominator, &size.of),
             other => other,
         },

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use teamshare_config::Config;
-use teamshare_policy::governance::{self, ClusterJob, GovernInput, Plan, PublishedState};
+use teamshare_policy::governance::{
+    self, ClusterJob, GovernInput, Plan, PublishedState, ShardPlaces,
+};
 use teamshare_policy::priority;
 
 use crate::capacity;
@@ -26,6 +28,7 @@ use crate::slurm_cli::{slurm_name, SlurmCommand, SlurmCommandError};
 use crate::slurm_write::{Begin, JobUpdate, RunningJob, SlurmWrite, WriteError};
 
 // The squeue reader lives in its own module; its public names stay reachable from here.
+use crate::gres_detail::shard_places;
 pub use crate::squeue::{
     address, expand_hostlist, grp_tres, parse_squeue, pending_reasons, read_records,
     read_records_with, read_squeue, squeue_command, squeue_records, whole_address, Addresses,
@@ -224,6 +227,9 @@ pub struct Reading {
     /// GPU type in a typed configuration), with their account: released once that reason is
     /// gone (issue 25, finding 5).
     pub holds: Vec<GovernorHold>,
+    /// Where running shard jobs hold their shards (a configuration governing shards, read
+    /// through libslurm).
+    pub shard_gpus: ShardPlaces,
 }
 
 /// How the governor reads Slurm, and writes to it: in process through libslurm (the default),
@@ -269,6 +275,7 @@ impl SlurmReader {
         nodes_held: bool,
     ) -> Result<Reading, GovernError> {
         let partitions = &config.cluster.partitions;
+        self.ask_detail(config);
         let (capacity, records, slurm_calls) = self.read_records(partitions, nodes_held)?;
         let mut r = reading(config, capacity, &records, slurm_calls, now);
         if let SlurmReader::Libslurm(session) = self {
@@ -284,6 +291,7 @@ impl SlurmReader {
         config: &Config,
         now: UnixSeconds,
     ) -> Result<(Reading, BTreeMap<u64, String>), GovernError> {
+        self.ask_detail(config);
         let (capacity, records, slurm_calls) =
             self.read_records(&config.cluster.partitions, false)?;
         let reasons = pending_reasons(&records);
@@ -291,6 +299,15 @@ impl SlurmReader {
             reading(config, capacity, &records, slurm_calls, now),
             reasons,
         ))
+    }
+
+    /// Where `config` governs shards, libslurm is asked where running jobs' shards sit
+    /// ([`teamshare_slurm::gres_detail`]); squeue's text cannot say (such jobs hold the fewest
+    /// GPUs their shards can, in the plan).
+    fn ask_detail(&mut self, config: &Config) {
+        if let SlurmReader::Libslurm(session) = self {
+            session.set_detail(config.shares().is_some());
+        }
     }
 
     /// The capacity, the jobs' records, and the Slurm calls that took: typed records from
@@ -364,12 +381,12 @@ fn gpus_of_grp_tres(tres: &str) -> Option<u32> {
         .and_then(|n| n.parse().ok())
 }
 
-/// What the policy plans for `jobs` on the usable nodes of `cap` (the pass, the dry run and
-/// the unit tests build its input here, and only here).
+/// What the policy plans for `jobs` (with where running shard jobs sit) on the usable nodes
+/// of `cap` (the pass, the dry run and the unit tests build its input here, and only here).
 pub(crate) fn plan_on(
     config: &Config,
     cap: &capacity::Capacity,
-    jobs: &[ClusterJob],
+    (jobs, shard_gpus): (&[ClusterJob], &ShardPlaces),
     fairshare: &BTreeMap<String, f64>,
     idle: &std::collections::BTreeSet<u64>,
     now: UnixSeconds,
@@ -386,6 +403,7 @@ pub(crate) fn plan_on(
         capacity_by_type: &cap.by_type,
         node_types: &cap.per_node_types,
         idle,
+        shard_gpus,
     })
 }
 
@@ -424,7 +442,13 @@ fn reading(
         addresses,
         leaders,
     } = read_records_with(records, now, node_gpus, shares);
+    let shard_gpus = if shares {
+        shard_places(records, &jobs)
+    } else {
+        ShardPlaces::new()
+    };
     Reading {
+        shard_gpus,
         capacity,
         jobs,
         unreadable,
@@ -666,13 +690,14 @@ impl Governor {
             slurm_calls,
             partitions: slurm_partitions,
             holds,
+            shard_gpus,
         } = reading;
         let (unhold, run_ended_holds) = self.releasable_holds(&holds, now);
         self.note_idle_jobs(&jobs, now);
         let mut plan = plan_on(
             &self.config,
             &cap,
-            &jobs,
+            (&jobs, &shard_gpus),
             &self.fairshare,
             &self.idle_jobs,
             now,
@@ -784,7 +809,7 @@ impl Governor {
         let plan = plan_on(
             &self.config,
             &reading.capacity,
-            &reading.jobs,
+            (&reading.jobs, &reading.shard_gpus),
             &self.fairshare,
             &self.idle_jobs,
             now,

@@ -27,8 +27,8 @@
 pub use teamshare_accounting::{gpu_sample, ingest, model, report, store};
 pub use teamshare_replay::replay;
 pub use teamshare_slurm::{
-    capacity, job_record, parsable, period, requeue_check, requeue_delay, sacct, slurm_api,
-    slurm_cli, slurm_write, squeue,
+    capacity, gres_detail, job_record, parsable, period, requeue_check, requeue_delay, sacct,
+    slurm_api, slurm_cli, slurm_write, squeue,
 };
 
 pub mod config_watch;

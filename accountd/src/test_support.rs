@@ -45,7 +45,7 @@ pub(crate) fn plan(config: &Config, cap: &Capacity, jobs: &[ClusterJob], now: i6
     crate::governor::plan_on(
         config,
         cap,
-        jobs,
+        (jobs, &teamshare_policy::governance::NO_SHARD_PLACES),
         &BTreeMap::new(),
         &BTreeSet::new(),
         now,

@@ -287,6 +287,7 @@ pub(crate) fn typed_record(j: &SqueueJob, number: usize) -> squeue::JobRecord {
             String::new()
         },
         admin_comment: j.comment.clone(),
+        gres_detail: Vec::new(),
         origin: accountd::job_record::Origin::Record(number),
     }
 }

@@ -180,6 +180,7 @@ proptest! {
             capacity_by_type: &by_type,
             node_types: &node_types,
             idle: &std::collections::BTreeSet::new(),
+            shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
         });
         for (i, spec) in teams.iter().enumerate() {
             let name = format!("t{i}");

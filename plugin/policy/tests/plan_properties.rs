@@ -192,6 +192,7 @@ fn case() -> impl Strategy<Value = Case> {
                 capacity_by_type: &BTreeMap::new(),
                 node_types: &BTreeMap::new(),
                 idle: &std::collections::BTreeSet::new(),
+                shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
             });
             Case {
                 config,
@@ -286,6 +287,7 @@ proptest! {
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
             idle: &std::collections::BTreeSet::new(),
+            shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
         });
         prop_assert!(p.displace.is_empty());
         prop_assert!(p.reclaim.is_empty());

@@ -403,6 +403,7 @@ proptest! {
                 capacity_by_type: &BTreeMap::new(),
                 node_types: &BTreeMap::new(),
                 idle: &idle,
+                shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
             });
             let pass = planner.plan(&PassInput {
                 capacity,

@@ -179,6 +179,7 @@ fn build((node_gpus, teams, runs, (team, gpus), bits): Drawn) -> Option<Case> {
         capacity_by_type: &BTreeMap::new(),
         node_types: &BTreeMap::new(),
         idle: &idle,
+        shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
     });
     Some(Case {
         idle_first: config.governance.idle_first_reclaim,

@@ -54,6 +54,7 @@ fn pass(config: &Config, jobs: &[ClusterJob], now: i64) -> Plan {
         capacity_by_type: &BTreeMap::new(),
         node_types: &BTreeMap::new(),
         idle: &BTreeSet::new(),
+        shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
     })
 }
 

@@ -87,6 +87,10 @@ pub struct JobRecord {
     /// The nodes Slurm's backfill reserved for a pending job, as a host list.
     pub sched_nodes: String,
     pub admin_comment: String,
+    /// Per node of `node_list`, in its order, Slurm's description of the generic resources
+    /// a running job holds there (`scontrol show job -d`'s `GRES=`); empty where not read
+    /// (libslurm answers it only when asked for details, squeue's text never).
+    pub gres_detail: Vec<String>,
     pub origin: Origin,
 }
 

@@ -6,7 +6,8 @@
 //!   `|`-separated output and its malformed-line error; `period`: instants and periods;
 //! - `sacct`: the sacct invocation and the parser of its output (job runs);
 //! - `job_record`: one job as Slurm holds it, typed (from libslurm, or squeue's text);
-//! - `squeue`: the governor's reader of those records;
+//! - `squeue`: the governor's reader of those records; `gres_detail`: where a running job's
+//!   shards sit, from the records' per-node detail;
 //! - `capacity`: the governed capacity measured with sinfo;
 //! - `requeue_delay`: Slurm's requeue delay, lifted once it protects nothing; `requeue_check`:
 //!   requeues that may have met a run's own end, told apart from accounting;
@@ -22,6 +23,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod capacity;
+pub mod gres_detail;
 pub mod job_record;
 pub mod parsable;
 pub mod period;

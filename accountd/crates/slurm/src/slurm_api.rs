@@ -92,6 +92,9 @@ fn init() -> Result<(), ApiError> {
 
 /// `SHOW_ALL` (`SLURM_BIT(0)` from 23.02, a macro bindgen cannot evaluate; 1 in every release).
 const SHOW_ALL: u16 = 1;
+/// `SHOW_DETAIL` (`SLURM_BIT(1)`; 2 in every release): slurmctld adds each running job's
+/// resources per node (`gres_detail_str`, where its shards sit).
+const SHOW_DETAIL: u16 = 2;
 
 /// The error code of the last libslurm call on this thread. libslurm sets errno itself
 /// (`slurm_get_errno()` only returned it, and is gone from 24.11's headers).
@@ -144,6 +147,8 @@ pub struct Session {
     offered: Option<((sys::time_t, sys::time_t), Offered)>,
     /// RPCs made (the governor counts its Slurm calls per pass).
     pub calls: u64,
+    /// Ask for the running jobs' resources per node ([`Session::set_detail`]).
+    detail: bool,
 }
 
 // SAFETY: the messages are owned by the session alone and libslurm does not tie them to the
@@ -158,6 +163,16 @@ impl Session {
         Session::default()
     }
 
+    /// Whether [`Session::jobs`] asks for each running job's resources per node (`SHOW_DETAIL`:
+    /// where its shards sit, [`crate::gres_detail`]), which slurmctld packs for running jobs
+    /// only. A change drops the jobs held, so that the next answer is whole and of one kind.
+    pub fn set_detail(&mut self, on: bool) {
+        if self.detail != on {
+            self.detail = on;
+            self.jobs = None;
+        }
+    }
+
     /// Call `load` with the time of the answer in `slot`; keep the new answer, or the old one
     /// when slurmctld says nothing changed.
     fn refresh<T>(
@@ -166,7 +181,7 @@ impl Session {
         call: &'static str,
         load: Load<T>,
         free: unsafe extern "C" fn(*mut T),
-        last_update: impl Fn(&T) -> sys::time_t,
+        (last_update, flags): (impl Fn(&T) -> sys::time_t, u16),
     ) -> Result<(), ApiError> {
         init()?;
         // SAFETY: a held message is alive until replaced below.
@@ -174,7 +189,7 @@ impl Session {
         let mut out: *mut T = ptr::null_mut();
         *calls += 1;
         // SAFETY: libslurm writes a message it allocated into `out`, or leaves it NULL.
-        let rc = unsafe { load(since, &mut out, SHOW_ALL) };
+        let rc = unsafe { load(since, &mut out, flags) };
         if rc == 0 && !out.is_null() {
             *slot = Some(Owned { ptr: out, free });
             return Ok(());
@@ -189,13 +204,17 @@ impl Session {
     /// records: what `squeue -h -a -p PARTITIONS -t PD,R,CG,S -O <the governor's fields>`
     /// prints (see [`crate::squeue::squeue_command`]), without the text.
     pub fn jobs(&mut self, partitions: &[String]) -> Result<Records, ApiError> {
+        let detail = self.detail;
         Self::refresh(
             &mut self.jobs,
             &mut self.calls,
             "slurm_load_jobs",
             sys::slurm_load_jobs,
             sys::slurm_free_job_info_msg,
-            |m| m.last_update,
+            (
+                |m| m.last_update,
+                SHOW_ALL | if detail { SHOW_DETAIL } else { 0 },
+            ),
         )?;
         let Some(msg) = &self.jobs else {
             return Ok(Records::default());
@@ -236,7 +255,7 @@ impl Session {
             "slurm_load_partitions",
             sys::slurm_load_partitions,
             sys::slurm_free_partition_info_msg,
-            |m| m.last_update,
+            (|m| m.last_update, SHOW_ALL),
         )?;
         Self::refresh(
             &mut self.nodes,
@@ -244,7 +263,7 @@ impl Session {
             "slurm_load_node",
             sys::slurm_load_node,
             sys::slurm_free_node_info_msg,
-            |m| m.last_update,
+            (|m| m.last_update, SHOW_ALL),
         )
     }
 
@@ -556,8 +575,28 @@ unsafe fn job_fields(j: &sys::slurm_job_info_t, number: usize) -> JobRecord {
         // The nodes backfill reserved for a pending job (squeue's SchedNodes).
         sched_nodes: field(j.sched_nodes),
         admin_comment: field(j.admin_comment),
+        // SAFETY: `gres_detail_str` holds `gres_detail_cnt` strings of the live message.
+        gres_detail: unsafe { strings(j.gres_detail_str, j.gres_detail_cnt) },
         origin: Origin::Record(number),
     }
+}
+
+/// An array of C strings from libslurm as owned text (empty for NULL).
+///
+/// # Safety
+/// `p` is NULL or points to `count` pointers, each NULL or a NUL-terminated string, alive
+/// during the call.
+unsafe fn strings(p: *mut *mut c_char, count: u32) -> Vec<String> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: `count` pointers, by the caller's contract.
+    let items = unsafe { std::slice::from_raw_parts(p, count as usize) };
+    items
+        .iter()
+        // SAFETY: each NULL or a live NUL-terminated string, by the caller's contract.
+        .map(|s| unsafe { text(*s) })
+        .collect()
 }
 
 /// A field on one line (squeue prints what Slurm holds; a newline would split a record).

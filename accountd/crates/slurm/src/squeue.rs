@@ -145,6 +145,7 @@ fn from_squeue_line(number: usize, line: &str) -> Result<JobRecord, MalformedLin
         het,
         sched_nodes: f[23].trim().to_string(),
         admin_comment: f[24].to_string(),
+        gres_detail: Vec::new(),
         origin: Origin::Line(number, line.to_string()),
     })
 }

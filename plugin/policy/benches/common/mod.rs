@@ -312,6 +312,7 @@ pub fn govern_input<'a>(
         capacity_by_type: &NO_TYPES,
         node_types: &NO_NODE_TYPES,
         idle: &NO_IDLE,
+        shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
     }
 }
 

@@ -66,6 +66,7 @@ mod reclaim;
 mod reclaim_phase;
 mod rules;
 mod running;
+mod shared_gpus;
 mod sharing;
 mod typed;
 mod victim_slots;
@@ -240,7 +241,18 @@ pub struct GovernInput<'a> {
     /// rule 3; with an idle policy whose action is `"reclaim-first"`, the jobs it acted on.
     /// A job without samples is not idle (its idleness is unknown).
     pub idle: &'a BTreeSet<u64>,
+    /// Where each running shard job's shards are (a configuration governing `gres/shard`):
+    /// per node, the index of the GPU they share. A job missing here holds the fewest GPUs
+    /// its shards can.
+    pub shard_gpus: &'a ShardPlaces,
 }
+
+/// Per running shard job, each node it holds shards on and the index of the GPU there (Slurm
+/// takes a job's shards on a node from one GPU).
+pub type ShardPlaces = BTreeMap<u64, Vec<(String, u32)>>;
+
+/// No shard placed: for callers without shards, or that cannot tell where they are.
+pub static NO_SHARD_PLACES: ShardPlaces = ShardPlaces::new();
 
 /// What the plugin reads (published atomically by the governor as JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

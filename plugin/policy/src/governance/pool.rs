@@ -67,6 +67,9 @@ pub(super) struct PoolPlan {
     /// What each team's idle quota offered to borrowers, by its place in the configuration
     /// (for the lend limits shared between types).
     pub lends: Vec<u32>,
+    /// In-quota jobs past the fallback's wait that this pool's GPUs cannot take
+    /// ([`reclaim::Reclaimed::stuck`]).
+    pub stuck: Vec<u64>,
 }
 
 /// One pool of GPUs, governed by the rules of DESIGN §4 with the configuration's quotas and
@@ -127,6 +130,7 @@ pub(super) fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         plan,
         allowance: d.allowance,
         lends: d.lends,
+        stuck: d.stuck,
     }
 }
 
@@ -162,6 +166,8 @@ pub(super) struct Decided<'a> {
     /// The places of the borrowers lent to ([`prioritise_granted`]): a [`Planner`](super::Planner)
     /// writes their priorities again at its next pass (their tail's level no longer says theirs).
     pub granted: Vec<usize>,
+    /// In-quota jobs past the fallback's wait that fit nowhere ([`reclaim::Reclaimed::stuck`]).
+    pub stuck: Vec<u64>,
 }
 
 /// The phases of DESIGN §4 over one pass's queues: per-team usage, what runs inside each
@@ -204,6 +210,7 @@ pub(super) fn decide<'a>(
         spare,
         room,
         holds,
+        stuck,
     } = reclaim_phase(
         rules,
         (pass.now, pass.now_ms),
@@ -251,6 +258,7 @@ pub(super) fn decide<'a>(
         gpu_limits,
         allowance: shares.allowance,
         lends: shares.lends,
+        stuck,
     }
 }
 

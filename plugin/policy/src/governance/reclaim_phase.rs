@@ -30,6 +30,8 @@ pub(super) struct Reclaim<'a> {
     pub room: Option<reclaim::Room>,
     /// Wide in-quota jobs that fit nowhere now.
     pub holds: Holds,
+    /// In-quota jobs past the fallback's wait that fit nowhere ([`reclaim::Reclaimed::stuck`]).
+    pub stuck: Vec<u64>,
 }
 
 /// Phase 4. Where the nodes are known, victims by placement ([`reclaim::by_placement`]):
@@ -57,6 +59,7 @@ pub(super) fn reclaim_phase<'a>(
             spare: None,
             room: None,
             holds: Holds::default(),
+            stuck: Vec::new(),
         };
     }
     if !placement_known(nodes) {
@@ -86,6 +89,7 @@ pub(super) fn reclaim_phase<'a>(
             spare: None,
             room: None,
             holds: Holds::default(),
+            stuck: Vec::new(),
         };
     }
     let found = reclaim::by_placement(
@@ -122,6 +126,7 @@ pub(super) fn reclaim_phase<'a>(
             unplaced: found.unplaced,
             holding: found.holding,
         },
+        stuck: found.stuck,
     }
 }
 

@@ -9,6 +9,7 @@ use teamshare_config::{Config, Team, SHARE_TYPE};
 use super::families::split_families;
 use super::pool::{new_state, plan_pool, PoolPlan};
 use super::queues::is_outside;
+use super::shared_gpus::SharedGpus;
 use super::{ClusterJob, GovernInput, Phase, Plan, PoolState, PublishedState, TeamState};
 
 /// GPUs in a governed partition outside every team: nothing governs them, so the governor
@@ -61,12 +62,19 @@ pub(super) fn plan_typed(input: &GovernInput<'_>) -> Plan {
     let mut spent = SpentAcrossTypes::default();
     let no_types = BTreeMap::new();
     let no_node_types = BTreeMap::new();
+    let shared = SharedGpus::new(input, &pool_jobs);
+    let mut stuck = Vec::new();
     for k in &types {
         let pool_config = pool_config(config, k, &types, &used, &spent);
-        let node_gpus = node_gpus_of_type(input.node_types, k);
+        let mut node_gpus = node_gpus_of_type(input.node_types, k);
+        let full = input.capacity_by_type.get(k).copied().unwrap_or(0);
+        let mut capacity = full;
+        if let Some(s) = &shared {
+            s.lower_room(k, &mut node_gpus, &mut capacity);
+        }
         let pool_input = GovernInput {
             config: &pool_config,
-            capacity: input.capacity_by_type.get(k).copied().unwrap_or(0),
+            capacity,
             jobs: &pool_jobs[k.as_str()],
             fairshare: input.fairshare,
             now: input.now,
@@ -75,10 +83,22 @@ pub(super) fn plan_typed(input: &GovernInput<'_>) -> Plan {
             capacity_by_type: &no_types,
             node_types: &no_node_types,
             idle: input.idle,
+            shard_gpus: input.shard_gpus,
         };
-        let pool = plan_pool(&pool_input);
+        let mut pool = plan_pool(&pool_input);
         spent.add(config, &pool);
+        stuck.extend(pool.stuck.iter().map(|id| (k.as_str(), *id)));
+        // What a job may ever get is the type's GPUs, whatever the other pool holds now.
+        pool.plan.state.capacity = full;
         merge_pool(&mut merged, k, pool.plan);
+    }
+    if let Some(s) = &shared {
+        let freed = take_back_shared(input, s, &pool_jobs, &merged, &stuck);
+        for id in freed {
+            if !merged.reclaim.contains(&id) {
+                merged.reclaim.push(id);
+            }
+        }
     }
     // Jobs outside every team, whatever their type (or none).
     merged.outside.extend(outside_jobs(input));
@@ -92,6 +112,46 @@ pub(super) fn plan_typed(input: &GovernInput<'_>) -> Plan {
         list.dedup();
     }
     merged
+}
+
+/// The jobs to requeue for in-quota jobs that their own pool could place nowhere because the
+/// other kind holds the GPUs: shard jobs for whole-GPU jobs of `s`'s type
+/// ([`SharedGpus::take_back`]), whole-GPU jobs for shard jobs ([`SharedGpus::take_back_whole`]).
+fn take_back_shared(
+    input: &GovernInput<'_>,
+    s: &SharedGpus,
+    pool_jobs: &BTreeMap<&str, Vec<ClusterJob>>,
+    merged: &Plan,
+    stuck: &[(&str, u64)],
+) -> Vec<u64> {
+    let whole = s.whole();
+    let jobs = |k: &str| pool_jobs.get(k).map_or(&[][..], Vec::as_slice);
+    let waiting = |kind: &str| -> Vec<&ClusterJob> {
+        stuck
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .filter_map(|(_, id)| jobs(kind).iter().find(|j| j.id == *id))
+            .collect()
+    };
+    let victims = |k: &str| {
+        merged
+            .state
+            .pools
+            .get(k)
+            .map_or(&[][..], |p| p.victims.as_slice())
+    };
+    let mut out = Vec::new();
+    let wholes = waiting(whole);
+    if !wholes.is_empty() {
+        let node_gpus = node_gpus_of_type(input.node_types, whole);
+        let shards = jobs(SHARE_TYPE);
+        out = s.take_back(&node_gpus, &wholes, shards, victims(SHARE_TYPE), input.now);
+    }
+    let shards = waiting(SHARE_TYPE);
+    if !shards.is_empty() {
+        out.extend(s.take_back_whole(&shards, jobs(whole), victims(whole), input.now));
+    }
+    out
 }
 
 /// The GPU types a typed configuration governs: those its quotas name and those the usable

@@ -69,6 +69,7 @@ fn family_plan(config: &Config, jobs: &[ClusterJob]) -> Plan {
         capacity_by_type: &by_type,
         node_types: &node_types,
         idle: &std::collections::BTreeSet::new(),
+        shard_gpus: &crate::governance::NO_SHARD_PLACES,
     })
 }
 
@@ -215,6 +216,7 @@ fn shard_plan(config: &Config, jobs: &[ClusterJob]) -> Plan {
         capacity_by_type: &by_type,
         node_types: &node_types,
         idle: &std::collections::BTreeSet::new(),
+        shard_gpus: &crate::governance::NO_SHARD_PLACES,
     })
 }
 

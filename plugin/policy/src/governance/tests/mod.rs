@@ -114,6 +114,7 @@ fn plan_for(config: &Config, jobs: &[ClusterJob], fs: &[(&str, f64)]) -> Plan {
         capacity_by_type: &BTreeMap::new(),
         node_types: &BTreeMap::new(),
         idle: &std::collections::BTreeSet::new(),
+        shard_gpus: &crate::governance::NO_SHARD_PLACES,
     })
 }
 
@@ -459,6 +460,7 @@ fn a_higher_class_displaces_only_where_it_then_fits() {
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
             idle: &std::collections::BTreeSet::new(),
+            shard_gpus: &crate::governance::NO_SHARD_PLACES,
         })
     };
     // Displacement order: 3 (class 0, youngest), 1, 4, 2. The first two sit on two nodes
@@ -558,6 +560,7 @@ min_runtime_before_reclaim = "0s"
         capacity_by_type: &BTreeMap::new(),
         node_types: &BTreeMap::new(),
         idle: &std::collections::BTreeSet::new(),
+        shard_gpus: &crate::governance::NO_SHARD_PLACES,
     });
     // 6 is not placed on n2 for nothing: 7 displaces the experiment jobs and runs there.
     let mut displaced = p.displace.clone();
@@ -662,6 +665,7 @@ fn quotas_beyond_a_shrunken_capacity_leave_nothing_to_lend() {
         capacity_by_type: &BTreeMap::new(),
         node_types: &BTreeMap::new(),
         idle: &std::collections::BTreeSet::new(),
+        shard_gpus: &crate::governance::NO_SHARD_PLACES,
     });
     assert_eq!(p.gpu_limits["training"], 4);
 }
@@ -809,6 +813,7 @@ fn where_limits_are_counted_a_borrower_that_fits_no_node_gets_nothing() {
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
             idle: &std::collections::BTreeSet::new(),
+            shard_gpus: &crate::governance::NO_SHARD_PLACES,
         })
     };
     let p = input(&nodes);
@@ -877,6 +882,7 @@ fn finding10_the_fallback_reclaims_where_the_waiting_job_then_fits() {
             capacity_by_type: &BTreeMap::new(),
             node_types: &BTreeMap::new(),
             idle: &std::collections::BTreeSet::new(),
+            shard_gpus: &crate::governance::NO_SHARD_PLACES,
         })
     };
     let mut p = input(&jobs);
@@ -959,4 +965,5 @@ fn young_victims_are_skipped_when_counting_what_a_reclaim_needs() {
 
 /// Quotas per GPU type.
 mod families;
+mod shared_gpus;
 mod typed;

@@ -68,6 +68,7 @@ fn typed_plan(config: &Config, jobs: &[ClusterJob], n2_drained: bool) -> Plan {
         capacity_by_type: &by_type,
         node_types: &node_types,
         idle: &std::collections::BTreeSet::new(),
+        shard_gpus: &crate::governance::NO_SHARD_PLACES,
     })
 }
 

@@ -102,6 +102,7 @@ impl Sim<'_> {
             capacity_by_type,
             node_types,
             idle: &self.idleness.jobs,
+            shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
         });
         let mut in_quota: Vec<u64> = rows
             .iter()

@@ -48,6 +48,11 @@
 # MODE=shards (issue 30): the same with shares of a GPU (`gres/shard`, 4 per A100) on 2 nodes
 # (2 and 1 A100, 12 shards) with tests/live/teamshare-shards.toml: serve fills 4 shards,
 # inference 8 (4 borrowed); dev's one shard must take exactly one borrowed shard.
+#
+# MODE=wholeshards (issue 30): a whole GPU taken back from shards, on the shards cluster. Each
+# A100 holds one job of 4 shards (serve's, inference's in quota, inference's borrowed); dev
+# asks for a whole A100 of its quota: the borrowed shard job, and only it, must go (the
+# governor's fallback requeues it: Slurm has no GPU for dev while any shard is in use).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -66,7 +71,7 @@ elif [[ $MODE == wholenode ]]; then
 elif [[ $MODE == slices ]]; then
     TOML=$BENCH_ROOT/tests/live/teamshare-fractional.toml
     CLUSTER_ENV=(NODES=3 "GPU_TYPES=1g.10gb:7 1g.10gb:7 a100:1+1g.10gb:7" CLUSTER_NAME=teamshare-frac)
-elif [[ $MODE == shards ]]; then
+elif [[ $MODE == shards || $MODE == wholeshards ]]; then
     TOML=$BENCH_ROOT/tests/live/teamshare-shards.toml
     CLUSTER_ENV=(NODES=2 "GPU_TYPES=a100:2 a100:1" "SHARDS=4 4" CLUSTER_NAME=teamshare-shard)
 fi
@@ -105,13 +110,14 @@ typed) FILLER=research VICTIMS=6 CLAIMER=research CLAIM_GRES=gpu:h100:1 ;;
 wholenode) FILLER=ops VICTIMS=4 CLAIMER=vision CLAIM_GRES=gpu:4 ;;
 slices) FILLER=inference VICTIMS=7 CLAIMER=dev CLAIM_GRES=gpu:1g.10gb:1 PER=7 ;;
 shards) FILLER=inference VICTIMS=4 CLAIMER=dev CLAIM_GRES=shard:1 PER=4 ;;
-*) bench_die "MODE is single, spread, typed, wholenode, slices or shards, not $MODE" ;;
+wholeshards) FILLER=inference VICTIMS=1 CLAIMER=dev CLAIM_GRES=gpu:a100:1 FILL_GRES=shard:4 PER=1 ;;
+*) bench_die "MODE is single, spread, typed, wholenode, slices, shards or wholeshards, not $MODE" ;;
 esac
 if [[ $MODE == wholenode ]]; then
     filled() { [[ $(running ops) -eq 7 && $(running apps) -eq 4 && $(running vision) -eq 1 && $(victims) -eq $VICTIMS ]]; }
 elif [[ $MODE == typed ]]; then
     filled() { [[ $(running research) -eq 6 && $(running agents) -eq 4 && $(victims) -eq $VICTIMS ]]; }
-elif [[ $MODE == slices || $MODE == shards ]]; then
+elif [[ $MODE == slices || $MODE == shards || $MODE == wholeshards ]]; then
     filled() { [[ $(running serve) -eq $PER && $(running inference) -eq $((2 * PER)) && $(victims) -eq $VICTIMS ]]; }
 else
     filled() { [[ $(running "$FILLER") -eq 8 && $(victims) -eq $VICTIMS ]]; }
@@ -142,12 +148,12 @@ for ((t = 1; t <= TRIALS; t++)); do
             ((i < 6)) && sbatch "${SB[@]}" -A research --gres=gpu:a100:1 --wrap 'sleep 3600' >/dev/null
             ((i < 4)) && sbatch "${SB[@]}" -A agents --gres=gpu:h100:1 --wrap 'sleep 3600' >/dev/null
             continue
-        elif [[ $MODE == slices || $MODE == shards ]]; then
+        elif [[ $MODE == slices || $MODE == shards || $MODE == wholeshards ]]; then
             # serve's PER first, then inference's PER of quota and PER borrowed.
             if ((i == 0)); then
                 for team in serve inference inference; do
                     for ((k = 0; k < PER; k++)); do
-                        sbatch "${SB[@]}" -A "$team" --gres="$CLAIM_GRES" --wrap 'sleep 3600' >/dev/null
+                        sbatch "${SB[@]}" -A "$team" --gres="${FILL_GRES:-$CLAIM_GRES}" --wrap 'sleep 3600' >/dev/null
                     done
                     [[ $team == serve ]] && wait_until 60 "serve's $PER running" bash -c "[[ \$(squeue -h -A serve -t R -o %i | wc -l) -eq $PER ]]"
                 done

@@ -25,10 +25,20 @@ pub const SLICES: &[Scenario] = &[(
 )];
 
 /// On `Spec::SHARDS`.
-pub const SHARDS: &[Scenario] = &[(
-    "fractional::f04_shards_under_quotas_in_gpu_equivalents_are_counted_capped_borrowed_and_reclaimed_one_by_one",
-    shards_borrowed_and_reclaimed,
-)];
+pub const SHARDS: &[Scenario] = &[
+    (
+        "fractional::f04_shards_under_quotas_in_gpu_equivalents_are_counted_capped_borrowed_and_reclaimed_one_by_one",
+        shards_borrowed_and_reclaimed,
+    ),
+    (
+        "fractional::f05_a_whole_gpu_is_taken_back_from_borrowed_shards_and_from_no_other",
+        whole_gpu_from_shards,
+    ),
+    (
+        "fractional::f06_shards_are_taken_back_from_a_gpu_a_borrower_holds_whole",
+        shards_from_whole_gpu,
+    ),
+];
 
 /// On `Spec::TYPED`.
 pub const SCENARIOS: &[Scenario] = &[
@@ -311,6 +321,97 @@ fn parts_borrowed_and_reclaimed(c: &Cluster, part: Part) -> TestResult {
                 part.kind
             )
         })
+    })
+}
+
+/// A whole A100 taken back from shards. Every A100 holds one job of 4 shards: serve's and
+/// inference's in their quotas, inference's second borrowed of dev's idle quota. dev asks for
+/// a whole A100 of its quota: Slurm has no GPU for it (a GPU with shards in use is not there
+/// for a whole-GPU job), and the governor frees the GPU whose shards are all borrowed.
+/// inference's second job is requeued, no other, and dev's A100 runs.
+fn whole_gpu_from_shards(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let four = |team: &str| {
+            let gres = "--gres=shard:4";
+            c.sbatch(&["-A", team, "-p", "gpu", gres, "--wrap", "sleep 3600"])
+        };
+        let serve = four("serve")?;
+        wait_parts(c, SHARD, "serve", 4)?;
+        let own = four("inference")?;
+        wait_parts(c, SHARD, "inference", 4)?;
+        let borrowed = four("inference")?;
+        wait_parts(c, SHARD, "inference", 8)?;
+        let t0 = Instant::now();
+        let gres = "--gres=gpu:a100:1";
+        let dev = c.sbatch(&["-A", "dev", "-p", "gpu", gres, "--wrap", "sleep 3600"])?;
+        c.wait_for(
+            &format!("dev's whole A100 {dev} to run"),
+            Duration::from_secs(90),
+            || Ok((c.job_state(&dev)? == "RUNNING").then_some(())),
+        )
+        .map_err(|e| format!("{e}\n{}", c.diagnosis()))?;
+        eprintln!(
+            "whole A100 from shards: sbatch to RUNNING {:?}",
+            t0.elapsed()
+        );
+        let st = c.job_state(&borrowed)?;
+        ensure(st == "PENDING", || {
+            format!("inference's borrowed shards {borrowed} are {st}, not requeued")
+        })?;
+        for (who, id) in [("serve", &serve), ("inference", &own)] {
+            let st = c.job_state(id)?;
+            ensure(st == "RUNNING", || {
+                format!("{who}'s in-quota shards {id} are {st}")
+            })?;
+        }
+        Ok(())
+    })
+}
+
+/// The other way round: serve holds a whole A100 of its quota, inference two (the second
+/// borrowed of dev's idle quota). dev asks for 2 shards of its quota: every GPU is held
+/// whole, and the governor frees the borrowed one. inference's second A100 is requeued, no
+/// other, and dev's shards run.
+fn shards_from_whole_gpu(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let whole = |team: &str| {
+            let gres = "--gres=gpu:a100:1";
+            c.sbatch(&["-A", team, "-p", "gpu", gres, "--wrap", "sleep 3600"])
+        };
+        let serve = whole("serve")?;
+        let a100 = Part {
+            kind: "a100",
+            ..SHARD
+        };
+        wait_parts(c, a100, "serve", 1)?;
+        let own = whole("inference")?;
+        wait_parts(c, a100, "inference", 1)?;
+        let borrowed = whole("inference")?;
+        wait_parts(c, a100, "inference", 2)?;
+        let t0 = Instant::now();
+        let gres = "--gres=shard:2";
+        let dev = c.sbatch(&["-A", "dev", "-p", "gpu", gres, "--wrap", "sleep 3600"])?;
+        c.wait_for(
+            &format!("dev's 2 shards {dev} to run"),
+            Duration::from_secs(90),
+            || Ok((c.job_state(&dev)? == "RUNNING").then_some(())),
+        )
+        .map_err(|e| format!("{e}\n{}", c.diagnosis()))?;
+        eprintln!(
+            "shards from a whole A100: sbatch to RUNNING {:?}",
+            t0.elapsed()
+        );
+        let st = c.job_state(&borrowed)?;
+        ensure(st == "PENDING", || {
+            format!("inference's borrowed A100 {borrowed} is {st}, not requeued")
+        })?;
+        for (who, id) in [("serve", &serve), ("inference", &own)] {
+            let st = c.job_state(id)?;
+            ensure(st == "RUNNING", || {
+                format!("{who}'s in-quota A100 {id} is {st}")
+            })?;
+        }
+        Ok(())
     })
 }
 

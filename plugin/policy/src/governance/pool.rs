@@ -67,7 +67,7 @@ pub(super) struct PoolPlan {
     /// What each team's idle quota offered to borrowers, by its place in the configuration
     /// (for the lend limits shared between types).
     pub lends: Vec<u32>,
-    /// In-quota jobs past the fallback's wait that this pool's GPUs cannot take
+    /// In-quota jobs that can start and that this pool's GPUs cannot take
     /// ([`reclaim::Reclaimed::stuck`]).
     pub stuck: Vec<u64>,
 }
@@ -166,7 +166,7 @@ pub(super) struct Decided<'a> {
     /// The places of the borrowers lent to ([`prioritise_granted`]): a [`Planner`](super::Planner)
     /// writes their priorities again at its next pass (their tail's level no longer says theirs).
     pub granted: Vec<usize>,
-    /// In-quota jobs past the fallback's wait that fit nowhere ([`reclaim::Reclaimed::stuck`]).
+    /// In-quota jobs that can start and fit nowhere ([`reclaim::Reclaimed::stuck`]).
     pub stuck: Vec<u64>,
 }
 

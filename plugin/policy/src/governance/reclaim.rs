@@ -57,9 +57,9 @@ pub(super) struct Reclaimed<'a> {
     /// wait for ([`Room::hold`]); what they do not hold of their team's idle quota may be lent.
     pub unplaced: Vec<u32>,
     pub holding: Vec<u32>,
-    /// The in-quota jobs that waited past [`RECLAIM_FALLBACK_MS`](super::RECLAIM_FALLBACK_MS)
-    /// and that no free GPUs or victims of this pool let in: a typed plan may free GPUs
-    /// another pool's jobs share with this one for them (`shared_gpus`).
+    /// The in-quota jobs that can start and that no free GPUs or victims of this pool let in:
+    /// a typed plan may free GPUs another pool's jobs share with this one for them
+    /// (`shared_gpus`).
     pub stuck: Vec<u64>,
 }
 
@@ -256,7 +256,7 @@ pub(super) fn by_placement<'a>(
                 match search.place(j) {
                     Some(v) => v,
                     None => {
-                        if j.eligible && super::waited_for_fallback(now_ms, j.submit) {
+                        if j.eligible {
                             out.stuck.push(j.id);
                         }
                         hold_for(rules, (&mut search.room, room), j, &mut out);

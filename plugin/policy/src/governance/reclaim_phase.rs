@@ -30,7 +30,7 @@ pub(super) struct Reclaim<'a> {
     pub room: Option<reclaim::Room>,
     /// Wide in-quota jobs that fit nowhere now.
     pub holds: Holds,
-    /// In-quota jobs past the fallback's wait that fit nowhere ([`reclaim::Reclaimed::stuck`]).
+    /// In-quota jobs that can start and fit nowhere ([`reclaim::Reclaimed::stuck`]).
     pub stuck: Vec<u64>,
 }
 

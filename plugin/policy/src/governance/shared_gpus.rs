@@ -5,19 +5,18 @@
 //!
 //! - each pool's room is lowered by what the other holds: a node's whole GPUs by the GPUs its
 //!   shard jobs sit on, its shards by the whole GPUs taken, each pool's capacity by as much;
-//! - an in-quota whole-GPU job that its pool can place nowhere, free or by its victims, after
-//!   the reclaim fallback's wait, gets GPUs whose shards all belong to victims of the shard
-//!   pool (their teams stay at or above their quota, rule 2): on the node where the
+//! - an in-quota whole-GPU job that can start and that its pool can place nowhere, free or
+//!   by its victims, gets GPUs whose shards all belong to victims of the shard pool (their teams stay at or above their quota, rule 2): on the node where the
 //!   earliest-ranked such GPUs, then the fewest shard jobs, make room; the governor requeues
 //!   those shard jobs;
 //! - the other way round, an in-quota shard job placed nowhere (every GPU with room held
 //!   whole) gets the GPUs of the whole pool's victims, in reclaim order, each freed GPU
 //!   serving as many shard jobs as it has room for.
 //!
-//! Slurm's own preemption cannot do this for the job: the shard victims' levels are the shard
-//! pool's, priced apart from the whole pool's, so only the fallback acts (within
-//! [`RECLAIM_FALLBACK_MS`](super::RECLAIM_FALLBACK_MS) and a pass). A whole-GPU job of
-//! several nodes is not served this way (it waits for the shards to end, or for victims of
+//! Slurm's own preemption is not given these victims (their levels are the other pool's,
+//! priced apart), so the governor requeues them at once, without the reclaim fallback's wait
+//! ([`RECLAIM_FALLBACK_MS`](super::RECLAIM_FALLBACK_MS)), which only gives Slurm its turn
+//! first. A whole-GPU job of several nodes is not served this way (it waits for the shards to end, or for victims of
 //! its own pool).
 
 use std::collections::BTreeMap;
@@ -139,8 +138,8 @@ impl SharedGpus {
         }
     }
 
-    /// The shard jobs to requeue for the whole pool's `stuck` jobs (in-quota, past the
-    /// fallback's wait, placed nowhere by their pool): see the module's documentation.
+    /// The shard jobs to requeue for the whole pool's `stuck` jobs (in-quota, able to start,
+    /// placed nowhere by their pool): see the module's documentation.
     /// `node_gpus` are the whole type's GPUs per usable node, `victims` the shard pool's in
     /// reclaim order.
     pub(super) fn take_back(
@@ -174,8 +173,8 @@ impl SharedGpus {
         out
     }
 
-    /// The whole-GPU jobs to requeue for the shard pool's `stuck` jobs (in-quota, past the
-    /// fallback's wait, placed nowhere: every GPU with room for their shards is held whole).
+    /// The whole-GPU jobs to requeue for the shard pool's `stuck` jobs (in-quota, able to
+    /// start, placed nowhere: every GPU with room for their shards is held whole).
     /// Each takes room on a GPU an earlier one freed, else the whole pool's next victim in
     /// reclaim order frees its GPUs (a job's shards on a node come from one GPU). `victims`
     /// are the whole pool's, in reclaim order.

@@ -63,9 +63,10 @@ fn shards(id: u64, team: &str, shards: u32, node: &str) -> ClusterJob {
     j
 }
 
-/// dev's whole A100, submitted long enough ago for the fallback.
+/// dev's whole A100, submitted this second: Slurm's preemption cannot serve it, so the
+/// governor does not wait for it to try.
 fn dev_whole() -> ClusterJob {
-    let mut j = pending(50, "dev", 900);
+    let mut j = pending(50, "dev", 1_000);
     j.gpu_type = Some("a100".into());
     j
 }
@@ -95,6 +96,11 @@ fn a_whole_gpu_is_taken_back_from_borrowed_shards() {
         "a job may still ask for 3"
     );
     assert!(p.reclaim.is_empty());
+    let mut waiting = dev_whole();
+    waiting.eligible = false; // a dependency or a begin time: nothing to free yet
+    jobs.push(waiting);
+    assert!(shared_plan(&jobs, &at).reclaim.is_empty());
+    jobs.pop();
     jobs.push(dev_whole());
     let p = shared_plan(&jobs, &at);
     assert_eq!(p.reclaim, [3]);
@@ -180,7 +186,7 @@ fn shards_take_back_a_gpu_held_whole_by_a_borrower() {
     );
     assert!(p.reclaim.is_empty());
     for id in [50, 51] {
-        let mut j = pending(id, "dev", 900);
+        let mut j = pending(id, "dev", 1_000);
         j.gpu_type = Some("shard".into());
         j.gpus = 2;
         jobs.push(j);

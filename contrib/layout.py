@@ -50,6 +50,8 @@ LAYERS = {
         ["job_record"],
         # Slurm's records, read and typed.
         ["squeue", "sacct", "capacity", "requeue_delay"],
+        # Where running jobs' shards sit, from the records' per-node detail (issue 30).
+        ["gres_detail"],
         # The governor's writes, behind one trait; the requeue check holds through them.
         ["slurm_write"],
         ["requeue_check"],

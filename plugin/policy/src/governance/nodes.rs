@@ -135,7 +135,7 @@ impl NodeSet {
 
 /// The GPUs a running job that is not ending holds on each node it lists (a multi-node job's
 /// evenly), as [`node_free`] counts them.
-fn node_shares(j: &ClusterJob) -> impl Iterator<Item = (&str, u32)> {
+pub(super) fn node_shares(j: &ClusterJob) -> impl Iterator<Item = (&str, u32)> {
     let n = u32::try_from(j.nodes.len()).unwrap_or(u32::MAX).max(1);
     let share = j.gpus.div_ceil(n);
     let holds = j.phase == Phase::Running && !j.completing;

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use teamshare_config::SHARE_TYPE;
 
+use super::nodes::node_shares;
 use super::{ClusterJob, GovernInput, Phase, Victim};
 
 /// Where the two kinds of job sit on the GPUs that shards are shares of.
@@ -45,10 +46,25 @@ fn holding(j: &ClusterJob) -> bool {
     j.phase == Phase::Running && !j.completing
 }
 
-/// A job's share on each node it lists (a multi-node job's evenly).
-fn per_node(j: &ClusterJob) -> u32 {
-    let n = u32::try_from(j.nodes.len()).unwrap_or(u32::MAX).max(1);
-    j.gpus.div_ceil(n)
+/// The jobs among `jobs` that hold their GPUs, by id.
+fn holding_by_id(jobs: &[ClusterJob]) -> BTreeMap<u64, &ClusterJob> {
+    jobs.iter()
+        .filter(|j| holding(j))
+        .map(|j| (j.id, j))
+        .collect()
+}
+
+/// The one-node in-quota jobs of `stuck` asking for 1 to `most` GPUs, oldest first, each once
+/// (an array's tasks share an id).
+fn oldest_first<'j>(stuck: &[&'j ClusterJob], most: u32) -> Vec<&'j ClusterJob> {
+    let mut jobs: Vec<&ClusterJob> = stuck
+        .iter()
+        .copied()
+        .filter(|j| j.node_count <= 1 && j.gpus > 0 && j.gpus <= most)
+        .collect();
+    jobs.sort_by_key(|j| (j.submit, j.id));
+    jobs.dedup_by_key(|j| j.id);
+    jobs
 }
 
 impl SharedGpus {
@@ -83,10 +99,9 @@ impl SharedGpus {
                     }
                 }
                 None => {
-                    let gpus = per_node(j).div_ceil(s.per_gpu);
-                    for node in &j.nodes {
-                        let e = unplaced.entry(node.clone()).or_insert(0);
-                        *e = e.saturating_add(gpus);
+                    for (node, shards) in node_shares(j) {
+                        let e = unplaced.entry(node.to_string()).or_insert(0);
+                        *e = e.saturating_add(shards.div_ceil(s.per_gpu));
                     }
                 }
             }
@@ -100,9 +115,9 @@ impl SharedGpus {
             *e = e.saturating_add(n);
         }
         for j in jobs(&s.whole) {
-            for node in &j.nodes {
-                let e = s.whole_held.entry(node.clone()).or_insert(0);
-                *e = e.saturating_add(per_node(j));
+            for (node, gpus) in node_shares(j) {
+                let e = s.whole_held.entry(node.to_string()).or_insert(0);
+                *e = e.saturating_add(gpus);
             }
         }
         Some(s)
@@ -151,15 +166,8 @@ impl SharedGpus {
         now: i64,
     ) -> Vec<u64> {
         let mut nodes = self.freeable(node_gpus, shard_jobs, victims, now);
-        let mut jobs: Vec<&ClusterJob> = stuck
-            .iter()
-            .copied()
-            .filter(|j| j.node_count <= 1 && j.gpus > 0)
-            .collect();
-        jobs.sort_by_key(|j| (j.submit, j.id));
-        jobs.dedup_by_key(|j| j.id);
         let mut out = Vec::new();
-        for j in jobs {
+        for j in oldest_first(stuck, u32::MAX) {
             let best = nodes
                 .iter()
                 .enumerate()
@@ -185,26 +193,16 @@ impl SharedGpus {
         victims: &[Victim],
         now: i64,
     ) -> Vec<u64> {
-        let alive: BTreeMap<u64, &ClusterJob> = whole_jobs
-            .iter()
-            .filter(|j| holding(j) && !j.nodes.is_empty())
-            .map(|j| (j.id, j))
-            .collect();
+        let alive = holding_by_id(whole_jobs);
         let mut next = victims
             .iter()
             .filter(|v| v.exempt_until <= now)
-            .filter_map(|v| alive.get(&v.job_id).copied());
-        let mut jobs: Vec<&ClusterJob> = stuck
-            .iter()
-            .copied()
-            .filter(|j| j.node_count <= 1 && j.gpus > 0 && j.gpus <= self.per_gpu)
-            .collect();
-        jobs.sort_by_key(|j| (j.submit, j.id));
-        jobs.dedup_by_key(|j| j.id);
+            .filter_map(|v| alive.get(&v.job_id).copied())
+            .filter(|j| !j.nodes.is_empty());
         // The shards left on each GPU freed so far.
         let mut freed: Vec<u32> = Vec::new();
         let mut out = Vec::new();
-        for j in jobs {
+        for j in oldest_first(stuck, self.per_gpu) {
             loop {
                 if let Some(gpu) = freed.iter_mut().find(|left| **left >= j.gpus) {
                     *gpu -= j.gpus;
@@ -212,8 +210,8 @@ impl SharedGpus {
                 }
                 let Some(v) = next.next() else { return out };
                 out.push(v.id);
-                let gpus = per_node(v) as usize * v.nodes.len();
-                freed.extend(std::iter::repeat_n(self.per_gpu, gpus));
+                let gpus: u32 = node_shares(v).map(|(_, g)| g).sum();
+                freed.extend(std::iter::repeat_n(self.per_gpu, gpus as usize));
             }
         }
         out
@@ -229,11 +227,7 @@ impl SharedGpus {
         victims: &[Victim],
         now: i64,
     ) -> Vec<Freeable> {
-        let alive: BTreeMap<u64, &ClusterJob> = shard_jobs
-            .iter()
-            .filter(|j| holding(j))
-            .map(|j| (j.id, j))
-            .collect();
+        let alive = holding_by_id(shard_jobs);
         let rank: BTreeMap<u64, usize> = victims
             .iter()
             .enumerate()

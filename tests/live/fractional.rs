@@ -330,42 +330,17 @@ fn parts_borrowed_and_reclaimed(c: &Cluster, part: Part) -> TestResult {
 /// for a whole-GPU job), and the governor frees the GPU whose shards are all borrowed.
 /// inference's second job is requeued, no other, and dev's A100 runs.
 fn whole_gpu_from_shards(c: &Cluster) -> TestResult {
-    isolated(c, |c| {
-        let four = |team: &str| {
-            let gres = "--gres=shard:4";
-            c.sbatch(&["-A", team, "-p", "gpu", gres, "--wrap", "sleep 3600"])
-        };
-        let serve = four("serve")?;
-        wait_parts(c, SHARD, "serve", 4)?;
-        let own = four("inference")?;
-        wait_parts(c, SHARD, "inference", 4)?;
-        let borrowed = four("inference")?;
-        wait_parts(c, SHARD, "inference", 8)?;
-        let t0 = Instant::now();
-        let gres = "--gres=gpu:a100:1";
-        let dev = c.sbatch(&["-A", "dev", "-p", "gpu", gres, "--wrap", "sleep 3600"])?;
-        c.wait_for(
-            &format!("dev's whole A100 {dev} to run"),
-            Duration::from_secs(90),
-            || Ok((c.job_state(&dev)? == "RUNNING").then_some(())),
-        )
-        .map_err(|e| format!("{e}\n{}", c.diagnosis()))?;
-        eprintln!(
-            "whole A100 from shards: sbatch to RUNNING {:?}",
-            t0.elapsed()
-        );
-        let st = c.job_state(&borrowed)?;
-        ensure(st == "PENDING", || {
-            format!("inference's borrowed shards {borrowed} are {st}, not requeued")
-        })?;
-        for (who, id) in [("serve", &serve), ("inference", &own)] {
-            let st = c.job_state(id)?;
-            ensure(st == "RUNNING", || {
-                format!("{who}'s in-quota shards {id} are {st}")
-            })?;
-        }
-        Ok(())
-    })
+    taken_back_across(
+        c,
+        Across {
+            fill: "--gres=shard:4",
+            part: SHARD,
+            per_job: 4,
+            held: "shards",
+            claim: "--gres=gpu:a100:1",
+            claimed: "whole A100",
+        },
+    )
 }
 
 /// The other way round: serve holds a whole A100 of its quota, inference two (the second
@@ -373,42 +348,69 @@ fn whole_gpu_from_shards(c: &Cluster) -> TestResult {
 /// whole, and the governor frees the borrowed one. inference's second A100 is requeued, no
 /// other, and dev's shards run.
 fn shards_from_whole_gpu(c: &Cluster) -> TestResult {
+    let a100 = Part {
+        kind: "a100",
+        ..SHARD
+    };
+    taken_back_across(
+        c,
+        Across {
+            fill: "--gres=gpu:a100:1",
+            part: a100,
+            per_job: 1,
+            held: "A100",
+            claim: "--gres=shard:2",
+            claimed: "2 shards",
+        },
+    )
+}
+
+/// A reclaim across the two kinds of job one GPU serves: what the three GPUs are filled with,
+/// and what dev claims of its quota.
+struct Across {
+    /// One job of serve's, then two of inference's (the second borrowed), each a whole GPU.
+    fill: &'static str,
+    part: Part,
+    /// Of `part`, per job.
+    per_job: u32,
+    held: &'static str,
+    claim: &'static str,
+    claimed: &'static str,
+}
+
+/// Every GPU is held by one job of the other kind (serve's and inference's in their quotas,
+/// inference's second borrowed); dev's claim runs, and only the borrowed job is requeued.
+fn taken_back_across(c: &Cluster, a: Across) -> TestResult {
     isolated(c, |c| {
-        let whole = |team: &str| {
-            let gres = "--gres=gpu:a100:1";
-            c.sbatch(&["-A", team, "-p", "gpu", gres, "--wrap", "sleep 3600"])
-        };
-        let serve = whole("serve")?;
-        let a100 = Part {
-            kind: "a100",
-            ..SHARD
-        };
-        wait_parts(c, a100, "serve", 1)?;
-        let own = whole("inference")?;
-        wait_parts(c, a100, "inference", 1)?;
-        let borrowed = whole("inference")?;
-        wait_parts(c, a100, "inference", 2)?;
+        let fill =
+            |team: &str| c.sbatch(&["-A", team, "-p", "gpu", a.fill, "--wrap", "sleep 3600"]);
+        let serve = fill("serve")?;
+        wait_parts(c, a.part, "serve", a.per_job)?;
+        let own = fill("inference")?;
+        wait_parts(c, a.part, "inference", a.per_job)?;
+        let borrowed = fill("inference")?;
+        wait_parts(c, a.part, "inference", 2 * a.per_job)?;
         let t0 = Instant::now();
-        let gres = "--gres=shard:2";
-        let dev = c.sbatch(&["-A", "dev", "-p", "gpu", gres, "--wrap", "sleep 3600"])?;
+        let dev = c.sbatch(&["-A", "dev", "-p", "gpu", a.claim, "--wrap", "sleep 3600"])?;
         c.wait_for(
-            &format!("dev's 2 shards {dev} to run"),
+            &format!("dev's {} {dev} to run", a.claimed),
             Duration::from_secs(90),
             || Ok((c.job_state(&dev)? == "RUNNING").then_some(())),
         )
         .map_err(|e| format!("{e}\n{}", c.diagnosis()))?;
+        let (claimed, held) = (a.claimed, a.held);
         eprintln!(
-            "shards from a whole A100: sbatch to RUNNING {:?}",
+            "{claimed} from {held}: sbatch to RUNNING {:?}",
             t0.elapsed()
         );
         let st = c.job_state(&borrowed)?;
         ensure(st == "PENDING", || {
-            format!("inference's borrowed A100 {borrowed} is {st}, not requeued")
+            format!("inference's borrowed {held} {borrowed} is {st}, not requeued")
         })?;
         for (who, id) in [("serve", &serve), ("inference", &own)] {
             let st = c.job_state(id)?;
             ensure(st == "RUNNING", || {
-                format!("{who}'s in-quota A100 {id} is {st}")
+                format!("{who}'s in-quota {held} {id} is {st}")
             })?;
         }
         Ok(())

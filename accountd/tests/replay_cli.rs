@@ -268,25 +268,98 @@ fn a_team_map_naming_teams_the_configuration_lacks_is_refused_with_their_names()
     );
 }
 
-/// Issue 30: the simulator models quotas per type; a configuration counting a GPU family in
-/// GPU-equivalents is refused (exit 2) rather than replayed as if an A100's worth were one
-/// whole A100.
+const FAMILY: &str = "[cluster]\nname = \"c\"\npartitions = [\"gpu\"]\nidle_sharing = \"fifo\"\n\
+    [gpu_types.a100]\nrate_per_hour = 2.8\n\
+    [gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"\n\
+    [[team]]\nname = \"dev\"\nquota = { a100 = 1 }\nborrow_limit = { a100 = 1 }\n\
+    [[team]]\nname = \"serve\"\nquota = { a100 = 1 }\n\
+    [governance]\nreclaim_grace = \"0s\"\nmin_runtime_before_reclaim = \"0s\"\n";
+
+/// Two A100 cut into 14 `1g.10gb` slices on 2024-05-01: dev runs 8 slices for 2 hours from
+/// midnight, serve 7 for an hour from 01:00.
+fn database_with_slices(path: &Path) {
+    use accountd::store::test_support::{capacity, run};
+    const T: i64 = 1_714_521_600;
+    const H: i64 = 3600;
+    let mut store = accountd::store::Store::open(path).unwrap();
+    let slice = |job: u32, team: &str, start: i64, hours: i64| {
+        let mut r = run(job, team, start, Some(start + hours * H), 1);
+        r.gpus_by_type.insert("1g.10gb".into(), 1);
+        r.alloc_tres = "cpu=1,gres/gpu=1,gres/gpu:1g.10gb=1,node=1".into();
+        r
+    };
+    let mut runs: Vec<_> = (1..=8).map(|j| slice(j, "dev", T, 2)).collect();
+    runs.extend((9..=15).map(|j| slice(j, "serve", T + H, 1)));
+    store.record_runs(&runs, T + 10 * H, None).unwrap();
+    store
+        .record_capacity("c", &capacity(T - 100, 14, &[("1g.10gb", 14)]))
+        .unwrap();
+}
+
+/// Issue 30: a configuration counting the A100 family in GPU-equivalents is replayed, its
+/// GPU-hours in equivalents (a `1g.10gb` hour is 1/7 of an A100's). One that governs shards
+/// is refused (exit 2): a shard shares its GPU with whole-GPU jobs, which replay cannot model.
 #[test]
-fn a_configuration_counting_a_gpu_family_is_refused() {
-    let dir = setup(false);
-    let family = CONFIG
-        .replace(
-            "[gpu_types.default]\nrate_per_hour = 2.0\n",
-            "[gpu_types.a100]\nrate_per_hour = 2.8\n\n[gpu_types.\"1g.10gb\"]\nslices_of = \"a100\"\ngpus = \"1/7\"\n",
-        )
-        .replace("quota = 4\n\n[[team]]", "quota = { a100 = 1 }\n\n[[team]]")
-        .replace("quota = 4\n\n[governance]", "quota = { \"1g.10gb\" = 7 }\n\n[governance]");
-    fs::write(dir.path().join("teamshare.toml"), &family).unwrap();
-    let out = run(dir.path(), &["--skip-calibration"]);
+fn a_gpu_family_is_replayed_in_gpu_equivalents_and_shards_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("teamshare.toml");
+    fs::write(&toml, FAMILY).unwrap();
+    database_with_slices(&dir.path().join("accountd.db"));
+    let args = ["--candidate", "siloed", "--format", "json"];
+    let out = replay_db(dir.path(), &args);
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Siloed, dev's 8th slice waits for one of its seven to end (at 02:00): nothing is
+    // preempted, and each team ran what it asked: 8 x 2 h / 7 and 7 x 1 h / 7.
+    let dev = row_of(&json, 0, "dev");
+    let serve = row_of(&json, 0, "serve");
+    let close = |v: &serde_json::Value, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-6;
+    assert!(close(&dev["allocated_gpu_hours"], 16.0 / 7.0), "{dev}");
+    assert!(close(&serve["allocated_gpu_hours"], 1.0), "{serve}");
+    // Each holds an A100's worth for the 24 hours, the cluster two.
+    assert!(close(&dev["quota_gpu_hours"], 24.0), "{dev}");
+    assert!(
+        close(&json["columns"][0]["figures"]["capacity_gpu_hours"], 48.0),
+        "{json}"
+    );
+    assert_eq!(dev["wait"]["p95_secs"], 7200, "{dev}");
+    // Its 8th slice waited 2 hours: 2/7 of a GPU-hour queued.
+    assert!(close(&dev["queued_gpu_hours"], 2.0 / 7.0), "{dev}");
+    // Under the configuration dev's 8th slice borrows at once.
+    let toml_arg = toml.to_str().unwrap();
+    let out = replay_db(dir.path(), &["--candidate", toml_arg, "--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dev = row_of(&json, 0, "dev");
+    assert_eq!(dev["wait"]["p95_secs"], 0, "{dev}");
+    assert!(dev["borrowed_gpu_hours"].as_f64().unwrap() > 0.0, "{dev}");
+    // The text says what its GPU-hours are. The capacity curve takes 7 slices away: an A100's
+    // worth is left, so the two quotas of an A100's worth are scaled to one between them.
+    let curve = ["--capacity-curve", "2", "--curve-step", "7"];
+    let out = replay_db(
+        dir.path(),
+        &[&["--candidate", toml_arg], &curve[..]].concat(),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(
+            "note: GPU-hours are GPU-equivalents: a slice's hour counts its size (1g.10gb 1/7 of a100)"
+        ),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("scaled to 1 of 2 GPUs"),
+        "{}",
+        text(&out)
+    );
+    // Shards are refused with the reason.
+    let shards = format!("{FAMILY}[gpu_types.shard]\nslices_of = \"a100\"\ngpus = \"1/4\"\n");
+    fs::write(&toml, shards).unwrap();
+    let out = replay_db(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("counts the a100 family") && stderr.contains("replay does not model"),
+        stderr.contains("governs shards of a100") && stderr.contains("replay does not model"),
         "{}",
         text(&out)
     );

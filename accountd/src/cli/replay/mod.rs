@@ -248,7 +248,7 @@ pub(super) fn run(
     // Every configuration is read before the long work starts.
     let current = current_settings(config, config_path, args)?;
     let candidates = candidates(config, config_path, args)?;
-    refuse_families(config_path, config, &candidates)?;
+    refuse_shares(config_path, config, &candidates)?;
     if args.capacity_curve.is_some() && candidates.iter().all(|c| c.config.is_none()) {
         return Err(UsageError(
             "--capacity-curve replays simulated candidates: as-today alone has none".into(),
@@ -486,19 +486,22 @@ fn refuse_unknown_teams(
     Ok(())
 }
 
-/// A configuration counting a GPU family in GPU-equivalents (issue 30): the simulator models
-/// quotas per type, and would read an A100's worth as one whole A100 and no slice. Refused
-/// rather than replayed wrong.
-fn refuse_families(
+/// A configuration governing shards (`[gpu_types.shard]`, issue 30): the simulated cluster
+/// has nodes of one GPU type each, and a shard shares its GPU with whole-GPU jobs, which it
+/// cannot model (the capacity history records the GPUs once, without their shards). Refused
+/// rather than replayed wrong. GPU families of MIG slices are replayed: a slice is a device of
+/// its own.
+fn refuse_shares(
     config_path: &Path,
     config: &Config,
     candidates: &[Candidate],
 ) -> Result<(), UsageError> {
     for (path, cfg) in config_files(config_path, config, candidates) {
-        if let Some(whole) = cfg.governed_families().first() {
+        if let Some(shares) = cfg.shares() {
             return Err(UsageError(format!(
-                "{} counts the {whole} family (whole GPUs and their slices) in GPU-equivalents, which replay does not model yet; replay a copy that gives each slice type its own quota",
-                path.display()
+                "{} governs shards of {} ([gpu_types.shard]), which replay does not model: a shard shares its GPU with whole-GPU jobs; replay a copy without [gpu_types.shard]",
+                path.display(),
+                shares.of
             )));
         }
     }

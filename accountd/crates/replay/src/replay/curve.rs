@@ -151,7 +151,8 @@ fn scale_quotas(config: &Config, total: u32, by_type: &BTreeMap<String, u32>) ->
         .into_iter()
         .collect();
     for k in &types {
-        let cap = by_type.get(k).copied().unwrap_or(0);
+        let cap = family_capacity(config, k, by_type)
+            .unwrap_or_else(|| by_type.get(k).copied().unwrap_or(0));
         let holders: Vec<usize> = (0..c.teams.len())
             .filter(|&i| c.teams[i].quota.by_type.contains_key(k))
             .collect();
@@ -189,6 +190,18 @@ fn scale_quotas(config: &Config, total: u32, by_type: &BTreeMap<String, u32>) ->
         }
     }
     c
+}
+
+/// A GPU family's capacity in whole GPUs, where `whole` is the whole type of one (issue 30:
+/// a quota naming it counts the whole GPUs and slices together, at their size).
+fn family_capacity(config: &Config, whole: &str, by_type: &BTreeMap<String, u32>) -> Option<u32> {
+    let per_gpu = config.family_units(whole)?;
+    let units: u64 = config
+        .family_members(whole)
+        .into_iter()
+        .map(|(k, worth)| u64::from(by_type.get(k).copied().unwrap_or(0)) * u64::from(worth))
+        .sum();
+    u32::try_from(units / u64::from(per_gpu.max(1))).ok()
 }
 
 /// `values` scaled down to sum to `target` where they sum to more (largest remainder: each

@@ -28,6 +28,8 @@
 //!   from the trace's nodes and drains). *Idle quota* is the part of a team's quota it neither
 //!   used nor lent: quota - in quota - lent (at least 0). The *allocated share* is allocated
 //!   GPU-hours over the capacity's GPU-hours, in percent.
+//!   Where the configuration declares GPU slices (issue 30), every GPU-hours figure is in
+//!   GPU-equivalents: each type's hours at its size ([`Config::gpu_equivalents`]).
 //! - **Preemptions**: runs ended by preemption, the GPU-hours of work they lost
 //!   ([`JobOutcome::lost_gpu_secs`]), jobs preempted more than once.
 //! - **Percentiles** are nearest-rank ([`nearest_rank`]): the smallest value with at least p %
@@ -39,7 +41,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use teamshare_config::Config;
 
-use crate::report::{compute_usage, RowKind, UsageParams, UsageReport};
+use crate::report::{compute_usage, RowKind, TeamRow, TypeRow, UsageParams, UsageReport};
 use crate::store::{CapacitySample, GpuTypes, RunUsage};
 
 use super::{sim, Cluster, JobOutcome, Outcome, Secs, SimRun, Trace, TraceJob};
@@ -217,9 +219,14 @@ pub fn figures(trace: &Trace, outcome: &Outcome, config: &Config) -> Figures {
             Some(c) if config.priority_class(c).is_some() => c.as_str(),
             _ => NO_CLASS,
         };
+        let worth = job
+            .gpu_type
+            .as_deref()
+            .filter(|_| config.has_slices())
+            .map_or(1.0, |k| config.gpu_equivalents(k));
         let tally = rows.entry(job.team.as_str()).or_default();
         for t in [tally, &mut cluster] {
-            t.add(trace, job, o, class, &reclaims);
+            t.add(trace, job, o, class, &reclaims, worth);
         }
     }
 
@@ -235,7 +242,7 @@ pub fn figures(trace: &Trace, outcome: &Outcome, config: &Config) -> Figures {
     Figures {
         since: trace.since,
         until: trace.until,
-        capacity_gpu_hours: usage.capacity_gpu_seconds / SECONDS_PER_HOUR,
+        capacity_gpu_hours: capacity_hours(&usage),
         idle_while_waiting_gpu_hours: super::idle::idle_while_waiting_gpu_secs(trace, outcome)
             as f64
             / SECONDS_PER_HOUR,
@@ -255,11 +262,13 @@ fn team_row(name: &str, tally: Tally, usage: &UsageReport) -> TeamFigures {
         .iter()
         .find(|r| r.team == name && matches!(r.kind, RowKind::Team | RowKind::Account))
     {
-        f.quota_gpu_hours = row.quota_hours();
-        f.allocated_gpu_hours = row.gpu_hours();
-        f.in_quota_gpu_hours = row.in_quota_hours();
-        f.borrowed_gpu_hours = row.borrowed_hours();
-        f.lent_gpu_hours = row.lent_hours();
+        let eq =
+            |whole: f64, of_type: fn(&TypeRow) -> f64| in_equivalents(usage, row, whole, of_type);
+        f.quota_gpu_hours = eq(row.quota_hours(), |t| t.quota_hours().unwrap_or(0.0));
+        f.allocated_gpu_hours = eq(row.gpu_hours(), TypeRow::gpu_hours);
+        f.in_quota_gpu_hours = eq(row.in_quota_hours(), TypeRow::in_quota_hours);
+        f.borrowed_gpu_hours = eq(row.borrowed_hours(), TypeRow::borrowed_hours);
+        f.lent_gpu_hours = eq(row.lent_hours(), TypeRow::lent_hours);
         f.cost = match (row.allocated_cost, row.idle_cost, row.total_cost) {
             (Some(allocated), Some(idle), Some(total)) => Some(Cost {
                 allocated,
@@ -281,7 +290,7 @@ fn team_row(name: &str, tally: Tally, usage: &UsageReport) -> TeamFigures {
 fn cluster_row(cluster: Tally, teams: &[TeamFigures], usage: &UsageReport) -> TeamFigures {
     let mut c = cluster.figures(CLUSTER);
     c.quota_gpu_hours = teams.iter().map(|t| t.quota_gpu_hours).sum();
-    c.allocated_gpu_hours = usage.allocated_gpu_seconds / SECONDS_PER_HOUR;
+    c.allocated_gpu_hours = allocated_hours(usage);
     c.in_quota_gpu_hours = teams.iter().map(|t| t.in_quota_gpu_hours).sum();
     c.borrowed_gpu_hours = teams.iter().map(|t| t.borrowed_gpu_hours).sum();
     c.lent_gpu_hours = c.borrowed_gpu_hours;
@@ -300,8 +309,51 @@ fn cluster_row(cluster: Tally, teams: &[TeamFigures], usage: &UsageReport) -> Te
     c
 }
 
+/// A row's figure in GPU-equivalents where some GPU type is a slice (issue 30: a slice-hour
+/// is worth its size, so a family's hours add up as whole GPUs'), else as the row gives it.
+fn in_equivalents(
+    usage: &UsageReport,
+    row: &TeamRow,
+    whole: f64,
+    of_type: fn(&TypeRow) -> f64,
+) -> f64 {
+    if usage.gpu_equivalents.is_empty() || row.by_type.is_empty() {
+        return whole;
+    }
+    row.by_type
+        .iter()
+        .map(|t| of_type(t) * usage.equivalents_of(&t.gpu_type))
+        .sum()
+}
+
+/// The capacity's GPU-hours, in GPU-equivalents where some type is a slice.
+fn capacity_hours(usage: &UsageReport) -> f64 {
+    if usage.gpu_equivalents.is_empty() {
+        return usage.capacity_gpu_seconds / SECONDS_PER_HOUR;
+    }
+    usage
+        .capacity_by_type
+        .iter()
+        .map(|c| c.capacity_seconds * usage.equivalents_of(&c.gpu_type))
+        .sum::<f64>()
+        / SECONDS_PER_HOUR
+}
+
+/// Every account's allocated GPU-hours, in GPU-equivalents where some type is a slice.
+fn allocated_hours(usage: &UsageReport) -> f64 {
+    if usage.gpu_equivalents.is_empty() {
+        return usage.allocated_gpu_seconds / SECONDS_PER_HOUR;
+    }
+    usage
+        .capacity_by_type
+        .iter()
+        .map(|c| c.allocated_seconds * usage.equivalents_of(&c.gpu_type))
+        .sum::<f64>()
+        / SECONDS_PER_HOUR
+}
+
 fn share(hours: f64, usage: &UsageReport) -> Option<f64> {
-    let capacity = usage.capacity_gpu_seconds / SECONDS_PER_HOUR;
+    let capacity = capacity_hours(usage);
     (capacity > 0.0).then(|| 100.0 * hours / capacity)
 }
 
@@ -452,15 +504,15 @@ struct Tally {
     in_quota_censored: u32,
     reclaim: Vec<Secs>,
     preemptions: u32,
-    lost_gpu_secs: i64,
+    lost_gpu_secs: f64,
     repeatedly: u32,
     rejected: u32,
-    rejected_gpu_secs: i64,
+    rejected_gpu_secs: f64,
     cancelled: u32,
     wait_unknown: u32,
     never_started: u32,
-    never_started_gpu_secs: i64,
-    queued_gpu_secs: i64,
+    never_started_gpu_secs: f64,
+    queued_gpu_secs: f64,
 }
 
 impl Tally {
@@ -471,16 +523,19 @@ impl Tally {
         o: &JobOutcome,
         class: &str,
         reclaims: &ReclaimIndex,
+        worth: f64,
     ) {
         self.jobs += 1;
+        // GPU-seconds in GPU-equivalents: a slice's at its size (1 for whole GPUs).
+        let gpus = f64::from(job.gpus) * worth;
         let preemptions = o.preemptions();
         self.preemptions += preemptions;
         self.repeatedly += u32::from(preemptions > 1);
-        self.lost_gpu_secs += o.lost_gpu_secs;
+        self.lost_gpu_secs += o.lost_gpu_secs as f64 * worth;
         self.cancelled += u32::from(o.cancelled);
         if o.rejected {
             self.rejected += 1;
-            self.rejected_gpu_secs += i64::from(job.gpus) * job.work;
+            self.rejected_gpu_secs += gpus * job.work as f64;
             return;
         }
         if o.wait_unknown {
@@ -498,10 +553,10 @@ impl Tally {
         let censored = u32::from(start.is_none());
         if start.is_none() && !o.cancelled {
             self.never_started += 1;
-            self.never_started_gpu_secs += i64::from(job.gpus) * job.work;
+            self.never_started_gpu_secs += gpus * job.work as f64;
         }
         let wait = (waited_until - job.eligible).max(0);
-        self.queued_gpu_secs += wait * i64::from(job.gpus);
+        self.queued_gpu_secs += wait as f64 * gpus;
         self.waits.push(wait);
         self.censored += censored;
         let c = self.by_class.entry(class.to_string()).or_default();
@@ -532,15 +587,15 @@ impl Tally {
             in_quota_start: Waits::of(self.in_quota, self.in_quota_censored),
             reclaim: Waits::of(self.reclaim, 0),
             preemptions: self.preemptions,
-            lost_gpu_hours: self.lost_gpu_secs as f64 / SECONDS_PER_HOUR,
+            lost_gpu_hours: self.lost_gpu_secs / SECONDS_PER_HOUR,
             preempted_repeatedly: self.repeatedly,
             rejected: self.rejected,
-            rejected_gpu_hours: self.rejected_gpu_secs as f64 / SECONDS_PER_HOUR,
+            rejected_gpu_hours: self.rejected_gpu_secs / SECONDS_PER_HOUR,
             cancelled: self.cancelled,
             wait_unknown: self.wait_unknown,
             never_started: self.never_started,
-            never_started_gpu_hours: self.never_started_gpu_secs as f64 / SECONDS_PER_HOUR,
-            queued_gpu_hours: self.queued_gpu_secs as f64 / SECONDS_PER_HOUR,
+            never_started_gpu_hours: self.never_started_gpu_secs / SECONDS_PER_HOUR,
+            queued_gpu_hours: self.queued_gpu_secs / SECONDS_PER_HOUR,
             ..TeamFigures::default()
         }
     }

@@ -212,14 +212,7 @@ impl Sim<'_> {
         let Some(t) = job.team else {
             return false;
         };
-        let team = &self.config.teams[t];
-        let (used, quota) = match (&job.gpu_type, self.typed) {
-            (Some(k), true) => (
-                self.used_typed.get(&(t, k.clone())).copied().unwrap_or(0),
-                team.quota_of(k),
-            ),
-            _ => (self.used[t], team.quota.total),
-        };
+        let (used, quota, _) = self.held_against_quota(t, job.gpu_type.as_deref());
         let lowest_class = job.class_idx == 0
             || self
                 .config

@@ -8,6 +8,41 @@ use super::{capacity_steps, row_id, Sim, State};
 use crate::replay::{Outcome, Secs, SimRun};
 
 impl Sim<'_> {
+    /// What team `t` holds against the quota a job of `gpu_type` counts in, that quota, and
+    /// what one GPU of the job is worth there: its family in units where the team counts one
+    /// (issue 30: an A100's worth is whole A100s and slices, a `1g.10gb` 1 unit of 7), its
+    /// type where the configuration is typed, else every GPU.
+    pub(super) fn held_against_quota(&self, t: usize, gpu_type: Option<&str>) -> (u64, u64, u64) {
+        let team = &self.config.teams[t];
+        let held = |k: &str| {
+            u64::from(
+                self.used_typed
+                    .get(&(t, k.to_string()))
+                    .copied()
+                    .unwrap_or(0),
+            )
+        };
+        match (gpu_type, self.typed) {
+            (Some(k), true) => match self
+                .config
+                .family_of(k)
+                .filter(|_| self.config.counts_family(team, k))
+            {
+                Some(m) => {
+                    let units: u64 = self
+                        .config
+                        .family_members(m.whole)
+                        .into_iter()
+                        .map(|(member, worth)| held(member) * u64::from(worth))
+                        .sum();
+                    (units, team.family_quota_units(&m), u64::from(m.units))
+                }
+                None => (held(k), u64::from(team.quota_of(k)), 1),
+            },
+            _ => (u64::from(self.used[t]), u64::from(team.quota.total), 1),
+        }
+    }
+
     /// A node's free GPUs change by `delta`.
     fn take_gpus(&mut self, n: usize, gpus: u32, give_back: bool) {
         self.changes += 1;
@@ -38,18 +73,8 @@ impl Sim<'_> {
         let now = self.now;
         let gpus = self.jobs[j].gpus;
         let team = self.jobs[j].team.expect("only team jobs are accepted");
-        let quota = match (&self.jobs[j].gpu_type, self.typed) {
-            (Some(k), true) => self.config.teams[team].quota_of(k),
-            _ => self.config.teams[team].quota.total,
-        };
-        let used_before = match (&self.jobs[j].gpu_type, self.typed) {
-            (Some(k), true) => self
-                .used_typed
-                .get(&(team, k.clone()))
-                .copied()
-                .unwrap_or(0),
-            _ => self.used[team],
-        };
+        let job_type = self.jobs[j].gpu_type.clone();
+        let (used_before, quota, worth) = self.held_against_quota(team, job_type.as_deref());
         self.dequeue(j);
         let held: u32 = alloc.iter().map(|(_, g)| g).sum();
         for &(n, g) in &alloc {
@@ -71,7 +96,7 @@ impl Sim<'_> {
         let job = &mut self.jobs[j];
         job.state = State::Running;
         job.run_start = now;
-        job.run_borrowed = used_before.saturating_add(gpus) > quota;
+        job.run_borrowed = used_before.saturating_add(u64::from(gpus) * worth) > quota;
         job.serial += 1;
         job.alloc = alloc;
         let end = now.saturating_add(job.remaining.max(1).min(job.time_limit));

@@ -564,3 +564,86 @@ quota = 2
         }
     }
 }
+
+/// Issue 30: two teams of an A100's worth each (`quota = { a100 = 1 }`, borrowing up to one
+/// A100's worth) on two nodes of seven `1g.10gb` slices (1/7 of an A100 each).
+fn family_config() -> Config {
+    let text = r#"
+[cluster]
+name = "t"
+partitions = ["gpu"]
+idle_sharing = "fifo"
+
+[gpu_types.a100]
+rate_per_hour = 2.8
+
+[gpu_types."1g.10gb"]
+slices_of = "a100"
+gpus = "1/7"
+
+[[team]]
+name = "a"
+quota = { a100 = 1 }
+borrow_limit = { a100 = 1 }
+
+[[team]]
+name = "b"
+quota = { a100 = 1 }
+borrow_limit = { a100 = 1 }
+
+[governance]
+reclaim_mode = "requeue"
+reclaim_grace = "0s"
+min_runtime_before_reclaim = "0s"
+"#;
+    teamshare_config::parse(text, "t.toml").expect("test config")
+}
+
+fn slice_trace(jobs: Vec<TraceJob>) -> Trace {
+    let mut t = trace(jobs, 2, 7);
+    for n in &mut t.cluster.nodes {
+        n.gpu_type = Some("1g.10gb".into());
+    }
+    for j in &mut t.jobs {
+        j.gpu_type = Some("1g.10gb".into());
+    }
+    t
+}
+
+#[test]
+fn a_family_quota_counts_slices_at_their_worth() {
+    // a runs 8 slices from 0: 7 are its A100's worth, the 8th borrows from b's idle quota.
+    // Counting a slice as a GPU of quota 1 would make 7 of them borrowed.
+    let jobs: Vec<TraceJob> = (1..=8).map(|i| job(i, "a", 0, 1, 100)).collect();
+    let c = family_config();
+    let o = sim(&slice_trace(jobs.clone()), &c, &SimParams::default());
+    let borrowed: Vec<bool> = o.jobs.iter().map(|j| j.runs[0].borrowed).collect();
+    assert_eq!(borrowed, [vec![false; 7], vec![true]].concat());
+    assert!(o.jobs.iter().all(|j| j.runs[0].start == 0));
+    // Siloed, the 8th waits for one of the seven to end at 100.
+    let o = sim(
+        &slice_trace(jobs),
+        &crate::replay::siloed(&c),
+        &SimParams::default(),
+    );
+    assert_eq!(starts(&o)[7], vec![(100, 200)]);
+}
+
+#[test]
+fn a_family_team_takes_its_slices_back_one_by_one() {
+    // a holds 8 slices (1 borrowed) and 6 stand free; b asks for its 7 at 50. Six start on
+    // the free slices, the 7th takes back a's borrowed one: exactly one of a's jobs is
+    // preempted, none of the seven in its quota.
+    let mut jobs: Vec<TraceJob> = (1..=8).map(|i| job(i, "a", 0, 1, 100)).collect();
+    jobs.extend((9..=15).map(|i| job(i, "b", 50, 1, 100)));
+    let o = sim(&slice_trace(jobs), &family_config(), &SimParams::default());
+    let preempted: Vec<u64> = (0..8)
+        .filter(|&i| o.jobs[i].preemptions() > 0)
+        .map(|i| i as u64 + 1)
+        .collect();
+    assert_eq!(preempted, vec![8]);
+    assert!(o.jobs[8..]
+        .iter()
+        .all(|j| j.runs[0].start == 50 && !j.runs[0].borrowed));
+    assert!(o.jobs[8..].iter().all(|j| j.in_quota_since == Some(50)));
+}

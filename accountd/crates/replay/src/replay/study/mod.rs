@@ -208,6 +208,7 @@ impl Study {
         let params_for = |c: &Config| self.sim_params(&checkpoint, c);
         let mut notes = notes(params, trace);
         notes.splice(0..0, self.read.iter().cloned());
+        notes.extend(self.equivalents_note());
 
         // Calibration: the current settings against the history.
         let (calibration, cached) = calibration(
@@ -510,6 +511,30 @@ fn curve_points(
         points.push(CurvePoint::of(name, p.gpus, &p.quotas, &figures));
     }
     points
+}
+
+impl Study {
+    /// Where a configuration declares GPU slices (issue 30), what its GPU-hours mean.
+    fn equivalents_note(&self) -> Option<String> {
+        let sliced = std::iter::once(&self.config)
+            .chain(self.candidates.iter().filter_map(|c| c.config.as_ref()))
+            .find(|c| c.has_slices())?;
+        let sizes: Vec<String> = sliced
+            .gpu_types
+            .iter()
+            .filter_map(|(name, t)| {
+                let s = t.slice.as_ref()?;
+                Some(format!(
+                    "{name} {}/{} of {}",
+                    s.numerator, s.denominator, s.of
+                ))
+            })
+            .collect();
+        Some(format!(
+            "GPU-hours are GPU-equivalents: a slice's hour counts its size ({}); GPU-hours idle while a job waited count each slice as a GPU",
+            sizes.join(", ")
+        ))
+    }
 }
 
 /// What the figures rest on, said under them.

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::family::FamilyQuotas;
 use crate::model::usage::{peak_gpus, split_usage, CapacityStep, Run};
 use crate::period::Period;
 use crate::store::{CapacitySample, RunUsage};
@@ -70,19 +71,25 @@ pub(super) fn estimate_capacity(
         .collect();
     types.sort_unstable();
     types.dedup();
-    let (mut by_type, mut beyond_quotas) = (Vec::new(), 0u32);
-    for gpu_type in types {
-        let quotas = params.quota_by_type.get(gpu_type).copied().unwrap_or(0);
-        let peak = peak_of(gpu_type);
-        let gpus = quotas.max(peak);
-        beyond_quotas = beyond_quotas.saturating_add(gpus - quotas);
-        by_type.push(EstimatedType {
-            gpu_type: gpu_type.to_string(),
-            gpus,
-            quotas,
-            peak,
-        });
+    let mut by_type: Vec<EstimatedType> = types
+        .into_iter()
+        .map(|gpu_type| {
+            let quotas = params.quota_by_type.get(gpu_type).copied().unwrap_or(0);
+            let peak = peak_of(gpu_type);
+            EstimatedType {
+                gpu_type: gpu_type.to_string(),
+                gpus: quotas.max(peak),
+                quotas,
+                peak,
+            }
+        })
+        .collect();
+    for family in &params.families {
+        slices_serve_family_quotas(&mut by_type, family);
     }
+    let beyond_quotas = by_type.iter().fold(0u32, |s, t| {
+        s.saturating_add(t.gpus.saturating_sub(t.quotas))
+    });
     let typed_quotas = params
         .quota_by_type
         .values()
@@ -102,6 +109,29 @@ pub(super) fn estimate_capacity(
         gpus: by_type.iter().fold(0u32, |s, t| s.saturating_add(t.gpus)),
         by_type,
     }
+}
+
+/// A GPU family's quotas (issue 30) are whole GPUs' worth in any mix of whole GPUs and
+/// slices: the slices estimated beyond their own types' quotas serve them first, and the
+/// whole type is estimated at what they leave (its `quotas` then say that part), so that an
+/// A100's worth run as seven slices is not also counted as a whole A100.
+fn slices_serve_family_quotas(by_type: &mut [EstimatedType], family: &FamilyQuotas) {
+    let per_gpu = u64::from(family.per_gpu.max(1));
+    let spare_units: u64 = family
+        .members
+        .iter()
+        .filter(|(k, _)| *k != family.whole)
+        .filter_map(|(k, worth)| {
+            let t = by_type.iter().find(|t| &t.gpu_type == k)?;
+            Some(u64::from(t.gpus.saturating_sub(t.quotas)) * u64::from(*worth))
+        })
+        .sum();
+    let Some(whole) = by_type.iter_mut().find(|t| t.gpu_type == family.whole) else {
+        return;
+    };
+    let need = (u64::from(whole.quotas) * per_gpu).saturating_sub(spare_units);
+    whole.quotas = u32::try_from(need.div_ceil(per_gpu)).unwrap_or(u32::MAX);
+    whole.gpus = whole.quotas.max(whole.peak);
 }
 
 /// The capacity steps of `period`: the samples, with the estimate before the first one.

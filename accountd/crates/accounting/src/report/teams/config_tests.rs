@@ -75,3 +75,55 @@ idle_cost_split = "idle-row"
     assert_eq!(f.rates.usage_weight(Some("l4")), 70.0);
     assert_eq!(f.rates.usage_weight(None), 70.0);
 }
+
+/// Issue 30: without capacity samples, the estimate counts a GPU family's quotas once. dev
+/// and serve each hold an A100's worth; dev ran 7 `1g.10gb` slices (an A100's worth) and serve
+/// one whole A100. Estimated: 7 slices and 1 A100, two A100s' worth as the quotas say; per
+/// type alone it was 2 A100 and 7 slices, three A100s' worth.
+#[test]
+fn an_estimate_counts_a_family_quota_once_in_slices_and_whole_gpus() {
+    use crate::report::tests::{run, H, T0};
+    use crate::store::GpuTypes;
+    let config = teamshare_config::parse(
+        r#"
+[cluster]
+name = "c"
+
+[gpu_types.a100]
+rate_per_hour = 2.8
+
+[gpu_types."1g.10gb"]
+slices_of = "a100"
+gpus = "1/7"
+
+[[team]]
+name = "dev"
+quota = { a100 = 1 }
+
+[[team]]
+name = "serve"
+quota = { a100 = 1 }
+"#,
+        "teamshare.toml",
+    )
+    .unwrap();
+    let period = Period {
+        since: T0,
+        until: T0 + 2 * H,
+    };
+    let p = UsageParams::from_config(&config, period, T0 + 2 * H, Vec::new());
+    let typed = |id, team: &str, gpu_type: &str, gpus: u64| {
+        let mut r = run(id, team, 0, Some(2), gpus);
+        r.gpus_by_type = GpuTypes::new(&BTreeMap::from([(gpu_type.to_string(), gpus)]));
+        r
+    };
+    let runs = [typed(1, "dev", "1g.10gb", 7), typed(2, "serve", "a100", 1)];
+    let r = compute_usage(&runs, &[], &p);
+    let estimate = r.estimate.as_ref().unwrap();
+    let parts: Vec<(&str, u32, u32, u32)> = estimate
+        .by_type
+        .iter()
+        .map(|t| (t.gpu_type.as_str(), t.gpus, t.quotas, t.peak))
+        .collect();
+    assert_eq!(parts, [("1g.10gb", 7, 0, 7), ("a100", 1, 1, 1)]);
+}

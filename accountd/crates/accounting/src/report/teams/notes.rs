@@ -61,7 +61,12 @@ where
             .collect();
         let _ = writeln!(
             out,
-            "estimated capacity, per GPU type the larger of the quotas and the most GPUs in use at once: {}",
+            "estimated capacity, per GPU type the larger of the quotas and the most GPUs in use at once{}: {}",
+            if report.gpu_equivalents.is_empty() {
+                ""
+            } else {
+                " (a GPU family's quotas less what its slices beyond their own quotas hold)"
+            },
             parts.join(", ")
         );
     }

@@ -149,6 +149,23 @@ accountd ingest --since now-1h --until now+1h
 accountd report teams --since now-1h --until now+1h --by-type
 accountd report fairshare
 
+step "accountd replay of this hour: the demo's teams siloed, then as configured (GPU-hours in GPU-equivalents)"
+accountd replay --since now-1h --until now+1h --skip-calibration --candidate siloed \
+    --candidate "$dir/etc/teamshare.toml" --format json >"$dir/replay.json"
+python3 - "$dir/replay.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for c in r["columns"]:
+    for row in c["figures"]["rows"]:
+        if row["team"] in ("serving", "training"):
+            print(f'   {c["candidate"]:15} {row["team"]:9} p95 wait {row["wait"]["p95_secs"]}s, '
+                  f'in quota {row["in_quota_gpu_hours"]:.3f}, borrowed {row["borrowed_gpu_hours"]:.3f} '
+                  f'GPU-equivalent hours, {row["preemptions"]} preempted')
+for n in r["notes"]:
+    if "GPU-equivalents" in n:
+        print("   note:", n)
+PY
+
 step "Prometheus metrics served by accountd run (a few of them)"
 python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:19477/metrics").read().decode())' |
     grep -E '^teamshare_(quota_gpus|gpus_in_use|gpu_equivalents_in_use|governor_requeues_total|month_preempted_runs|capacity_gpus)' | head -30

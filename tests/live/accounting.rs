@@ -41,6 +41,25 @@ pub(crate) fn start_samplers(
     spool: &std::path::Path,
     util: &[(&str, u32)],
 ) -> Result<Samplers, String> {
+    let nodes: Vec<(&str, Vec<(String, u32)>)> = util
+        .iter()
+        .map(|&(node, percent)| {
+            let gpus = (0..4)
+                .map(|m| (format!("GPU-{node}-{m}"), percent))
+                .collect();
+            (node, gpus)
+        })
+        .collect();
+    start_samplers_on(c, spool, &nodes)
+}
+
+/// A sampler per node, whose fake NVML offers the devices given: (UUID, utilisation) at
+/// minors 0, 1, ... in order.
+pub(crate) fn start_samplers_on(
+    c: &Cluster,
+    spool: &std::path::Path,
+    nodes: &[(&str, Vec<(String, u32)>)],
+) -> Result<Samplers, String> {
     let lib = repo_root().join("target/release/libnvidia_ml.so");
     if !lib.is_file() {
         return Err(format!(
@@ -49,13 +68,13 @@ pub(crate) fn start_samplers(
         ));
     }
     let mut children = Vec::new();
-    for (node, percent) in util {
+    for (node, gpus) in nodes {
         let script = c.dir.join(format!("fake-nvml-{node}.txt"));
         let mut text = String::new();
-        for minor in 0..4 {
-            text.push_str(&format!("gpu {minor} uuid=GPU-{node}-{minor}\n"));
+        for (minor, (uuid, _)) in gpus.iter().enumerate() {
+            text.push_str(&format!("gpu {minor} uuid={uuid}\n"));
         }
-        for minor in 0..4 {
+        for (minor, (_, percent)) in gpus.iter().enumerate() {
             text.push_str(&format!("util {minor} +0 {percent} 1000\n"));
         }
         std::fs::write(&script, text).map_err(|e| e.to_string())?;
@@ -95,7 +114,10 @@ pub(crate) fn start_samplers(
     Ok(Samplers(children))
 }
 
-fn json_rows(out: &std::process::Output, what: &str) -> Result<Vec<serde_json::Value>, String> {
+pub(crate) fn json_rows(
+    out: &std::process::Output,
+    what: &str,
+) -> Result<Vec<serde_json::Value>, String> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(format!(
@@ -118,7 +140,11 @@ fn scratch_db(c: &Cluster, name: &str) -> PathBuf {
 
 /// Ingest sacct and collect the spooled samples into a database of the scenario's own;
 /// returns its path.
-fn ingest_and_collect(c: &Cluster, name: &str, spool: &std::path::Path) -> Result<String, String> {
+pub(crate) fn ingest_and_collect(
+    c: &Cluster,
+    name: &str,
+    spool: &std::path::Path,
+) -> Result<String, String> {
     let dbs = scratch_db(c, name).to_string_lossy().to_string();
     let spool = spool.to_string_lossy().to_string();
     for args in [

@@ -13,16 +13,23 @@ use std::time::{Duration, Instant};
 
 use teamshare_live_tests::{ensure, gres_text, Cluster, TestResult};
 
+use crate::accounting::{ingest_and_collect, json_rows, start_samplers_on};
 use crate::governance::isolated;
 use crate::typed::{held, held_of};
 
 type Scenario = (&'static str, fn(&Cluster) -> TestResult);
 
 /// On `Spec::FRACTIONAL`.
-pub const SLICES: &[Scenario] = &[(
-    "fractional::f03_slices_under_quotas_in_gpu_equivalents_are_capped_borrowed_and_reclaimed_one_by_one",
-    slices_borrowed_and_reclaimed,
-)];
+pub const SLICES: &[Scenario] = &[
+    (
+        "fractional::f03_slices_under_quotas_in_gpu_equivalents_are_capped_borrowed_and_reclaimed_one_by_one",
+        slices_borrowed_and_reclaimed,
+    ),
+    (
+        "fractional::f07_a_slice_jobs_samples_are_its_own_slices",
+        slices_sampled,
+    ),
+];
 
 /// On `Spec::SHARDS`.
 pub const SHARDS: &[Scenario] = &[
@@ -51,6 +58,8 @@ pub const SCENARIOS: &[Scenario] = &[
         shards_held_at_zero,
     ),
 ];
+
+const MINUTE: Duration = Duration::from_secs(60);
 
 const SAYS: &str = "teamshare: GPU shares (gres/shard) are not counted in team quotas, so partitions gpu take whole GPUs only: --gres=gpu:N or --gpus=N";
 
@@ -437,4 +446,72 @@ fn held_back(c: &Cluster, team: &str, job: &str, ceilings: &[(&str, u32)]) -> Te
         })?;
     }
     Ok(())
+}
+
+/// The dev cluster's MIG-like slices are device files of their own, and the fake NVML offers
+/// one device per slice (`MIG-n1-K`, each at its own utilisation, 10 % to 70 %): a slice job's
+/// samples are those of the slices Slurm gave it (its IDX, through the device files, as for
+/// whole GPUs), and no other slice's.
+fn slices_sampled(c: &Cluster) -> TestResult {
+    isolated(c, |c| {
+        let spool = c.dir.join("samples-f07");
+        let _ = std::fs::remove_dir_all(&spool);
+        let util = |k: u32| 10 * (k + 1);
+        let slices: Vec<(String, u32)> = (0..7).map(|k| (format!("MIG-n1-{k}"), util(k))).collect();
+        let samplers = start_samplers_on(c, &spool, &[("n1", slices)])?;
+        let id = c.sbatch(&[
+            "-A",
+            "serve",
+            "-p",
+            "gpu",
+            "-w",
+            "n1",
+            "--gres=gpu:1g.10gb:2",
+            "--wrap",
+            "sleep 8",
+        ])?;
+        let idx = c.wait_for(&format!("job {id}'s slices"), MINUTE, || {
+            let detail = c.ok("scontrol", &["-d", "show", "job", &id])?;
+            Ok(slice_indices(&detail))
+        })?;
+        ensure(idx.len() == 2, || format!("job {id} holds slices {idx:?}"))?;
+        c.wait_completed_in_sacct(std::slice::from_ref(&id), 2 * MINUTE)?;
+        // Let the last ticks reach the spool, then stop sampling.
+        std::thread::sleep(Duration::from_secs(3));
+        drop(samplers);
+        let db = ingest_and_collect(c, "f07", &spool)?;
+        let args = ["--database", &db, "report", "jobs", "--since", "now-1h"];
+        let out =
+            c.accountd_cmd(&[&args[..], &["--until", "now+1h", "--format", "json"]].concat())?;
+        let jobs = json_rows(&out, "report jobs")?;
+        let row = jobs
+            .iter()
+            .find(|r| r["job"].as_str() == Some(id.as_str()))
+            .ok_or_else(|| format!("job {id} missing from report jobs: {jobs:?}"))?;
+        let want = f64::from(idx.iter().map(|&k| util(k)).sum::<u32>()) / 2.0;
+        let mean = row["mean_util_percent"].as_f64().unwrap_or(f64::NAN);
+        ensure((mean - want).abs() < 0.5, || {
+            format!("job {id} on slices {idx:?}: mean {mean} %, want {want} %: {row}")
+        })?;
+        // Both slices sampled while the job held them, within a 1 s interval per slice.
+        let f = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
+        let slack = 2.0 * 2.0 / 3600.0;
+        ensure(
+            (f("sampled_gpu_hours") - f("gpu_hours")).abs() <= slack,
+            || format!("job {id}: {row}"),
+        )
+    })
+}
+
+/// The slice indices of `scontrol -d show job`'s `GRES=gpu:1g.10gb:2(IDX:0-1)` (empty until
+/// the job runs).
+fn slice_indices(detail: &str) -> Option<Vec<u32>> {
+    let at = detail.find("(IDX:")? + "(IDX:".len();
+    let list = &detail[at..at + detail[at..].find(')')?];
+    let mut out = Vec::new();
+    for part in list.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        out.extend(a.trim().parse::<u32>().ok()?..=b.trim().parse::<u32>().ok()?);
+    }
+    Some(out)
 }

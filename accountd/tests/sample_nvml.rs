@@ -115,6 +115,32 @@ fn an_unreadable_gpu_is_said_and_the_others_are_sampled() {
     assert_eq!(uuids, ["GPU-3333", "GPU-2222", "GPU-0000"]);
 }
 
+/// Issue 30: NVML reads no utilisation of a MIG-enabled GPU (NOT_SUPPORTED, as the fake's
+/// `mig=on` answers): the sampler says why in MIG's words, once, and samples the others. A GPU
+/// without MIG that cannot say its utilisation (`fail=`) keeps the general message.
+#[test]
+fn a_mig_enabled_gpu_is_said_to_be_unsampled_and_the_others_are_sampled() {
+    let site = Site::new();
+    let script =
+        sample_support::SCRIPT.replace("gpu 1 uuid=GPU-1111", "gpu 1 uuid=GPU-1111 mig=on");
+    assert!(script.contains("mig=on"));
+    fs::write(site.path("script"), script).unwrap();
+    let out = site.sampler(&["--once"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("GPU GPU-1111 (NVML index 2): is in MIG mode: NVML reads no utilisation"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cannot read its utilisation"), "{stderr}");
+    let samples = samples_in(&site.ready_files());
+    let uuids: Vec<&str> = samples
+        .iter()
+        .map(|s| s["gpu_uuid"].as_str().unwrap())
+        .collect();
+    assert_eq!(uuids, ["GPU-3333", "GPU-2222", "GPU-0000"]);
+}
+
 #[test]
 fn a_failing_job_lookup_still_samples_every_gpu_with_no_job() {
     let site = Site::new();

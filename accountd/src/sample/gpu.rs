@@ -60,6 +60,14 @@ impl std::fmt::Display for GpuReadError {
     }
 }
 
+/// Why a MIG-enabled GPU is not sampled (docs/design/fractional-gpus.md, "Sampling").
+pub const MIG_UNSAMPLED: &str = "is in MIG mode: NVML reads no utilisation of a MIG-enabled GPU nor of its instances, so it is not sampled and the jobs on its slices count as unsampled (DCGM's profiling metrics can read MIG instances)";
+
+/// Whether NVML says `device` has MIG enabled (a driver or GPU without MIG: no).
+fn in_mig_mode(device: &nvml_wrapper::Device<'_>) -> bool {
+    device.mig_mode().is_ok_and(|m| m.current == 1)
+}
+
 /// An opened NVML.
 pub struct Gpus {
     nvml: Nvml,
@@ -141,6 +149,14 @@ impl Gpus {
             };
             let util = match device.utilization_rates() {
                 Ok(u) => u,
+                Err(NvmlError::NotSupported) if in_mig_mode(&device) => {
+                    errors.push(GpuReadError {
+                        index,
+                        uuid: Some(uuid),
+                        message: MIG_UNSAMPLED.into(),
+                    });
+                    continue;
+                }
                 Err(e) => {
                     errors.push(fail(Some(&uuid), "utilisation", e));
                     continue;

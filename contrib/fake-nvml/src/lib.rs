@@ -363,11 +363,40 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
             if utilization.is_null() {
                 return ERROR_INVALID_ARGUMENT;
             }
+            if gpu.mig == Some(true) {
+                return ERROR_NOT_SUPPORTED;
+            }
             let (g, m) = gpu
                 .step_at(now(state))
                 .map_or((0, 0), |s| (s.gpu_percent, s.mem_percent));
             // SAFETY: utilization is non-null and valid for a write (caller's promise).
             unsafe { utilization.write(NvmlUtilization { gpu: g, memory: m }) };
+            SUCCESS
+        })
+    })
+}
+
+/// # Safety
+/// `current` and `pending` are null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: NvmlDevice,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> NvmlReturn {
+    guard(|| {
+        with_gpu(device, None, |_, gpu| {
+            let Some(on) = gpu.mig else {
+                return ERROR_NOT_SUPPORTED;
+            };
+            if current.is_null() || pending.is_null() {
+                return ERROR_INVALID_ARGUMENT;
+            }
+            // SAFETY: both are non-null and valid for a write (caller's promise).
+            unsafe {
+                *current = c_uint::from(on);
+                *pending = c_uint::from(on);
+            }
             SUCCESS
         })
     })

@@ -16,6 +16,9 @@
 //!   epoch (fractions allowed); without an `epoch` line the epoch is the script's modification time.
 //! - `fail=` lists calls that return NVML_ERROR_GPU_IS_LOST for that GPU: `uuid`, `minor`,
 //!   `name`, `utilization`, `memory`, `processes`.
+//! - `mig=on` or `mig=off`: the GPU supports MIG, in that mode (`nvmlDeviceGetMigMode`);
+//!   without it, it does not (NVML_ERROR_NOT_SUPPORTED). With MIG on, its utilisation reads
+//!   NVML_ERROR_NOT_SUPPORTED, as NVIDIA's NVML answers for a MIG-enabled GPU.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -68,6 +71,8 @@ pub struct Gpu {
     pub name: String,
     pub memory_mib: u64,
     pub fails: BTreeSet<Call>,
+    /// Its MIG mode where it supports MIG (`mig=on|off`).
+    pub mig: Option<bool>,
     /// Sorted by `from`; equal times keep file order (the later line wins).
     pub steps: Vec<Step>,
     pub processes: Vec<Process>,
@@ -212,6 +217,7 @@ fn gpu_line(w: &[String], gpus: &[Gpu]) -> Result<Gpu, String> {
         name: "Fake GPU".into(),
         memory_mib: 81_920,
         fails: BTreeSet::new(),
+        mig: None,
         steps: Vec::new(),
         processes: Vec::new(),
     };
@@ -223,6 +229,13 @@ fn gpu_line(w: &[String], gpus: &[Gpu]) -> Result<Gpu, String> {
             "uuid" => gpu.uuid = value.to_string(),
             "name" => gpu.name = value.to_string(),
             "memory" => gpu.memory_mib = number(value, "memory")?,
+            "mig" => {
+                gpu.mig = Some(match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("mig={value}: write mig=on or mig=off")),
+                });
+            }
             "fail" => {
                 for call in value.split(',').filter(|c| !c.is_empty()) {
                     let c = Call::parse(call).ok_or_else(|| {
@@ -341,7 +354,7 @@ mod tests {
 # two GPUs, listed with the higher minor first
 epoch 1000
 gpu 1 uuid=GPU-b name="Fake H100 80GB" memory=80000 fail=memory,processes
-gpu 0 uuid=GPU-a
+gpu 0 uuid=GPU-a mig=off
 util 0 +0 50 100
 util 0 +10.5 3 200 7
 util 1 2000 90
@@ -357,6 +370,7 @@ proc 0 42 512
         assert_eq!(b.name, "Fake H100 80GB");
         assert!(b.fails.contains(&Call::Memory) && b.fails.contains(&Call::Processes));
         let a = &s.gpus[1];
+        assert_eq!((a.mig, b.mig), (Some(false), None));
         assert_eq!(a.step_at(999.0), None);
         assert_eq!(a.step_at(1000.0).unwrap().gpu_percent, 50);
         assert_eq!(a.step_at(1010.4).unwrap().gpu_percent, 50);
@@ -393,6 +407,7 @@ proc 0 42 512
             ("gpu 0 uuid=a\nutil 1 +0 5\n", 2, "no gpu line"),
             ("\ngpu 0 uuid=a\ngpu 0 uuid=b\n", 3, "twice"),
             ("gpu 0 uuid=a fail=fan\n", 1, "unknown call"),
+            ("gpu 0 uuid=a mig=yes\n", 1, "write mig=on or mig=off"),
             ("bogus\n", 1, "unknown keyword"),
             ("gpu 0 uuid=\"a\n", 1, "quote"),
             ("gpu 0 uuid=a memory=10\nutil 0 +0 5 11\n", 2, "more than"),

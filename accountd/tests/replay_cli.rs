@@ -316,6 +316,11 @@ fn a_gpu_family_is_replayed_in_gpu_equivalents_and_shards_are_refused() {
     let close = |v: &serde_json::Value, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-6;
     assert!(close(&dev["allocated_gpu_hours"], 16.0 / 7.0), "{dev}");
     assert!(close(&serve["allocated_gpu_hours"], 1.0), "{serve}");
+    // Per type too, each in GPU-equivalents: here all slices.
+    assert!(
+        close(&dev["allocated_by_type"]["1g.10gb"], 16.0 / 7.0),
+        "{dev}"
+    );
     // Each holds an A100's worth for the 24 hours, the cluster two.
     assert!(close(&dev["quota_gpu_hours"], 24.0), "{dev}");
     assert!(
@@ -344,6 +349,11 @@ fn a_gpu_family_is_replayed_in_gpu_equivalents_and_shards_are_refused() {
         String::from_utf8_lossy(&out.stdout).contains(
             "note: GPU-hours are GPU-equivalents: a slice's hour counts its size (1g.10gb 1/7 of a100)"
         ),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("  1g.10gb GPU-eq-h"),
         "{}",
         text(&out)
     );

@@ -169,6 +169,10 @@ pub struct TeamFigures {
     /// the GPU-hours of work they needed: work that a percentile of censored waits hides.
     pub never_started: u32,
     pub never_started_gpu_hours: f64,
+    /// Where the configuration declares GPU slices (issue 30): the allocated GPU-hours of each
+    /// type, each in GPU-equivalents (they add up to `allocated_gpu_hours`); empty elsewhere.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocated_by_type: BTreeMap<String, f64>,
 }
 
 /// The figures of one outcome: per team by name, then [`CLUSTER`].
@@ -269,6 +273,19 @@ fn team_row(name: &str, tally: Tally, usage: &UsageReport) -> TeamFigures {
         f.in_quota_gpu_hours = eq(row.in_quota_hours(), TypeRow::in_quota_hours);
         f.borrowed_gpu_hours = eq(row.borrowed_hours(), TypeRow::borrowed_hours);
         f.lent_gpu_hours = eq(row.lent_hours(), TypeRow::lent_hours);
+        if !usage.gpu_equivalents.is_empty() {
+            f.allocated_by_type = row
+                .by_type
+                .iter()
+                .filter(|t| t.gpu_seconds > 0)
+                .map(|t| {
+                    (
+                        t.gpu_type.clone(),
+                        t.gpu_hours() * usage.equivalents_of(&t.gpu_type),
+                    )
+                })
+                .collect();
+        }
         f.cost = match (row.allocated_cost, row.idle_cost, row.total_cost) {
             (Some(allocated), Some(idle), Some(total)) => Some(Cost {
                 allocated,
@@ -291,6 +308,11 @@ fn cluster_row(cluster: Tally, teams: &[TeamFigures], usage: &UsageReport) -> Te
     let mut c = cluster.figures(CLUSTER);
     c.quota_gpu_hours = teams.iter().map(|t| t.quota_gpu_hours).sum();
     c.allocated_gpu_hours = allocated_hours(usage);
+    for t in teams {
+        for (k, h) in &t.allocated_by_type {
+            *c.allocated_by_type.entry(k.clone()).or_default() += h;
+        }
+    }
     c.in_quota_gpu_hours = teams.iter().map(|t| t.in_quota_gpu_hours).sum();
     c.borrowed_gpu_hours = teams.iter().map(|t| t.borrowed_gpu_hours).sum();
     c.lent_gpu_hours = c.borrowed_gpu_hours;

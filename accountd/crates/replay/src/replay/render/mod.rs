@@ -357,6 +357,8 @@ enum Line {
     NeverStarted,
     Queued,
     UnownedLent,
+    /// Allocated GPU-hours of one GPU type, in GPU-equivalents (configurations with slices).
+    TypeHours(String),
 }
 
 impl Line {
@@ -382,6 +384,7 @@ impl Line {
             Line::NeverStarted => "never started (GPU-h)".into(),
             Line::Queued => "queued GPU-h".into(),
             Line::UnownedLent => "lent by unowned GPU-h".into(),
+            Line::TypeHours(k) => format!("  {k} GPU-eq-h"),
         }
     }
 
@@ -429,6 +432,10 @@ impl Line {
             }
             Line::Queued => format!("{:.1}", r.queued_gpu_hours),
             Line::UnownedLent => format!("{:.1}", r.unowned_lent_gpu_hours),
+            Line::TypeHours(k) => r
+                .allocated_by_type
+                .get(k)
+                .map_or("-".into(), |h| format!("{h:.1}")),
         }
     }
 }
@@ -491,6 +498,15 @@ fn team_lines(replay: &Replay, team: &str) -> Vec<Vec<String>> {
         measures.push(Line::UnownedLent);
     }
     measures.extend([Line::IdleQuota, Line::Share]);
+    let mut types: Vec<&String> = replay
+        .columns
+        .iter()
+        .filter_map(|c| c.figures.row(team))
+        .flat_map(|r| r.allocated_by_type.keys())
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    measures.extend(types.into_iter().map(|k| Line::TypeHours(k.clone())));
     if with_cost {
         measures.push(Line::TotalCost);
     }

@@ -431,7 +431,13 @@ impl Cluster {
             .slurmctld_log()
             .matches("job_submit/teamshare: reloaded")
             .count();
-        std::fs::write(self.dir.join("etc/teamshare.toml"), text).map_err(|e| e.to_string())?;
+        // Written beside it and renamed over it, as an editor saves: a process starting now (a
+        // sampler the scenario just spawned) reads the old file or the new one, never a
+        // truncated one (idle::i02 once lost its n3 sampler to "no [[team]] defined").
+        let path = self.dir.join("etc/teamshare.toml");
+        let next = self.dir.join("etc/.teamshare.toml.next");
+        std::fs::write(&next, text).map_err(|e| e.to_string())?;
+        std::fs::rename(&next, &path).map_err(|e| e.to_string())?;
         self.wait_for(
             "the plugin to reload teamshare.toml",
             Duration::from_secs(30),

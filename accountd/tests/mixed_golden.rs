@@ -6,12 +6,10 @@
 
 mod golden_support;
 
-use std::collections::BTreeMap;
-
 use accountd::period::Period;
 use accountd::report::{compute_usage, count_shards, UsageParams, UsageReport};
-use accountd::store::{CapacitySample, GpuTypes, RunUsage};
-use golden_support::{of, row, run, H, MONTH, T0};
+use accountd::store::{CapacitySample, RunUsage};
+use golden_support::{of, row, run, shard_run, H, MONTH, T0};
 
 /// A100 2.80/h; a slice 2.80 / 7 = 0.40/h and a shard 2.80 / 4 = 0.70/h (neither has a rate of
 /// its own); H100 5.00/h. Borrowed hours at list price; each type's idle cost split by the
@@ -52,15 +50,6 @@ quota = { h100 = 1 }
 borrowed_cost_factor = 1.0
 idle_cost_split = "quota-share"
 "#;
-
-/// A run of `shards` shards as the store keeps it: 0 GPUs, the shards under type `shard`.
-fn shard_run(id: i64, team: &str, shards: u64, from_h: i64, to_h: i64) -> RunUsage {
-    RunUsage {
-        gpus: 0,
-        gpus_by_type: GpuTypes::new(&BTreeMap::from([("shard".to_string(), shards)])),
-        ..run(id, team, "shard", shards, from_h, to_h)
-    }
-}
 
 /// n1's A100 is shared as 4 shards all month; n2's A100 is used whole until hour 360, then cut
 /// into 7 slices (drained, gres.conf changed, resumed); n3 has an H100.

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use accountd::period::Period;
 use accountd::report::{compute_usage, count_shards, UsageParams, UsageReport};
-use accountd::store::{CapacitySample, GpuTypes, RunUsage};
-use golden_support::{of, row, run, H, MONTH, T0};
+use accountd::store::{CapacitySample, RunUsage};
+use golden_support::{of, row, run, shard_run, H, MONTH, T0};
 
 /// A100 2.80/h, a shard 2.80 / 4 = 0.70/h (a shard has no rate of its own); H100 5.00/h.
 /// Borrowed hours at list price; the idle cost of each type split by the teams' quotas.
@@ -46,15 +46,6 @@ quota = { h100 = 2 }
 borrowed_cost_factor = 1.0
 idle_cost_split = "quota-share"
 "#;
-
-/// A run of `shards` shards as the store keeps it: 0 GPUs, the shards under type `shard`.
-fn shard_run(id: i64, team: &str, shards: u64, from_h: i64, to_h: i64) -> RunUsage {
-    RunUsage {
-        gpus: 0,
-        gpus_by_type: GpuTypes::new(&BTreeMap::from([("shard".to_string(), shards)])),
-        ..run(id, team, "shard", shards, from_h, to_h)
-    }
-}
 
 /// n1's A100 is shared as 4 shards all month; n2's A100 is used whole until hour 360, then
 /// shared as 4 shards (the re-partition: gres.conf gains `shard`, the node is resumed).

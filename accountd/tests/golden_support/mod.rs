@@ -1,4 +1,4 @@
-//! What the month-long golden tests of GPU slices share (`slices_golden`, `family_golden`):
+//! What the month-long golden tests of GPU slices share (`slices_golden`, `family_golden`, `shards_golden`, `mixed_golden`):
 //! the month, a run of one GPU type, the comparison of hand-worked figures, and the report's
 //! rows looked up by name.
 #![allow(dead_code)]
@@ -23,6 +23,15 @@ pub fn run(id: i64, team: &str, gpu_type: &str, gpus: u64, from_h: i64, to_h: i6
         end: Some(T0 + to_h * H),
         gpus,
         gpus_by_type: GpuTypes::new(&BTreeMap::from([(gpu_type.to_string(), gpus)])),
+    }
+}
+
+/// A run of `shards` shards as the store keeps it: 0 GPUs, the shards under type `shard`.
+pub fn shard_run(id: i64, team: &str, shards: u64, from_h: i64, to_h: i64) -> RunUsage {
+    RunUsage {
+        gpus: 0,
+        gpus_by_type: GpuTypes::new(&BTreeMap::from([("shard".to_string(), shards)])),
+        ..run(id, team, "shard", shards, from_h, to_h)
     }
 }
 

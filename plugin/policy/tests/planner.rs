@@ -50,7 +50,23 @@ fn team_spec() -> impl Strategy<Value = TeamSpec> {
         })
 }
 
-fn config(teams: &[TeamSpec], fifo: bool, within: bool, exempt: u32, idle_first: bool) -> Config {
+/// How a configuration orders idle jobs first among rule 3's victims.
+#[derive(Debug, Clone, Copy)]
+enum IdleFirst {
+    No,
+    /// `idle_first_reclaim = true`.
+    Flag,
+    /// An idle policy whose action is `"reclaim-first"`.
+    Policy,
+}
+
+fn config(
+    teams: &[TeamSpec],
+    fifo: bool,
+    within: bool,
+    exempt: u32,
+    idle_first: IdleFirst,
+) -> Config {
     let mut text = format!(
         "[cluster]\nname = \"p\"\nidle_sharing = \"{}\"\n",
         if fifo { "fifo" } else { "fair-share" }
@@ -76,8 +92,12 @@ fn config(teams: &[TeamSpec], fifo: bool, within: bool, exempt: u32, idle_first:
         "[governance]\nmin_runtime_before_reclaim = \"{exempt}s\"\npreempt_within_team = \"{}\"\n",
         if within { "lower-priority" } else { "never" }
     ));
-    if idle_first {
-        text.push_str("idle_first_reclaim = true\n");
+    match idle_first {
+        IdleFirst::No => {}
+        IdleFirst::Flag => text.push_str("idle_first_reclaim = true\n"),
+        IdleFirst::Policy => text.push_str(
+            "[governance.idle_policy]\nnotice_after = \"1h\"\naction = \"reclaim-first\"\nact_after = \"30m\"\n",
+        ),
     }
     teamshare_config::parse(&text, "p.toml").expect("generated configuration is valid")
 }
@@ -128,7 +148,7 @@ struct History {
     exempt: u32,
     extra: u32,
     nodes: Vec<u32>,
-    idle_first: bool,
+    idle_first: IdleFirst,
     ops: Vec<Op>,
 }
 
@@ -140,7 +160,11 @@ fn history() -> impl Strategy<Value = History> {
         prop_oneof![Just(0u32), Just(120u32)],
         0u32..6,
         prop::collection::vec(1u32..9, 0..5),
-        any::<bool>(),
+        prop_oneof![
+            Just(IdleFirst::No),
+            Just(IdleFirst::Flag),
+            Just(IdleFirst::Policy)
+        ],
     )
         .prop_flat_map(|(teams, fifo, within, exempt, extra, nodes, idle_first)| {
             let n = teams.len();

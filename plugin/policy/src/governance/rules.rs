@@ -59,10 +59,14 @@ impl<'a> Rules<'a> {
         self
     }
 
-    /// The jobs known to be idle from now on, kept where the configuration puts them first;
-    /// whether that changed the set the order reads.
+    /// The jobs known to be idle from now on, kept where the configuration puts them first
+    /// (as [`Rules::with_idle`]); whether that changed the set the order reads.
     pub(super) fn set_idle(&mut self, idle: BTreeSet<u64>) -> bool {
-        if !self.config.governance.idle_first_reclaim || *self.idle == idle {
+        let orders = self
+            .config
+            .governance
+            .idle_orders_victims(self.config.idle_policy.as_ref());
+        if !orders || *self.idle == idle {
             return false;
         }
         self.idle = Cow::Owned(idle);

@@ -31,7 +31,8 @@ pub(super) fn team_allowance<'a>(
         .map(|b| b.saturating_sub(borrowed))
         .unwrap_or(u32::MAX);
     let mut given = 0u32;
-    let ask_id = ask.map(|a| a.job.id);
+    // The straddling job by its place: an array's other tasks ask for all their GPUs.
+    let ask_slot = ask.map(|a| a.job.slot);
     let mut seen_ask = false;
     // With the tail's jobs by size at hand, the walk stops before the tail, which is read
     // after it through them.
@@ -56,18 +57,18 @@ pub(super) fn team_allowance<'a>(
             // whose tasks follow each other), and none asks for fewer than its smallest: when
             // that is more than is left, the tail gets nothing.
             let left = available.min(headroom.saturating_sub(given));
-            let ask_behind = ask_id.is_none() || (seen_ask && ask_id != Some(j.id));
+            let ask_behind = ask_slot.is_none() || (seen_ask && ask_slot != Some(j.slot));
             if ask_behind && tail_smallest.is_none_or(|g| g > left) {
                 break;
             }
         }
-        let is_ask = ask_id == Some(j.id);
+        let is_ask = ask_slot == Some(j.slot);
         seen_ask |= is_ask;
         let left = available.min(headroom.saturating_sub(given));
         // Every borrower but the straddling one asks for at least one GPU beyond the quota
         // (it did not fit what was left of it): once nothing is left and that one is behind,
         // nothing more is given, and a long queue costs no walk.
-        if left == 0 && (ask_id.is_none() || (seen_ask && !is_ask)) {
+        if left == 0 && (ask_slot.is_none() || (seen_ask && !is_ask)) {
             stopped = true;
             break;
         }
@@ -126,7 +127,7 @@ impl<'a> TailWalk<'_, 'a> {
         granted: &mut Vec<Entry<'a>>,
     ) -> u32 {
         let rules = self.rules;
-        let ask_id = self.ask.map(|a| a.job.id);
+        let ask_slot = self.ask.map(|a| a.job.slot);
         // The straddling job, when it is in the tail and not yet walked: it is read in its
         // place whatever it asks for.
         let ask_at = self
@@ -184,9 +185,9 @@ impl<'a> TailWalk<'_, 'a> {
                 job: table.job(at.1),
                 slot: at.1,
             };
-            let is_ask = ask_id == Some(j.id);
+            let is_ask = ask_slot == Some(j.slot);
             self.seen_ask |= is_ask;
-            if left == 0 && (ask_id.is_none() || (self.seen_ask && !is_ask)) {
+            if left == 0 && (ask_slot.is_none() || (self.seen_ask && !is_ask)) {
                 break;
             }
             if !rules.preemptible(&j) || !j.eligible {

@@ -199,6 +199,42 @@ fn an_array_borrows_for_every_task_and_a_huge_one_costs_no_more_than_the_cluster
     assert_eq!(plan_for(&c, &huge, &[]).gpu_limits["research"], 8);
 }
 
+/// An array whose first task straddles its team's quota: only that task asks for no more
+/// than its GPUs beyond the quota; the others ask for all of theirs, as separate jobs would
+/// (before, every task of the record was taken for the straddling one, and the team's limit
+/// let fewer of them start than the idle GPUs allowed).
+#[test]
+fn only_the_straddling_task_of_an_array_asks_for_less_than_its_gpus() {
+    let c = config("");
+    // agents (quota 2, borrow limit 2) alone on 8 GPUs: three 3-GPU tasks. The first uses
+    // the quota and borrows 1, the second borrows 3 > what is left of the borrow limit (1).
+    let array = vec![ClusterJob {
+        tasks: 3,
+        gpus: 3,
+        ..pending(50, "agents", 900)
+    }];
+    let singles: Vec<_> = (50..53)
+        .map(|i| ClusterJob {
+            gpus: 3,
+            ..pending(i, "agents", 900)
+        })
+        .collect();
+    let p = plan_for(&c, &array, &[]);
+    assert_eq!(
+        p.gpu_limits["agents"], 3,
+        "the first task only: {:?}",
+        p.gpu_limits
+    );
+    assert_eq!(p.gpu_limits, plan_for(&c, &singles, &[]).gpu_limits);
+    // research (quota 2, borrow limit 6): 2-GPU tasks; each after the first borrows 2.
+    let array = vec![ClusterJob {
+        tasks: 4,
+        gpus: 2,
+        ..pending(60, "research", 900)
+    }];
+    assert_eq!(plan_for(&c, &array, &[]).gpu_limits["research"], 8);
+}
+
 #[test]
 fn a_non_preemptible_array_is_parked_only_when_none_of_its_tasks_fits() {
     let c = config("");

@@ -105,8 +105,11 @@ fn config(
 /// What happens between two passes.
 #[derive(Debug, Clone)]
 enum Op {
-    /// A job is submitted: team (the last one: no team), GPUs, class, eligible, nodes asked.
-    Submit(usize, u32, u8, bool, u32),
+    /// A job is submitted: team (the last one: no team), GPUs, class, eligible, nodes asked,
+    /// array tasks (1: not an array).
+    Submit(usize, u32, u8, bool, u32, u32),
+    /// The capacity changes (nodes drained or back): an array's tasks are counted again.
+    Capacity(u32),
     /// The n-th pending job starts on these nodes.
     Start(usize, Vec<usize>),
     /// The n-th running job is ending (CG).
@@ -127,8 +130,9 @@ enum Op {
 
 fn op(teams: usize) -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (0..teams + 1, prop_oneof![9 => 1u32..6, 1 => Just(0u32)], 0u8..4, prop::bool::weighted(0.85), 1u32..3)
-            .prop_map(|(t, g, c, e, n)| Op::Submit(t, g, c, e, n)),
+        5 => (0..teams + 1, prop_oneof![9 => 1u32..6, 1 => Just(0u32)], 0u8..4, prop::bool::weighted(0.85), 1u32..3, prop_oneof![6 => Just(1u32), 1 => 2u32..40])
+            .prop_map(|(t, g, c, e, n, k)| Op::Submit(t, g, c, e, n, k)),
+        1 => (0u32..8).prop_map(Op::Capacity),
         3 => (any::<usize>(), prop::collection::vec(0usize..4, 1..3)).prop_map(|(i, n)| Op::Start(i, n)),
         1 => any::<usize>().prop_map(Op::Complete),
         2 => any::<usize>().prop_map(Op::End),
@@ -216,7 +220,7 @@ fn apply(
         planner.update(id, |j| f(j));
     };
     match op {
-        Op::Submit(t, gpus, class, eligible, node_count) => {
+        Op::Submit(t, gpus, class, eligible, node_count, tasks) => {
             *next_id += 1;
             let job = ClusterJob {
                 id: *next_id,
@@ -238,13 +242,27 @@ fn apply(
                 nodes: Vec::new(),
                 node_count: *node_count,
                 completing: false,
-                tasks: 1,
+                tasks: *tasks,
             };
             jobs.push(job.clone());
             planner.insert(job);
         }
         Op::Start(n, on) => {
-            if let Some(id) = nth(jobs, Phase::Pending, *n) {
+            if let Some(mut id) = nth(jobs, Phase::Pending, *n) {
+                // A task of an array starts as a job of its own; the record keeps the rest.
+                let record = jobs.iter().find(|j| j.id == id).cloned();
+                if let Some(record) = record.filter(|j| j.tasks > 1) {
+                    edit(jobs, planner, id, &|j| j.tasks -= 1);
+                    *next_id += 1;
+                    id = *next_id;
+                    let task = ClusterJob {
+                        id,
+                        tasks: 1,
+                        ..record
+                    };
+                    jobs.push(task.clone());
+                    planner.insert(task);
+                }
                 let start = *now;
                 let names: Vec<String> = if nodes == 0 {
                     Vec::new()
@@ -303,7 +321,7 @@ fn apply(
             }
         }
         Op::Tick(dt) => *now += dt,
-        Op::Fairshare(_) | Op::Idle(_) => {}
+        Op::Fairshare(_) | Op::Idle(_) | Op::Capacity(_) => {}
     }
 }
 
@@ -331,11 +349,10 @@ fn fairshare_of(seed: u8, teams: usize) -> BTreeMap<String, f64> {
 }
 
 fn same_as_plan(
-    config: &Config,
     planner: &Planner<'_>,
     jobs: &[ClusterJob],
     full: &Plan,
-    pass: &teamshare_policy::governance::PassPlan,
+    pass: &Plan,
 ) -> Result<(), TestCaseError> {
     for j in jobs {
         prop_assert_eq!(
@@ -345,13 +362,7 @@ fn same_as_plan(
             j.id
         );
     }
-    let limits: BTreeMap<String, u32> = config
-        .teams
-        .iter()
-        .zip(&pass.gpu_limits)
-        .map(|(t, l)| (t.name.clone(), *l))
-        .collect();
-    prop_assert_eq!(&limits, &full.gpu_limits);
+    prop_assert_eq!(&pass.gpu_limits, &full.gpu_limits);
     prop_assert_eq!(&pass.displace, &full.displace);
     prop_assert_eq!(&pass.reclaim, &full.reclaim);
     prop_assert_eq!(&pass.violations, &full.violations);
@@ -359,6 +370,8 @@ fn same_as_plan(
     prop_assert_eq!(&pass.park, &full.park);
     prop_assert_eq!(&pass.release, &full.release);
     prop_assert_eq!(&pass.outside, &full.outside);
+    prop_assert_eq!(&pass.displacing, &full.displacing);
+    prop_assert_eq!(&pass.in_quota, &full.in_quota);
     // In quota: the pending jobs ranked at the no-preempt level or above.
     let mut in_quota: Vec<u64> = jobs
         .iter()
@@ -370,10 +383,8 @@ fn same_as_plan(
         })
         .map(|j| j.id)
         .collect();
-    let mut got = pass.in_quota.clone();
     in_quota.sort_unstable();
-    got.sort_unstable();
-    prop_assert_eq!(got, in_quota);
+    prop_assert_eq!(&pass.in_quota, &in_quota);
     let next_exempt = full
         .state
         .victims
@@ -381,6 +392,7 @@ fn same_as_plan(
         .map(|v| v.exempt_until)
         .filter(|t| *t > full.state.generated_at)
         .min();
+    prop_assert_eq!(full.next_exempt_end, next_exempt);
     prop_assert_eq!(pass.next_exempt_end, next_exempt);
     Ok(())
 }
@@ -391,7 +403,7 @@ proptest! {
     #[test]
     fn a_planner_kept_up_to_date_plans_what_plan_does(h in history()) {
         let config = config(&h.teams, h.fifo, h.within, h.exempt, h.idle_first);
-        let capacity = h.teams.iter().map(|t| t.quota).sum::<u32>() + h.extra;
+        let mut capacity = h.teams.iter().map(|t| t.quota).sum::<u32>() + h.extra;
         let node_gpus: BTreeMap<String, u32> = h
             .nodes
             .iter()
@@ -405,13 +417,16 @@ proptest! {
         let mut jobs: Vec<ClusterJob> = Vec::new();
         let mut now = 1_000_000i64;
         let mut next_id = 0u64;
-        for op in &h.ops {
+        for (n, op) in h.ops.iter().enumerate() {
             apply(op, &mut jobs, &mut planner, &mut now, &mut next_id, h.teams.len(), h.nodes.len());
             if let Op::Fairshare(seed) = op {
                 fairshare = fairshare_of(*seed, h.teams.len());
             }
             if let Op::Idle(seed) = op {
                 idle_seed = *seed;
+            }
+            if let Op::Capacity(extra) = op {
+                capacity = h.teams.iter().map(|t| t.quota).sum::<u32>() + extra;
             }
             // Jobs that start or end change the set too, as they would live.
             let idle = idle_of(&jobs, idle_seed);
@@ -429,13 +444,21 @@ proptest! {
                 idle: &idle,
                 shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
             });
+            // Every third pass as the governor asks: every priority, and the state.
+            let governor = n % 3 == 2;
             let pass = planner.plan(&PassInput {
                 capacity,
                 fairshare: &fairshare,
                 now,
                 now_ms: now.saturating_mul(1_000),
+                publish: governor,
+                all_priorities: governor,
             });
-            same_as_plan(&config, &planner, &jobs, &full, &pass)?;
+            if governor {
+                prop_assert_eq!(&pass.priorities, &full.priorities);
+                prop_assert_eq!(&pass.state, &full.state);
+            }
+            same_as_plan(&planner, &jobs, &full, &pass)?;
             // Only what changed is handed back.
             for (id, p) in &pass.priorities {
                 prop_assert_eq!(full.priorities.get(id), Some(p));

@@ -75,7 +75,7 @@ mod victims;
 use pool::plan_pool;
 use typed::plan_typed;
 
-pub use planner::{PassInput, PassPlan, Planner};
+pub use planner::{PassInput, Planner};
 
 /// A priority class as the policy uses it; index 0 is "no class".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,7 +255,7 @@ pub type ShardPlaces = BTreeMap<u64, Vec<(String, u32)>>;
 pub static NO_SHARD_PLACES: ShardPlaces = ShardPlaces::new();
 
 /// What the plugin reads (published atomically by the governor as JSON).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishedState {
     pub version: u32,
     pub generated_at: i64,
@@ -469,7 +469,9 @@ fn reclaim_level_by(victims: impl Iterator<Item = (u32, i64, u32)>, k: u32, now:
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
-    /// The priority every governed, non-held job should have.
+    /// The priorities the plan sets: from [`plan`], or a [`Planner`] asked for all
+    /// ([`PassInput::all_priorities`]), the priority every governed, non-held job should have;
+    /// from a [`Planner`] otherwise, those that differ from what its previous pass gave.
     pub priorities: BTreeMap<u64, u32>,
     /// GrpTRES gres/gpu per team (in a typed configuration, the sum of its type limits).
     pub gpu_limits: BTreeMap<String, u32>,
@@ -503,6 +505,14 @@ pub struct Plan {
     /// their own team (rule 6), not because they fit its unused quota (rule 3): the replay's
     /// time to start of in-quota jobs leaves them out.
     pub displacing: Vec<u64>,
+    /// Pending jobs that fit their team's unused quota or displace a lower class: ranked at
+    /// the no-preempt level or above, ahead of every borrower (by id).
+    pub in_quota: Vec<u64>,
+    /// The earliest instant after the pass a victim's `min_runtime_before_reclaim` ends (a
+    /// pending in-quota job may then reclaim it).
+    pub next_exempt_end: Option<i64>,
+    /// What the plugin reads; the default where the pass was asked not to publish
+    /// ([`PassInput::publish`]).
     pub state: PublishedState,
 }
 

@@ -1,27 +1,33 @@
 //! The governor's plan kept between passes, for a caller that sees jobs arrive, start and end
-//! one at a time: accountd replay's simulated cluster, which passes a million times over a
-//! year of a large site.
+//! one at a time: the governor, which reads Slurm's jobs anew and hands over those that
+//! changed, and accountd replay's simulated cluster, which passes a million times over a year
+//! of a large site. Both plan through a [`Planner`]; [`plan`](super::plan) is the same phases
+//! from scratch, for one-off callers and as the reference the tests hold a [`Planner`] to.
 //!
 //! [`plan`](super::plan) groups and sorts every job on every pass, and hands back every
 //! priority. A [`Planner`] keeps each team's jobs in the order the phases walk them as they
 //! change, runs the same phases ([`decide`]) over them, and hands back only
-//! the priorities that changed since its previous pass. What it decides is what `plan` decides
-//! for the same jobs (tested in `tests/planner.rs` against `plan` over random histories).
+//! the priorities that changed since its previous pass (or all of them, when asked). What it
+//! decides is what `plan` decides for the same jobs (tested in `tests/planner.rs` against
+//! `plan` over random histories).
 //!
-//! Not covered: typed configurations (each GPU type is planned with limits left over by the
-//! others, so per pass), and a pending record standing for several array tasks (`tasks > 1`),
-//! which `plan` expands into its tasks; a `Planner` plans such a record as one task.
+//! A pending record standing for several array tasks (`tasks > 1`) is held as the tasks
+//! `plan` expands it into (no more than could ever hold the cluster's GPUs at once), filed
+//! one by one, all under the record's id. A typed configuration (each GPU type planned with
+//! what the others left of the shared limits, and shards on the GPUs they share) is planned
+//! from scratch at every pass, over the records the planner holds: what changes between
+//! passes there is the limits themselves.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use teamshare_config::Config;
 
 use super::nodes::{NodeSet, PassNodes};
-use super::pool::{decide, Decided, Pass};
+use super::pool::{assemble, decide, Pass, StateInput};
 use super::queues::{size_key, Entry, Lists, Queues, Sink, Table, Tail};
 use super::rules::{PendingKey, Rules, RunningKey};
 use super::running::TeamRunning;
-use super::{ClusterJob, Phase};
+use super::{ClusterJob, GovernInput, Phase, Plan, ShardPlaces};
 
 /// Where a job is filed among the lists the phases walk.
 #[derive(Clone, Copy)]
@@ -39,46 +45,25 @@ enum Filed {
 struct Held {
     job: ClusterJob,
     filed: Filed,
+    /// The slot of the record this is a task of (its own slot for a record).
+    record: usize,
 }
 
-/// What a pass needs besides the jobs and the usable nodes ([`Planner::set_nodes`]; see
-/// [`GovernInput`](super::GovernInput)).
+/// What a pass needs besides the jobs and the usable nodes ([`Planner::set_nodes`],
+/// [`Planner::set_types`]; see [`GovernInput`]).
 pub struct PassInput<'a> {
     /// C: GPUs of usable nodes in the governed partitions.
     pub capacity: u32,
     /// Fair-share factor per team (missing: 1.0).
     pub fairshare: &'a BTreeMap<String, f64>,
     pub now: i64,
-    /// The same instant in milliseconds (see [`GovernInput`](super::GovernInput)).
+    /// The same instant in milliseconds (see [`GovernInput`]).
     pub now_ms: i64,
-}
-
-/// What a [`Planner`] pass decided: [`Plan`](super::Plan)'s actions, with the priorities
-/// that changed since the previous pass instead of all of them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PassPlan {
-    /// (job id, priority) for every job whose priority differs from the one the previous
-    /// pass gave it (every job's, the first pass it is in).
-    pub priorities: Vec<(u64, u32)>,
-    /// Each team's GrpTRES gres/gpu, by the team's place in the configuration.
-    pub gpu_limits: Vec<u32>,
-    pub displace: Vec<u64>,
-    pub reclaim: Vec<u64>,
-    pub violations: Vec<u64>,
-    /// Borrowed jobs beyond their team's ceiling ([`super::Plan::over_ceiling`]).
-    pub over_ceiling: Vec<u64>,
-    pub park: Vec<u64>,
-    pub release: Vec<u64>,
-    /// Jobs in a governed partition that hold or ask for GPUs outside any team.
-    pub outside: Vec<u64>,
-    /// Pending jobs that fit their team's unused quota or displace a lower class: ranked at
-    /// the no-preempt level or above, ahead of every borrower.
-    pub in_quota: Vec<u64>,
-    /// Of them, those that displace a lower class ([`super::Plan::displacing`]).
-    pub displacing: Vec<u64>,
-    /// The earliest instant after the pass a victim's `min_runtime_before_reclaim` ends (a
-    /// pending in-quota job may then reclaim it).
-    pub next_exempt_end: Option<i64>,
+    /// Make the state the plugin reads ([`Plan::state`]; the replay publishes none).
+    pub publish: bool,
+    /// Hand back every ranked job's priority, not only those that changed (the governor,
+    /// whose actions may not apply every plan, compares them with what Slurm holds).
+    pub all_priorities: bool,
 }
 
 /// The governor's plan over jobs kept between passes (see the module's documentation).
@@ -95,8 +80,19 @@ pub struct Planner<'c> {
     pending: Vec<Vec<(PendingKey, usize)>>,
     /// Running jobs of no team.
     others: Vec<usize>,
-    /// Jobs of no team in the order they came, for [`PassPlan::outside`].
+    /// Records of no team, for [`Plan::outside`].
     no_team: Vec<usize>,
+    /// The further task slots of each array record held as several tasks.
+    tasks_of: HashMap<u64, Vec<usize>>,
+    /// The ids of the records with `tasks > 1`, and the capacity their tasks were counted
+    /// for (they are counted again when it changes).
+    arrays: BTreeSet<u64>,
+    capacity: u32,
+    /// What a typed configuration's pass reads besides the jobs (see [`GovernInput`]).
+    node_gpus: BTreeMap<String, u32>,
+    capacity_by_type: BTreeMap<String, u32>,
+    node_types: BTreeMap<String, BTreeMap<String, u32>>,
+    shards: ShardPlaces,
     /// The usable nodes, and the GPUs held on them by the running jobs that are not ending,
     /// kept as they start and end instead of summed over them at every pass that needs them.
     nodes: NodeSet,
@@ -142,6 +138,13 @@ impl<'c> Planner<'c> {
             pending: vec![Vec::new(); teams],
             others: Vec::new(),
             no_team: Vec::new(),
+            tasks_of: HashMap::new(),
+            arrays: BTreeSet::new(),
+            capacity: 0,
+            node_gpus: BTreeMap::new(),
+            capacity_by_type: BTreeMap::new(),
+            node_types: BTreeMap::new(),
+            shards: ShardPlaces::new(),
             nodes: NodeSet::default(),
             unparked: vec![BTreeSet::new(); teams],
             alike: vec![Vec::new(); teams],
@@ -171,9 +174,18 @@ impl<'c> Planner<'c> {
         self.jobs[slot].as_ref().map(|h| &h.job)
     }
 
-    /// Every job the planner holds, in no particular order.
+    /// Every job the planner holds (each array record once), in no particular order.
     pub fn jobs(&self) -> impl Iterator<Item = &ClusterJob> {
-        self.jobs.iter().flatten().map(|h| &h.job)
+        self.jobs
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, h)| h.as_ref().filter(|h| h.record == slot))
+            .map(|h| &h.job)
+    }
+
+    /// The ids of the jobs the planner holds, in no particular order.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.slot_of.keys().copied()
     }
 
     /// The priority the last pass gave the job (none before its first pass, or while it is
@@ -184,8 +196,8 @@ impl<'c> Planner<'c> {
     }
 
     /// The running jobs idle for the whole idle window ([`GovernInput::idle`](super::GovernInput::idle)),
-    /// until they are set again: with `idle_first_reclaim` the first of rule 3's victims from
-    /// the next pass on (none until set).
+    /// until they are set again: where the configuration orders idle jobs first, the first
+    /// of rule 3's victims from the next pass on (none until set).
     pub fn set_idle(&mut self, idle: BTreeSet<u64>) {
         if self.rules.set_idle(idle) {
             // Each team's split of its running jobs orders those beyond its ceiling as rule 3
@@ -197,12 +209,58 @@ impl<'c> Planner<'c> {
     /// The usable nodes of the governed partitions and their GPUs (none: placement unknown),
     /// until they are set again (a node drained or back).
     pub fn set_nodes(&mut self, node_gpus: &BTreeMap<String, u32>) {
-        self.nodes.set_usable(node_gpus);
+        if self.node_gpus != *node_gpus {
+            self.nodes.set_usable(node_gpus);
+            self.node_gpus.clone_from(node_gpus);
+        }
+    }
+
+    /// The GPUs of each type on the usable nodes, in all and per node (see [`GovernInput`]),
+    /// until they are set again.
+    pub fn set_types(
+        &mut self,
+        capacity_by_type: &BTreeMap<String, u32>,
+        node_types: &BTreeMap<String, BTreeMap<String, u32>>,
+    ) {
+        self.capacity_by_type.clone_from(capacity_by_type);
+        if self.node_types != *node_types {
+            self.node_types.clone_from(node_types);
+        }
+    }
+
+    /// Where the running shard jobs' shards are ([`GovernInput::shard_gpus`]), until set again.
+    pub fn set_shard_places(&mut self, places: ShardPlaces) {
+        self.shards = places;
     }
 
     /// A job appears (as squeue would list it); one already held under its id is replaced.
     pub fn insert(&mut self, job: ClusterJob) {
         self.remove(job.id);
+        let id = job.id;
+        let tasks = task_count(&job, self.capacity);
+        let task = (tasks > 1).then(|| ClusterJob {
+            tasks: 1,
+            ..job.clone()
+        });
+        if job.tasks > 1 {
+            self.arrays.insert(id);
+        }
+        let team = self.index.get(job.team.as_str()).copied();
+        let slot = self.put(job, None);
+        self.slot_of.insert(id, slot);
+        if team.is_none() {
+            self.no_team.push(slot);
+        }
+        if let Some(task) = task {
+            let more = (1..tasks)
+                .map(|_| self.put(task.clone(), Some(slot)))
+                .collect();
+            self.tasks_of.insert(id, more);
+        }
+    }
+
+    /// A slot for `job` (a task of the record in `record`'s slot, or a record), filed.
+    fn put(&mut self, job: ClusterJob, record: Option<usize>) -> usize {
         let slot = match self.vacant.pop() {
             Some(s) => s,
             None => {
@@ -212,26 +270,29 @@ impl<'c> Planner<'c> {
                 self.jobs.len() - 1
             }
         };
-        self.slot_of.insert(job.id, slot);
-        let team = self.index.get(job.team.as_str()).copied();
-        if team.is_none() {
-            self.no_team.push(slot);
-        }
         self.given[slot] = None;
         self.jobs[slot] = Some(Held {
             job,
             filed: Filed::Nowhere,
+            record: record.unwrap_or(slot),
         });
         self.file(slot);
         self.touched.push(slot);
+        slot
     }
 
     /// A job is gone (ended, cancelled, or no longer in the governed partitions).
     pub fn remove(&mut self, id: u64) -> Option<ClusterJob> {
         let slot = self.slot_of.remove(&id)?;
+        for task in self.tasks_of.remove(&id).unwrap_or_default() {
+            self.unfile(task);
+            self.jobs[task] = None;
+            self.vacant.push(task);
+        }
+        self.arrays.remove(&id);
         self.unfile(slot);
         if let Some(i) = self.no_team.iter().position(|s| *s == slot) {
-            self.no_team.remove(i);
+            self.no_team.swap_remove(i);
         }
         self.given[slot] = None;
         self.vacant.push(slot);
@@ -244,13 +305,51 @@ impl<'c> Planner<'c> {
         let Some(&slot) = self.slot_of.get(&id) else {
             return;
         };
+        if self.arrays.contains(&id) {
+            // Its tasks are counted again.
+            if let Some(mut job) = self.remove(id) {
+                change(&mut job);
+                debug_assert_eq!(job.id, id, "Planner::update must keep the job's id");
+                self.insert(job);
+            }
+            return;
+        }
         self.unfile(slot);
+        let mut array = false;
         if let Some(h) = self.jobs[slot].as_mut() {
             change(&mut h.job);
             debug_assert_eq!(h.job.id, id, "Planner::update must keep the job's id");
+            array = h.job.tasks > 1;
+        }
+        if array {
+            // Now an array record of several tasks.
+            if let Some(job) = self.remove(id) {
+                self.insert(job);
+            }
+            return;
         }
         self.file(slot);
         self.touched.push(slot);
+    }
+
+    /// A job as the governor read it again: inserted, or held anew where its record changed;
+    /// where only the priority Slurm holds differs from the one last given (an action not
+    /// applied yet, or refused), the pass plans from Slurm's, as [`plan`](super::plan) would.
+    pub fn observe(&mut self, job: &ClusterJob) {
+        let Some(&slot) = self.slot_of.get(&job.id) else {
+            self.insert(job.clone());
+            return;
+        };
+        let same = self.jobs[slot].as_ref().is_some_and(|h| h.job == *job);
+        if !same {
+            self.insert(job.clone());
+        } else if self.given[slot].is_some_and(|p| p != job.priority) {
+            self.given[slot] = None;
+            self.touched.push(slot);
+            if let Some(tasks) = self.tasks_of.get(&job.id) {
+                self.touched.extend(tasks.iter().copied());
+            }
+        }
     }
 
     fn file(&mut self, slot: usize) {
@@ -358,7 +457,14 @@ impl<'c> Planner<'c> {
     }
 
     /// One pass over the jobs as they are now.
-    pub fn plan(&mut self, input: &PassInput<'_>) -> PassPlan {
+    pub fn plan(&mut self, input: &PassInput<'_>) -> Plan {
+        if self.capacity != input.capacity {
+            self.capacity = input.capacity;
+            self.count_tasks_again();
+        }
+        if self.rules.config.is_typed() {
+            return self.plan_anew(input);
+        }
         let Planner {
             rules,
             jobs,
@@ -378,35 +484,18 @@ impl<'c> Planner<'c> {
             walked,
             tail_band,
             kept,
+            capacity_by_type,
             ..
         } = self;
-        let entry = |slot: usize| -> Option<Entry<'_>> {
-            jobs[slot].as_ref().map(|h| Entry { job: &h.job, slot })
-        };
-        // Filed slots always hold their job.
-        let entries = |slots: &mut dyn ExactSizeIterator<Item = usize>| -> Vec<Entry<'_>> {
-            let mut v = Vec::with_capacity(slots.len());
-            v.extend(slots.filter_map(entry));
-            v
-        };
-        let queues = Queues {
-            lists: Lists::Table {
-                running,
-                pending,
-                table: &*jobs,
-            },
-            others_running: entries(&mut others.iter().copied()),
-            outside: Vec::new(),
-            sized: Some(sized),
-            askable: Some(askable),
-            alike: std::borrow::Cow::Borrowed(alike),
-            unparked: Some(
-                unparked
-                    .iter()
-                    .map(|set| set.iter().filter_map(|s| entry(*s)).collect())
-                    .collect(),
-            ),
-        };
+        let queues = table_queues(
+            jobs,
+            (running, pending),
+            others,
+            unparked,
+            alike,
+            sized,
+            askable,
+        );
         let pass = Pass {
             capacity: input.capacity,
             fairshare: input.fairshare,
@@ -433,27 +522,143 @@ impl<'c> Planner<'c> {
         touched.clear();
         // A borrower lent to this pass has a priority its tail's band does not say.
         touched.extend(d.granted.iter().copied());
-
         let changed = changed_priorities(written, next, given, jobs);
-        let outside = no_team
-            .iter()
-            .filter_map(|s| entry(*s))
-            .filter(|e| super::queues::is_outside(e))
-            .map(|e| e.id)
-            .collect();
-        PassPlan::new(d, changed, outside, input.now)
+        let priorities = if input.all_priorities {
+            all_priorities(given, jobs)
+        } else {
+            changed
+        };
+        let state = StateInput {
+            config: rules.config,
+            capacity: input.capacity,
+            capacity_by_type,
+            fairshare: input.fairshare,
+            now: input.now,
+        };
+        let outside = outside_records(no_team, jobs);
+        assemble(d, priorities, outside, &state, input.publish).plan
+    }
+
+    /// A typed configuration's pass: [`plan`](super::plan) over the records held.
+    fn plan_anew(&mut self, input: &PassInput<'_>) -> Plan {
+        let rows: Vec<ClusterJob> = self.jobs().cloned().collect();
+        let mut plan = super::plan(&GovernInput {
+            config: self.rules.config,
+            capacity: input.capacity,
+            jobs: &rows,
+            fairshare: input.fairshare,
+            now: input.now,
+            now_ms: input.now_ms,
+            node_gpus: &self.node_gpus,
+            capacity_by_type: &self.capacity_by_type,
+            node_types: &self.node_types,
+            idle: self.rules.idle_set(),
+            shard_gpus: &self.shards,
+        });
+        self.touched.clear();
+        let mut changed = BTreeMap::new();
+        for (&id, &slot) in &self.slot_of {
+            let p = plan.priorities.get(&id).copied();
+            if p != self.given[slot] {
+                self.given[slot] = p;
+                if let Some(p) = p {
+                    changed.insert(id, p);
+                }
+            }
+        }
+        if !input.all_priorities {
+            plan.priorities = changed;
+        }
+        if !input.publish {
+            plan.state = super::PublishedState::default();
+        }
+        plan
+    }
+
+    /// Each array record held as as many tasks as the capacity now says.
+    fn count_tasks_again(&mut self) {
+        let ids: Vec<u64> = self.arrays.iter().copied().collect();
+        for id in ids {
+            if let Some(job) = self.remove(id) {
+                self.insert(job);
+            }
+        }
     }
 }
 
+/// Per team, its running and its ranked pending jobs' places, in the phases' order.
+type TeamLists<'p> = (
+    &'p [Vec<(RunningKey, usize)>],
+    &'p [Vec<(PendingKey, usize)>],
+);
+
+/// A pass's queues over a [`Planner`]'s lists of places in its table.
+fn table_queues<'p>(
+    jobs: &'p Vec<Option<Held>>,
+    (running, pending): TeamLists<'p>,
+    others: &[usize],
+    unparked: &[BTreeSet<usize>],
+    alike: &'p [Vec<(super::rules::Alike, u32)>],
+    sized: &'p [super::queues::Sized],
+    askable: &'p [BTreeSet<(PendingKey, usize)>],
+) -> Queues<'p> {
+    let entry = |slot: usize| -> Option<Entry<'p>> {
+        jobs[slot].as_ref().map(|h| Entry { job: &h.job, slot })
+    };
+    Queues {
+        lists: Lists::Table {
+            running,
+            pending,
+            table: jobs,
+        },
+        others_running: others.iter().filter_map(|s| entry(*s)).collect(),
+        outside: Vec::new(),
+        sized: Some(sized),
+        askable: Some(askable),
+        alike: std::borrow::Cow::Borrowed(alike),
+        unparked: Some(
+            unparked
+                .iter()
+                .map(|set| set.iter().filter_map(|s| entry(*s)).collect())
+                .collect(),
+        ),
+    }
+}
+
+/// The records of no team that hold or ask for GPUs ([`Plan::outside`]), by id.
+fn outside_records(no_team: &[usize], jobs: &[Option<Held>]) -> Vec<u64> {
+    let mut outside: Vec<u64> = no_team
+        .iter()
+        .filter_map(|s| jobs[*s].as_ref())
+        .filter(|h| super::queues::is_outside(&h.job))
+        .map(|h| h.job.id)
+        .collect();
+    outside.sort_unstable();
+    outside
+}
+
+/// How many tasks a record is held as: what [`plan`](super::plan) expands it into.
+fn task_count(j: &ClusterJob, capacity: u32) -> u32 {
+    if j.tasks <= 1 {
+        return 1;
+    }
+    let fit = if j.gpus == 0 {
+        1
+    } else {
+        capacity.div_ceil(j.gpus).saturating_add(1)
+    };
+    j.tasks.min(fit).max(1)
+}
+
 /// The priorities a pass wrote (`written`, `next`) that differ from those last given, by job
-/// id: they become the ones given.
+/// id: they become the ones given. A task's are its record's (the sink writes them there).
 fn changed_priorities(
     written: &[usize],
     next: &mut [Option<u32>],
     given: &mut [Option<u32>],
     jobs: &[Option<Held>],
-) -> Vec<(u64, u32)> {
-    let mut changed = Vec::new();
+) -> BTreeMap<u64, u32> {
+    let mut changed = BTreeMap::new();
     for &slot in written {
         let Some(p) = next[slot].take() else {
             continue; // written twice
@@ -461,37 +666,24 @@ fn changed_priorities(
         if given[slot] != Some(p) {
             given[slot] = Some(p);
             if let Some(h) = jobs[slot].as_ref() {
-                changed.push((h.job.id, p));
+                changed.insert(h.job.id, p);
             }
         }
     }
     changed
 }
 
-impl PassPlan {
-    /// What the phases decided in a pass at `now`, with the priorities that changed and the
-    /// jobs outside every team.
-    fn new(d: Decided<'_>, priorities: Vec<(u64, u32)>, outside: Vec<u64>, now: i64) -> PassPlan {
-        PassPlan {
-            priorities,
-            gpu_limits: d.gpu_limits,
-            displace: d.displace,
-            reclaim: d.reclaim,
-            violations: d.violations,
-            over_ceiling: d.over_ceiling,
-            park: d.park,
-            release: d.release,
-            outside,
-            in_quota: d.in_quota.iter().map(|e| e.id).collect(),
-            displacing: d.displacing,
-            next_exempt_end: d
-                .victims
-                .iter()
-                .map(|v| v.exempt_until)
-                .filter(|t| *t > now)
-                .min(),
-        }
-    }
+/// Every ranked record's priority, as last given.
+fn all_priorities(given: &[Option<u32>], jobs: &[Option<Held>]) -> BTreeMap<u64, u32> {
+    jobs.iter()
+        .zip(given)
+        .enumerate()
+        .filter_map(|(slot, (h, p))| {
+            let h = h.as_ref().filter(|h| h.record == slot)?;
+            let ranked = !matches!(h.filed, Filed::Nowhere | Filed::Other);
+            ranked.then_some((h.job.id, (*p)?))
+        })
+        .collect()
 }
 
 /// A filed slot always holds its job; an empty one reads as a job of no team that asks for
@@ -536,29 +728,43 @@ struct SlotSink<'a, 'c> {
     given: &'a [Option<u32>],
 }
 
+impl SlotSink<'_, '_> {
+    /// The slot of the record a slot's job is a task of (its own for a record).
+    fn record(&self, slot: usize) -> usize {
+        self.jobs
+            .get(slot)
+            .and_then(Option::as_ref)
+            .map_or(slot, |h| h.record)
+    }
+}
+
 impl Sink for SlotSink<'_, '_> {
     /// What the previous pass gave it, which the caller applies.
     fn held(&self, e: Entry<'_>) -> u32 {
         self.given
-            .get(e.slot)
+            .get(self.record(e.slot))
             .copied()
             .flatten()
             .unwrap_or(e.priority)
     }
 
+    /// A task's priority is its record's: written in order, as [`plan`](super::plan)'s
+    /// are per job id.
     fn set(&mut self, e: Entry<'_>, p: u32) {
-        if self.next[e.slot].is_none() {
-            self.written.push(e.slot);
+        let slot = self.record(e.slot);
+        if self.next[slot].is_none() {
+            self.written.push(slot);
         }
-        self.next[e.slot] = Some(p);
+        self.next[slot] = Some(p);
     }
 
     fn raise(&mut self, e: Entry<'_>, p: u32) {
-        let v = &mut self.next[e.slot];
+        let slot = self.record(e.slot);
+        let v = &mut self.next[slot];
         match v {
             Some(old) => *old = (*old).max(p),
             None => {
-                self.written.push(e.slot);
+                self.written.push(slot);
                 *v = Some(p);
             }
         }

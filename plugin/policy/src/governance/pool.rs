@@ -81,7 +81,8 @@ pub(super) fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
     let rules = Rules::new(config).with_idle(input.idle);
     let mut queues = Queues::from_jobs(&rules, jobs);
     let mut outside = std::mem::take(&mut queues.outside);
-    outside.dedup(); // an array's tasks follow each other
+    outside.sort_unstable();
+    outside.dedup(); // an array's tasks
     let pass = Pass {
         capacity: input.capacity,
         fairshare: input.fairshare,
@@ -91,23 +92,77 @@ pub(super) fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
     };
     let mut priorities = Priorities::default();
     let d = decide(&rules, &pass, &queues, &mut priorities, None);
+    assemble(
+        d,
+        priorities.into_map(),
+        outside,
+        &StateInput::of(input),
+        true,
+    )
+}
 
-    let mut state = new_state(
-        input,
-        d.free,
-        d.pending_in_quota_gpus,
-        d.victims.iter().map(Ranked::victim).collect(),
-    );
-    state.reclaim_gpus = d.reclaim_gpus;
-    state.spare_gpus = d.spare;
-    state.teams = config
-        .teams
+/// What a pass's state is made from besides what the phases decided.
+pub(super) struct StateInput<'a> {
+    pub config: &'a teamshare_config::Config,
+    pub capacity: u32,
+    pub capacity_by_type: &'a BTreeMap<String, u32>,
+    pub fairshare: &'a BTreeMap<String, f64>,
+    pub now: i64,
+}
+
+impl<'a> StateInput<'a> {
+    pub(super) fn of(input: &GovernInput<'a>) -> StateInput<'a> {
+        StateInput {
+            config: input.config,
+            capacity: input.capacity,
+            capacity_by_type: input.capacity_by_type,
+            fairshare: input.fairshare,
+            now: input.now,
+        }
+    }
+}
+
+/// The plan of one pool from what its phases decided (`d`), the priorities it sets and the
+/// jobs outside every team; its state only where `publish` (else the default): [`plan_pool`]
+/// and a [`Planner`](super::Planner) alike.
+pub(super) fn assemble(
+    d: Decided<'_>,
+    priorities: BTreeMap<u64, u32>,
+    outside: Vec<u64>,
+    input: &StateInput<'_>,
+    publish: bool,
+) -> PoolPlan {
+    let config = input.config;
+    let next_exempt_end = d
+        .victims
         .iter()
-        .zip(d.team_states)
-        .map(|(t, s)| (t.name.clone(), s))
-        .collect();
+        .map(|v| v.exempt_until)
+        .filter(|t| *t > input.now)
+        .min();
+    let mut in_quota: Vec<u64> = d.in_quota.iter().map(|e| e.id).collect();
+    in_quota.sort_unstable();
+    in_quota.dedup(); // an array's tasks
+    let state = if publish {
+        let mut state = new_state(
+            input,
+            d.free,
+            d.pending_in_quota_gpus,
+            d.victims.iter().map(Ranked::victim).collect(),
+        );
+        state.reclaim_gpus = d.reclaim_gpus;
+        state.spare_gpus = d.spare;
+        state.teams = config
+            .teams
+            .iter()
+            .zip(d.team_states)
+            .map(|(t, s)| (t.name.clone(), s))
+            .collect();
+        state
+    } else {
+        PublishedState::default()
+    };
     let plan = Plan {
-        priorities: priorities.into_map(),
+        priorities,
         gpu_limits: config
             .teams
             .iter()
@@ -124,6 +179,8 @@ pub(super) fn plan_pool(input: &GovernInput<'_>) -> PoolPlan {
         park: d.park,
         release: d.release,
         displacing: d.displacing,
+        in_quota,
+        next_exempt_end,
         state,
     };
     PoolPlan {
@@ -294,7 +351,7 @@ fn gpus_in_use(running: &Running<'_>) -> u32 {
 
 /// The state a pass publishes, before its teams are filled in.
 pub(super) fn new_state(
-    input: &GovernInput<'_>,
+    input: &StateInput<'_>,
     free_gpus: u32,
     pending_in_quota_gpus: u32,
     victims: Vec<Victim>,

@@ -142,7 +142,8 @@ pub(super) struct Queues<'j> {
     pub lists: Lists<'j>,
     /// Running jobs of no team: they hold their nodes' GPUs all the same.
     pub others_running: Vec<Entry<'j>>,
-    /// Jobs outside every team that hold or ask for GPUs ([`is_outside`]), in the order given.
+    /// Jobs outside every team that hold or ask for GPUs ([`is_outside`]), in the order given
+    /// (the plan sorts them by id).
     pub outside: Vec<u64>,
     /// Per team, where the caller keeps them ([`Planner`](super::Planner)): the ranked pending jobs
     /// of a non-preemptible class that are not parked, which are all a tail's jobs to park;

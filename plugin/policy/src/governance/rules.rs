@@ -73,6 +73,11 @@ impl<'a> Rules<'a> {
         true
     }
 
+    /// The idle jobs rule 3's order reads (empty where the configuration does not).
+    pub(super) fn idle_set(&self) -> &BTreeSet<u64> {
+        &self.idle
+    }
+
     /// Whether a running job goes first among rule 3's victims: idle for the whole window
     /// and the configuration says so.
     pub(super) fn idle_first(&self, j: &ClusterJob) -> bool {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use teamshare_config::{Config, Team, SHARE_TYPE};
 
 use super::families::split_families;
-use super::pool::{new_state, plan_pool, PoolPlan};
+use super::pool::{new_state, plan_pool, PoolPlan, StateInput};
 use super::queues::is_outside;
 use super::shared_gpus::SharedGpus;
 use super::{ClusterJob, GovernInput, Phase, Plan, PoolState, PublishedState, TeamState};
@@ -57,7 +57,9 @@ pub(super) fn plan_typed(input: &GovernInput<'_>) -> Plan {
         park: Vec::new(),
         release: Vec::new(),
         displacing: Vec::new(),
-        state: new_state(input, 0, 0, Vec::new()),
+        in_quota: Vec::new(),
+        next_exempt_end: None,
+        state: new_state(&StateInput::of(input), 0, 0, Vec::new()),
     };
     let mut spent = SpentAcrossTypes::default();
     let no_types = BTreeMap::new();
@@ -111,7 +113,38 @@ pub(super) fn plan_typed(input: &GovernInput<'_>) -> Plan {
         list.sort_unstable();
         list.dedup();
     }
+    finish(merged, input)
+}
+
+/// The figures a typed plan has over its pools: the jobs in quota, the next exemption's end.
+fn finish(mut merged: Plan, input: &GovernInput<'_>) -> Plan {
+    merged.in_quota = in_quota_by_level(input.jobs, &merged.priorities);
+    merged.next_exempt_end = merged
+        .state
+        .victims
+        .iter()
+        .map(|v| v.exempt_until)
+        .filter(|t| *t > input.now)
+        .min();
     merged
+}
+
+/// The pending jobs a typed plan ranks at the no-preempt level or above (in quota, or
+/// displacing a lower class), by id: what each pool's plan says of its own, over the pools.
+fn in_quota_by_level(jobs: &[ClusterJob], priorities: &BTreeMap<u64, u32>) -> Vec<u64> {
+    let mut ids: Vec<u64> = jobs
+        .iter()
+        .filter(|j| j.phase == Phase::Pending)
+        .filter(|j| {
+            priorities
+                .get(&j.id)
+                .is_some_and(|p| crate::priority::level(*p) >= crate::priority::VICTIM_BASE - 1)
+        })
+        .map(|j| j.id)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 /// The jobs to requeue for in-quota jobs that their own pool could place nowhere because the

@@ -225,3 +225,81 @@ fn untyped_jobs_in_a_typed_configuration() {
     assert_eq!(p.outside, [21]);
     assert!(!p.priorities.contains_key(&20));
 }
+
+/// A typed configuration through a [`Planner`]: the same plan as [`plan`] every pass (each
+/// type planned with what the others left), every priority when asked, and afterwards only
+/// those that changed.
+#[test]
+fn a_planner_plans_a_typed_configuration_as_plan_does() {
+    let c = typed_config("4");
+    let mut jobs = vec![
+        typed(running(1, "agents", 100), "a100"),
+        typed(running(2, "agents", 101), "a100"),
+        typed(running(3, "research", 90), "a100"),
+        typed(running(4, "agents", 50), "h100"),
+        typed(pending(20, "training", 999), "a100"),
+        typed(pending(21, "training", 999), "a100"),
+        typed(pending(22, "agents", 900), "h100"),
+    ];
+    let node_types = BTreeMap::from([
+        ("n1".to_string(), BTreeMap::from([("h100".to_string(), 2)])),
+        ("n2".to_string(), BTreeMap::from([("h100".to_string(), 2)])),
+        ("n3".to_string(), BTreeMap::from([("a100".to_string(), 4)])),
+    ]);
+    let by_type = BTreeMap::from([("h100".to_string(), 4), ("a100".to_string(), 4)]);
+    let node_gpus = BTreeMap::from([
+        ("n1".to_string(), 2),
+        ("n2".to_string(), 2),
+        ("n3".to_string(), 4),
+    ]);
+    let mut planner = Planner::new(&c);
+    planner.set_nodes(&node_gpus);
+    planner.set_types(&by_type, &node_types);
+    for j in &jobs {
+        planner.insert(j.clone());
+    }
+    let fairshare = BTreeMap::new();
+    let pass = |planner: &mut Planner<'_>, all: bool| {
+        planner.plan(&PassInput {
+            capacity: 8,
+            fairshare: &fairshare,
+            now: 1_000,
+            now_ms: 1_000 * 1_000,
+            publish: true,
+            all_priorities: all,
+        })
+    };
+    let first = pass(&mut planner, false);
+    let full = typed_plan(&c, &jobs, false);
+    assert_eq!(first, full, "the first pass hands back every priority");
+    assert!(!full.type_limits.is_empty() && !full.in_quota.is_empty());
+    assert_eq!(full.in_quota, [20, 21, 22]);
+    // Nothing changed: no priority to write, the same limits and state.
+    let again = pass(&mut planner, false);
+    assert!(again.priorities.is_empty());
+    assert_eq!(again.type_limits, full.type_limits);
+    assert_eq!(again.state, full.state);
+    assert_eq!(pass(&mut planner, true).priorities, full.priorities);
+    // Training's A100s start: only the priorities that moved come back.
+    for id in [20, 21] {
+        planner.update(id, |j| {
+            j.phase = Phase::Running;
+            j.start = Some(1_000);
+            j.nodes = vec!["n3".into()];
+        });
+        let j = jobs.iter_mut().find(|j| j.id == id).expect("listed");
+        j.phase = Phase::Running;
+        j.start = Some(1_000);
+        j.nodes = vec!["n3".into()];
+    }
+    let moved = pass(&mut planner, false);
+    let full = typed_plan(&c, &jobs, false);
+    assert!(!moved.priorities.is_empty());
+    for (id, p) in &moved.priorities {
+        assert_eq!(full.priorities.get(id), Some(p), "job {id}");
+    }
+    for (id, p) in &full.priorities {
+        assert_eq!(planner.priority(*id), Some(*p), "job {id}");
+    }
+    assert_eq!(moved.type_limits, full.type_limits);
+}

@@ -1,11 +1,11 @@
-//! The governor's passes in the simulation: [`governance::plan`] over the jobs squeue would
-//! show, and its decision (priorities, limits, parking, requeues) applied.
+//! The governor's passes in the simulation: the governor's [`Planner`](teamshare_policy::governance::Planner)
+//! over the jobs squeue would show, and its decision (priorities, limits, parking, requeues)
+//! applied.
 
 use std::collections::BTreeMap;
 
 use teamshare_config::IdleSharing;
-use teamshare_policy::governance::{self, ClusterJob, GovernInput, PassInput, Phase};
-use teamshare_policy::priority::{self, VICTIM_BASE};
+use teamshare_policy::governance::{self, PassInput, Plan};
 
 use super::events::Kind;
 use super::{row_id, Sim, State};
@@ -47,74 +47,29 @@ impl Sim<'_> {
         self.last_pass = self.now;
         self.refresh_fairshare();
         self.refresh_idleness();
-        let view = match self.node_view.take() {
-            Some(view) => view,
-            None => {
-                let view = self.usable_nodes();
-                self.planner.set_nodes(&view.0);
-                view
-            }
+        let (view, fresh) = match self.node_view.take() {
+            Some(view) => (view, false),
+            None => (self.usable_nodes(), true),
         };
-        let decision = if self.typed {
-            self.plan_typed(&view)
-        } else {
-            let pass = self.planner.plan(&PassInput {
-                capacity: view.0.values().sum(),
-                fairshare: &self.fairshare,
-                now: self.now,
-                now_ms: self.now.saturating_mul(1_000),
-            });
-            Decision {
-                priorities: pass.priorities,
-                gpu_limits: pass.gpu_limits,
-                type_limits: BTreeMap::new(),
-                park: pass.park,
-                release: pass.release,
-                requeue: pass
-                    .reclaim
-                    .into_iter()
-                    .chain(pass.displace)
-                    .chain(pass.violations)
-                    .chain(pass.over_ceiling)
-                    .collect(),
-                in_quota: pass.in_quota,
-                displacing: pass.displacing,
-                next_exempt_end: pass.next_exempt_end,
-            }
-        };
-        self.node_view = Some(view);
-        self.apply(decision);
-    }
-
-    /// A typed configuration plans each GPU type with what the others left of the shared
-    /// limits, pass by pass: [`governance::plan`] over the jobs shown.
-    fn plan_typed(&self, view: &NodeView) -> Decision {
-        let (node_gpus, capacity_by_type, node_types) = view;
-        let rows: Vec<ClusterJob> = self.planner.jobs().cloned().collect();
-        let plan = governance::plan(&GovernInput {
-            config: self.config,
-            capacity: node_gpus.values().sum(),
-            jobs: &rows,
+        if fresh {
+            self.planner.set_nodes(&view.0);
+            self.planner.set_types(&view.1, &view.2);
+        }
+        let plan = self.planner.plan(&PassInput {
+            capacity: view.0.values().sum(),
             fairshare: &self.fairshare,
             now: self.now,
             now_ms: self.now.saturating_mul(1_000),
-            node_gpus,
-            capacity_by_type,
-            node_types,
-            idle: &self.idleness.jobs,
-            shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
+            publish: false,
+            all_priorities: false,
         });
-        let mut in_quota: Vec<u64> = rows
-            .iter()
-            .filter(|r| r.phase == Phase::Pending)
-            .filter(|r| {
-                plan.priorities
-                    .get(&r.id)
-                    .is_some_and(|p| priority::level(*p) >= VICTIM_BASE - 1)
-            })
-            .map(|r| r.id)
-            .collect();
-        in_quota.sort_unstable();
+        self.node_view = Some(view);
+        let decision = self.decision(plan);
+        self.apply(decision);
+    }
+
+    /// What the simulation applies of a plan: its limits by team place.
+    fn decision(&self, plan: Plan) -> Decision {
         let mut type_limits = BTreeMap::new();
         for (i, t) in self.config.teams.iter().enumerate() {
             if let Some(by_type) = plan.type_limits.get(&t.name) {
@@ -124,7 +79,7 @@ impl Sim<'_> {
             }
         }
         Decision {
-            priorities: plan.priorities.iter().map(|(id, p)| (*id, *p)).collect(),
+            priorities: plan.priorities.into_iter().collect(),
             gpu_limits: self
                 .config
                 .teams
@@ -147,15 +102,9 @@ impl Sim<'_> {
                 .chain(plan.violations)
                 .chain(plan.over_ceiling)
                 .collect(),
-            in_quota,
+            in_quota: plan.in_quota,
             displacing: plan.displacing,
-            next_exempt_end: plan
-                .state
-                .victims
-                .iter()
-                .map(|v| v.exempt_until)
-                .filter(|t| *t > self.now)
-                .min(),
+            next_exempt_end: plan.next_exempt_end,
         }
     }
 

@@ -47,9 +47,7 @@ impl Sim<'_> {
             .filter_map(|&(_, j)| self.planner.get(row_id(j)));
         let idle = idle_jobs(running, &self.idleness.windows, window, self.now);
         if idle != self.idleness.jobs {
-            if !self.typed {
-                self.planner.set_idle(idle.clone());
-            }
+            self.planner.set_idle(idle.clone());
             self.idleness.jobs = idle;
         }
     }

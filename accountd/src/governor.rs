@@ -3,7 +3,7 @@
 //! start and preemption decision inside its scheduling cycle; see docs/design/governance.md.
 //!
 //! One pass: Slurm's jobs and nodes as typed records (libslurm, or squeue + sinfo) ->
-//! `teamshare_policy::governance::plan` -> state file (written to a temporary file and
+//! the policy's `Planner`, kept between passes ([`planning`]) -> state file (written to a temporary file and
 //! renamed, so the plugin never reads a half-written one) -> the writes for what changed
 //! ([`crate::slurm_write::SlurmWrite`]: libslurm's RPCs, or scontrol; limits through sacctmgr),
 //! on a thread of their own, so that slow actions never delay the next snapshot or age the
@@ -17,9 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use teamshare_config::Config;
-use teamshare_policy::governance::{
-    self, ClusterJob, GovernInput, Plan, PublishedState, ShardPlaces,
-};
+use teamshare_policy::governance::{self, ClusterJob, Plan, PublishedState, ShardPlaces};
 use teamshare_policy::priority;
 
 use crate::capacity;
@@ -39,6 +37,7 @@ use crate::squeue::{governor_holds, OUTSIDE_HOLD, UNHOLD_LIFTS_WITHIN_SECS, UNTY
 mod actuator;
 mod idle_policy;
 mod idleness;
+mod planning;
 mod quiet;
 mod trace;
 
@@ -46,6 +45,8 @@ pub use actuator::{hook_args, IDLE_MARK};
 use actuator::{Actuator, Snapshot, Unhold};
 pub use idle_policy::{IdleEvent, IdleStep};
 pub use idleness::{IdlenessSource, SampledWindow, Windows};
+use planning::Planning;
+pub(crate) use planning::{plan_once, PassRead};
 pub use trace::{act_span, pass_span};
 
 /// How long a pass may spend re-ranking waiting borrowers (one scontrol call per rank); the
@@ -381,32 +382,6 @@ fn gpus_of_grp_tres(tres: &str) -> Option<u32> {
         .and_then(|n| n.parse().ok())
 }
 
-/// What the policy plans for `jobs` (with where running shard jobs sit) on the usable nodes
-/// of `cap` (the pass, the dry run and the unit tests build its input here, and only here).
-pub(crate) fn plan_on(
-    config: &Config,
-    cap: &capacity::Capacity,
-    (jobs, shard_gpus): (&[ClusterJob], &ShardPlaces),
-    fairshare: &BTreeMap<String, f64>,
-    idle: &std::collections::BTreeSet<u64>,
-    now: UnixSeconds,
-    now_ms: i64,
-) -> Plan {
-    governance::plan(&GovernInput {
-        config,
-        capacity: cap.total,
-        jobs,
-        fairshare,
-        now,
-        now_ms,
-        node_gpus: &cap.per_node,
-        capacity_by_type: &cap.by_type,
-        node_types: &cap.per_node_types,
-        idle,
-        shard_gpus,
-    })
-}
-
 /// The most GPUs on one usable node, in all and of each type: what a whole-node job holds
 /// per node.
 fn largest_nodes(cap: &capacity::Capacity) -> (u32, BTreeMap<String, u32>) {
@@ -466,6 +441,8 @@ pub struct Governor {
     fairshare_source: Option<FairshareSource>,
     fairshare: BTreeMap<String, f64>,
     fairshare_at: Option<Instant>,
+    /// The plan kept between passes ([`Planning`]).
+    planning: Planning,
     /// What acts on Slurm for a plan, while it is idle.
     actuator: Option<Actuator>,
     /// The actions under way, on a thread of their own: a pass reads, plans and publishes on
@@ -530,6 +507,7 @@ impl Governor {
         };
         Governor {
             reader,
+            planning: Planning::new(config.clone()),
             actuator: Some(Actuator::new(config.clone(), writer())),
             config,
             fairshare_source,
@@ -694,15 +672,15 @@ impl Governor {
         } = reading;
         let (unhold, run_ended_holds) = self.releasable_holds(&holds, now);
         self.note_idle_jobs(&jobs, now);
-        let mut plan = plan_on(
-            &self.config,
-            &cap,
-            (&jobs, &shard_gpus),
-            &self.fairshare,
-            &self.idle_jobs,
+        let mut plan = self.planning.plan(&PassRead {
+            jobs: &jobs,
+            shard_gpus: &shard_gpus,
+            cap: &cap,
+            fairshare: &self.fairshare,
+            idle: &self.idle_jobs,
             now,
-            read_at_ms,
-        );
+            now_ms: read_at_ms,
+        });
         plan.state.acted_at = self.acted_at;
         plan.state.read_at_ms = read_at_ms;
         plan.state.slurm_partitions = slurm_partitions;
@@ -806,14 +784,17 @@ impl Governor {
             .or_else(|| self.idleness.refresh_now(&self.config, now).err());
         let reading = self.read(now)?;
         self.note_idle_jobs(&reading.jobs, now);
-        let plan = plan_on(
+        let plan = plan_once(
             &self.config,
-            &reading.capacity,
-            (&reading.jobs, &reading.shard_gpus),
-            &self.fairshare,
-            &self.idle_jobs,
-            now,
-            period::now_ms(),
+            &PassRead {
+                jobs: &reading.jobs,
+                shard_gpus: &reading.shard_gpus,
+                cap: &reading.capacity,
+                fairshare: &self.fairshare,
+                idle: &self.idle_jobs,
+                now,
+                now_ms: period::now_ms(),
+            },
         );
         Ok((reading, plan, fairshare_error))
     }

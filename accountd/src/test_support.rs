@@ -1,5 +1,5 @@
 //! What the unit tests of the governor and of `status` share: a one-GPU job, and the plan
-//! for jobs through the governor's own [`crate::governor::plan_on`].
+//! for jobs through the governor's own [`crate::governor::plan_once`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -42,13 +42,16 @@ pub(crate) fn gpus(capacity: u32) -> Capacity {
 
 /// The plan for `jobs` at `now` on `cap`, with no fair-share factors and no idle job.
 pub(crate) fn plan(config: &Config, cap: &Capacity, jobs: &[ClusterJob], now: i64) -> Plan {
-    crate::governor::plan_on(
+    crate::governor::plan_once(
         config,
-        cap,
-        (jobs, &teamshare_policy::governance::NO_SHARD_PLACES),
-        &BTreeMap::new(),
-        &BTreeSet::new(),
-        now,
-        now.saturating_mul(1_000),
+        &crate::governor::PassRead {
+            jobs,
+            shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
+            cap,
+            fairshare: &BTreeMap::new(),
+            idle: &BTreeSet::new(),
+            now,
+            now_ms: now.saturating_mul(1_000),
+        },
     )
 }

@@ -481,3 +481,86 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    /// As the governor feeds one: every pass it is handed every job as Slurm holds it
+    /// ([`Planner::observe`], the jobs no longer read removed), and Slurm applies a pass's
+    /// priorities only when its actions run (not after every pass: the actuator may be
+    /// busy). Every pass still plans what [`plan`] does over the jobs as read.
+    #[test]
+    fn a_planner_fed_the_governors_reads_plans_what_plan_does(h in history(), skips in any::<u64>()) {
+        let config = config(&h.teams, h.fifo, h.within, h.exempt, h.idle_first);
+        let mut capacity = h.teams.iter().map(|t| t.quota).sum::<u32>() + h.extra;
+        let node_gpus: BTreeMap<String, u32> = h
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (format!("n{i}"), *g))
+            .collect();
+        let mut fairshare = fairshare_of(0, h.teams.len());
+        let mut idle_seed = 0u8;
+        let mut planner = Planner::new(&config);
+        planner.set_nodes(&node_gpus);
+        let mut jobs: Vec<ClusterJob> = Vec::new();
+        let mut now = 1_000_000i64;
+        let mut next_id = 0u64;
+        for (n, op) in h.ops.iter().enumerate() {
+            // The history's own edits go to a planner nobody reads.
+            let mut scratch = Planner::new(&config);
+            apply(op, &mut jobs, &mut scratch, &mut now, &mut next_id, h.teams.len(), h.nodes.len());
+            match op {
+                Op::Fairshare(seed) => fairshare = fairshare_of(*seed, h.teams.len()),
+                Op::Idle(seed) => idle_seed = *seed,
+                Op::Capacity(extra) => capacity = h.teams.iter().map(|t| t.quota).sum::<u32>() + extra,
+                _ => {}
+            }
+            let idle = idle_of(&jobs, idle_seed);
+            planner.set_idle(idle.clone());
+            let read: BTreeSet<u64> = jobs.iter().map(|j| j.id).collect();
+            let gone: Vec<u64> = planner.ids().filter(|id| !read.contains(id)).collect();
+            for id in gone {
+                planner.remove(id);
+            }
+            for j in &jobs {
+                planner.observe(j);
+            }
+            let full = plan(&GovernInput {
+                config: &config,
+                capacity,
+                jobs: &jobs,
+                fairshare: &fairshare,
+                now,
+                now_ms: now.saturating_mul(1_000),
+                node_gpus: &node_gpus,
+                capacity_by_type: &BTreeMap::new(),
+                node_types: &BTreeMap::new(),
+                idle: &idle,
+                shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
+            });
+            let pass = planner.plan(&PassInput {
+                capacity,
+                fairshare: &fairshare,
+                now,
+                now_ms: now.saturating_mul(1_000),
+                publish: true,
+                all_priorities: true,
+            });
+            prop_assert_eq!(&pass.priorities, &full.priorities);
+            prop_assert_eq!(&pass.state, &full.state);
+            same_as_plan(&planner, &jobs, &full, &pass)?;
+            prop_assert_eq!(planner.len(), jobs.len());
+            // Slurm applies this pass's priorities, or not (its actions put off).
+            if (skips >> (n % 64)) & 1 == 0 {
+                for j in jobs.iter_mut() {
+                    if let Some(p) = full.priorities.get(&j.id) {
+                        if j.priority != 0 {
+                            j.priority = *p;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

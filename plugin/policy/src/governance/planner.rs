@@ -336,19 +336,13 @@ impl<'c> Planner<'c> {
     /// where only the priority Slurm holds differs from the one last given (an action not
     /// applied yet, or refused), the pass plans from Slurm's, as [`plan`](super::plan) would.
     pub fn observe(&mut self, job: &ClusterJob) {
-        let Some(&slot) = self.slot_of.get(&job.id) else {
+        let held = self.slot_of.get(&job.id).copied().and_then(|slot| {
+            let h = self.jobs[slot].as_ref()?;
+            Some(h.job == *job && self.given[slot].is_none_or(|p| p == job.priority))
+        });
+        if held != Some(true) {
+            // Held anew: filed again, its priority to be written whatever the last pass gave.
             self.insert(job.clone());
-            return;
-        };
-        let same = self.jobs[slot].as_ref().is_some_and(|h| h.job == *job);
-        if !same {
-            self.insert(job.clone());
-        } else if self.given[slot].is_some_and(|p| p != job.priority) {
-            self.given[slot] = None;
-            self.touched.push(slot);
-            if let Some(tasks) = self.tasks_of.get(&job.id) {
-                self.touched.extend(tasks.iter().copied());
-            }
         }
     }
 

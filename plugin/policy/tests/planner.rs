@@ -459,9 +459,12 @@ proptest! {
                 prop_assert_eq!(&pass.state, &full.state);
             }
             same_as_plan(&planner, &jobs, &full, &pass)?;
-            // Only what changed is handed back.
-            for (id, p) in &pass.priorities {
+            // Only what changed is handed back, and every priority only when asked.
+            for (id, p) in &pass.changed {
                 prop_assert_eq!(full.priorities.get(id), Some(p));
+            }
+            if !governor {
+                prop_assert!(pass.priorities.is_empty());
             }
             prop_assert_eq!(planner.len(), jobs.len());
             // The governor applies the priorities (the class stays in the low bits, which is

@@ -143,8 +143,6 @@ fn waits_for_its_delay(j: &ClusterJob, plan: &Plan) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-    use teamshare_policy::governance::PublishedState;
 
     fn job(id: u64, phase: Phase, eligible: bool, prio: u32) -> ClusterJob {
         ClusterJob {
@@ -170,21 +168,7 @@ mod tests {
     fn plan(priorities: &[(u64, u32)]) -> Plan {
         Plan {
             priorities: priorities.iter().copied().collect(),
-            gpu_limits: BTreeMap::new(),
-            type_limits: BTreeMap::new(),
-            displace: vec![],
-            reclaim: vec![],
-            violations: vec![],
-            over_ceiling: vec![],
-            outside: vec![],
-            untyped: vec![],
-            park: vec![],
-            release: vec![],
-            displacing: vec![],
-            state: PublishedState::from_json(
-                r#"{"version":3,"generated_at":0,"config_digest":"","capacity":0,"free_gpus":0,"pending_in_quota_gpus":0,"teams":{},"victims":[]}"#,
-            )
-            .expect("a state"),
+            ..Plan::default()
         }
     }
 

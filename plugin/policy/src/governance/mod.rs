@@ -467,12 +467,14 @@ fn reclaim_level_by(victims: impl Iterator<Item = (u32, i64, u32)>, k: u32, now:
     last.map_or(priority::reclaim_level(0), above)
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
-    /// The priorities the plan sets: from [`plan`], or a [`Planner`] asked for all
-    /// ([`PassInput::all_priorities`]), the priority every governed, non-held job should have;
-    /// from a [`Planner`] otherwise, those that differ from what its previous pass gave.
+    /// The priority every governed, non-held job should have: from [`plan`], and from a
+    /// [`Planner`] asked for all ([`PassInput::all_priorities`]; empty otherwise).
     pub priorities: BTreeMap<u64, u32>,
+    /// From a [`Planner`]: the priorities that differ from what its previous pass gave, by job
+    /// id (all of them at its first pass); empty from [`plan`].
+    pub changed: Vec<(u64, u32)>,
     /// GrpTRES gres/gpu per team (in a typed configuration, the sum of its type limits).
     pub gpu_limits: BTreeMap<String, u32>,
     /// GrpTRES gres/gpu:TYPE per team and type (typed configurations; empty otherwise).

@@ -291,12 +291,14 @@ impl<'c> Planner<'c> {
     /// A job is gone (ended, cancelled, or no longer in the governed partitions).
     pub fn remove(&mut self, id: u64) -> Option<ClusterJob> {
         let slot = self.slot_of.remove(&id)?;
-        for task in self.tasks_of.remove(&id).unwrap_or_default() {
-            self.unfile(task);
-            self.jobs[task] = None;
-            self.vacant.push(task);
+        if self.is_array(slot) {
+            for task in self.tasks_of.remove(&id).unwrap_or_default() {
+                self.unfile(task);
+                self.jobs[task] = None;
+                self.vacant.push(task);
+            }
+            self.arrays.remove(&id);
         }
-        self.arrays.remove(&id);
         self.unfile(slot);
         if let Some(i) = self.no_team.iter().position(|s| *s == slot) {
             self.no_team.swap_remove(i);
@@ -306,13 +308,18 @@ impl<'c> Planner<'c> {
         self.jobs[slot].take().map(|h| h.job)
     }
 
+    /// Whether the record in `slot` stands for several array tasks.
+    fn is_array(&self, slot: usize) -> bool {
+        self.jobs[slot].as_ref().is_some_and(|h| h.job.tasks > 1)
+    }
+
     /// A job changed (started, is ending, was held or released, ...): `change` edits it, and
     /// it is filed again where it now belongs. Its id must stay the same.
     pub fn update(&mut self, id: u64, change: impl FnOnce(&mut ClusterJob)) {
         let Some(&slot) = self.slot_of.get(&id) else {
             return;
         };
-        if self.arrays.contains(&id) {
+        if self.is_array(slot) {
             // Its tasks are counted again.
             if let Some(mut job) = self.remove(id) {
                 change(&mut job);
@@ -545,6 +552,7 @@ impl<'c> Planner<'c> {
             tail_band,
             kept,
             capacity_by_type,
+            tasks_of,
             ..
         } = self;
         let queues = table_queues(
@@ -573,6 +581,7 @@ impl<'c> Planner<'c> {
             walked,
             tail_band,
             given: given.as_slice(),
+            tasks: !tasks_of.is_empty(),
         };
         let d = decide(rules, &pass, &queues, &mut sink, Some(kept));
         for (t, walked) in walked.iter_mut().enumerate() {
@@ -583,11 +592,7 @@ impl<'c> Planner<'c> {
         // A borrower lent to this pass has a priority its tail's band does not say.
         touched.extend(d.granted.iter().copied());
         let changed = changed_priorities(written, next, given, jobs);
-        let priorities = if input.all_priorities {
-            all_priorities(given, jobs)
-        } else {
-            changed
-        };
+        let priorities = all_priorities(given, jobs, input.all_priorities);
         let state = StateInput {
             config: rules.config,
             capacity: input.capacity,
@@ -596,7 +601,9 @@ impl<'c> Planner<'c> {
             now: input.now,
         };
         let outside = outside_records(no_team, jobs);
-        assemble(d, priorities, outside, &state, input.publish).plan
+        let mut plan = assemble(d, priorities, outside, &state, input.publish).plan;
+        plan.changed = changed;
+        plan
     }
 
     /// A typed configuration's pass: [`plan`](super::plan) over the records held.
@@ -616,18 +623,20 @@ impl<'c> Planner<'c> {
             shard_gpus: &self.shards,
         });
         self.touched.clear();
-        let mut changed = BTreeMap::new();
+        let mut changed = Vec::new();
         for (&id, &slot) in &self.slot_of {
             let p = plan.priorities.get(&id).copied();
             if p != self.given[slot] {
                 self.given[slot] = p;
                 if let Some(p) = p {
-                    changed.insert(id, p);
+                    changed.push((id, p));
                 }
             }
         }
+        changed.sort_unstable();
+        plan.changed = changed;
         if !input.all_priorities {
-            plan.priorities = changed;
+            plan.priorities = BTreeMap::new();
         }
         if !input.publish {
             plan.state = super::PublishedState::default();
@@ -710,15 +719,15 @@ fn task_count(j: &ClusterJob, capacity: u32) -> u32 {
     j.tasks.min(fit).max(1)
 }
 
-/// The priorities a pass wrote (`written`, `next`) that differ from those last given, by job
-/// id: they become the ones given. A task's are its record's (the sink writes them there).
+/// The priorities a pass wrote (`written`, `next`) that differ from those last given, in the
+/// order written: they become the ones given. A task's are its record's (the sink writes them there).
 fn changed_priorities(
     written: &[usize],
     next: &mut [Option<u32>],
     given: &mut [Option<u32>],
     jobs: &[Option<Held>],
-) -> BTreeMap<u64, u32> {
-    let mut changed = BTreeMap::new();
+) -> Vec<(u64, u32)> {
+    let mut changed = Vec::new();
     for &slot in written {
         let Some(p) = next[slot].take() else {
             continue; // written twice
@@ -726,15 +735,18 @@ fn changed_priorities(
         if given[slot] != Some(p) {
             given[slot] = Some(p);
             if let Some(h) = jobs[slot].as_ref() {
-                changed.insert(h.job.id, p);
+                changed.push((h.job.id, p));
             }
         }
     }
     changed
 }
 
-/// Every ranked record's priority, as last given.
-fn all_priorities(given: &[Option<u32>], jobs: &[Option<Held>]) -> BTreeMap<u64, u32> {
+/// Every ranked record's priority, as last given, where `asked` (else none).
+fn all_priorities(given: &[Option<u32>], jobs: &[Option<Held>], asked: bool) -> BTreeMap<u64, u32> {
+    if !asked {
+        return BTreeMap::new();
+    }
     jobs.iter()
         .zip(given)
         .enumerate()
@@ -786,11 +798,16 @@ struct SlotSink<'a, 'c> {
     walked: &'a [Vec<usize>],
     tail_band: &'a mut [Option<u32>],
     given: &'a [Option<u32>],
+    /// Whether any array record is held as several tasks (else every slot is a record's).
+    tasks: bool,
 }
 
 impl SlotSink<'_, '_> {
     /// The slot of the record a slot's job is a task of (its own for a record).
     fn record(&self, slot: usize) -> usize {
+        if !self.tasks {
+            return slot;
+        }
         self.jobs
             .get(slot)
             .and_then(Option::as_ref)

@@ -163,6 +163,7 @@ pub(super) fn assemble(
     };
     let plan = Plan {
         priorities,
+        changed: Vec::new(),
         gpu_limits: config
             .teams
             .iter()

@@ -46,6 +46,7 @@ pub(super) fn plan_typed(input: &GovernInput<'_>) -> Plan {
     let used = running_by_team_and_type(&pool_jobs);
     let mut merged = Plan {
         priorities: BTreeMap::new(),
+        changed: Vec::new(),
         gpu_limits: BTreeMap::new(),
         type_limits: BTreeMap::new(),
         displace: Vec::new(),

@@ -269,14 +269,25 @@ fn a_planner_plans_a_typed_configuration_as_plan_does() {
             all_priorities: all,
         })
     };
-    let first = pass(&mut planner, false);
+    let first = pass(&mut planner, true);
     let full = typed_plan(&c, &jobs, false);
-    assert_eq!(first, full, "the first pass hands back every priority");
+    assert_eq!(
+        first.changed,
+        full.priorities.clone().into_iter().collect::<Vec<_>>(),
+        "the first pass changes every priority"
+    );
+    assert_eq!(
+        Plan {
+            changed: Vec::new(),
+            ..first
+        },
+        full
+    );
     assert!(!full.type_limits.is_empty() && !full.in_quota.is_empty());
     assert_eq!(full.in_quota, [20, 21, 22]);
     // Nothing changed: no priority to write, the same limits and state.
     let again = pass(&mut planner, false);
-    assert!(again.priorities.is_empty());
+    assert!(again.priorities.is_empty() && again.changed.is_empty());
     assert_eq!(again.type_limits, full.type_limits);
     assert_eq!(again.state, full.state);
     assert_eq!(pass(&mut planner, true).priorities, full.priorities);
@@ -294,8 +305,8 @@ fn a_planner_plans_a_typed_configuration_as_plan_does() {
     }
     let moved = pass(&mut planner, false);
     let full = typed_plan(&c, &jobs, false);
-    assert!(!moved.priorities.is_empty());
-    for (id, p) in &moved.priorities {
+    assert!(!moved.changed.is_empty());
+    for (id, p) in &moved.changed {
         assert_eq!(full.priorities.get(id), Some(p), "job {id}");
     }
     for (id, p) in &full.priorities {

@@ -68,6 +68,25 @@ impl Sim<'_> {
         self.apply(decision);
     }
 
+    /// Each team's limit by its place in the configuration, from the plan's by name (the
+    /// teams' places in name order, [`Sim::by_name`]); a team the plan leaves out keeps its
+    /// limit.
+    fn limits_by_place(&self, by_name: &BTreeMap<String, u32>) -> Vec<u32> {
+        let mut limits = self.limits.clone();
+        if by_name.len() == self.by_name.len() {
+            for (&i, l) in self.by_name.iter().zip(by_name.values()) {
+                limits[i] = *l;
+            }
+        } else {
+            for (i, t) in self.config.teams.iter().enumerate() {
+                if let Some(l) = by_name.get(&t.name) {
+                    limits[i] = *l;
+                }
+            }
+        }
+        limits
+    }
+
     /// What the simulation applies of a plan: its limits by team place.
     fn decision(&self, plan: Plan) -> Decision {
         let mut type_limits = BTreeMap::new();
@@ -79,19 +98,8 @@ impl Sim<'_> {
             }
         }
         Decision {
-            priorities: plan.priorities.into_iter().collect(),
-            gpu_limits: self
-                .config
-                .teams
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    plan.gpu_limits
-                        .get(&t.name)
-                        .copied()
-                        .unwrap_or(self.limits[i])
-                })
-                .collect(),
+            priorities: plan.changed,
+            gpu_limits: self.limits_by_place(&plan.gpu_limits),
             type_limits,
             park: plan.park,
             release: plan.release,

@@ -154,6 +154,8 @@ struct Sim<'a> {
     /// What squeue would show the governor (pending eligible and running jobs), and the
     /// governor's plan over them, kept between passes.
     planner: Planner<'a>,
+    /// The teams' places in the configuration, in the order of their names (a plan's limits).
+    by_name: Vec<usize>,
     /// Shown pending jobs that are not parked, in Slurm's order.
     queue: SchedQueue,
     /// While a scheduling pass walks the queue (taken out of `queue`), the changes to it,
@@ -228,6 +230,11 @@ impl<'a> Sim<'a> {
             jobs: Vec::with_capacity(trace.jobs.len()),
             out: Vec::with_capacity(trace.jobs.len()),
             planner: Planner::new(config),
+            by_name: {
+                let mut places: Vec<usize> = (0..config.teams.len()).collect();
+                places.sort_by(|a, b| config.teams[*a].name.cmp(&config.teams[*b].name));
+                places
+            },
             queue: SchedQueue::new(config.teams.len()),
             walking: false,
             deferred: Vec::new(),

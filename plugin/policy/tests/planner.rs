@@ -348,6 +348,39 @@ fn fairshare_of(seed: u8, teams: usize) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// The history's nodes, `n0`, `n1`, ... with their GPUs.
+fn node_gpus_of(h: &History) -> BTreeMap<String, u32> {
+    h.nodes
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (format!("n{i}"), *g))
+        .collect()
+}
+
+/// What [`plan`] decides from scratch for the jobs as they are.
+fn reference(
+    config: &Config,
+    capacity: u32,
+    jobs: &[ClusterJob],
+    (fairshare, idle): (&BTreeMap<String, f64>, &BTreeSet<u64>),
+    now: i64,
+    node_gpus: &BTreeMap<String, u32>,
+) -> Plan {
+    plan(&GovernInput {
+        config,
+        capacity,
+        jobs,
+        fairshare,
+        now,
+        now_ms: now.saturating_mul(1_000),
+        node_gpus,
+        capacity_by_type: &BTreeMap::new(),
+        node_types: &BTreeMap::new(),
+        idle,
+        shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
+    })
+}
+
 fn same_as_plan(
     planner: &Planner<'_>,
     jobs: &[ClusterJob],
@@ -404,12 +437,7 @@ proptest! {
     fn a_planner_kept_up_to_date_plans_what_plan_does(h in history()) {
         let config = config(&h.teams, h.fifo, h.within, h.exempt, h.idle_first);
         let mut capacity = h.teams.iter().map(|t| t.quota).sum::<u32>() + h.extra;
-        let node_gpus: BTreeMap<String, u32> = h
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (format!("n{i}"), *g))
-            .collect();
+        let node_gpus = node_gpus_of(&h);
         let mut fairshare = fairshare_of(0, h.teams.len());
         let mut idle_seed = 0u8;
         let mut planner = Planner::new(&config);
@@ -431,19 +459,7 @@ proptest! {
             // Jobs that start or end change the set too, as they would live.
             let idle = idle_of(&jobs, idle_seed);
             planner.set_idle(idle.clone());
-            let full = plan(&GovernInput {
-                config: &config,
-                capacity,
-                jobs: &jobs,
-                fairshare: &fairshare,
-                now,
-                now_ms: now.saturating_mul(1_000),
-                node_gpus: &node_gpus,
-                capacity_by_type: &BTreeMap::new(),
-                node_types: &BTreeMap::new(),
-                idle: &idle,
-                shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
-            });
+            let full = reference(&config, capacity, &jobs, (&fairshare, &idle), now, &node_gpus);
             // Every third pass as the governor asks: every priority, and the state.
             let governor = n % 3 == 2;
             let pass = planner.plan(&PassInput {
@@ -496,12 +512,7 @@ proptest! {
     fn a_planner_fed_the_governors_reads_plans_what_plan_does(h in history(), skips in any::<u64>()) {
         let config = config(&h.teams, h.fifo, h.within, h.exempt, h.idle_first);
         let mut capacity = h.teams.iter().map(|t| t.quota).sum::<u32>() + h.extra;
-        let node_gpus: BTreeMap<String, u32> = h
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (format!("n{i}"), *g))
-            .collect();
+        let node_gpus = node_gpus_of(&h);
         let mut fairshare = fairshare_of(0, h.teams.len());
         let mut idle_seed = 0u8;
         let mut planner = Planner::new(&config);
@@ -522,19 +533,7 @@ proptest! {
             let idle = idle_of(&jobs, idle_seed);
             planner.set_idle(idle.clone());
             planner.hold_read(&jobs);
-            let full = plan(&GovernInput {
-                config: &config,
-                capacity,
-                jobs: &jobs,
-                fairshare: &fairshare,
-                now,
-                now_ms: now.saturating_mul(1_000),
-                node_gpus: &node_gpus,
-                capacity_by_type: &BTreeMap::new(),
-                node_types: &BTreeMap::new(),
-                idle: &idle,
-                shard_gpus: &teamshare_policy::governance::NO_SHARD_PLACES,
-            });
+            let full = reference(&config, capacity, &jobs, (&fairshare, &idle), now, &node_gpus);
             let pass = planner.plan(&PassInput {
                 capacity,
                 fairshare: &fairshare,
